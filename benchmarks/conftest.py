@@ -1,0 +1,42 @@
+"""Benchmark harness: fixed seeds and thread counts, one JSON for report.py.
+
+Each case sets ``benchmark.group`` and ``benchmark.extra_info['role']``:
+``subject`` (pyfastpim), ``reference`` (an implementation of the same
+algorithm, e.g. the PyTorch einsum transcription) or ``roofline`` (the bare
+arithmetic through OpenBLAS). report.py prints each case's median time and its
+ratios to the group's reference and roofline, measured in the same run, with
+the case's targets (``extra_info['targets']``: {'roofline': 1.5, ...}; a ratio
+target <= 1 means "at most", a value > 1 under 'speedup_vs_reference' means
+"at least that much faster").
+"""
+import os
+
+import numpy as np
+import pytest
+
+THREADS = int(os.environ.get("PYFASTPIM_BENCH_THREADS", "2"))
+
+
+@pytest.fixture(autouse=True)
+def _fixed_seed_and_threads():
+    import pyfastpim
+    np.random.seed(0)
+    try:
+        import torch
+        torch.manual_seed(0)
+        torch.set_num_threads(THREADS)
+    except ImportError:
+        pass
+    pyfastpim.set_num_threads(THREADS)
+    yield
+
+
+def peak_rss_bytes():
+    """Peak resident set size of this process (Linux ru_maxrss is in KiB)."""
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def current_rss_bytes():
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

@@ -1,0 +1,51 @@
+/* Shared definitions for the pyfastpim C core.
+ *
+ * Everything below the binding layer (bind_*.c) takes plain pointers, sizes
+ * and strides and reports failure through pf_status; nothing here includes
+ * Python.h so the kernels build unchanged for tests, sanitizers and OpenCL
+ * host code. */
+#ifndef PF_COMMON_H
+#define PF_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    PF_OK = 0,
+    PF_ENOMEM = 1,    /* allocation failed */
+    PF_EOVERFLOW = 2, /* a size computation overflowed */
+    PF_EINVAL = 3,    /* invalid argument (checked again below the binding) */
+    PF_EDEVICE = 4    /* accelerator runtime error */
+} pf_status;
+
+/* Overflow-checked size arithmetic: every size that reaches an allocation goes
+ * through these, so a hostile shape yields PF_EOVERFLOW instead of a short
+ * buffer. */
+static inline int pf_mul_size(size_t a, size_t b, size_t *out)
+{
+    return __builtin_mul_overflow(a, b, out) ? PF_EOVERFLOW : PF_OK;
+}
+static inline int pf_add_size(size_t a, size_t b, size_t *out)
+{
+    return __builtin_add_overflow(a, b, out) ? PF_EOVERFLOW : PF_OK;
+}
+/* Product of n sizes, PF_EOVERFLOW on overflow. */
+static inline int pf_mul_sizes(const size_t *v, int n, size_t *out)
+{
+    size_t acc = 1;
+    for (int i = 0; i < n; i++)
+        if (__builtin_mul_overflow(acc, v[i], &acc))
+            return PF_EOVERFLOW;
+    *out = acc;
+    return PF_OK;
+}
+
+static inline int64_t pf_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static inline int64_t pf_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t pf_max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+#define PF_ALIGN 64
+#define PF_RESTRICT __restrict__
+#define PF_UNUSED(x) (void)(x)
+
+#endif

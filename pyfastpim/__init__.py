@@ -1,0 +1,99 @@
+"""pyfastpim: fast memristive processing-in-memory (PIM) crossbar simulation.
+
+A drop-in engine for MemIntelli's layers: bit-sliced quantization, the fused
+DAC -> crossbar MVM -> ADC product with in-kernel device noise, and attention
+context kernels, written in C and shared with NumPy and torch without copies.
+The numbers contract is the project's spec (dpe-semantics.md); see README.md.
+"""
+from . import _core
+from ._core import Array
+from . import memory
+
+__version__ = "0.1.0"
+
+
+def _dtype_arg(dtype):
+    if dtype is None or isinstance(dtype, str):
+        return dtype
+    name = getattr(dtype, "name", None)  # numpy dtype
+    if name is None:
+        s = str(dtype)
+        if s.startswith("torch."):
+            return s[6:]
+        try:  # numpy scalar type such as numpy.float32
+            import numpy
+            return numpy.dtype(dtype).name
+        except TypeError:
+            return dtype
+    return name
+
+
+def asarray(obj, dtype=None, writable=False):
+    """View ``obj`` as a C-contiguous :class:`pyfastpim.Array`, without copying when possible.
+
+    ``obj`` may be a NumPy array, a CPU torch tensor (through DLPack), a
+    pyfastpim.Array, or any object exposing the buffer protocol,
+    ``__array_interface__`` or ``__dlpack__``. The result shares ``obj``'s memory
+    when its dtype matches ``dtype`` (or ``dtype`` is None) and it is
+    C-contiguous; otherwise exactly one copy is made and counted in
+    :mod:`pyfastpim.memory` (as a dtype conversion or a host copy).
+
+    ``writable=True`` requires a writable buffer that can be shared as is
+    (ValueError otherwise: a copy would not write back).
+    Raises TypeError for unsupported dtypes or objects without a buffer, and
+    ValueError for non-native byte order.
+    """
+    if _is_torch_tensor(obj) and obj.requires_grad:
+        obj = obj.detach()
+    return _core.asarray(obj, _dtype_arg(dtype), bool(writable))
+
+
+def _is_torch_tensor(obj):
+    t = type(obj)
+    return t.__module__.startswith("torch") and t.__name__ in ("Tensor", "Parameter")
+
+
+def set_num_threads(n):
+    """Set the number of OpenMP threads the kernels use (results do not depend on it)."""
+    _core.set_num_threads(int(n))
+
+
+def get_num_threads():
+    """The number of OpenMP threads the kernels use."""
+    return _core.get_num_threads()
+
+
+class threads:
+    """Context manager running the kernels with ``n`` threads, restoring the count after."""
+
+    def __init__(self, n):
+        self.n = int(n)
+
+    def __enter__(self):
+        self._old = get_num_threads()
+        set_num_threads(self.n)
+        return self
+
+    def __exit__(self, *exc):
+        set_num_threads(self._old)
+        return False
+
+
+def cpu_isa():
+    """(active, detected) SIMD level of the CPU kernels: 'generic', 'avx2' or 'avx512'."""
+    return _core.cpu_isa()
+
+
+def set_isa_limit(isa):
+    """Cap the SIMD level the CPU kernels may use ('generic', 'avx2', 'avx512'); returns the active one."""
+    return _core.set_isa_limit(isa)
+
+
+__all__ = ["Array", "asarray", "memory", "set_num_threads", "get_num_threads", "threads",
+           "cpu_isa", "set_isa_limit"]
+
+# The feature modules below are imported when present; each kernel family adds
+# its public names here.
+from ._registry import load_features as _load_features  # noqa: E402
+
+_load_features(globals(), __all__)

@@ -1,0 +1,208 @@
+"""Zero-copy array exchange and memory accounting (pyfastpim.asarray / Array / memory)."""
+import gc
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import pyfastpim
+from pyfastpim import memory
+
+
+def test_float32_roundtrip_numpy_torch_numpy_shares_one_buffer():
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    with memory.trace() as t:
+        arr = pyfastpim.asarray(a)
+        tt = torch.from_dlpack(arr)
+        back = tt.numpy()
+        via_buffer = np.asarray(arr)
+    assert t.copies == 0 and t.copy_bytes == 0 and t.allocated_bytes == 0
+    assert arr.data_ptr == a.ctypes.data == tt.data_ptr() == back.ctypes.data == via_buffer.ctypes.data
+    tt[1, 2] = -7.0  # writes through every view
+    assert a[1, 2] == -7.0 and back[1, 2] == -7.0 and via_buffer[1, 2] == -7.0
+    assert arr.shape == (4, 6) and arr.strides == (24, 4) and arr.dtype == "float32" and not arr.owns_data
+
+
+def test_to_numpy_and_to_torch_share_memory():
+    a = np.ones((3, 5), dtype=np.float32)
+    arr = pyfastpim.asarray(a)
+    with memory.trace() as t:
+        n = arr.to_numpy()
+        tt = arr.to_torch()
+    assert t.copies == 0
+    assert n.ctypes.data == a.ctypes.data and tt.data_ptr() == a.ctypes.data
+    assert tt.dtype == torch.float32 and tuple(tt.shape) == (3, 5)
+
+
+def test_torch_input_is_viewed_through_dlpack():
+    x = torch.randn(5, 7, requires_grad=True)
+    with memory.trace() as t:
+        arr = pyfastpim.asarray(x)
+    assert t.copies == 0
+    assert arr.data_ptr == x.data_ptr() and arr.shape == (5, 7)
+    np.testing.assert_array_equal(np.asarray(arr), x.detach().numpy())
+
+
+def test_float64_input_counts_exactly_one_conversion():
+    a = np.random.default_rng(0).standard_normal((8, 9))
+    with memory.trace() as t:
+        arr = pyfastpim.asarray(a, dtype="float32")
+    assert t.by_kind["dtype_conversion"] == (1, 8 * 9 * 4)
+    assert t.copies == 1 and arr.owns_data and arr.dtype == "float32"
+    np.testing.assert_array_equal(np.asarray(arr), a.astype(np.float32))
+
+
+def test_float64_without_dtype_request_is_viewed():
+    a = np.zeros((3, 3))
+    with memory.trace() as t:
+        arr = pyfastpim.asarray(a)
+    assert t.copies == 0 and arr.dtype == "float64" and arr.data_ptr == a.ctypes.data
+
+
+@pytest.mark.parametrize("make", [lambda a: a.T, lambda a: a[:, ::2], lambda a: a[::-1]])
+def test_noncontiguous_input_counts_exactly_one_host_copy(make):
+    a = np.arange(48, dtype=np.float32).reshape(6, 8)
+    v = make(a)
+    with memory.trace() as t:
+        arr = pyfastpim.asarray(v)
+    assert t.by_kind["host_copy"] == (1, v.size * 4) and t.copies == 1
+    np.testing.assert_array_equal(np.asarray(arr), v)
+    assert np.asarray(arr).flags["C_CONTIGUOUS"]
+
+
+def test_transposed_torch_tensor_counts_one_copy():
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4).t()
+    with memory.trace() as t:
+        arr = pyfastpim.asarray(x)
+    assert t.copies == 1
+    np.testing.assert_array_equal(np.asarray(arr), x.numpy())
+
+
+def test_counters_return_to_baseline_after_free():
+    gc.collect()
+    base = memory.stats()["current_bytes"]
+    arrs = [pyfastpim.asarray(np.ones((100, 100)), dtype="float32") for _ in range(5)]
+    assert memory.stats()["current_bytes"] >= base + 5 * 100 * 100 * 4
+    tts = [a.to_torch() for a in arrs]  # exports keep the memory alive
+    del arrs
+    gc.collect()
+    assert memory.stats()["current_bytes"] >= base + 5 * 100 * 100 * 4
+    assert all(float(t.sum()) == 10000.0 for t in tts)
+    del tts
+    gc.collect()
+    assert memory.stats()["current_bytes"] == base
+
+
+def test_peak_and_reset_peak():
+    memory.reset_peak()
+    s0 = memory.stats()
+    a = pyfastpim.asarray(np.ones(1000), dtype="float32")
+    del a
+    s1 = memory.stats()
+    assert s1["peak_bytes"] >= s0["current_bytes"] + 4000
+    memory.reset_peak()
+    assert memory.stats()["peak_bytes"] == memory.stats()["current_bytes"]
+
+
+def test_array_interface_and_plain_buffers():
+    class Iface:
+        def __init__(self, a):
+            self.a = a
+            self.__array_interface__ = a.__array_interface__
+    a = np.arange(6, dtype=np.int32).reshape(2, 3)
+    arr = pyfastpim.asarray(Iface(a))
+    assert arr.data_ptr == a.ctypes.data and arr.dtype == "int32" and arr.shape == (2, 3)
+    b = bytearray(b"\x01\x02\x03")
+    arr = pyfastpim.asarray(b, writable=True)
+    assert arr.dtype == "uint8" and arr.shape == (3,)
+    np.asarray(arr)[0] = 9
+    assert b[0] == 9
+
+
+@pytest.mark.parametrize("bad, exc, word", [
+    (np.zeros(3, dtype=np.complex64), TypeError, "obj"),
+    (np.zeros(3, dtype=np.float16), TypeError, "obj"),
+    (object(), TypeError, "obj"),
+    (np.zeros(3, dtype=">f4"), ValueError, "byte order"),
+    (["not", "a", "buffer"], TypeError, "obj"),
+])
+def test_bad_input_raises_clear_errors(bad, exc, word):
+    with pytest.raises(exc, match=word):
+        pyfastpim.asarray(bad)
+
+
+def test_readonly_buffer_where_writing_is_needed():
+    a = np.zeros(4, dtype=np.float32)
+    a.flags.writeable = False
+    with pytest.raises(ValueError, match="obj.*read-only"):
+        pyfastpim.asarray(a, writable=True)
+    with pytest.raises(ValueError, match="read-only"):
+        pyfastpim.asarray(b"abc", writable=True)
+    arr = pyfastpim.asarray(a)  # reading is fine
+    assert arr.readonly
+    with pytest.raises(BufferError):
+        torch.from_dlpack(arr)
+
+
+def test_writable_request_cannot_be_met_by_a_copy():
+    with pytest.raises(ValueError, match="obj"):
+        pyfastpim.asarray(np.zeros((3, 3), dtype=np.float32).T, writable=True)
+    with pytest.raises(ValueError, match="obj"):
+        pyfastpim.asarray(np.zeros(3), dtype="float32", writable=True)
+
+
+def test_bad_dtype_argument():
+    with pytest.raises(TypeError, match="dtype"):
+        pyfastpim.asarray(np.zeros(3), dtype="complex128")
+    with pytest.raises(TypeError, match="float to integer"):
+        pyfastpim.asarray(np.zeros(3), dtype="int32")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "uint8", "int8", "int16", "uint16", "int32", "int64"])
+def test_every_supported_dtype_roundtrips(dtype):
+    a = (np.arange(10) % 7).astype(dtype).reshape(2, 5)
+    arr = pyfastpim.asarray(a)
+    assert arr.dtype == dtype and arr.data_ptr == a.ctypes.data
+    np.testing.assert_array_equal(arr.to_numpy(), a)
+    if dtype != "uint16":  # torch 1.13 has no uint16
+        np.testing.assert_array_equal(arr.to_torch().numpy(), a)
+
+
+def test_zero_size_and_scalar_arrays():
+    arr = pyfastpim.asarray(np.zeros((0, 4), dtype=np.float32))
+    assert arr.shape == (0, 4) and arr.size == 0
+    assert np.asarray(arr).shape == (0, 4)
+    s = pyfastpim.asarray(np.float32(3.5))
+    assert s.shape == () and float(np.asarray(s)) == 3.5
+
+
+def test_cuda_like_dlpack_device_is_rejected():
+    class FakeCuda:
+        def __dlpack_device__(self):
+            return (2, 0)
+
+        def __dlpack__(self, stream=None):
+            raise AssertionError("must not be called")
+    with pytest.raises(ValueError, match="obj.*host memory"):
+        pyfastpim.asarray(FakeCuda())
+
+
+def test_import_prints_no_warnings():
+    r = subprocess.run([sys.executable, "-W", "error", "-c", "import pyfastpim"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "" and r.stderr == ""
+
+
+def test_thread_controls_and_isa():
+    old = pyfastpim.get_num_threads()
+    with pyfastpim.threads(1):
+        assert pyfastpim.get_num_threads() == 1
+    assert pyfastpim.get_num_threads() == old
+    with pytest.raises(ValueError, match="n"):
+        pyfastpim.set_num_threads(0)
+    active, detected = pyfastpim.cpu_isa()
+    assert active in ("generic", "avx2", "avx512") and detected in ("generic", "avx2", "avx512")
+    with pytest.raises(ValueError, match="isa"):
+        pyfastpim.set_isa_limit("sse9")

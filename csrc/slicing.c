@@ -17,8 +17,11 @@
 #include "cpu_features.h"
 #include "philox_noise.h"
 
-#ifdef _OPENMP
-#include <omp.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define PF_X86 1
+#else
+#define PF_X86 0
 #endif
 
 #define PF_INLINE static inline __attribute__((always_inline))
@@ -45,6 +48,7 @@ typedef struct {
     float *dequant;
     int g_level;
     uint8_t *levels;
+    uint8_t level_lut[PF_MAX_SLICES][256]; /* pf_level_of_code of every code */
 } slice_job;
 
 /* ---- element loops ---- */
@@ -125,14 +129,32 @@ PF_INLINE void extract_slice(const int32_t *u, int64_t len, int offset, int widt
         dst[j] = pf_slice_code(u[j], offset, width);
 }
 
-PF_INLINE void codes_to_levels(const uint8_t *code, int64_t len, int max_code, int g_level, uint8_t *dst)
+/* Levels through the slice's table (exactly pf_level_of_code). */
+PF_INLINE void codes_to_levels(const uint8_t *code, int64_t len, const uint8_t *lut, uint8_t *dst)
 {
     for (int64_t j = 0; j < len; j++)
-        dst[j] = pf_level_of_code(code[j], max_code, g_level);
+        dst[j] = lut[code[j]];
 }
 
-/* Quantizes and slices row r of item n (its granule row's stats are final). */
-PF_INLINE void quantize_row(const slice_job *jb, int64_t n, int64_t r)
+#if PF_X86
+/* Same for codes < 16: one vpshufb per 32 codes. */
+__attribute__((target("avx2"))) static void codes_to_levels16_avx2(const uint8_t *code, int64_t len,
+                                                                    const uint8_t *lut, uint8_t *dst)
+{
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)lut));
+    int64_t j = 0;
+    for (; j + 32 <= len; j += 32) {
+        __m256i c = _mm256_loadu_si256((const __m256i *)(code + j));
+        _mm256_storeu_si256((__m256i *)(dst + j), _mm256_shuffle_epi8(table, c));
+    }
+    for (; j < len; j++)
+        dst[j] = lut[code[j]];
+}
+#endif
+
+/* Quantizes and slices row r of item n (its granule row's stats are final).
+ * avx2 is a compile-time constant of each ISA instance. */
+PF_INLINE void quantize_row(const slice_job *jb, int64_t n, int64_t r, int avx2)
 {
     const pf_slice_method *sm = jb->sm;
     const int B = sm->total_bits;
@@ -160,8 +182,15 @@ PF_INLINE void quantize_row(const slice_job *jb, int64_t n, int64_t r)
         for (int s = 0; s < sm->n_slices; s++) {
             size_t at = (size_t)s * jb->plane + row_off + (size_t)c0;
             extract_slice(u, c1 - c0, sm->offset[s], sm->width[s], jb->codes + at);
-            if (jb->levels)
-                codes_to_levels(jb->codes + at, c1 - c0, sm->max_code[s], jb->g_level, jb->levels + at);
+            if (!jb->levels)
+                continue;
+#if PF_X86
+            if (avx2 && sm->max_code[s] < 16) {
+                codes_to_levels16_avx2(jb->codes + at, c1 - c0, jb->level_lut[s], jb->levels + at);
+                continue;
+            }
+#endif
+            codes_to_levels(jb->codes + at, c1 - c0, jb->level_lut[s], jb->levels + at);
         }
     }
 }
@@ -188,7 +217,7 @@ PF_INLINE int finish_granules(const slice_job *jb, size_t gbase, int64_t g0, int
 }
 
 /* Whole band b = n * grid_rows + gi: max pass, stats, quantization. */
-PF_INLINE int band_task(const slice_job *jb, int64_t b)
+PF_INLINE int band_task(const slice_job *jb, int64_t b, int avx2)
 {
     int64_t n = b / jb->grid_rows, gi = b % jb->grid_rows;
     int64_t ra = gi * jb->gran_rows, rb = pf_min64(jb->rows, ra + jb->gran_rows);
@@ -203,7 +232,7 @@ PF_INLINE int band_task(const slice_job *jb, int64_t b)
     if (finish_granules(jb, gbase, 0, jb->grid_cols) < 0)
         return -1;
     for (int64_t r = ra; r < rb; r++)
-        quantize_row(jb, n, r);
+        quantize_row(jb, n, r, avx2);
     return 0;
 }
 
@@ -228,17 +257,20 @@ PF_INLINE void split_max_task(const slice_job *jb, int64_t b, int64_t ra, int64_
 
 /* ---- ISA instances ---- */
 
-#define PF_DEFINE_SLICE_OPS(suffix, attr)                                                                    \
-    attr static int band_task_##suffix(const slice_job *jb, int64_t b) { return band_task(jb, b); }          \
+#define PF_DEFINE_SLICE_OPS(suffix, attr, avx2)                                                              \
+    attr static int band_task_##suffix(const slice_job *jb, int64_t b) { return band_task(jb, b, avx2); }    \
     attr static void split_max_task_##suffix(const slice_job *jb, int64_t b, int64_t ra, int64_t rb)         \
     {                                                                                                        \
         split_max_task(jb, b, ra, rb);                                                                       \
     }                                                                                                        \
-    attr static void quantize_row_##suffix(const slice_job *jb, int64_t n, int64_t r) { quantize_row(jb, n, r); }
+    attr static void quantize_row_##suffix(const slice_job *jb, int64_t n, int64_t r)                      \
+    {                                                                                                        \
+        quantize_row(jb, n, r, avx2);                                                                        \
+    }
 
-PF_DEFINE_SLICE_OPS(generic, )
-#if defined(__x86_64__) || defined(__i386__)
-PF_DEFINE_SLICE_OPS(avx2, __attribute__((target("avx2,fma"))))
+PF_DEFINE_SLICE_OPS(generic, , 0)
+#if PF_X86
+PF_DEFINE_SLICE_OPS(avx2, __attribute__((target("avx2,fma"))), 1)
 #endif
 
 typedef struct {
@@ -249,7 +281,7 @@ typedef struct {
 
 static slice_ops select_ops(void)
 {
-#if defined(__x86_64__) || defined(__i386__)
+#if PF_X86
     if (pf_active_isa() >= PF_ISA_AVX2)
         return (slice_ops){band_task_avx2, split_max_task_avx2, quantize_row_avx2};
 #endif
@@ -301,6 +333,10 @@ int pf_slice_quantize(const float *x, int64_t n, int64_t rows, int64_t cols, int
         .gran_max = gran_max, .gran_scale = gran_scale, .gran_exp = bfp ? gran_exp : NULL,
         .dequant = dequant, .g_level = g_level, .levels = levels,
     };
+    if (levels)
+        for (int s = 0; s < sm->n_slices; s++)
+            for (int c = 0; c <= sm->max_code[s]; c++)
+                jb.level_lut[s][c] = pf_level_of_code(c, sm->max_code[s], g_level);
     const slice_ops ops = select_ops();
     const int64_t bands = n * jb.grid_rows;
     const int64_t band_rows = pf_min64(rows, gran_rows);

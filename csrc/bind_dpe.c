@@ -3,6 +3,7 @@
 #include "array.h"
 #include "bindings.h"
 #include "dpe.h"
+#include "memory.h"
 #include "noise.h"
 #include "philox_noise.h"
 
@@ -457,10 +458,7 @@ static PyMethodDef dpe_methods[] = {
     {"dpe_conv2d", (PyCFunction)(void (*)(void))py_dpe_conv2d, METH_VARARGS | METH_KEYWORDS,
      "dpe_conv2d(image, kernel_size, stride, padding, dilation, x_granule, x_widths, bfp, w_levels, w_conductance, "
      "w_scale, w_granule, w_widths, n, rdac, g_level, radc, HGS, LGS, read_sigma, vnoise, seed, call, "
-     "return_dequant=False)
---
-
-"
+     "return_dequant=False)\n--\n\n"
      "Convolution through the crossbar with implicit im2col: the unfolded input (N, Ho*Wo, C*kh*kw) is "
      "quantized and sliced on the fly and never stored. Returns (out (N, P, Ho, Wo), dequantized unfolded "
      "input or None)."},

@@ -263,7 +263,7 @@ class SlicedData:
         self._dequant = None      # float32 (N, R, C) or None (inference mode)
         self._levels = None       # uint8 (S, C, P), weights
         self._conductance = None  # float32 (S, C, P), weights with device noise only
-        self._program = None      # (g_level, HGS, LGS) used for programming
+        self._program = None      # (g_level, HGS, LGS, write_variation, stuck rates, seed) of programming
         self._is_torch = False
         self._version = 0
 
@@ -287,7 +287,7 @@ class SlicedData:
             levels = levels[:, 0]
             if wv > 0 or rh > 0 or rl > 0:
                 conductance = np.asarray(_core.program_conductance(levels, g_level, HGS, LGS, wv, rh, rl, seed))
-            program = (g_level, HGS, LGS)
+            program = (g_level, HGS, LGS, wv, rh, rl, seed)  # everything programming depends on
         self._reset()
         self._codes, self._gran_max, self._gran_scale, self._gran_exp = codes, gmax, gscale, gexp
         self._granule = tuple(r[6])
@@ -389,7 +389,7 @@ class SlicedData:
         """Weights: programmed conductances in siemens, MemIntelli's layout (Rp/pr, Cp/pc, S, pr, pc)."""
         if not self.is_weight or self._levels is None:
             return None
-        g_level, HGS, LGS = self._program
+        g_level, HGS, LGS = self._program[:3]
         if self._conductance is not None:
             g = self._conductance
         else:

@@ -275,7 +275,8 @@ static PyObject *py_slice_quantize(PyObject *self, PyObject *args, PyObject *kwd
         goto done;
 
     Py_ssize_t code_shape[4] = {sm.n_slices, n, rows, cols};
-    Py_ssize_t grid_shape[3] = {n, pf_ceil_div(rows, gran[0]), pf_ceil_div(cols, gran[1])};
+    /* ceil without a + b - 1, which overflows for huge granules */
+    Py_ssize_t grid_shape[3] = {n, rows / gran[0] + (rows % gran[0] != 0), cols / gran[1] + (cols % gran[1] != 0)};
     Py_ssize_t data_shape[3] = {n, rows, cols};
     codes = pf_array_new(PF_DT_U8, 4, code_shape);
     gmax = codes ? pf_array_new(PF_DT_F32, 3, grid_shape) : NULL;

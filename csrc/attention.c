@@ -11,8 +11,14 @@
 #include <math.h>
 #include <string.h>
 
-/* Below this many elements a parallel region costs more than it saves. */
-#define PF_ATTN_PAR_MIN 32768
+/* Threads: every loop here runs on the calling thread; only OpenBLAS's sgemm is
+ * multi-threaded. An OpenMP region next to an sgemm leaves libgomp workers
+ * spin-waiting on the cores OpenBLAS's threads need: on 2 cores apply ran
+ * 1.8x-10x slower than the bare sgemm, and the update (D x D tanh rows with 2
+ * OpenMP threads) went from 1.6 ms to 16 ms when the machine was busy, against
+ * 1.8 ms single-threaded. The elementwise passes are SIMD (8 lanes) and cost
+ * less than the products or the NumPy they replace. Results therefore depend on
+ * no thread count of ours; sgemm's depend on OpenBLAS's own thread count. */
 /* Rows sampled by the update (spec: n = min(T, 32)). */
 #define PF_ATTN_SAMPLES 32
 
@@ -230,12 +236,11 @@ PF_INLINE float fin(float v) { return is_finite_bits(v) ? v : 0.0f; }
 
 static int use_avx2(void) { return pf_active_isa() >= PF_ISA_AVX2; }
 
-/* ---- public elementwise kernels ---- */
+/* ---- public elementwise kernels (calling thread only: see the top) ---- */
 
 int pf_attn_has_nonfinite(const float *x, size_t n)
 {
     int bad = 0;
-#pragma omp parallel for schedule(static) reduction(| : bad) if (n >= 4 * PF_ATTN_PAR_MIN)
     for (size_t k = 0; k < n; k++)
         bad |= !is_finite_bits(x[k]);
     return bad;
@@ -243,28 +248,16 @@ int pf_attn_has_nonfinite(const float *x, size_t n)
 
 void pf_attn_sanitize(float *PF_RESTRICT dst, const float *PF_RESTRICT src, size_t n)
 {
-#pragma omp parallel for schedule(static) if (n >= 4 * PF_ATTN_PAR_MIN)
     for (size_t k = 0; k < n; k++)
         dst[k] = fin(src[k]);
 }
 
-/* Elementwise work is cut into fixed blocks, so the split (and the result)
- * never depends on the thread count. */
-#define PF_ATTN_BLOCK 16384
-
 void pf_attn_epilogue(float *out, const float *x, const float *xw, size_t n, float scale)
 {
-    int avx2 = use_avx2();
-    size_t nblocks = n / PF_ATTN_BLOCK + (n % PF_ATTN_BLOCK != 0);
-#pragma omp parallel for schedule(static) if (n >= 4 * PF_ATTN_PAR_MIN)
-    for (size_t b = 0; b < nblocks; b++) {
-        size_t k0 = b * PF_ATTN_BLOCK;
-        size_t m = n - k0 < PF_ATTN_BLOCK ? n - k0 : PF_ATTN_BLOCK;
-        if (avx2)
-            epilogue_avx2(out + k0, x + k0, xw + k0, m, scale);
-        else
-            epilogue_generic(out + k0, x + k0, xw + k0, m, scale);
-    }
+    if (use_avx2())
+        epilogue_avx2(out, x, xw, n, scale);
+    else
+        epilogue_generic(out, x, xw, n, scale);
 }
 
 void pf_attn_tanh(float *out, const float *x, size_t n)
@@ -357,7 +350,6 @@ int pf_attn_update(pf_attn_ws *ws, float *outgoing, int64_t d, const float *x, i
 
     float keep = (float)(1.0 - rate), r = (float)rate;
     int avx2 = use_avx2();
-#pragma omp parallel for schedule(static) if (dd >= PF_ATTN_PAR_MIN)
     for (int64_t i = 0; i < d; i++) {
         if (avx2)
             update_row_avx2(outgoing + (size_t)i * d, cov + (size_t)i * d, nx[i], ny, d, keep, r);
@@ -372,7 +364,8 @@ int pf_attn_update_step(pf_attn_ws *ws, float *outgoing, int64_t d, const float 
     if (!(rate > 0.0) || d <= 0)
         return PF_OK;
     size_t bytes, dd;
-    if (pf_mul_size((size_t)d, 4 * sizeof(float), &bytes) || pf_mul_size((size_t)d, (size_t)d, &dd))
+    if (pf_mul_size((size_t)d, 4 * sizeof(float), &bytes) || pf_mul_size((size_t)d, (size_t)d, &dd) ||
+        pf_mul_size(dd, sizeof(float), &dd)) /* outgoing's size, checked for the row offsets */
         return PF_EOVERFLOW;
     int st = pf_scratch_reserve(&ws->sample, bytes);
     if (st)
@@ -395,7 +388,6 @@ int pf_attn_update_step(pf_attn_ws *ws, float *outgoing, int64_t d, const float 
     }
     float keep = (float)(1.0 - rate), r = (float)rate;
     int avx2 = use_avx2();
-#pragma omp parallel for schedule(static) if (dd >= PF_ATTN_PAR_MIN)
     for (int64_t i = 0; i < d; i++) {
         if (avx2)
             update_row_outer_avx2(outgoing + (size_t)i * d, xc[i], yc, nx[i], ny, d, keep, r);
@@ -486,7 +478,6 @@ int pf_attn_gradients(pf_attn_ws *ws, float *grad_x, double *grad_s, const float
     const float *xs;
     if ((st = finite_input(ws, x, n, &xs)) || (st = gemm_rows(xs, w, prod, t, d, 0)))
         return st;
-#pragma omp parallel for schedule(static) if (n >= PF_ATTN_PAR_MIN)
     for (int64_t i = 0; i < t; i++)
         rows[i] = dot_row(g + (size_t)i * d, prod + (size_t)i * d, d);
     double total = 0.0;

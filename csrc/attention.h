@@ -10,8 +10,9 @@
  *
  * Non-finite rule: every value read from x, y, g and every product x @ W,
  * g @ W^T is replaced by 0 when it is NaN or +-inf. Results do not depend on
- * the OpenMP thread count or the SIMD level: elementwise loops are split by
- * rows only, reductions run in a fixed order, and no FMA contraction is used. */
+ * pyfastpim's thread count or the SIMD level: only OpenBLAS's sgemm runs
+ * threads (its results follow OpenBLAS's own thread count), reductions run in a
+ * fixed order, and no FMA contraction is used. */
 #ifndef PF_ATTENTION_H
 #define PF_ATTENTION_H
 

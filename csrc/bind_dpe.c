@@ -229,21 +229,26 @@ static PyObject *py_dpe_mvm(PyObject *self, PyObject *args, PyObject *kwds)
     (void)self;
     static char *kwlist[] = {"x_codes", "x_scale", "x_granule", "x_widths", "w_levels", "w_conductance", "w_scale",
                              "w_granule", "w_widths", "n", "rdac", "g_level", "radc", "HGS", "LGS", "read_sigma",
-                             "vnoise", "seed", "call", "out", NULL};
+                             "vnoise", "seed", "call", "out", "item0", NULL};
     PyObject *ox, *oxs, *oxg, *oxw, *owl, *owc, *ows, *owg, *oww, *oradc, *osig, *oout = Py_None;
-    long long n, seed_ll;
+    long long n, seed_ll, item0 = 0;
     unsigned long call;
     int rdac, g_level;
     double HGS, LGS, vnoise;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOLiiOddOdLk|O:dpe_mvm", kwlist, &ox, &oxs, &oxg, &oxw,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOLiiOddOdLk|OL:dpe_mvm", kwlist, &ox, &oxs, &oxg, &oxw,
                                      &owl, &owc, &ows, &owg, &oww, &n, &rdac, &g_level, &oradc, &HGS, &LGS, &osig,
-                                     &vnoise, &seed_ll, &call, &oout))
+                                     &vnoise, &seed_ll, &call, &oout, &item0))
         return NULL;
+    if (item0 < 0) {
+        PyErr_SetString(PyExc_ValueError, "argument 'item0': must be >= 0");
+        return NULL;
+    }
     pf_dpe_args a;
     memset(&a, 0, sizeof a);
     call_refs refs = {0};
     PyObject *result = NULL;
     a.x_kind = PF_DPE_X_CODES;
+    a.x_item0 = item0;
     if ((a.sx = parse_widths(oxw, "x_widths", a.x_max, a.x_weight)) < 0 ||
         parse_pair(oxg, "x_granule", &a.x_qr, &a.x_qc) < 0)
         return NULL;
@@ -453,7 +458,7 @@ static PyMethodDef dpe_methods[] = {
      "normals(seed, stream, call, idx0, count)\n--\n\nStandard normals of elements idx0.. of a Philox noise stream."},
     {"dpe_mvm", (PyCFunction)(void (*)(void))py_dpe_mvm, METH_VARARGS | METH_KEYWORDS,
      "dpe_mvm(x_codes, x_scale, x_granule, x_widths, w_levels, w_conductance, w_scale, w_granule, w_widths, n, rdac, "
-     "g_level, radc, HGS, LGS, read_sigma, vnoise, seed, call, out=None)\n--\n\n"
+     "g_level, radc, HGS, LGS, read_sigma, vnoise, seed, call, out=None, item0=0)\n--\n\n"
      "Fused DAC -> crossbar -> ADC product of sliced inputs and programmed weights (spec section 7)."},
     {NULL, NULL, 0, NULL},
 };

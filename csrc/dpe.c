@@ -100,17 +100,26 @@ static pf_status setup_init(const pf_dpe_args *a, dpe_setup *s)
 
 /* ---- packing ---- */
 
+/* First voltage-noise index of input row r of item: element (item, r, col)
+ * of slice i draws index ((item0 + item) * R + r) * Sx * K + i * K + col. It
+ * does not depend on the batch size, so a batch split into chunks (item0 =
+ * chunk start) sees exactly the noise of the whole batch. */
+static inline uint64_t pf_vnoise_index(const pf_dpe_args *a, int64_t item, int64_t r)
+{
+    return (uint64_t)(((a->x_item0 + item) * a->rows + r) * a->sx) * (uint64_t)a->inner;
+}
+
 /* DAC voltages of one input row from its slice codes (one plane per slice),
  * into row rr of a packed panel. z: scratch of K floats when voltage noise is
  * on, else NULL. */
 static void pack_x_row(const pf_dpe_args *a, const dpe_setup *s, const uint8_t *const *plane, uint64_t noise_base,
-                       uint64_t noise_plane_stride, int rr, float *P, float *z)
+                       int rr, float *P, float *z)
 {
     const int64_t n = a->n, K = a->inner;
     for (int i = 0; i < a->sx; i++) {
         const uint8_t *codes = plane[i];
         if (z)
-            pf_normals(a->seed, PF_STREAM_VNOISE, a->call, noise_base + (uint64_t)i * noise_plane_stride, K, z);
+            pf_normals(a->seed, PF_STREAM_VNOISE, a->call, noise_base + (uint64_t)(i * K), K, z);
         /* branch-free: code 0 maps to 0 V through the table, with or without noise */
         const float *dac = s->dac[i];
         const float vn = (float)a->vnoise;
@@ -136,7 +145,7 @@ static void pack_x_row(const pf_dpe_args *a, const dpe_setup *s, const uint8_t *
 static void pack_x_row_im2col(const pf_dpe_args *a, const dpe_setup *s, int64_t item, int64_t r, int rr, float *P,
                               float *xrow, uint8_t *codes, float *z)
 {
-    const int64_t K = a->inner, R = a->rows, N = a->batch;
+    const int64_t K = a->inner;
     const float *mrow = a->x_gran_max + (item * a->x_gr + r / a->x_qr) * a->x_gc;
     const int B = a->x_method.total_bits;
     const uint8_t *plane[PF_MAX_SLICES];
@@ -152,7 +161,7 @@ static void pack_x_row_im2col(const pf_dpe_args *a, const dpe_setup *s, int64_t 
     }
     for (int i = 0; i < a->sx; i++)
         plane[i] = codes + i * K;
-    pack_x_row(a, s, plane, (uint64_t)((item * R + r) * K), (uint64_t)(N * R * K), rr, P, z);
+    pack_x_row(a, s, plane, pf_vnoise_index(a, item, r), rr, P, z);
 }
 
 pf_status pf_im2col_granule_max(const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc, float *gran_max)
@@ -262,7 +271,7 @@ static void pack_x_panel(const pf_dpe_args *a, const dpe_setup *s, int64_t rp, f
             const uint8_t *plane[PF_MAX_SLICES];
             for (int i = 0; i < a->sx; i++)
                 plane[i] = a->x_codes + ((i * N + item) * R + r) * K;
-            pack_x_row(a, s, plane, (uint64_t)((item * R + r) * K), (uint64_t)(N * R * K), rr, P, sc->z);
+            pack_x_row(a, s, plane, pf_vnoise_index(a, item, r), rr, P, sc->z);
         }
     }
 }

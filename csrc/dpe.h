@@ -89,6 +89,7 @@ typedef struct {
     /* input operand: slice codes (Sx, N, R, K) or an implicit im2col image,
      * and per-granule scales (N, x_gr, x_gc) of granule (x_qr, x_qc) */
     pf_dpe_x_kind x_kind;
+    int64_t x_item0;                   /* batch offset of item 0 (noise indices of a chunked batch) */
     const uint8_t *x_codes;
     const pf_im2col *x_im2col;         /* PF_DPE_X_IM2COL */
     const float *x_gran_max;           /* PF_DPE_X_IM2COL: max-abs (N, x_gr, x_gc); scales derive from it */

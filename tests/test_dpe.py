@@ -271,3 +271,29 @@ def test_forward_linear_matches_mapreducedot():
     assert torch.equal(out, eng(xs, ws)) and torch.equal(xq, torch.from_numpy(xs._dequant))
     out2, none = eng.forward_linear(x[0], ws, (1, 1, 2, 2))
     assert none is None and torch.equal(out2, out[0])
+
+
+@pytest.mark.parametrize("as_torch", [False, True])
+def test_chunked_batches_equal_one_call_including_noise(monkeypatch, as_torch):
+    import pyfastpim.dpe as dpe_mod
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((7, 12, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 24)).astype(np.float32)
+    if as_torch:
+        x = torch.from_numpy(x)
+    eng = DPETensor(g_level=4, rdac=4, radc=2 ** 12, read_variation=0.05, vnoise=0.05, seed=4)
+    ws = SlicedData([1, 1, 2, 2], is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+    ws.slice_data_imp(eng, w)
+    with pyfastpim.memory.trace() as t_whole:
+        whole, dq_whole = eng.forward_linear(x, ws, (1, 1, 2, 2), return_dequant=True)
+    monkeypatch.setattr(dpe_mod, "_CHUNK_CODE_BYTES", 12 * 64 * 4 * 3)  # 3 items per chunk
+    eng.reset(4)
+    with pyfastpim.memory.trace() as t:
+        parts, dq_parts = eng.forward_linear(x, ws, (1, 1, 2, 2), return_dequant=True)
+    assert eng.calls == 1  # one logical call
+    assert type(parts) is type(whole)
+    np.testing.assert_array_equal(np.asarray(parts), np.asarray(whole))
+    np.testing.assert_array_equal(np.asarray(dq_parts), np.asarray(dq_whole))
+    # one chunk of codes and dequantized input at a time instead of the whole batch's
+    saved = 4 * 12 * 64 * (4 + 4)  # the 4 items a chunk does not hold: 4 slice planes of codes, float dequant
+    assert t.peak_bytes <= t_whole.peak_bytes - saved, (t.peak_bytes, t_whole.peak_bytes)

@@ -311,8 +311,9 @@ static pf_status pack_w(const pf_dpe_args *a, const dpe_setup *s, float *Bp, flo
                 float *f = val + P;
                 if (a->read_sigma) {
                     pf_normals(a->seed, PF_STREAM_READ, a->call, (uint64_t)cell0, P, f);
+                    const int top = a->g_level - 1; /* levels are validated upstream; clamp keeps reads in bounds */
                     for (int64_t p = 0; p < P; p++)
-                        f[p] = a->read_sigma[L[p]] * f[p];
+                        f[p] = a->read_sigma[L[p] < top ? L[p] : top] * f[p];
                     pf_exp_inplace(f, P);
                 } else {
                     for (int64_t p = 0; p < P; p++)

@@ -70,7 +70,7 @@ ext = Extension(
     sources=sorted(glob.glob("csrc/*.c")),
     depends=sorted(glob.glob("csrc/*.h") + glob.glob("kernels/*.cl")),
     include_dirs=["csrc", GENERATED, "/usr/include/x86_64-linux-gnu/openblas-pthread"],
-    libraries=["openblas", "OpenCL", "m"],
+    libraries=["openblas", "OpenCL", "sleef", "m"],
     extra_compile_args=cflags,
     extra_link_args=ldflags,
 )

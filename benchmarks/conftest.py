@@ -5,9 +5,10 @@ Each case sets ``benchmark.group`` and ``benchmark.extra_info['role']``:
 algorithm, e.g. the PyTorch einsum transcription) or ``roofline`` (the bare
 arithmetic through OpenBLAS). report.py prints each case's median time and its
 ratios to the group's reference and roofline, measured in the same run, with
-the case's targets (``extra_info['targets']``: {'roofline': 1.5, ...}; a ratio
-target <= 1 means "at most", a value > 1 under 'speedup_vs_reference' means
-"at least that much faster").
+the case's targets (``extra_info['targets']``): 'roofline' (time / roofline
+time, at most), 'speedup_vs_reference' (reference time / time, at least),
+'vs:<case>' (time / that case's time, at most) or any other extra_info key
+(its value, at most).
 """
 import os
 

@@ -27,8 +27,13 @@ def main(path="build/bench.json"):
             r_roof = t / roof["stats"]["median"] if roof else None
             r_ref = ref["stats"]["median"] / t if ref else None
             checks = []
+            by_name = {c["name"].split("[")[0].replace("test_", ""): c for c in cases}
             for key, target in sorted(info.get("targets", {}).items()):
-                value = {"roofline": r_roof, "speedup_vs_reference": r_ref}.get(key, info.get(key))
+                if key.startswith("vs:"):  # ratio to another case of the group, e.g. "vs:dpe_noise_off"
+                    other = by_name.get(key[3:])
+                    value = t / other["stats"]["median"] if other else None
+                else:
+                    value = {"roofline": r_roof, "speedup_vs_reference": r_ref}.get(key, info.get(key))
                 if value is None:
                     continue
                 ok = value >= target if key.startswith("speedup") else value <= target

@@ -1,0 +1,380 @@
+/* Fused DPE MVM: setup, operand packing with in-kernel noise, the loop nest
+ * and the portable micro-kernel. See dpe.h for the contract. */
+#include "dpe.h"
+#include "cpu_features.h"
+#include "memory.h"
+#include "noise.h"
+#include "philox_noise.h"
+
+#include <math.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define MR PF_DPE_MR
+#define NR PF_DPE_NR
+/* Packed input rows per chunk are capped so a large batch streams through a
+ * bounded buffer: peak memory does not grow with the batch. */
+#define PF_DPE_A_CHUNK_BYTES ((size_t)32 << 20)
+
+typedef struct {
+    int noise_x;                  /* DAC voltage noise on */
+    int noise_w;                  /* any conductance noise on */
+    float coef[PF_MAX_SLICES * PF_MAX_SLICES];
+    float alpha[PF_MAX_SLICES];
+    float *adc_table[PF_MAX_SLICES];   /* exact codes, only where rint(acc*alpha) is not exact */
+    int32_t adc_table_max[PF_MAX_SLICES];
+    float dac[PF_MAX_SLICES][256 + 1]; /* DAC code per slice value, for widths <= 8 */
+    int64_t nb;                   /* inner blocks */
+} dpe_setup;
+
+/* round-half-even(num / den) for num >= 0, den > 0, exactly in integers */
+static int64_t rint_ratio(int64_t num, int64_t den)
+{
+    int64_t q = num / den, r = num % den;
+    if (2 * r > den || (2 * r == den && (q & 1)))
+        q++;
+    return q;
+}
+
+static float dac_code(int slice_value, int m, int rdac)
+{
+    /* spec: rint(slice / m * (rdac - 1)) in float32, in this order */
+    return nearbyintf((float)slice_value / (float)m * (float)(rdac - 1));
+}
+
+static void setup_free(dpe_setup *s)
+{
+    for (int j = 0; j < PF_MAX_SLICES; j++) {
+        pf_free(s->adc_table[j]);
+        s->adc_table[j] = NULL;
+    }
+}
+
+static pf_status setup_init(const pf_dpe_args *a, dpe_setup *s)
+{
+    memset(s, 0, sizeof *s);
+    s->nb = pf_ceil_div(a->inner, a->n);
+    s->noise_x = a->vnoise > 0.0;
+    s->noise_w = a->w_conductance != NULL;
+    if (a->read_sigma)
+        for (int l = 0; l < a->g_level; l++)
+            if (a->read_sigma[l] > 0.0f)
+                s->noise_w = 1;
+    int64_t D = (int64_t)(a->rdac - 1) * (a->g_level - 1) * a->n;
+    for (int i = 0; i < a->sx; i++)
+        for (int j = 0; j < a->sw; j++) {
+            /* integers exact in double; one rounding to double, one to float */
+            double num = (double)(a->n * (int64_t)a->x_max[i] * a->w_max[j] * a->x_weight[i] * a->w_weight[j]);
+            s->coef[i * a->sw + j] = (float)(num / (double)(a->radc[j] - 1));
+        }
+    for (int i = 0; i < a->sx; i++) {
+        if (a->x_max[i] > 256)
+            continue; /* wide slices compute their DAC code per element */
+        for (int v = 0; v <= a->x_max[i]; v++)
+            s->dac[i][v] = dac_code(v, a->x_max[i], a->rdac);
+    }
+    for (int j = 0; j < a->sw; j++) {
+        s->alpha[j] = (float)((double)(a->radc[j] - 1) / (double)D);
+        if (s->noise_x || s->noise_w)
+            continue;
+        /* Noise-free: accept the fast rint(acc * alpha) only if it equals the
+         * exact code for every reachable acc in [0, D]; else use a table. */
+        int exact = 1;
+        for (int64_t acc = 0; acc <= D && exact; acc++)
+            if ((int64_t)nearbyintf((float)acc * s->alpha[j]) != rint_ratio(acc * (a->radc[j] - 1), D))
+                exact = 0;
+        if (exact)
+            continue;
+        float *tab = pf_alloc((size_t)(D + 1) * sizeof(float));
+        if (!tab) {
+            setup_free(s);
+            return PF_ENOMEM;
+        }
+        for (int64_t acc = 0; acc <= D; acc++)
+            tab[acc] = (float)rint_ratio(acc * (a->radc[j] - 1), D);
+        s->adc_table[j] = tab;
+        s->adc_table_max[j] = (int32_t)D;
+    }
+    return PF_OK;
+}
+
+/* ---- packing ---- */
+
+/* Packs row panels [rp0, rp1) of the flattened (N*R) input rows: DAC codes,
+ * times (1 + vnoise * z) when voltage noise is on. Returns PF_ENOMEM if a
+ * thread's scratch row could not be allocated. */
+static pf_status pack_x(const pf_dpe_args *a, const dpe_setup *s, int64_t rp0, int64_t rp1, float *Ap, float *As)
+{
+    const int64_t n = a->n, nb = s->nb, K = a->inner, R = a->rows, N = a->batch;
+    const int64_t panel = nb * a->sx * n * MR;
+    int failed = 0;
+#pragma omp parallel reduction(| : failed)
+    {
+        float *z = s->noise_x ? pf_alloc((size_t)K * sizeof(float)) : NULL;
+        if (s->noise_x && !z)
+            failed = 1;
+#pragma omp for schedule(static)
+        for (int64_t rp = rp0; rp < rp1; rp++) {
+            if (failed)
+                continue;
+            float *P = Ap + (rp - rp0) * panel;
+            float *S = As + (rp - rp0) * nb * MR;
+            memset(P, 0, (size_t)panel * sizeof(float));
+            memset(S, 0, (size_t)(nb * MR) * sizeof(float));
+            for (int rr = 0; rr < MR; rr++) {
+                int64_t g = rp * MR + rr;
+                if (g >= N * R)
+                    break;
+                int64_t item = g / R, r = g % R;
+                const float *scale_row = a->x_scale + (item * a->x_gr + r / a->x_qr) * a->x_gc;
+                for (int64_t b = 0; b < nb; b++)
+                    S[b * MR + rr] = scale_row[(b * n) / a->x_qc];
+                for (int i = 0; i < a->sx; i++) {
+                    const int64_t base = ((i * N + item) * R + r) * K;
+                    const uint8_t *codes = a->x_codes + base;
+                    if (z)
+                        pf_normals(a->seed, PF_STREAM_VNOISE, a->call, (uint64_t)base, K, z);
+                    for (int64_t col = 0; col < K; col++) {
+                        int v = codes[col];
+                        if (v == 0)
+                            continue;
+                        float V = a->x_max[i] <= 256 ? s->dac[i][v] : dac_code(v, a->x_max[i], a->rdac);
+                        if (z)
+                            V = V * (1.0f + (float)a->vnoise * z[col]);
+                        P[(((col / n) * a->sx + i) * n + col % n) * MR + rr] = V;
+                    }
+                }
+            }
+        }
+        pf_free(z);
+    }
+    return failed ? PF_ENOMEM : PF_OK;
+}
+
+/* Packs all column panels of the weights for this call, one weight row at a
+ * time: conductances in units of Q_G above LGS, read noise applied. Bp and Bs
+ * must be zeroed by the caller (padding). */
+static pf_status pack_w(const pf_dpe_args *a, const dpe_setup *s, float *Bp, float *Bs)
+{
+    const int64_t n = a->n, nb = s->nb, K = a->inner, P = a->cols;
+    const int64_t ncp = pf_ceil_div(P, NR);
+    const int64_t panel = nb * a->sw * n * NR;
+    const float QG = (float)((a->HGS - a->LGS) / (a->g_level - 1));
+    const float lgs = (float)(a->LGS / ((a->HGS - a->LGS) / (a->g_level - 1)));
+    for (int64_t cp = 0; cp < ncp; cp++) {
+        int64_t c0 = cp * NR, cw = pf_min64(NR, P - c0);
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t cc = 0; cc < cw; cc++)
+                Bs[(cp * nb + b) * NR + cc] = a->w_scale[((b * n) / a->w_qr) * a->w_gc + (c0 + cc) / a->w_qc];
+    }
+    int failed = 0;
+#pragma omp parallel reduction(| : failed)
+    {
+        float *val = pf_alloc((size_t)P * 2 * sizeof(float));
+        if (!val)
+            failed = 1;
+#pragma omp for schedule(static)
+        for (int64_t row = 0; row < a->sw * K; row++) {
+            if (failed)
+                continue;
+            const int64_t j = row / K, kk = row % K, cell0 = row * P;
+            const uint8_t *L = a->w_levels + cell0;
+            if (!s->noise_w) {
+                for (int64_t p = 0; p < P; p++)
+                    val[p] = (float)L[p];
+            } else {
+                float *f = val + P;
+                if (a->read_sigma) {
+                    pf_normals(a->seed, PF_STREAM_READ, a->call, (uint64_t)cell0, P, f);
+                    for (int64_t p = 0; p < P; p++)
+                        f[p] = a->read_sigma[L[p]] * f[p];
+                    pf_exp_inplace(f, P);
+                } else {
+                    for (int64_t p = 0; p < P; p++)
+                        f[p] = 1.0f;
+                }
+                /* G_r = G * exp(sigma z); value = (G_r - LGS) / Q_G */
+                if (a->w_conductance) {
+                    const float *G = a->w_conductance + cell0;
+                    for (int64_t p = 0; p < P; p++)
+                        val[p] = (G[p] / QG) * f[p] - lgs;
+                } else {
+                    for (int64_t p = 0; p < P; p++)
+                        val[p] = ((float)L[p] + lgs) * f[p] - lgs;
+                }
+            }
+            float *dst = Bp + ((kk / n * a->sw + j) * n + kk % n) * NR;
+            for (int64_t cp = 0; cp < ncp; cp++) {
+                int64_t c0 = cp * NR, cw = pf_min64(NR, P - c0);
+                memcpy(dst + cp * panel, val + c0, (size_t)cw * sizeof(float));
+            }
+        }
+        pf_free(val);
+    }
+    return failed ? PF_ENOMEM : PF_OK;
+}
+
+/* ---- portable micro-kernel ---- */
+
+void pf_dpe_tile_generic(const pf_dpe_tile *t)
+{
+    float out[MR * NR] = {0};
+    float tb[MR * NR];
+    float acc[MR * NR];
+    const int n = t->n;
+    for (int64_t b = 0; b < t->nb; b++) {
+        memset(tb, 0, sizeof tb);
+        for (int i = 0; i < t->sx; i++) {
+            const float *A = t->A + (b * t->sx + i) * n * MR;
+            for (int j = 0; j < t->sw; j++) {
+                const float *B = t->B + (b * t->sw + j) * n * NR;
+                memset(acc, 0, sizeof acc);
+                for (int k = 0; k < n; k++)
+                    for (int r = 0; r < MR; r++) {
+                        float av = A[k * MR + r];
+                        for (int c = 0; c < NR; c++)
+                            acc[r * NR + c] += av * B[k * NR + c];
+                    }
+                const float coef = t->coef[i * t->sw + j];
+                const float *tab = t->adc_table ? t->adc_table[j] : NULL;
+                for (int e = 0; e < MR * NR; e++) {
+                    float code;
+                    if (tab) {
+                        int32_t idx = (int32_t)acc[e];
+                        idx = idx < 0 ? 0 : idx > t->adc_table_max[j] ? t->adc_table_max[j] : idx;
+                        code = tab[idx];
+                    } else {
+                        code = nearbyintf(acc[e] * t->alpha[j]);
+                    }
+                    tb[e] = tb[e] + code * coef;
+                }
+            }
+        }
+        const float *rs = t->row_scale + b * MR;
+        const float *cs = t->col_scale + b * NR;
+        for (int r = 0; r < MR; r++)
+            for (int c = 0; c < NR; c++)
+                out[r * NR + c] = out[r * NR + c] + tb[r * NR + c] * (rs[r] * cs[c]);
+    }
+    for (int r = 0; r < t->mr_valid; r++)
+        for (int c = 0; c < t->nr_valid; c++)
+            t->out[r * t->ldr + c * t->ldc] = out[r * NR + c];
+}
+
+/* ---- driver ---- */
+
+pf_status pf_dpe_mvm(const pf_dpe_args *a)
+{
+    if (a->n <= 0 || a->sx <= 0 || a->sw <= 0 || a->sx > PF_MAX_SLICES || a->sw > PF_MAX_SLICES ||
+        a->rdac < 2 || a->g_level < 2 || a->g_level > PF_MAX_LEVELS || a->x_qr <= 0 || a->x_qc <= 0 ||
+        a->w_qr <= 0 || a->w_qc <= 0 || a->x_qc % a->n || a->w_qr % a->n)
+        return PF_EINVAL;
+    for (int j = 0; j < a->sw; j++)
+        if (a->radc[j] < 2 || a->w_max[j] > a->g_level - 1)
+            return PF_EINVAL;
+    if (a->batch == 0 || a->rows == 0 || a->cols == 0)
+        return PF_OK;
+    if (a->inner == 0) {
+        for (int64_t it = 0; it < a->batch; it++)
+            for (int64_t r = 0; r < a->rows; r++)
+                for (int64_t p = 0; p < a->cols; p++)
+                    a->out[it * a->so_n + r * a->so_r + p * a->so_p] = 0.0f;
+        return PF_OK;
+    }
+    int64_t D = (int64_t)(a->rdac - 1) * (a->g_level - 1) * a->n;
+    if (D >= ((int64_t)1 << 24))
+        return PF_EINVAL; /* acc would leave float32's exact integer range */
+
+    dpe_setup s;
+    pf_status st = setup_init(a, &s);
+    if (st != PF_OK)
+        return st;
+
+    const int64_t nb = s.nb, rows_total = a->batch * a->rows;
+    const int64_t ncp = pf_ceil_div(a->cols, NR), nrp_total = pf_ceil_div(rows_total, MR);
+    size_t b_panel, b_bytes, a_panel;
+    if (pf_mul_size((size_t)nb * a->sw, (size_t)a->n * NR, &b_panel) ||
+        pf_mul_size(b_panel, (size_t)ncp * sizeof(float), &b_bytes) ||
+        pf_mul_size((size_t)nb * a->sx, (size_t)a->n * MR * sizeof(float), &a_panel)) {
+        setup_free(&s);
+        return PF_EOVERFLOW;
+    }
+    int64_t chunk_panels = (int64_t)(PF_DPE_A_CHUNK_BYTES / a_panel);
+    if (chunk_panels < 1)
+        chunk_panels = 1;
+    if (chunk_panels > nrp_total)
+        chunk_panels = nrp_total;
+
+    float *Bp = pf_calloc(b_bytes, 1);
+    float *Bs = pf_calloc((size_t)ncp * nb * NR, sizeof(float));
+    float *Ap = pf_alloc((size_t)chunk_panels * a_panel);
+    float *As = pf_alloc((size_t)chunk_panels * nb * MR * sizeof(float));
+    if (!Bp || !Bs || !Ap || !As) {
+        pf_free(Bp); pf_free(Bs); pf_free(Ap); pf_free(As);
+        setup_free(&s);
+        return PF_ENOMEM;
+    }
+    st = pack_w(a, &s, Bp, Bs);
+
+    void (*tile_fn)(const pf_dpe_tile *) = pf_dpe_tile_generic;
+    if (pf_active_isa() >= PF_ISA_AVX2)
+        tile_fn = pf_dpe_tile_avx2;
+    int any_table = 0;
+    for (int j = 0; j < a->sw; j++)
+        any_table |= s.adc_table[j] != NULL;
+
+    for (int64_t rp0 = 0; rp0 < nrp_total && st == PF_OK; rp0 += chunk_panels) {
+        int64_t rp1 = pf_min64(rp0 + chunk_panels, nrp_total);
+        st = pack_x(a, &s, rp0, rp1, Ap, As);
+        if (st != PF_OK)
+            break;
+        const int64_t nrp = rp1 - rp0;
+        /* column-panel major: a B micro-panel stays in L2 while A streams */
+#pragma omp parallel for collapse(2) schedule(static)
+        for (int64_t cp = 0; cp < ncp; cp++)
+            for (int64_t rp = 0; rp < nrp; rp++) {
+                int64_t g0 = (rp0 + rp) * MR;
+                int64_t item = g0 / a->rows, r0 = g0 % a->rows;
+                pf_dpe_tile t;
+                t.A = Ap + rp * (int64_t)(a_panel / sizeof(float));
+                t.B = Bp + cp * (int64_t)b_panel;
+                t.row_scale = As + rp * nb * MR;
+                t.col_scale = Bs + cp * nb * NR;
+                t.nb = nb;
+                t.n = (int)a->n;
+                t.sx = a->sx;
+                t.sw = a->sw;
+                t.nr_valid = (int)pf_min64(NR, a->cols - cp * NR);
+                t.coef = s.coef;
+                t.alpha = s.alpha;
+                t.adc_table = any_table ? (const float *const *)s.adc_table : NULL;
+                t.adc_table_max = s.adc_table_max;
+                t.ldc = a->so_p;
+                /* a micro-panel may straddle two batch items: split it */
+                int64_t mr_total = pf_min64(MR, rows_total - g0);
+                if (r0 + mr_total <= a->rows) {
+                    t.mr_valid = (int)mr_total;
+                    t.out = a->out + item * a->so_n + r0 * a->so_r + cp * NR * a->so_p;
+                    t.ldr = a->so_r;
+                    tile_fn(&t);
+                } else {
+                    float tmp[MR * NR];
+                    t.mr_valid = (int)mr_total;
+                    t.out = tmp;
+                    t.ldr = NR;
+                    t.ldc = 1;
+                    tile_fn(&t);
+                    for (int64_t rr = 0; rr < mr_total; rr++) {
+                        int64_t g = g0 + rr, it = g / a->rows, r = g % a->rows;
+                        for (int cc = 0; cc < t.nr_valid; cc++)
+                            a->out[it * a->so_n + r * a->so_r + (cp * NR + cc) * a->so_p] = tmp[rr * NR + cc];
+                    }
+                }
+            }
+    }
+    pf_free(Bp); pf_free(Bs); pf_free(Ap); pf_free(As);
+    setup_free(&s);
+    return st;
+}

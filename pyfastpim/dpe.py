@@ -1,0 +1,227 @@
+"""The dot-product engine: MemIntelli's DPETensor on pyfastpim's fused C kernel.
+
+``DPETensor`` keeps MemIntelli's parameters, defaults and validation errors;
+``engine(x, w)`` / ``engine.MapReduceDot(x, w)`` multiply two
+:class:`pyfastpim.SlicedData` (input, programmed weights) through the simulated
+crossbar (spec section 7) in one C call that reads slice codes and conductance
+levels and writes the final product, with device noise drawn inside the
+kernel from a counter-based generator (Philox4x32-10): key = ``engine.seed``,
+counter = (element, ``engine.calls``). The same seed and call number give the
+same output for any thread count.
+"""
+import math
+import numbers
+
+import numpy as np
+
+from . import _core
+
+__all__ = ["DPETensor", "dpe_matmul", "DEFAULT_SEED"]
+
+#: Seed used when none is given: weight programming (write variation, stuck-at
+#: faults) and read noise are reproducible by default, as in MemIntelli.
+DEFAULT_SEED = _core.DEFAULT_SEED
+
+
+def _torch():
+    try:
+        import torch
+        return torch
+    except ImportError:  # pragma: no cover - torch is a Debian dependency here
+        return None
+
+
+def _number(value, name, minimum=None, integer=False):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError("argument '%s': expected a %s, got %r" % (name, "int" if integer else "number", value))
+    if integer and not isinstance(value, numbers.Integral):
+        raise TypeError("argument '%s': expected an int, got %r" % (name, value))
+    if not math.isfinite(value):
+        raise ValueError("argument '%s': must be finite, got %r" % (name, value))
+    if minimum is not None and value < minimum:
+        raise ValueError("argument '%s': must be >= %s, got %r" % (name, minimum, value))
+    return int(value) if integer else float(value)
+
+
+class DPETensor:
+    """Dot-product engine simulating bit-sliced matrix products on memristor crossbars.
+
+    Parameters (MemIntelli's, with its defaults):
+        HGS, LGS: high / low conductance state in siemens (LGS < HGS).
+        g_level: number of conductance levels (>= 2).
+        write_variation: sigma of the multiplicative Gaussian write noise, fixed per programming.
+        read_variation: sigma of the log-normal read noise, a float for all levels or a dict
+            {level: sigma} with a key for every level 0 .. g_level-1; fresh every call.
+        vnoise: sigma of the relative Gaussian DAC voltage noise, fresh every call.
+        wire_resistance: must be 0 (> 0 raises NotImplementedError, as in MemIntelli).
+        rdac: DAC resolution (>= 2 levels).
+        radc: ADC resolution, an int or one per weight slice (given most significant slice first).
+        vread: read voltage.
+        rate_stuck_HGS, rate_stuck_LGS: probabilities of cells stuck at HGS / LGS.
+        device: None or "cpu" (the CPU kernels).
+        seed: engine seed (int in [0, 2**64)); None uses ``DEFAULT_SEED``. It keys the read and
+            voltage noise (with the call counter) and weight programming.
+
+    Attributes ``seed`` and ``calls`` (the call counter, part of every noise counter) are
+    inspectable; :meth:`reset` rewinds them.
+    """
+
+    def __init__(self, HGS=1e-5, LGS=1e-7, g_level=16, write_variation=0.02, read_variation=0.02, vnoise=0.05,
+                 wire_resistance=0, rdac=2 ** 4, radc=2 ** 8, vread=0.2, rate_stuck_HGS=0.001, rate_stuck_LGS=0.0,
+                 device=None, seed=None):
+        self.HGS = _number(HGS, "HGS", 0)
+        self.LGS = _number(LGS, "LGS", 0)
+        self.g_level = _number(g_level, "g_level", integer=True)
+        self.write_variation = _number(write_variation, "write_variation", 0)
+        self.vnoise = _number(vnoise, "vnoise", 0)
+        self.wire_resistance = _number(wire_resistance, "wire_resistance", 0)
+        self.rdac = _number(rdac, "rdac", integer=True)
+        self.vread = _number(vread, "vread")
+        self.rate_stuck_HGS = _number(rate_stuck_HGS, "rate_stuck_HGS", 0)
+        self.rate_stuck_LGS = _number(rate_stuck_LGS, "rate_stuck_LGS", 0)
+        if isinstance(radc, (list, tuple, np.ndarray)) or (_torch() and isinstance(radc, _torch().Tensor)):
+            values = [_number(int(v) if float(v) == int(v) else v, "radc", integer=True) for v in list(radc)]
+            if not values:
+                raise ValueError("argument 'radc': an empty list")
+            if any(v < 2 for v in values):
+                raise ValueError('All ADC resolution values should be larger than 1!')
+            self.radc = tuple(values)
+            self.radc_is_list = True
+        else:
+            self.radc = _number(radc, "radc", integer=True)
+            self.radc_is_list = False
+            if self.radc < 2:
+                raise ValueError('The resolution of the ADC should be larger than 1!')
+        if self.rdac < 2:
+            raise ValueError('The resolution of the DAC should be larger than 1!')
+        if self.g_level < 2:
+            raise ValueError('The number of the conductance levels should be larger than 1!')
+        if self.g_level > 256:
+            raise ValueError("argument 'g_level': at most 256 levels are supported (levels are stored as uint8)")
+        if self.LGS >= self.HGS:
+            raise ValueError('The low conductance state should be smaller than the high conductance state!')
+        if self.vread <= 0:
+            raise ValueError("argument 'vread': must be > 0")
+        if self.rate_stuck_HGS > 1 or self.rate_stuck_LGS > 1 or self.rate_stuck_HGS + self.rate_stuck_LGS > 1:
+            raise ValueError('The sum of stuck fault rates should not exceed 1!')
+        if isinstance(read_variation, dict):
+            if set(read_variation.keys()) != set(range(self.g_level)):
+                raise ValueError(f'read_variation dict must have keys for all g levels 0 to {self.g_level - 1}')
+            self.read_variation = {int(k): _number(v, "read_variation[%d]" % k, 0) for k, v in read_variation.items()}
+        elif isinstance(read_variation, numbers.Real) and not isinstance(read_variation, bool):
+            sigma = _number(read_variation, "read_variation", 0)
+            self.read_variation = {i: sigma for i in range(self.g_level)}
+        else:
+            raise ValueError('read_variation must be a dict, float, or None')
+        if device not in (None, "cpu") and str(device) != "cpu":
+            raise ValueError("argument 'device': only the CPU backend is available ('cpu' or None), got %r" % (device,))
+        self.device = "cpu"
+        self.Q_G = (self.HGS - self.LGS) / (self.g_level - 1)
+        self.conductance_levels = np.array([self.LGS + i * self.Q_G for i in range(self.g_level)])
+        self._read_sigma = np.array([self.read_variation[i] for i in range(self.g_level)], dtype=np.float32)
+        self.reset(seed)
+
+    # -- noise state ---------------------------------------------------------
+    def reset(self, seed=None):
+        """Rewind the call counter to 0 and set the seed (None: ``DEFAULT_SEED``)."""
+        if seed is None:
+            seed = DEFAULT_SEED
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2 ** 64:
+            raise ValueError("argument 'seed': expected an int in [0, 2**64), got %r" % (seed,))
+        self.seed = int(seed)
+        self.calls = 0
+
+    @property
+    def program_seed(self):
+        """Seed of weight programming (write variation, stuck-at faults): the engine seed."""
+        return self.seed
+
+    @property
+    def noise_free(self):
+        """True when every noise source is off: results are then exact (spec 'noise-free exactness')."""
+        return (self.write_variation == 0 and self.vnoise == 0 and self.rate_stuck_HGS == 0
+                and self.rate_stuck_LGS == 0 and not self._read_sigma.any())
+
+    def _radc_lsb_first(self, n_slices):
+        if self.radc_is_list:
+            if len(self.radc) != n_slices:
+                raise ValueError(f'Length of radc array ({len(self.radc)}) must match number of weight slices '
+                                 f'({n_slices})')
+            return list(reversed(self.radc))
+        return [self.radc] * n_slices
+
+    def __repr__(self):
+        return ("DPETensor(HGS=%g, LGS=%g, g_level=%d, write_variation=%g, read_variation=%s, vnoise=%g, rdac=%d, "
+                "radc=%s, vread=%g, rate_stuck_HGS=%g, rate_stuck_LGS=%g, seed=%d, calls=%d)"
+                % (self.HGS, self.LGS, self.g_level, self.write_variation, self.read_variation, self.vnoise,
+                   self.rdac, self.radc, self.vread, self.rate_stuck_HGS, self.rate_stuck_LGS, self.seed, self.calls))
+
+    # -- products --------------------------------------------------------------
+    def __call__(self, x, mat):
+        return self.MapReduceDot(x, mat)
+
+    def MapReduceDot(self, x, mat, out=None):
+        """x @ mat through the crossbar: x a sliced input (R, K) or (N, R, K), mat sliced weights (K, P).
+
+        Returns float32 (R, P) or (N, R, P): a torch tensor when x's data came in as torch, else
+        NumPy. ``out`` (optional) is a writable float32 array of shape (N, R, P) written in place.
+        """
+        from .sliced import SlicedData
+        if not isinstance(x, SlicedData) or not isinstance(mat, SlicedData):
+            raise TypeError("MapReduceDot takes two SlicedData (input, weights), got %s and %s"
+                            % (type(x).__name__, type(mat).__name__))
+        if x._codes is None:
+            raise ValueError("argument 'x': the input is not sliced yet (call slice_data_imp)")
+        if mat._codes is None and mat._levels is None:
+            raise ValueError("argument 'mat': the weights are not sliced yet (call slice_data_imp)")
+        if not mat.is_weight:
+            raise ValueError("argument 'mat': expected weights (SlicedData(..., is_weight=True))")
+        if x.shape[-1] != mat.shape[-2]:
+            raise ValueError('The input data mismatches the shape of weight data!')
+        if x.paral_size[1] != mat.paral_size[0]:
+            raise ValueError("paral_size mismatch: the input's block columns (%d) must equal the weights' block rows "
+                             "(%d), the crossbar height" % (x.paral_size[1], mat.paral_size[0]))
+        if (x.bw_e is None) != (mat.bw_e is None):
+            raise ValueError("input and weights must both be INT (bw_e=None) or both BFP")
+        radc = self._radc_lsb_first(len(mat))
+        if self.wire_resistance > 0:
+            raise NotImplementedError('The wire_factor is not supported in the training version!')
+        if max(2 ** w - 1 for w in mat._widths) > self.g_level - 1:
+            raise ValueError('The weight data is out of the range!')
+        self._ensure_programmed(mat)
+        result = _core.dpe_mvm(
+            x._codes, x._gran_scale, x._granule, x._widths,
+            mat._levels, mat._conductance, mat._gran_scale[0], mat._granule, mat._widths,
+            x.paral_size[1], self.rdac, self.g_level, radc, self.HGS, self.LGS,
+            self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed, self.calls % 2 ** 32,
+            out)
+        self.calls += 1
+        if len(x.shape) == 2:
+            result = np.asarray(result)[0]
+            return _torch().from_numpy(result) if x._is_torch else result
+        return result.to_torch() if x._is_torch else np.asarray(result)
+
+    def _ensure_programmed(self, mat):
+        """Re-programs weights sliced by an engine with other device parameters."""
+        key = (self.g_level, self.HGS, self.LGS, self.write_variation, self.rate_stuck_HGS, self.rate_stuck_LGS,
+               self.program_seed)
+        if mat._levels is None or getattr(mat, "_program", None) != key:
+            mat._program_with(self)
+
+
+def dpe_matmul(x, w, engine, input_slice=(1, 1, 2, 2), weight_slice=(1, 1, 2, 2), input_paral_size=(1, 32),
+               weight_paral_size=(32, 32), input_quant_gran=(1, 32), weight_quant_gran=(32, 32), bw_e=None):
+    """One call: slice x (R, K) or (N, R, K) and w (K, P), program w on ``engine`` and multiply.
+
+    NumPy or torch inputs (zero-copy for float32); returns NumPy float32, or torch when x is torch.
+    """
+    from .sliced import SlicedData
+    if not isinstance(engine, DPETensor):
+        raise TypeError("argument 'engine': expected a pyfastpim.DPETensor, got %s" % type(engine).__name__)
+    ws = SlicedData(weight_slice, bw_e=bw_e, is_weight=True, paral_size=weight_paral_size,
+                    quant_gran=weight_quant_gran, inference=True)
+    ws.slice_data_imp(engine, w)
+    xs = SlicedData(input_slice, bw_e=bw_e, is_weight=False, paral_size=input_paral_size,
+                    quant_gran=input_quant_gran, inference=True)
+    xs.slice_data_imp(engine, x)
+    return engine.MapReduceDot(xs, ws)

@@ -1,0 +1,203 @@
+"""DPETensor / MapReduceDot / dpe_matmul end to end, against the spec transcriptions in tests/reference."""
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+import pyfastpim
+from pyfastpim import DPETensor, SlicedData, dpe_matmul
+from reference.dpe_ref import mvm_exact, mvm_noisy, slice_constants
+from reference.spec import program_levels_reference, quantize_reference, slice_reference
+
+NOISE_OFF = dict(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
+
+
+def reference_product(x, w, engine, xw, ww, xp, wp, xg, wg, bw_e=None):
+    """Quantize/slice/program with the spec transcription, then the exact MVM transcription."""
+    x3 = x if x.ndim == 3 else x[None]
+    qx = quantize_reference(x3, xp, xg, xw, bw_e)
+    qw = quantize_reference(w, wp, wg, ww, bw_e)
+    xs = slice_reference(qx["q"], xw)
+    wsl = slice_reference(qw["q"], ww)[:, 0]
+    L = program_levels_reference(wsl, ww, engine.g_level)
+    radc = list(reversed(engine.radc)) if engine.radc_is_list else [engine.radc] * len(ww)
+    out = mvm_exact(xs, qx["gran_scale"], qx["granule"], xw, L, qw["gran_scale"][0], qw["granule"], ww, xp[1],
+                    engine.rdac, engine.g_level, radc)
+    return out if x.ndim == 3 else out[0]
+
+
+gran = st.sampled_from(["per-row", "per-col", "per-matrix", None, (1, 16), (3, 8), (5, 40)])
+
+
+@st.composite
+def cases(draw):
+    n = draw(st.sampled_from([4, 8, 16, 32]))
+    g_level = draw(st.sampled_from([4, 16]))
+    wbits = int(np.log2(g_level))
+    xw = (1,) + tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=3)))
+    ww = (1,) + tuple(draw(st.lists(st.integers(1, wbits), min_size=1, max_size=3)))
+    batch = draw(st.sampled_from([None, 1, 3]))
+    R, K, P = draw(st.integers(1, 17)), draw(st.integers(1, 70)), draw(st.integers(1, 45))
+    radc = draw(st.sampled_from([2 ** 4, 2 ** 16, "list"]))
+    if radc == "list":
+        radc = [draw(st.sampled_from([2 ** 4, 2 ** 6, 2 ** 12])) for _ in ww]
+    return dict(n=n, g_level=g_level, xw=xw, ww=ww, batch=batch, R=R, K=K, P=P, radc=radc,
+                xp=(draw(st.sampled_from([1, 2])), n), wp=(n, draw(st.sampled_from([4, 8, 32]))),
+                xg=draw(gran), wg=draw(gran), bfp=draw(st.booleans()), rdac=draw(st.sampled_from([4, 16])),
+                seed=draw(st.integers(0, 2 ** 20)))
+
+
+@given(cases())
+def test_noise_free_engine_is_bit_identical_to_the_spec_transcription(c):
+    rng = np.random.default_rng(c["seed"])
+    shape = (c["R"], c["K"]) if c["batch"] is None else (c["batch"], c["R"], c["K"])
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = (rng.standard_normal((c["K"], c["P"])) * 0.1).astype(np.float32)
+    eng = DPETensor(g_level=c["g_level"], rdac=c["rdac"], radc=c["radc"], **NOISE_OFF)
+    bw_e = 8 if c["bfp"] else None
+    out = dpe_matmul(x, w, eng, c["xw"], c["ww"], c["xp"], c["wp"], c["xg"], c["wg"], bw_e=bw_e)
+    ref = reference_product(x, w, eng, c["xw"], c["ww"], c["xp"], c["wp"], c["xg"], c["wg"], bw_e)
+    assert out.shape == shape[:-1] + (c["P"],)
+    np.testing.assert_array_equal(out, ref)
+
+
+def test_memintelli_style_usage_with_torch_returns_torch_zero_copy():
+    torch.manual_seed(0)
+    x = torch.randn(2, 40, 64)
+    w = torch.randn(64, 48)
+    eng = DPETensor(g_level=4, rdac=4, radc=2 ** 12, **NOISE_OFF)
+    ms = SlicedData(torch.tensor([1, 1, 2, 2]), is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+    xs = SlicedData([1, 1, 2, 2], paral_size=(1, 32), quant_gran=(1, 32))
+    ms.slice_data_imp(eng, w)
+    with pyfastpim.memory.trace() as t:
+        xs.slice_data_imp(eng, x)
+        y = eng(xs, ms)
+    assert isinstance(y, torch.Tensor) and y.shape == (2, 40, 48) and y.dtype == torch.float32
+    assert t.copies == 0
+    ideal = (x @ w).numpy()
+    snr = 10 * np.log10((ideal ** 2).sum() / ((ideal - y.numpy()) ** 2).sum())
+    assert snr > 25  # 6-bit quantization of both operands
+    y2 = eng.MapReduceDot(xs, ms)
+    np.testing.assert_array_equal(y2.numpy(), y.numpy())
+
+
+def test_call_counter_seed_and_reset():
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((30, 64)).astype(np.float32), rng.standard_normal((64, 20)).astype(np.float32)
+    eng = DPETensor(g_level=4, rdac=4, radc=2 ** 12, read_variation=0.05, vnoise=0.05, seed=123)
+    assert eng.seed == 123 and eng.calls == 0
+    a = dpe_matmul(x, w, eng)
+    b = dpe_matmul(x, w, eng)
+    assert eng.calls == 2 and not np.array_equal(a, b)  # fresh noise every call
+    eng.reset(123)
+    np.testing.assert_array_equal(dpe_matmul(x, w, eng), a)
+    with pyfastpim.threads(1):
+        eng.reset(123)
+        np.testing.assert_array_equal(dpe_matmul(x, w, eng), a)
+    other = DPETensor(g_level=4, rdac=4, radc=2 ** 12, read_variation=0.05, vnoise=0.05, seed=124)
+    assert not np.array_equal(dpe_matmul(x, w, other), a)
+    default = DPETensor()
+    assert default.seed == pyfastpim.DEFAULT_SEED
+
+
+def test_snr_matches_the_numpy_transcription_with_its_own_noise():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((128, 256)).astype(np.float32)
+    w = rng.standard_normal((256, 128)).astype(np.float32)
+    ideal = x.astype(np.float64) @ w
+    kw = dict(g_level=4, rdac=4, radc=2 ** 12, read_variation=0.1, vnoise=0.1, write_variation=0.0,
+              rate_stuck_HGS=0.0)
+    eng = DPETensor(seed=5, **kw)
+    widths = (1, 1, 2, 2)
+
+    def snr(y):
+        return 10 * np.log10((ideal ** 2).sum() / ((ideal - y) ** 2).sum())
+    ours = np.mean([snr(dpe_matmul(x, w, eng)) for _ in range(4)])
+    qx = quantize_reference(x, (1, 32), (1, 32), widths)
+    qw = quantize_reference(w, (32, 32), (32, 32), widths)
+    xs, wsl = slice_reference(qx["q"], widths), slice_reference(qw["q"], widths)[:, 0]
+    L = program_levels_reference(wsl, widths, 4)
+    sig = np.full(4, 0.1)
+    theirs = np.mean([snr(mvm_noisy(xs, qx["gran_scale"], qx["granule"], widths, L, None, qw["gran_scale"][0],
+                                    qw["granule"], widths, 32, 4, 4, [2 ** 12] * 4, 1e-5, 1e-7, 0.2, sig, 0.1,
+                                    np.random.default_rng(s))[0]) for s in range(4)])
+    exact = snr(dpe_matmul(x, w, DPETensor(g_level=4, rdac=4, radc=2 ** 12, **NOISE_OFF)))
+    assert exact > ours + 1  # the noise is really there
+    assert abs(ours - theirs) < 0.3, (ours, theirs)
+
+
+def test_write_variation_and_stuck_faults_are_fixed_per_programming():
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((20, 64)).astype(np.float32), rng.standard_normal((64, 30)).astype(np.float32)
+    eng = DPETensor(g_level=4, rdac=4, radc=2 ** 12, read_variation=0.0, vnoise=0.0, write_variation=0.1,
+                    rate_stuck_HGS=0.01, rate_stuck_LGS=0.01)
+    a, b = dpe_matmul(x, w, eng), dpe_matmul(x, w, eng)
+    np.testing.assert_array_equal(a, b)  # no per-call noise: programming is deterministic
+    clean = dpe_matmul(x, w, DPETensor(g_level=4, rdac=4, radc=2 ** 12, **NOISE_OFF))
+    assert not np.array_equal(a, clean)
+
+
+def test_engine_parameter_validation():
+    with pytest.raises(ValueError, match="ADC"):
+        DPETensor(radc=1)
+    with pytest.raises(ValueError, match="ADC"):
+        DPETensor(radc=[16, 1])
+    with pytest.raises(ValueError, match="DAC"):
+        DPETensor(rdac=1)
+    with pytest.raises(ValueError, match="conductance levels"):
+        DPETensor(g_level=1)
+    with pytest.raises(ValueError, match="low conductance"):
+        DPETensor(HGS=1e-7, LGS=1e-5)
+    with pytest.raises(ValueError, match="stuck"):
+        DPETensor(rate_stuck_HGS=0.7, rate_stuck_LGS=0.5)
+    with pytest.raises(ValueError, match="read_variation"):
+        DPETensor(g_level=4, read_variation={0: 0.1, 1: 0.1})
+    with pytest.raises(ValueError, match="read_variation"):
+        DPETensor(read_variation="big")
+    with pytest.raises(ValueError, match="vnoise"):
+        DPETensor(vnoise=-1)
+    with pytest.raises(TypeError, match="g_level"):
+        DPETensor(g_level=4.5)
+    with pytest.raises(ValueError, match="seed"):
+        DPETensor(seed=-3)
+    with pytest.raises(ValueError, match="device"):
+        DPETensor(device="tpu")
+
+
+def test_product_errors():
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal((8, 64)).astype(np.float32), rng.standard_normal((64, 8)).astype(np.float32)
+    eng = DPETensor(g_level=4, rdac=4, radc=[2 ** 12] * 3, **NOISE_OFF)
+    with pytest.raises(ValueError, match="radc"):
+        dpe_matmul(x, w, eng, weight_slice=(1, 1, 2, 2))
+    eng = DPETensor(g_level=4, rdac=4, radc=2 ** 12, **NOISE_OFF)
+    with pytest.raises(ValueError, match="mismatch"):
+        dpe_matmul(x, w[:60], eng)
+    with pytest.raises(ValueError, match="paral_size"):
+        dpe_matmul(x, w, eng, input_paral_size=(1, 16), input_quant_gran=(1, 16))
+    with pytest.raises(ValueError):
+        dpe_matmul(x, w, eng, weight_slice=(1, 3))  # 3-bit weight slice on a 4-level cell
+    with pytest.raises(NotImplementedError):
+        dpe_matmul(x, w, DPETensor(wire_resistance=1.0))
+    with pytest.raises(TypeError, match="engine"):
+        dpe_matmul(x, w, object())
+    with pytest.raises(TypeError):
+        eng(x, w)  # raw arrays are not SlicedData
+
+
+def test_batched_input_is_processed_in_bounded_memory():
+    # peak core memory must not scale with the batch beyond the output itself
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((256, 64)).astype(np.float32)
+    eng = DPETensor(g_level=4, rdac=4, radc=2 ** 12, read_variation=0.05, vnoise=0.05)
+    ws = SlicedData([1, 1, 2, 2], is_weight=True, paral_size=(32, 32), quant_gran=(32, 32), inference=True)
+    ws.slice_data_imp(eng, w)
+    peaks = []
+    for batch in (64, 256):
+        x = rng.standard_normal((batch, 64, 256)).astype(np.float32)
+        xs = SlicedData([1, 1, 2, 2], paral_size=(1, 32), quant_gran=(1, 32), inference=True)
+        xs.slice_data_imp(eng, x)
+        with pyfastpim.memory.trace() as t:
+            y = eng(xs, ws)
+        peaks.append(t.peak_bytes - y.nbytes)
+    assert peaks[1] <= 48 << 20, peaks  # packed-input chunk cap (32 MiB) + weights panel

@@ -27,9 +27,10 @@ def test_demo_quick_prints_table_and_writes_plot(tmp_path):
             break
         label, rest = line[:20].strip(), line[20:].split()
         rows[label] = (float(rest[0].rstrip("%")), float(rest[1].rstrip("%")))
-    assert set(rows) == {"float (PyTorch)", "noise off", "MemIntelli defaults"}
+    assert set(rows) == {"float (PyTorch)", "noise off", "MemIntelli defaults", "noisier devices",
+                         "noisier, fine-tuned"}
     for mlp, cnn in rows.values():
-        assert 80.0 <= mlp <= 100.0 and 80.0 <= cnn <= 100.0
+        assert 70.0 <= mlp <= 100.0 and 70.0 <= cnn <= 100.0
     # noise off with 8-bit slices is within a few points of the float model
     assert abs(rows["noise off"][0] - rows["float (PyTorch)"][0]) <= 3.0
     assert "\r" not in out and "it/s" not in proc.stderr.decode()        # no progress bar when not a tty

@@ -23,12 +23,6 @@ def engine(**kw):
     return pyfastpim.DPETensor(**params)
 
 
-def layer_kw(layer):
-    return dict(input_slice=layer.input_slice, weight_slice=layer.weight_slice, input_paral=layer.input_paral_size,
-                weight_paral=layer.weight_paral_size, input_quant_gran=layer.input_quant_gran,
-                weight_quant_gran=layer.weight_quant_gran, bw_e=layer.bw_e)
-
-
 # ----------------------------------------------------------------------------- NumPy references
 
 def _refs():
@@ -38,19 +32,28 @@ def _refs():
 
 
 def ref_mvm(x, w, eng, layer):
-    """The spec's noise-free MapReduceDot of x (N, K) or (B, N, K) with w (K, P), NumPy float32."""
-    _, dpe_ref = _refs()
+    """The spec's noise-free MapReduceDot of x (N, K) or (B, N, K) with w (K, P): the NumPy
+    transcriptions of sections 2-6 (quantize, slice, program) and 7 (exact MVM), float32."""
+    spec, dpe_ref = _refs()
     x = np.asarray(x, dtype=np.float32)
-    w = np.asarray(w, dtype=np.float32)
-    kw = layer_kw(layer)
-    params = {k: getattr(eng, k) for k in ("HGS", "LGS", "g_level", "rdac", "radc", "vread")}
-    return dpe_ref.dpe_reference(x, w, **params, **kw)
+    x3 = x if x.ndim == 3 else x[None]
+    xw, ww, bw_e = layer.input_slice, layer.weight_slice, layer.bw_e
+    qx = spec.quantize_reference(x3, layer.input_paral_size, layer.input_quant_gran, xw, bw_e)
+    qw = spec.quantize_reference(np.asarray(w, dtype=np.float32), layer.weight_paral_size, layer.weight_quant_gran,
+                                 ww, bw_e)
+    xs = spec.slice_reference(qx["q"], xw)
+    levels = spec.program_levels_reference(spec.slice_reference(qw["q"], ww)[:, 0], ww, eng.g_level)
+    radc = list(eng.radc)[::-1] if isinstance(eng.radc, (tuple, list)) else [eng.radc] * len(ww)
+    out = dpe_ref.mvm_exact(xs, qx["gran_scale"], qx["granule"], xw, levels, qw["gran_scale"][0], qw["granule"], ww,
+                            layer.input_paral_size[1], eng.rdac, eng.g_level, radc)
+    return torch.from_numpy(out if x.ndim == 3 else out[0])
 
 
 def ref_dequant(x, paral, gran, widths, bw_e):
+    """Dequantized values (spec 3-4) of one matrix (R, C)."""
     spec, _ = _refs()
-    return torch.from_numpy(np.asarray(spec.quantize_reference(np.asarray(x, dtype=np.float32), paral, gran, widths,
-                                                               bw_e=bw_e)["dequant"]))
+    return torch.from_numpy(spec.quantize_reference(np.asarray(x, dtype=np.float32), paral, gran, widths,
+                                                    bw_e=bw_e)["dequant"][0])
 
 
 def ref_dequant_rows(x, layer):
@@ -94,8 +97,7 @@ def test_linear_forward_matches_spec(case, batched):
     with torch.no_grad():
         y = layer(x)
     wt = layer.weight.detach().t().contiguous()
-    expect = torch.from_numpy(np.asarray(ref_mvm(x.numpy(), wt.numpy(), eng, layer), dtype=np.float32))
-    expect = expect + layer.bias.detach()
+    expect = ref_mvm(x.numpy(), wt.numpy(), eng, layer) + layer.bias.detach()
     assert y.dtype == torch.float32 and y.shape == shape[:-1] + (case[1],)
     assert torch.equal(y, expect)
     # the graph-building path computes the same numbers
@@ -188,8 +190,7 @@ def test_conv_forward_matches_spec(case):
     assert y.shape == expect_shape
     cols = unfold(layer, x)
     wt = layer.weight.detach().reshape(case[1], -1).t().contiguous()
-    ref = torch.from_numpy(np.asarray(ref_mvm(cols.numpy(), wt.numpy(), eng, layer), dtype=np.float32))
-    ref = ref + layer.bias.detach()
+    ref = ref_mvm(cols.numpy(), wt.numpy(), eng, layer) + layer.bias.detach()
     assert torch.equal(y, ref.transpose(1, 2).reshape(expect_shape))
 
 

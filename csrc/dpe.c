@@ -6,6 +6,7 @@
 #include "noise.h"
 #include "philox_noise.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -102,6 +103,77 @@ static pf_status setup_init(const pf_dpe_args *a, dpe_setup *s)
 
 /* ---- packing ---- */
 
+/* One input row of the implicit im2col source: quantize each unfolded element
+ * with its granule (quantize.h, the slicing stage's own arithmetic), slice,
+ * DAC. Noise indices are those of the equivalent slice-code tensor, so fused
+ * and pre-sliced inputs see the same noise. u: scratch of K ints; z: scratch
+ * of K floats or NULL (no voltage noise). */
+static void pack_x_row_im2col(const pf_dpe_args *a, const dpe_setup *s, int64_t item, int64_t r, int rr, float *P,
+                              int32_t *u, float *z)
+{
+    const int64_t n = a->n, K = a->inner, R = a->rows, N = a->batch;
+    const pf_quant_granule *grow = a->x_gran + (item * a->x_gr + r / a->x_qr) * a->x_gc;
+    const int B = a->x_method.total_bits;
+    for (int64_t col = 0; col < K; col++) {
+        float x = pf_im2col_at(a->x_im2col, item, r, col);
+        /* x == 0 gives q = 0 in INT and BFP: every code 0 */
+        u[col] = x == 0.0f ? 0 : pf_twos_complement(pf_quantize(x, &grow[col / a->x_qc]), B);
+    }
+    for (int i = 0; i < a->sx; i++) {
+        if (z)
+            pf_normals(a->seed, PF_STREAM_VNOISE, a->call, (uint64_t)(((i * N + item) * R + r) * K), K, z);
+        for (int64_t col = 0; col < K; col++) {
+            int v = pf_slice_code(u[col], a->x_method.offset[i], a->x_method.width[i]);
+            if (v == 0)
+                continue;
+            float V = s->dac[i][v];
+            if (z)
+                V = V * (1.0f + (float)a->vnoise * z[col]);
+            P[(((col / n) * a->sx + i) * n + col % n) * MR + rr] = V;
+        }
+    }
+}
+
+pf_status pf_im2col_granule_max(const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc, float *gran_max)
+{
+    const int64_t R = c->out_h * c->out_w, K = c->channels * c->kh * c->kw;
+    const int64_t gr = pf_ceil_div(R, qr), gc = pf_ceil_div(K, qc);
+    int bad = 0;
+#pragma omp parallel for collapse(2) schedule(static) reduction(| : bad)
+    for (int64_t item = 0; item < batch; item++)
+        for (int64_t g = 0; g < gr; g++) {
+            float *m = gran_max + (item * gr + g) * gc;
+            for (int64_t q = 0; q < gc; q++)
+                m[q] = 0.0f;
+            for (int64_t r = g * qr; r < pf_min64((g + 1) * qr, R); r++)
+                for (int64_t col = 0; col < K; col++) {
+                    float v = fabsf(pf_im2col_at(c, item, r, col));
+                    if (!(v <= FLT_MAX))
+                        bad = 1;
+                    else if (v > m[col / qc])
+                        m[col / qc] = v;
+                }
+        }
+    return bad ? PF_EINVAL : PF_OK;
+}
+
+void pf_im2col_dequantize(const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc, int64_t gc,
+                          const pf_quant_granule *gran, float *out)
+{
+    const int64_t R = c->out_h * c->out_w, K = c->channels * c->kh * c->kw;
+    const int64_t gr = pf_ceil_div(R, qr);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t item = 0; item < batch; item++)
+        for (int64_t r = 0; r < R; r++) {
+            const pf_quant_granule *grow = gran + (item * gr + r / qr) * gc;
+            float *o = out + (item * R + r) * K;
+            for (int64_t col = 0; col < K; col++) {
+                const pf_quant_granule *g = &grow[col / qc];
+                o[col] = pf_dequantize(pf_quantize(pf_im2col_at(c, item, r, col), g), g);
+            }
+        }
+}
+
 /* Packs row panels [rp0, rp1) of the flattened (N*R) input rows: DAC codes,
  * times (1 + vnoise * z) when voltage noise is on. Returns PF_ENOMEM if a
  * thread's scratch row could not be allocated. */
@@ -113,7 +185,8 @@ static pf_status pack_x(const pf_dpe_args *a, const dpe_setup *s, int64_t rp0, i
 #pragma omp parallel reduction(| : failed)
     {
         float *z = s->noise_x ? pf_alloc((size_t)K * sizeof(float)) : NULL;
-        if (s->noise_x && !z)
+        int32_t *u = a->x_kind == PF_DPE_X_IM2COL ? pf_alloc((size_t)K * sizeof(int32_t)) : NULL;
+        if ((s->noise_x && !z) || (a->x_kind == PF_DPE_X_IM2COL && !u))
             failed = 1;
 #pragma omp for schedule(static)
         for (int64_t rp = rp0; rp < rp1; rp++) {
@@ -131,6 +204,10 @@ static pf_status pack_x(const pf_dpe_args *a, const dpe_setup *s, int64_t rp0, i
                 const float *scale_row = a->x_scale + (item * a->x_gr + r / a->x_qr) * a->x_gc;
                 for (int64_t b = 0; b < nb; b++)
                     S[b * MR + rr] = scale_row[(b * n) / a->x_qc];
+                if (a->x_kind == PF_DPE_X_IM2COL) {
+                    pack_x_row_im2col(a, s, item, r, rr, P, u, z);
+                    continue;
+                }
                 for (int i = 0; i < a->sx; i++) {
                     const int64_t base = ((i * N + item) * R + r) * K;
                     const uint8_t *codes = a->x_codes + base;
@@ -149,6 +226,7 @@ static pf_status pack_x(const pf_dpe_args *a, const dpe_setup *s, int64_t rp0, i
             }
         }
         pf_free(z);
+        pf_free(u);
     }
     return failed ? PF_ENOMEM : PF_OK;
 }

@@ -33,22 +33,58 @@
 #include "pf_common.h"
 #include <stdint.h>
 
-#define PF_MAX_SLICES 16
 #define PF_MAX_LEVELS 65536
+
+#include "quantize.h"
 
 /* Where the input operand comes from. */
 typedef enum {
-    PF_DPE_X_CODES = 0, /* slice codes uint8 (Sx, N, R, K), see slicing.h */
+    PF_DPE_X_CODES = 0,  /* slice codes uint8 (Sx, N, R, K), see slicing.h */
+    PF_DPE_X_IM2COL = 1, /* a float32 image (N, C, H, W) read as its unfolded patch matrix
+                            (N, Ho*Wo, C*kh*kw) in torch's unfold order, quantized and
+                            sliced on the fly: the unfolded matrix never exists */
 } pf_dpe_x_kind;
+
+/* Convolution geometry of the implicit im2col input. */
+typedef struct {
+    const float *image;       /* (N, C, H, W) C-contiguous */
+    int64_t channels, height, width;
+    int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+    int64_t out_h, out_w;     /* Ho, Wo */
+} pf_im2col;
+
+/* Value of unfolded element (item, r, col): zero outside the image. */
+static inline float pf_im2col_at(const pf_im2col *c, int64_t item, int64_t r, int64_t col)
+{
+    int64_t oh = r / c->out_w, ow = r % c->out_w;
+    int64_t ci = col / (c->kh * c->kw), kk = col % (c->kh * c->kw);
+    int64_t ih = oh * c->sh - c->ph + (kk / c->kw) * c->dh;
+    int64_t iw = ow * c->sw - c->pw + (kk % c->kw) * c->dw;
+    if (ih < 0 || ih >= c->height || iw < 0 || iw >= c->width)
+        return 0.0f;
+    return c->image[((item * c->channels + ci) * c->height + ih) * c->width + iw];
+}
+
+/* Max-abs of every granule (qr, qc) of the unfolded matrix (N, R, K):
+ * gran_max (N, ceil(R/qr), ceil(K/qc)). PF_EINVAL when an element is NaN or
+ * infinite. */
+pf_status pf_im2col_granule_max(const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc, float *gran_max);
+/* Dequantized unfolded input (N, R, K) for the backward pass. */
+void pf_im2col_dequantize(const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc, int64_t gc,
+                          const pf_quant_granule *gran, float *out);
 
 typedef struct {
     /* geometry */
     int64_t batch, rows, inner, cols; /* N, R, K, P */
     int64_t n;                        /* crossbar rows: x paral[1] == W paral[0] */
 
-    /* input operand: slice codes (Sx, N, R, K) and per-granule scales
-     * (N, x_gr, x_gc) of granule (x_qr, x_qc) */
+    /* input operand: slice codes (Sx, N, R, K) or an implicit im2col image,
+     * and per-granule scales (N, x_gr, x_gc) of granule (x_qr, x_qc) */
+    pf_dpe_x_kind x_kind;
     const uint8_t *x_codes;
+    const pf_im2col *x_im2col;         /* PF_DPE_X_IM2COL */
+    const pf_quant_granule *x_gran;    /* PF_DPE_X_IM2COL: (N, x_gr, x_gc) */
+    pf_slice_method x_method;          /* PF_DPE_X_IM2COL */
     const float *x_scale;
     int64_t x_qr, x_qc, x_gr, x_gc;
     int sx;

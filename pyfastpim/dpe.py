@@ -202,11 +202,17 @@ class DPETensor:
         return result.to_torch() if x._is_torch else np.asarray(result)
 
     def _ensure_programmed(self, mat):
-        """Re-programs weights sliced by an engine with other device parameters."""
-        key = (self.g_level, self.HGS, self.LGS, self.write_variation, self.rate_stuck_HGS, self.rate_stuck_LGS,
-               self.program_seed)
-        if mat._levels is None or getattr(mat, "_program", None) != key:
-            mat._program_with(self)
+        """Re-programs weights that were sliced with another engine's device parameters."""
+        from .sliced import _check_engine, program_weights
+        key = _check_engine(self)
+        if mat._levels is not None and mat._program == key:
+            return
+        g_level, HGS, LGS, wv, rh, rl, seed = key
+        levels, conductance = program_weights(mat._codes, mat._widths, g_level, HGS, LGS, wv, rh, rl, seed)
+        mat._levels = levels
+        mat._conductance = conductance if (wv > 0 or rh > 0 or rl > 0) else None
+        mat._program = key
+        mat._version += 1
 
 
 def dpe_matmul(x, w, engine, input_slice=(1, 1, 2, 2), weight_slice=(1, 1, 2, 2), input_paral_size=(1, 32),

@@ -342,9 +342,27 @@ def test_deepcopy_and_state_dict_roundtrip():
     c3.load_state_dict(conv.state_dict())
     with torch.no_grad():
         assert torch.equal(c3(x), y)
-    # pickling drops the programmed crossbars (re-programmed on first use)
-    state = conv.__getstate__()
-    assert state["_weight_sliced"] is None
+    # pickling (torch.save of a whole model) drops the programmed crossbars, re-programmed on first use
+    assert conv.__getstate__()["_weight_sliced"] is None
+    c4 = pickle.loads(pickle.dumps(conv))
+    assert c4._weight_sliced is None
+    with torch.no_grad():
+        assert torch.equal(c4(x), y)
+
+
+def test_noisy_engine_is_reproducible_with_its_seed():
+    torch.manual_seed(0)
+    noisy = dict(write_variation=0.05, read_variation=0.05, vnoise=0.05, rate_stuck_HGS=0.01)
+    a = LinearMem(engine(seed=3, **noisy), 64, 16, S8, S8)
+    b = LinearMem(engine(seed=3, **noisy), 64, 16, S8, S8)
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(8, 64)
+    with torch.no_grad():
+        ya, yb = a(x), b(x)
+        assert torch.equal(ya, yb)                       # same seed, same call number: same noise
+        assert not torch.equal(a(x), ya)                 # fresh read noise every call
+        ideal = F.linear(x, a.weight, a.bias)
+    assert 0 < pyfastpim.RE(ideal, ya) < 0.3
 
 
 def test_memintelli_style_script_runs_unchanged():

@@ -114,7 +114,7 @@ def _needs_grad(*tensors):
 def _fallback_linear(engine, x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e,
                      return_dequant):
     xs = _pyfastpim_attr("SlicedData")(input_slice, bw_e=bw_e, is_weight=False, paral_size=input_paral_size,
-                                       quant_gran=input_quant_gran)
+                                       quant_gran=input_quant_gran, inference=not return_dequant)
     xs.slice_data_imp(engine, x)
     out = _as_torch(engine.MapReduceDot(xs, w_sliced))
     return out, (_as_torch(xs.quantized_data) if return_dequant else None)

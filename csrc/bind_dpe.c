@@ -29,9 +29,10 @@ static int parse_widths(PyObject *obj, const char *argname, int *m, int64_t *w)
             Py_DECREF(seq);
             return -1;
         }
-        if (v <= 0 || v > 16) {
+        if (v <= 0 || v > 8) {
             Py_DECREF(seq);
-            PyErr_Format(PyExc_ValueError, "argument '%s': slice widths must be in 1..16, got %ld", argname, v);
+            PyErr_Format(PyExc_ValueError, "argument '%s': slice widths must be in 1..8 (codes are uint8), got %ld",
+                         argname, v);
             return -1;
         }
         widths[t] = (int)v;

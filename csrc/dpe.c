@@ -26,7 +26,7 @@ typedef struct {
     float alpha[PF_MAX_SLICES];
     float *adc_table[PF_MAX_SLICES];   /* exact codes, only where rint(acc*alpha) is not exact */
     int32_t adc_table_max[PF_MAX_SLICES];
-    float dac[PF_MAX_SLICES][256 + 1]; /* DAC code per slice value, for widths <= 8 */
+    float dac[PF_MAX_SLICES][256];     /* DAC code per slice value (codes are uint8) */
     int64_t nb;                   /* inner blocks */
 } dpe_setup;
 
@@ -70,12 +70,9 @@ static pf_status setup_init(const pf_dpe_args *a, dpe_setup *s)
             double num = (double)(a->n * (int64_t)a->x_max[i] * a->w_max[j] * a->x_weight[i] * a->w_weight[j]);
             s->coef[i * a->sw + j] = (float)(num / (double)(a->radc[j] - 1));
         }
-    for (int i = 0; i < a->sx; i++) {
-        if (a->x_max[i] > 256)
-            continue; /* wide slices compute their DAC code per element */
+    for (int i = 0; i < a->sx; i++)
         for (int v = 0; v <= a->x_max[i]; v++)
             s->dac[i][v] = dac_code(v, a->x_max[i], a->rdac);
-    }
     for (int j = 0; j < a->sw; j++) {
         s->alpha[j] = (float)((double)(a->radc[j] - 1) / (double)D);
         if (s->noise_x || s->noise_w)
@@ -103,35 +100,59 @@ static pf_status setup_init(const pf_dpe_args *a, dpe_setup *s)
 
 /* ---- packing ---- */
 
-/* One input row of the implicit im2col source: quantize each unfolded element
- * with its granule (quantize.h, the slicing stage's own arithmetic), slice,
- * DAC. Noise indices are those of the equivalent slice-code tensor, so fused
- * and pre-sliced inputs see the same noise. u: scratch of K ints; z: scratch
- * of K floats or NULL (no voltage noise). */
-static void pack_x_row_im2col(const pf_dpe_args *a, const dpe_setup *s, int64_t item, int64_t r, int rr, float *P,
-                              int32_t *u, float *z)
+/* DAC voltages of one input row from its slice codes (one plane per slice),
+ * into row rr of a packed panel. z: scratch of K floats when voltage noise is
+ * on, else NULL. */
+static void pack_x_row(const pf_dpe_args *a, const dpe_setup *s, const uint8_t *const *plane, uint64_t noise_base,
+                       uint64_t noise_plane_stride, int rr, float *P, float *z)
 {
-    const int64_t n = a->n, K = a->inner, R = a->rows, N = a->batch;
-    const pf_quant_granule *grow = a->x_gran + (item * a->x_gr + r / a->x_qr) * a->x_gc;
-    const int B = a->x_method.total_bits;
-    for (int64_t col = 0; col < K; col++) {
-        float x = pf_im2col_at(a->x_im2col, item, r, col);
-        /* x == 0 gives q = 0 in INT and BFP: every code 0 */
-        u[col] = x == 0.0f ? 0 : pf_twos_complement(pf_quantize(x, &grow[col / a->x_qc]), B);
-    }
+    const int64_t n = a->n, K = a->inner;
     for (int i = 0; i < a->sx; i++) {
+        const uint8_t *codes = plane[i];
         if (z)
-            pf_normals(a->seed, PF_STREAM_VNOISE, a->call, (uint64_t)(((i * N + item) * R + r) * K), K, z);
-        for (int64_t col = 0; col < K; col++) {
-            int v = pf_slice_code(u[col], a->x_method.offset[i], a->x_method.width[i]);
-            if (v == 0)
-                continue;
-            float V = s->dac[i][v];
+            pf_normals(a->seed, PF_STREAM_VNOISE, a->call, noise_base + (uint64_t)i * noise_plane_stride, K, z);
+        /* branch-free: code 0 maps to 0 V through the table, with or without noise */
+        const float *dac = s->dac[i];
+        const float vn = (float)a->vnoise;
+        for (int64_t b = 0, col = 0; col < K; b++) {
+            float *dst = P + (b * a->sx + i) * n * MR + rr;
+            const int64_t kn = pf_min64(n, K - col);
             if (z)
-                V = V * (1.0f + (float)a->vnoise * z[col]);
-            P[(((col / n) * a->sx + i) * n + col % n) * MR + rr] = V;
+                for (int64_t k = 0; k < kn; k++)
+                    dst[k * MR] = dac[codes[col + k]] * (1.0f + vn * z[col + k]);
+            else
+                for (int64_t k = 0; k < kn; k++)
+                    dst[k * MR] = dac[codes[col + k]];
+            col += kn;
         }
     }
+}
+
+/* One input row of the implicit im2col source: gather the unfolded row,
+ * quantize each element with its granule (quantize.h, the slicing stage's own
+ * arithmetic) and slice it into per-slice code planes, then pack as codes.
+ * Noise indices are those of the equivalent slice-code tensor, so fused and
+ * pre-sliced inputs see the same noise. xrow: K floats; codes: sx*K bytes. */
+static void pack_x_row_im2col(const pf_dpe_args *a, const dpe_setup *s, int64_t item, int64_t r, int rr, float *P,
+                              float *xrow, uint8_t *codes, float *z)
+{
+    const int64_t K = a->inner, R = a->rows, N = a->batch;
+    const pf_quant_granule *grow = a->x_gran + (item * a->x_gr + r / a->x_qr) * a->x_gc;
+    const int B = a->x_method.total_bits;
+    const uint8_t *plane[PF_MAX_SLICES];
+    pf_im2col_row(a->x_im2col, item, r, xrow);
+    for (int64_t c0 = 0, g = 0; c0 < K; c0 += a->x_qc, g++) {
+        const pf_quant_granule *gr = &grow[g];
+        const int64_t c1 = pf_min64(c0 + a->x_qc, K);
+        for (int64_t col = c0; col < c1; col++) {
+            int32_t u = pf_twos_complement(pf_quantize(xrow[col], gr), B);
+            for (int i = 0; i < a->sx; i++)
+                codes[i * K + col] = pf_slice_code(u, a->x_method.offset[i], a->x_method.width[i]);
+        }
+    }
+    for (int i = 0; i < a->sx; i++)
+        plane[i] = codes + i * K;
+    pack_x_row(a, s, plane, (uint64_t)((item * R + r) * K), (uint64_t)(N * R * K), rr, P, z);
 }
 
 pf_status pf_im2col_granule_max(const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc, float *gran_max)
@@ -139,26 +160,39 @@ pf_status pf_im2col_granule_max(const pf_im2col *c, int64_t batch, int64_t qr, i
     const int64_t R = c->out_h * c->out_w, K = c->channels * c->kh * c->kw;
     const int64_t gr = pf_ceil_div(R, qr), gc = pf_ceil_div(K, qc);
     int bad = 0;
-#pragma omp parallel for collapse(2) schedule(static) reduction(| : bad)
-    for (int64_t item = 0; item < batch; item++)
-        for (int64_t g = 0; g < gr; g++) {
-            float *m = gran_max + (item * gr + g) * gc;
-            for (int64_t q = 0; q < gc; q++)
-                m[q] = 0.0f;
-            for (int64_t r = g * qr; r < pf_min64((g + 1) * qr, R); r++)
-                for (int64_t col = 0; col < K; col++) {
-                    float v = fabsf(pf_im2col_at(c, item, r, col));
-                    if (!(v <= FLT_MAX))
-                        bad = 1;
-                    else if (v > m[col / qc])
-                        m[col / qc] = v;
+#pragma omp parallel reduction(| : bad)
+    {
+        float *xrow = pf_alloc((size_t)K * sizeof(float));
+        if (!xrow)
+            bad = 2;
+#pragma omp for collapse(2) schedule(static)
+        for (int64_t item = 0; item < batch; item++)
+            for (int64_t g = 0; g < gr; g++) {
+                if (!xrow)
+                    continue;
+                float *m = gran_max + (item * gr + g) * gc;
+                for (int64_t q = 0; q < gc; q++)
+                    m[q] = 0.0f;
+                for (int64_t r = g * qr; r < pf_min64((g + 1) * qr, R); r++) {
+                    pf_im2col_row(c, item, r, xrow);
+                    for (int64_t c0 = 0, q = 0; c0 < K; c0 += qc, q++) {
+                        float mx = m[q];
+                        for (int64_t col = c0; col < pf_min64(c0 + qc, K); col++) {
+                            float v = fabsf(xrow[col]);
+                            bad |= !(v <= FLT_MAX);
+                            mx = v > mx ? v : mx;
+                        }
+                        m[q] = mx;
+                    }
                 }
-        }
-    return bad ? PF_EINVAL : PF_OK;
+            }
+        pf_free(xrow);
+    }
+    return bad & 2 ? PF_ENOMEM : bad ? PF_EINVAL : PF_OK;
 }
 
-void pf_im2col_dequantize(const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc, int64_t gc,
-                          const pf_quant_granule *gran, float *out)
+pf_status pf_im2col_dequantize(const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc, int64_t gc,
+                               const pf_quant_granule *gran, float *out)
 {
     const int64_t R = c->out_h * c->out_w, K = c->channels * c->kh * c->kw;
     const int64_t gr = pf_ceil_div(R, qr);
@@ -167,11 +201,12 @@ void pf_im2col_dequantize(const pf_im2col *c, int64_t batch, int64_t qr, int64_t
         for (int64_t r = 0; r < R; r++) {
             const pf_quant_granule *grow = gran + (item * gr + r / qr) * gc;
             float *o = out + (item * R + r) * K;
-            for (int64_t col = 0; col < K; col++) {
-                const pf_quant_granule *g = &grow[col / qc];
-                o[col] = pf_dequantize(pf_quantize(pf_im2col_at(c, item, r, col), g), g);
-            }
+            pf_im2col_row(c, item, r, o);
+            for (int64_t c0 = 0, q = 0; c0 < K; c0 += qc, q++)
+                for (int64_t col = c0; col < pf_min64(c0 + qc, K); col++)
+                    o[col] = pf_dequantize(pf_quantize(o[col], &grow[q]), &grow[q]);
         }
+    return PF_OK;
 }
 
 /* Packs row panels [rp0, rp1) of the flattened (N*R) input rows: DAC codes,
@@ -184,9 +219,11 @@ static pf_status pack_x(const pf_dpe_args *a, const dpe_setup *s, int64_t rp0, i
     int failed = 0;
 #pragma omp parallel reduction(| : failed)
     {
+        const int im2col = a->x_kind == PF_DPE_X_IM2COL;
         float *z = s->noise_x ? pf_alloc((size_t)K * sizeof(float)) : NULL;
-        int32_t *u = a->x_kind == PF_DPE_X_IM2COL ? pf_alloc((size_t)K * sizeof(int32_t)) : NULL;
-        if ((s->noise_x && !z) || (a->x_kind == PF_DPE_X_IM2COL && !u))
+        float *xrow = im2col ? pf_alloc((size_t)K * sizeof(float)) : NULL;
+        uint8_t *codes = im2col ? pf_alloc((size_t)K * a->sx) : NULL;
+        if ((s->noise_x && !z) || (im2col && (!xrow || !codes)))
             failed = 1;
 #pragma omp for schedule(static)
         for (int64_t rp = rp0; rp < rp1; rp++) {
@@ -204,29 +241,19 @@ static pf_status pack_x(const pf_dpe_args *a, const dpe_setup *s, int64_t rp0, i
                 const float *scale_row = a->x_scale + (item * a->x_gr + r / a->x_qr) * a->x_gc;
                 for (int64_t b = 0; b < nb; b++)
                     S[b * MR + rr] = scale_row[(b * n) / a->x_qc];
-                if (a->x_kind == PF_DPE_X_IM2COL) {
-                    pack_x_row_im2col(a, s, item, r, rr, P, u, z);
-                    continue;
-                }
-                for (int i = 0; i < a->sx; i++) {
-                    const int64_t base = ((i * N + item) * R + r) * K;
-                    const uint8_t *codes = a->x_codes + base;
-                    if (z)
-                        pf_normals(a->seed, PF_STREAM_VNOISE, a->call, (uint64_t)base, K, z);
-                    for (int64_t col = 0; col < K; col++) {
-                        int v = codes[col];
-                        if (v == 0)
-                            continue;
-                        float V = a->x_max[i] <= 256 ? s->dac[i][v] : dac_code(v, a->x_max[i], a->rdac);
-                        if (z)
-                            V = V * (1.0f + (float)a->vnoise * z[col]);
-                        P[(((col / n) * a->sx + i) * n + col % n) * MR + rr] = V;
-                    }
+                if (im2col) {
+                    pack_x_row_im2col(a, s, item, r, rr, P, xrow, codes, z);
+                } else {
+                    const uint8_t *plane[PF_MAX_SLICES];
+                    for (int i = 0; i < a->sx; i++)
+                        plane[i] = a->x_codes + ((i * N + item) * R + r) * K;
+                    pack_x_row(a, s, plane, (uint64_t)((item * R + r) * K), (uint64_t)(N * R * K), rr, P, z);
                 }
             }
         }
+        pf_free(xrow);
+        pf_free(codes);
         pf_free(z);
-        pf_free(u);
     }
     return failed ? PF_ENOMEM : PF_OK;
 }
@@ -352,6 +379,9 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
     for (int j = 0; j < a->sw; j++)
         if (a->radc[j] < 2 || a->w_max[j] > a->g_level - 1)
             return PF_EINVAL;
+    for (int i = 0; i < a->sx; i++)
+        if (a->x_max[i] > 255)
+            return PF_EINVAL; /* slice codes are uint8 */
     if (a->batch == 0 || a->rows == 0 || a->cols == 0)
         return PF_OK;
     if (a->inner == 0) {

@@ -53,16 +53,23 @@ typedef struct {
     int64_t out_h, out_w;     /* Ho, Wo */
 } pf_im2col;
 
-/* Value of unfolded element (item, r, col): zero outside the image. */
-static inline float pf_im2col_at(const pf_im2col *c, int64_t item, int64_t r, int64_t col)
+/* Unfolded row r of item (torch's unfold order: channel, kernel row, kernel
+ * column) into xrow[C*kh*kw]: zero outside the image. */
+static inline void pf_im2col_row(const pf_im2col *c, int64_t item, int64_t r, float *xrow)
 {
-    int64_t oh = r / c->out_w, ow = r % c->out_w;
-    int64_t ci = col / (c->kh * c->kw), kk = col % (c->kh * c->kw);
-    int64_t ih = oh * c->sh - c->ph + (kk / c->kw) * c->dh;
-    int64_t iw = ow * c->sw - c->pw + (kk % c->kw) * c->dw;
-    if (ih < 0 || ih >= c->height || iw < 0 || iw >= c->width)
-        return 0.0f;
-    return c->image[((item * c->channels + ci) * c->height + ih) * c->width + iw];
+    const int64_t oh = r / c->out_w, ow = r % c->out_w;
+    int64_t col = 0;
+    for (int64_t ci = 0; ci < c->channels; ci++) {
+        const float *plane = c->image + (item * c->channels + ci) * c->height * c->width;
+        for (int64_t ki = 0; ki < c->kh; ki++) {
+            const int64_t ih = oh * c->sh - c->ph + ki * c->dh;
+            const int row_ok = ih >= 0 && ih < c->height;
+            for (int64_t kj = 0; kj < c->kw; kj++, col++) {
+                const int64_t iw = ow * c->sw - c->pw + kj * c->dw;
+                xrow[col] = row_ok && iw >= 0 && iw < c->width ? plane[ih * c->width + iw] : 0.0f;
+            }
+        }
+    }
 }
 
 /* Max-abs of every granule (qr, qc) of the unfolded matrix (N, R, K):
@@ -70,7 +77,7 @@ static inline float pf_im2col_at(const pf_im2col *c, int64_t item, int64_t r, in
  * infinite. */
 pf_status pf_im2col_granule_max(const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc, float *gran_max);
 /* Dequantized unfolded input (N, R, K) for the backward pass. */
-void pf_im2col_dequantize(const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc, int64_t gc,
+pf_status pf_im2col_dequantize(const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc, int64_t gc,
                           const pf_quant_granule *gran, float *out);
 
 typedef struct {

@@ -43,6 +43,41 @@ def _number(value, name, minimum=None, integer=False):
     return int(value) if integer else float(value)
 
 
+def _is_torch(obj):
+    t = _torch()
+    return t is not None and isinstance(obj, t.Tensor)
+
+
+def _pair(value, name, minimum):
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = (value, value)
+    try:
+        a, b = (int(v) for v in value)
+        if any(isinstance(v, bool) or not isinstance(v, numbers.Integral) for v in value):
+            raise TypeError
+    except (TypeError, ValueError):
+        raise TypeError("argument '%s': expected an int or a pair of ints, got %r" % (name, value)) from None
+    if a < minimum or b < minimum:
+        raise ValueError("argument '%s': values must be >= %d, got %r" % (name, minimum, value))
+    return a, b
+
+
+def _resolve_granule(rows, cols, paral, quant_gran):
+    """Spec section 2 for the unfolded conv input: the granule rounded up to whole blocks."""
+    if quant_gran is None:
+        q = paral
+    elif isinstance(quant_gran, str):
+        table = {"per-matrix": (rows, cols), "per-row": (1, cols), "per-col": (rows, 1)}
+        if quant_gran not in table:
+            raise ValueError("argument 'input_quant_gran': expected None, 'per-matrix', 'per-row', 'per-col' or a "
+                             "pair of ints, got %r" % (quant_gran,))
+        q = table[quant_gran]
+    else:
+        q = _pair(quant_gran, "input_quant_gran", 1)
+    q = (max(q[0], 1), max(q[1], 1))
+    return (-(-q[0] // paral[0]) * paral[0], -(-q[1] // paral[1]) * paral[1])
+
+
 class DPETensor:
     """Dot-product engine simulating bit-sliced matrix products on memristor crossbars.
 
@@ -200,6 +235,75 @@ class DPETensor:
             result = np.asarray(result)[0]
             return _torch().from_numpy(result) if x._is_torch else result
         return result.to_torch() if x._is_torch else np.asarray(result)
+
+    # -- fused layer entry points (used by pyfastpim.nn) -----------------------
+    def forward_linear(self, x, w_sliced, input_slice, input_paral_size=(1, 32), input_quant_gran=(1, 32), bw_e=None,
+                       return_dequant=False):
+        """x (N, K) or (B, N, K) @ programmed weights ``w_sliced`` (K, P), without bias.
+
+        Returns ``(out, xq)``: out shaped like x with K replaced by P (torch when x is torch);
+        xq, the dequantized input (for straight-through gradients), only when ``return_dequant``.
+        """
+        from .sliced import SlicedData
+        xs = SlicedData(input_slice, bw_e=bw_e, is_weight=False, paral_size=input_paral_size,
+                        quant_gran=input_quant_gran, inference=not return_dequant)
+        xs.slice_data_imp(self, x)
+        out = self.MapReduceDot(xs, w_sliced)
+        if not return_dequant:
+            return out, None
+        dq = xs._dequant if len(xs.shape) == 3 else xs._dequant[0]
+        return out, (_torch().from_numpy(dq) if xs._is_torch else dq)
+
+    def forward_conv2d(self, x, w_sliced, kernel_size, stride=1, padding=0, dilation=1, input_slice=(1, 1, 2, 2),
+                       input_paral_size=(1, 32), input_quant_gran=(1, 32), bw_e=None, return_dequant=False):
+        """2-D convolution of x (N, C_in, H, W) through the crossbar, without bias.
+
+        ``w_sliced`` holds ``W.reshape(C_out, -1).T`` (C_in*kh*kw, C_out) programmed. The input is
+        read as its unfolded patch matrix (N, H_out*W_out, C_in*kh*kw) in torch's unfold order and
+        quantized, sliced and converted by the DACs inside the kernel (implicit im2col): the unfolded
+        matrix is never stored. Returns ``(out (N, C_out, H_out, W_out), xq)``, xq the dequantized
+        unfolded input only when ``return_dequant`` (training).
+        """
+        from .sliced import SlicedData, _widths
+        if not isinstance(w_sliced, SlicedData) or not w_sliced.is_weight or w_sliced._levels is None:
+            raise TypeError("argument 'w_sliced': expected programmed weights (SlicedData(..., is_weight=True))")
+        kh, kw = _pair(kernel_size, "kernel_size", 1)
+        sh, sw = _pair(stride, "stride", 1)
+        ph, pw = _pair(padding, "padding", 0)
+        dh, dw = _pair(dilation, "dilation", 1)
+        shape = tuple(getattr(x, "shape", ()))
+        if len(shape) != 4:
+            raise ValueError("argument 'x': expected a 4-D (N, C, H, W) input, got shape %r" % (shape,))
+        K = shape[1] * kh * kw
+        if K != w_sliced.shape[0]:
+            raise ValueError("argument 'x': %d channels x %dx%d kernel = %d patch values, but the weights have %d rows"
+                             % (shape[1], kh, kw, K, w_sliced.shape[0]))
+        input_paral_size = _pair(input_paral_size, "input_paral_size", 1)
+        if input_paral_size[1] != w_sliced.paral_size[0]:
+            raise ValueError("paral_size mismatch: the input's block columns (%d) must equal the weights' block rows "
+                             "(%d), the crossbar height" % (input_paral_size[1], w_sliced.paral_size[0]))
+        if (bw_e is None) != (w_sliced.bw_e is None):
+            raise ValueError("input and weights must both be INT (bw_e=None) or both BFP")
+        radc = self._radc_lsb_first(len(w_sliced))
+        if self.wire_resistance > 0:
+            raise NotImplementedError('The wire_factor is not supported in the training version!')
+        self._ensure_programmed(w_sliced)
+        ho = (shape[2] + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+        wo = (shape[3] + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+        granule = _resolve_granule(max(ho, 1) * max(wo, 1), K, input_paral_size, input_quant_gran)
+        is_torch = _is_torch(x)
+        if is_torch and x.requires_grad:
+            x = x.detach()
+        out, dq = _core.dpe_conv2d(
+            x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), granule, _widths(input_slice), bw_e is not None,
+            w_sliced._levels, w_sliced._conductance, w_sliced._gran_scale[0], w_sliced._granule, w_sliced._widths,
+            input_paral_size[1], self.rdac, self.g_level, radc, self.HGS, self.LGS,
+            self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed, self.calls % 2 ** 32,
+            bool(return_dequant))
+        self.calls += 1
+        if is_torch:
+            return out.to_torch(), (dq.to_torch() if dq is not None else None)
+        return np.asarray(out), (np.asarray(dq) if dq is not None else None)
 
     def _ensure_programmed(self, mat):
         """Re-programs weights that were sliced with another engine's device parameters."""

@@ -24,6 +24,7 @@ SEED = 0
 
 NOISY = dict(write_variation=0.1, read_variation=0.1, vnoise=0.1, rate_stuck_HGS=0.01, rate_stuck_LGS=0.01)
 FINETUNE_LABEL = "noisier, fine-tuned"
+FINETUNE_EPOCHS = 1
 NOISE_OFF = dict(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
 
 
@@ -157,6 +158,18 @@ def plot(path, results):
 def main(args=None):
     """Run the demo; ``args`` has ``quick`` and ``plot`` (see ``python3 -m pyfastpim demo --help``)."""
     import torch
+    # The float models are tiny (8x8 images): torch's own thread pool only adds synchronization
+    # (badly so on a busy machine), so torch runs single-threaded here; the engine keeps its threads.
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _run(args)
+    finally:
+        torch.set_num_threads(torch_threads)
+
+
+def _run(args):
+    import torch
     quick = bool(getattr(args, "quick", False))
     plot_path = getattr(args, "plot", None)
     t_start = time.perf_counter()
@@ -183,7 +196,7 @@ def main(args=None):
         for label, kw, name, seed in tasks:
             model = models[name] if kw is None else on_engine(models[name], kw, seed)
             if label == FINETUNE_LABEL:  # hardware-aware training on the noisy engine
-                train(model, xtr, ytr, epochs=1 if quick else 3, lr=1e-3)
+                train(model, xtr, ytr, epochs=FINETUNE_EPOCHS, lr=1e-3)
             acc, spb = evaluate(model, xte, yte)
             if isinstance(label, tuple):
                 results.setdefault((label[0], name, label[1]), []).append(acc)
@@ -202,7 +215,7 @@ def main(args=None):
         (am, tm), (ac, tc) = table[(label, "MLP")], table[(label, "CNN")]
         what = "-" if kw is None else describe(kw)
         if label == FINETUNE_LABEL:
-            what = "as above, then %d epoch(s) of training on the engine" % (1 if quick else 3)
+            what = "as above, then %d epoch of training on the engine" % FINETUNE_EPOCHS
         print("%-20s %8.1f%% %8.1f%% %11.2f %11.2f  %s" % (label, 100 * am, 100 * ac, 1e3 * tm, 1e3 * tc, what))
     if plot_path:
         plot(plot_path, results)

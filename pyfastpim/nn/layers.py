@@ -24,7 +24,6 @@ import numbers
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 __all__ = ["LinearMem", "Conv2dMem"]
 
@@ -107,50 +106,29 @@ def _needs_grad(*tensors):
 
 
 # ----------------------------------------------------------------------------- engine calls
-# The engine provides fused forward_linear / forward_conv2d. The fallbacks below compose
-# SlicedData + MapReduceDot (+ F.unfold) for engines without them (to be removed once every
-# engine has the fused methods).
+# The engine's fused entry points slice the input inside the kernel (and, for convolutions,
+# read the unfolded patch matrix implicitly), so no slice codes or unfolded copies are stored.
 
-def _fallback_linear(engine, x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e,
-                     return_dequant):
-    xs = _pyfastpim_attr("SlicedData")(input_slice, bw_e=bw_e, is_weight=False, paral_size=input_paral_size,
-                                       quant_gran=input_quant_gran, inference=not return_dequant)
-    xs.slice_data_imp(engine, x)
-    out = _as_torch(engine.MapReduceDot(xs, w_sliced))
-    return out, (_as_torch(xs.quantized_data) if return_dequant else None)
-
-
-def _fallback_conv2d(engine, x, w_sliced, kernel_size, stride, padding, dilation, input_slice, input_paral_size,
-                     input_quant_gran, bw_e, return_dequant):
-    n, _, h, w = x.shape
-    h_out, w_out = _conv_out_hw((h, w), kernel_size, stride, padding, dilation)
-    cols = F.unfold(x, kernel_size, dilation=dilation, padding=padding, stride=stride).transpose(1, 2)
-    out, xq = _fallback_linear(engine, cols.contiguous(), w_sliced, input_slice, input_paral_size,
-                               input_quant_gran, bw_e, return_dequant)
-    out = out.transpose(1, 2).reshape(n, -1, h_out, w_out)
-    return out, xq
+def _engine_method(engine, name):
+    fn = getattr(engine, name, None)
+    if fn is None:
+        raise TypeError("engine: expected a pyfastpim.DPETensor (an engine with %s), got %s"
+                        % (name, type(engine).__name__))
+    return fn
 
 
 def _engine_linear(layer, x, return_dequant):
-    engine = layer.engine
-    args = (x, layer.weight_sliced, layer._input_slice, layer.input_paral_size, layer.input_quant_gran)
-    fn = getattr(engine, "forward_linear", None)
-    if fn is None:
-        out, xq = _fallback_linear(engine, *args, layer.bw_e, return_dequant)
-    else:
-        out, xq = fn(*args, bw_e=layer.bw_e, return_dequant=return_dequant)
+    fn = _engine_method(layer.engine, "forward_linear")
+    out, xq = fn(x, layer.weight_sliced, layer._input_slice, layer.input_paral_size, layer.input_quant_gran,
+                 bw_e=layer.bw_e, return_dequant=return_dequant)
     return _as_torch(out), _as_torch(xq)
 
 
 def _engine_conv2d(layer, x, return_dequant):
-    engine = layer.engine
-    args = (x, layer.weight_sliced, layer.kernel_size, layer.stride, layer.padding, layer.dilation,
-            layer._input_slice, layer.input_paral_size, layer.input_quant_gran)
-    fn = getattr(engine, "forward_conv2d", None)
-    if fn is None:
-        out, xq = _fallback_conv2d(engine, *args, layer.bw_e, return_dequant)
-    else:
-        out, xq = fn(*args, bw_e=layer.bw_e, return_dequant=return_dequant)
+    fn = _engine_method(layer.engine, "forward_conv2d")
+    out, xq = fn(x, layer.weight_sliced, layer.kernel_size, layer.stride, layer.padding, layer.dilation,
+                 layer._input_slice, layer.input_paral_size, layer.input_quant_gran, bw_e=layer.bw_e,
+                 return_dequant=return_dequant)
     return _as_torch(out), _as_torch(xq)
 
 

@@ -369,7 +369,7 @@ def test_memintelli_style_script_runs_unchanged():
     """MemIntelli's MLP example, imports switched to pyfastpim."""
     engine()  # skips without an engine
     from torch import nn, optim
-    from pyfastpim import ABSE, RE, SNR, DPETensor, SlicedData  # noqa: F401
+    from pyfastpim import ABSE, RE, SNR, DPETensor, SlicedData
 
     class MNISTClassifier(nn.Module):
         def __init__(self, engine, input_slice, weight_slice, device, layer_dims=(64, 32, 10), bw_e=None,
@@ -413,7 +413,7 @@ def test_memintelli_style_script_runs_unchanged():
         out = model(x)
         ideal = soft(x)
     assert out.shape == (16, 10) and torch.isfinite(out).all()
-    assert np.isfinite(SNR(ideal.numpy(), out.numpy())) and RE(ideal, out) >= 0
+    assert np.isfinite(SNR(ideal.numpy(), out.numpy())) and RE(ideal, out) >= 0 and ABSE(ideal, out) >= 0
     assert isinstance(model.layers[0].weight_sliced, SlicedData)
 
 

@@ -17,6 +17,15 @@ weight changed since it was programmed; the rule, checked cheaply on every forwa
 ``weight.data = t``). Not detected: in-place writes through ``weight.data`` (a tensor with
 its own version counter, e.g. ``layer.weight.data.mul_(2)``); call :meth:`update_weight`
 after those, as MemIntelli requires after every change.
+
+The programmed crossbars are derived state: not in the ``state_dict``, dropped when a layer is
+pickled, and re-programmed on first use after ``load_state_dict``, unpickling or
+``copy.deepcopy`` (which shares the engine: it is a simulator configuration and noise stream).
+
+Inference (``torch.no_grad()``, or nothing requiring grad) calls the engine's fused
+``forward_linear`` / ``forward_conv2d`` with ``return_dequant=False``: no autograd graph and no
+dequantized or unfolded copies of the input are kept. Training keeps the dequantized
+(unfolded, for convolutions) input for the weight gradient, as MemIntelli does.
 """
 import copy
 import math

@@ -330,8 +330,6 @@ static PyObject *py_dpe_conv2d(PyObject *self, PyObject *args, PyObject *kwds)
     call_refs refs = {0};
     PyObject *result = NULL;
     PfArray *dq = NULL, *gmax = NULL;
-    pf_quant_granule *gran = NULL;
-    float *xscale = NULL;
     pf_im2col c;
     memset(&c, 0, sizeof c);
     int widths[PF_MAX_SLICES];
@@ -382,13 +380,6 @@ static PyObject *py_dpe_conv2d(PyObject *self, PyObject *args, PyObject *kwds)
         Py_ssize_t gshape[3] = {(Py_ssize_t)a.batch, (Py_ssize_t)a.x_gr, (Py_ssize_t)a.x_gc};
         if (!(gmax = pf_array_new(PF_DT_F32, 3, gshape)))
             goto done;
-        size_t ng = pf_array_size(gmax);
-        gran = pf_alloc((ng ? ng : 1) * sizeof *gran);
-        xscale = pf_alloc((ng ? ng : 1) * sizeof(float));
-        if (!gran || !xscale) {
-            PyErr_NoMemory();
-            goto done;
-        }
         pf_status st;
         Py_BEGIN_ALLOW_THREADS
         st = pf_im2col_granule_max(&c, a.batch, a.x_qr, a.x_qc, (float *)gmax->data);
@@ -397,13 +388,9 @@ static PyObject *py_dpe_conv2d(PyObject *self, PyObject *args, PyObject *kwds)
             PyErr_SetString(PyExc_ValueError, "argument 'input': contains NaN or infinity");
             goto done;
         }
-        for (size_t g = 0; g < ng; g++) {
-            gran[g] = pf_quant_granule_make(((float *)gmax->data)[g], a.x_method.total_bits, bfp);
-            xscale[g] = gran[g].scale;
-        }
     }
-    a.x_gran = gran;
-    a.x_scale = xscale;
+    a.x_gran_max = (const float *)gmax->data;
+    a.x_bfp = bfp;
     {
         Py_ssize_t oshape[4] = {(Py_ssize_t)a.batch, (Py_ssize_t)a.cols, (Py_ssize_t)c.out_h, (Py_ssize_t)c.out_w};
         if (!(refs.out = pf_array_new(PF_DT_F32, 4, oshape)))
@@ -420,15 +407,14 @@ static PyObject *py_dpe_conv2d(PyObject *self, PyObject *args, PyObject *kwds)
         if (!(dq = pf_array_new(PF_DT_F32, 3, dshape)))
             goto done;
         Py_BEGIN_ALLOW_THREADS
-        pf_im2col_dequantize(&c, a.batch, a.x_qr, a.x_qc, a.x_gc, gran, (float *)dq->data);
+        pf_im2col_dequantize(&c, a.batch, a.x_qr, a.x_qc, a.x_gc, (const float *)gmax->data, &a.x_method, bfp,
+                             (float *)dq->data);
         Py_END_ALLOW_THREADS
     }
     result = Py_BuildValue("(OO)", (PyObject *)refs.out, dq ? (PyObject *)dq : Py_None);
 done:
     Py_XDECREF(dq);
     Py_XDECREF(gmax);
-    pf_free(gran);
-    pf_free(xscale);
     refs_release(&refs);
     return result;
 }

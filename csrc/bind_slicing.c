@@ -12,8 +12,6 @@
  */
 #include <math.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "array.h"
 #include "bindings.h"
@@ -207,25 +205,6 @@ static int parse_g_level(PyObject *obj, const pf_slice_method *sm, int *g_level)
     return 0;
 }
 
-/* Large fresh outputs are first touched by the kernel: ask for transparent
- * huge pages (as NumPy does for its large arrays), which cuts the page-fault
- * cost of writing them by ~10x where THP is in "madvise" mode. */
-static void advise_huge_pages(PfArray *a)
-{
-#ifdef MADV_HUGEPAGE
-    size_t nbytes = a ? pf_array_nbytes(a) : 0;
-    if (nbytes < ((size_t)4 << 20))
-        return;
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t begin = ((uintptr_t)a->data + page - 1) & ~(page - 1);
-    uintptr_t end = ((uintptr_t)a->data + nbytes) & ~(page - 1);
-    if (end > begin)
-        (void)madvise((void *)begin, end - begin, MADV_HUGEPAGE); /* advisory: failure is harmless */
-#else
-    (void)a;
-#endif
-}
-
 static PyObject *none_or(PfArray *a)
 {
     if (a)
@@ -275,7 +254,8 @@ static PyObject *py_slice_quantize(PyObject *self, PyObject *args, PyObject *kwd
         goto done;
 
     Py_ssize_t code_shape[4] = {sm.n_slices, n, rows, cols};
-    Py_ssize_t grid_shape[3] = {n, pf_ceil_div(rows, gran[0]), pf_ceil_div(cols, gran[1])};
+    /* ceil without a + b - 1, which overflows for huge granules */
+    Py_ssize_t grid_shape[3] = {n, rows / gran[0] + (rows % gran[0] != 0), cols / gran[1] + (cols % gran[1] != 0)};
     Py_ssize_t data_shape[3] = {n, rows, cols};
     codes = pf_array_new(PF_DT_U8, 4, code_shape);
     gmax = codes ? pf_array_new(PF_DT_F32, 3, grid_shape) : NULL;
@@ -289,9 +269,6 @@ static PyObject *py_slice_quantize(PyObject *self, PyObject *args, PyObject *kwd
     if (g_level && !(levels = pf_array_new(PF_DT_U8, 4, code_shape)))
         goto done;
 
-    advise_huge_pages(codes);
-    advise_huge_pages(dq);
-    advise_huge_pages(levels);
     int status;
     Py_BEGIN_ALLOW_THREADS
     status = pf_slice_quantize((const float *)x->data, n, rows, cols, gran[0], gran[1], &sm, bfp,
@@ -346,7 +323,6 @@ static PyObject *py_program_levels(PyObject *self, PyObject *args, PyObject *kwd
     size_t cells = pf_array_size(codes) / (size_t)sm.n_slices;
     if (!(levels = pf_array_new(PF_DT_U8, codes->ndim, codes->shape)))
         goto fail;
-    advise_huge_pages(levels);
     int status;
     Py_BEGIN_ALLOW_THREADS
     status = pf_program_levels((const uint8_t *)codes->data, (int64_t)cells, &sm, g_level, (uint8_t *)levels->data);
@@ -429,7 +405,6 @@ static PyObject *py_program_conductance(PyObject *self, PyObject *args, PyObject
     }
     if (!(g = pf_array_new(PF_DT_F32, 3, levels->shape)))
         goto fail;
-    advise_huge_pages(g);
     int status;
     Py_BEGIN_ALLOW_THREADS
     status = pf_program_conductance((const uint8_t *)levels->data, levels->shape[0], levels->shape[1],

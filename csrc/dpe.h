@@ -76,9 +76,10 @@ static inline void pf_im2col_row(const pf_im2col *c, int64_t item, int64_t r, fl
  * gran_max (N, ceil(R/qr), ceil(K/qc)). PF_EINVAL when an element is NaN or
  * infinite. */
 pf_status pf_im2col_granule_max(const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc, float *gran_max);
-/* Dequantized unfolded input (N, R, K) for the backward pass. */
+/* Dequantized unfolded input (N, R, K) for the backward pass, granules of
+ * max-abs gran_max (N, ceil(R/qr), gc) quantized with sm (INT or BFP). */
 pf_status pf_im2col_dequantize(const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc, int64_t gc,
-                          const pf_quant_granule *gran, float *out);
+                               const float *gran_max, const pf_slice_method *sm, int bfp, float *out);
 
 typedef struct {
     /* geometry */
@@ -90,7 +91,8 @@ typedef struct {
     pf_dpe_x_kind x_kind;
     const uint8_t *x_codes;
     const pf_im2col *x_im2col;         /* PF_DPE_X_IM2COL */
-    const pf_quant_granule *x_gran;    /* PF_DPE_X_IM2COL: (N, x_gr, x_gc) */
+    const float *x_gran_max;           /* PF_DPE_X_IM2COL: max-abs (N, x_gr, x_gc); scales derive from it */
+    int x_bfp;                         /* PF_DPE_X_IM2COL: BFP (1) or INT (0) quantization */
     pf_slice_method x_method;          /* PF_DPE_X_IM2COL */
     const float *x_scale;
     int64_t x_qr, x_qc, x_gr, x_gc;

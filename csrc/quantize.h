@@ -6,9 +6,11 @@
  * order, rounding half to even with nearbyintf (never roundf); the file is
  * compiled with -ffp-contract=off so nothing is fused into an FMA.
  *
- * Use: once per granule, derive its parameters from the granule's max-abs M
- * (pf_quant_granule); then per element, q = pf_quantize(x, &g) and
- * code_s = pf_slice_code(pf_twos_complement(q, B), off[s], width[s]).
+ * Use: once per granule, g = pf_quant_granule_make(M, B, bfp) from its
+ * max-abs M (gran_max; for BFP pf_quant_granule_bfp(e, B) from gran_exp gives
+ * the same); then per element, q = pf_quantize(x, &g) and
+ * code_s = pf_slice_code(pf_twos_complement(q, B), sm.offset[s], sm.width[s]).
+ * Host C (memcpy, frexpf); an OpenCL port would swap memcpy for as_uint.
  * The specialised pf_quantize_int / pf_quantize_bfp are what vectorizing
  * loops call (the granule's mode is hoisted out of the loop). */
 #ifndef PF_QUANTIZE_H

@@ -35,6 +35,9 @@
 /* abs bits at or above this are +-inf or NaN */
 #define NONFINITE_BITS 0x7f800000u
 
+/* ceil(a / b) for a >= 0, b >= 1 without the a + b - 1 overflow of huge granules */
+static inline int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
+
 typedef struct {
     const float *x;
     int64_t n, rows, cols;
@@ -328,7 +331,7 @@ int pf_slice_quantize(const float *x, int64_t n, int64_t rows, int64_t cols, int
     slice_job jb = {
         .x = x, .n = n, .rows = rows, .cols = cols,
         .gran_rows = gran_rows, .gran_cols = gran_cols,
-        .grid_rows = pf_ceil_div(rows, gran_rows), .grid_cols = pf_ceil_div(cols, gran_cols),
+        .grid_rows = ceil_div(rows, gran_rows), .grid_cols = ceil_div(cols, gran_cols),
         .plane = plane, .sm = sm, .bfp = bfp ? 1 : 0, .codes = codes,
         .gran_max = gran_max, .gran_scale = gran_scale, .gran_exp = bfp ? gran_exp : NULL,
         .dequant = dequant, .g_level = g_level, .levels = levels,
@@ -350,8 +353,8 @@ int pf_slice_quantize(const float *x, int64_t n, int64_t rows, int64_t cols, int
     }
 
     /* few bands: split each band's rows into chunks for the max pass */
-    const int64_t nsplit = pf_min64(band_rows, pf_ceil_div(MIN_TASKS, bands));
-    const int64_t chunk = pf_ceil_div(band_rows, nsplit);
+    const int64_t nsplit = pf_min64(band_rows, ceil_div(MIN_TASKS, bands));
+    const int64_t chunk = ceil_div(band_rows, nsplit);
     const int64_t tasks = bands * nsplit;
     const size_t ngran = (size_t)bands * (size_t)jb.grid_cols;
     memset(gran_max, 0, ngran * sizeof *gran_max); /* 0.0f and abs bits 0 alike */

@@ -502,3 +502,21 @@ def test_sliceddata_bad_inputs():
     with pytest.raises(ValueError, match="engine"):
         w.slice_data_imp(engine(rate_stuck_HGS=0.7, rate_stuck_LGS=0.7), X)
     assert w._codes is None  # a failed call leaves the object as it was
+
+
+@pytest.mark.parametrize("bw_e", [None, 2])
+def test_extreme_magnitudes_match_reference(bw_e):
+    big = np.finfo(np.float32).max
+    x = np.array([[big, -big / 3, 1e-30, -1e-38, 0.0, 1e-45],   # e = 127: 2**-e is subnormal
+                  [1e-40, -3e-41, 0.0, 1e-45, -1e-45, 2e-40],   # subnormal granule maxima
+                  [0.0, -0.0, 0.0, 0.0, 0.0, 0.0]], dtype=np.float32)
+    r, ref = check_against_reference(x, (1, 3), None, (1, 3, 4), bw_e)
+    if bw_e:
+        assert r.gran_exp[0, 0, 0] == 127
+
+
+def test_huge_granule_is_one_granule():
+    x = np.random.default_rng(18).standard_normal((2, 9, 7)).astype(np.float32)
+    r = slice_quantize(x, (1, 1, 2), (2, 3), (2 ** 62, 2 ** 62))
+    assert r.gran_max.shape == (2, 1, 1)
+    np.testing.assert_array_equal(r.codes, slice_quantize(x, (1, 1, 2), (2, 3), "per-matrix").codes)

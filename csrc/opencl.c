@@ -15,7 +15,7 @@
 /* Packed inputs of one row chunk are capped so a large batch streams through
  * a bounded scratch buffer, as on the CPU path. */
 #define PF_CL_A_CHUNK_BYTES ((size_t)64 << 20)
-#define PF_CL_KSEG 32 /* PF_KSEG of kernels/dpe.cl */
+#define PF_CL_PACK_LOCAL 64 /* work-group size of the pack kernels (at most; one noise group per item) */
 
 enum { SCR_A, SCR_RS, SCR_B, SCR_CS, SCR_COUNT };
 
@@ -23,6 +23,8 @@ typedef struct {
     cl_mem mem;
     void *host; /* pf_alloc'd backing store on zero-copy devices */
     size_t bytes;
+    int zeroed;        /* zero-filled for the geometry in sig (padding stays zero) */
+    uint64_t sig[4];
 } pf_cl_scratch;
 
 struct pf_cl_device {
@@ -32,14 +34,16 @@ struct pf_cl_device {
     cl_context ctx;
     cl_command_queue queue;
     cl_program program;
-    cl_kernel k_pack_x, k_pack_w, k_mvm, k_normals;
+    cl_kernel k_pack_x, k_pack_w, k_scales_w, k_mvm, k_normals;
+    size_t pack_local;
+    int profile;          /* PYFASTPIM_CL_PROFILE=1: kernel times on stderr */
     int built;
     int allow_zero_copy;
     int zero_copy;        /* operands shared in place (probe passed) */
     size_t zc_align;      /* host pointer alignment the sharing needs */
     int correct_divsqrt;  /* -cl-fp32-correctly-rounded-divide-sqrt supported */
     int fp64;             /* cl_khr_fp64 (libm-equivalent expf on row tails) */
-    int tm, tn;
+    int tm, tn, b_panel;
     size_t lx, ly;
     pf_cl_scratch scratch[SCR_COUNT];
 };
@@ -297,7 +301,9 @@ pf_status pf_cl_open(int platform, int device, int allow_zero_copy, pf_cl_device
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)dev->platform, 0};
     dev->ctx = clCreateContext(props, 1, &dev->device, NULL, NULL, &rc);
     CL_CHECK(rc, "clCreateContext");
-    dev->queue = clCreateCommandQueue(dev->ctx, dev->device, 0, &rc);
+    const char *prof = getenv("PYFASTPIM_CL_PROFILE");
+    dev->profile = prof && strcmp(prof, "1") == 0;
+    dev->queue = clCreateCommandQueue(dev->ctx, dev->device, dev->profile ? CL_QUEUE_PROFILING_ENABLE : 0, &rc);
     CL_CHECK(rc, "clCreateCommandQueue");
     cl_device_fp_config fp = 0;
     if (clGetDeviceInfo(dev->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL) == CL_SUCCESS)
@@ -341,7 +347,7 @@ void pf_cl_close(pf_cl_device *dev)
     if (dev->queue)
         clFinish(dev->queue);
     pf_cl_release_scratch(dev);
-    cl_kernel ks[] = {dev->k_pack_x, dev->k_pack_w, dev->k_mvm, dev->k_normals};
+    cl_kernel ks[] = {dev->k_pack_x, dev->k_pack_w, dev->k_scales_w, dev->k_mvm, dev->k_normals};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -365,9 +371,10 @@ void pf_cl_tile(const pf_cl_device *dev, int *tm, int *tn, size_t *lx, size_t *l
     *ly = dev->ly;
 }
 
-/* Tile shape per device type; PYFASTPIM_CL_TILE="TM,TN,LX,LY" overrides it
- * (tuning on new hardware). CPUs: one 6 x 16 register tile per work-item,
- * like the AVX2 micro-kernel; GPUs: 4 x 4 per work-item, 16 x 8 work-groups. */
+/* Tile shape per device type; PYFASTPIM_CL_TILE="TM,TN,LX,LY[,PANEL]"
+ * overrides it (tuning on new hardware). CPUs: one 6 x 16 register tile per
+ * work-item over panel-packed weights, like the AVX2 micro-kernel; GPUs: 4 x 4
+ * per work-item, 16 x 8 work-groups, column-major weights (coalesced). */
 static void choose_tile(pf_cl_device *dev)
 {
     int is_cpu = strcmp(dev->info.type, "cpu") == 0;
@@ -375,15 +382,17 @@ static void choose_tile(pf_cl_device *dev)
     dev->tn = is_cpu ? 16 : 4;
     dev->lx = is_cpu ? 1 : 16;
     dev->ly = is_cpu ? 1 : 8;
+    dev->b_panel = is_cpu;
     const char *env = getenv("PYFASTPIM_CL_TILE");
-    int tm, tn;
+    int tm, tn, panel = dev->b_panel;
     long lx, ly;
-    if (env && sscanf(env, "%d,%d,%ld,%ld", &tm, &tn, &lx, &ly) == 4 && tm >= 1 && tm <= 16 &&
+    if (env && sscanf(env, "%d,%d,%ld,%ld,%d", &tm, &tn, &lx, &ly, &panel) >= 4 && tm >= 1 && tm <= 16 &&
         (tn == 1 || tn == 2 || tn == 4 || tn == 8 || tn == 16) && lx >= 1 && ly >= 1 && lx <= 1024 && ly <= 1024) {
         dev->tm = tm;
         dev->tn = tn;
         dev->lx = (size_t)lx;
         dev->ly = (size_t)ly;
+        dev->b_panel = panel != 0;
     }
 }
 
@@ -456,9 +465,9 @@ pf_status pf_cl_build(pf_cl_device *dev, char *err, size_t errlen)
             srcs[ns++] = pf_cl_sources[i].source;
     choose_tile(dev);
     char opts[256];
-    snprintf(opts, sizeof opts, "%s%s-DPF_TM=%d -DPF_TN=%d",
+    snprintf(opts, sizeof opts, "%s%s-DPF_TM=%d -DPF_TN=%d -DPF_B_PANEL=%d",
              dev->correct_divsqrt ? "-cl-fp32-correctly-rounded-divide-sqrt " : "", dev->fp64 ? "-DPF_HAVE_FP64 " : "",
-             dev->tm, dev->tn);
+             dev->tm, dev->tn, dev->b_panel);
     dev->program = clCreateProgramWithSource(dev->ctx, ns, srcs, NULL, &rc);
     CL_CHECK(rc, "clCreateProgramWithSource");
     rc = clBuildProgram(dev->program, 1, &dev->device, opts, NULL, NULL);
@@ -475,10 +484,22 @@ pf_status pf_cl_build(pf_cl_device *dev, char *err, size_t errlen)
     CL_CHECK(rc, "clCreateKernel(pf_dpe_pack_x)");
     dev->k_pack_w = clCreateKernel(dev->program, "pf_dpe_pack_w", &rc);
     CL_CHECK(rc, "clCreateKernel(pf_dpe_pack_w)");
+    dev->k_scales_w = clCreateKernel(dev->program, "pf_dpe_scales_w", &rc);
+    CL_CHECK(rc, "clCreateKernel(pf_dpe_scales_w)");
     dev->k_mvm = clCreateKernel(dev->program, "pf_dpe_mvm", &rc);
     CL_CHECK(rc, "clCreateKernel(pf_dpe_mvm)");
     dev->k_normals = clCreateKernel(dev->program, "pf_normals", &rc);
     CL_CHECK(rc, "clCreateKernel(pf_normals)");
+    /* the pack kernels' work-groups must fit both of them */
+    dev->pack_local = PF_CL_PACK_LOCAL;
+    cl_kernel packs[2] = {dev->k_pack_x, dev->k_pack_w};
+    for (int i = 0; i < 2; i++) {
+        size_t pwg = 0;
+        CL_CHECK(clGetKernelWorkGroupInfo(packs[i], dev->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof pwg, &pwg, NULL),
+                 "clGetKernelWorkGroupInfo(pack)");
+        while (dev->pack_local > pwg && dev->pack_local > 1)
+            dev->pack_local /= 2;
+    }
     /* the work-group must fit the compiled kernel: shrink y, then x */
     size_t kwg = 0;
     CL_CHECK(clGetKernelWorkGroupInfo(dev->k_mvm, dev->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL),
@@ -521,7 +542,7 @@ pf_status pf_cl_build(pf_cl_device *dev, char *err, size_t errlen)
     return PF_OK;
 fail:
     {
-        cl_kernel *ks[] = {&dev->k_pack_x, &dev->k_pack_w, &dev->k_mvm, &dev->k_normals};
+        cl_kernel *ks[] = {&dev->k_pack_x, &dev->k_pack_w, &dev->k_scales_w, &dev->k_mvm, &dev->k_normals};
         for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
             if (*ks[i]) {
                 clReleaseKernel(*ks[i]);
@@ -535,6 +556,8 @@ fail:
 }
 
 /* ---- buffers ---- */
+
+static size_t round_up(size_t v, size_t m) { return (v + m - 1) / m * m; }
 
 #define SET_ARG(k, idx, type, val)                                                                             \
     do {                                                                                                       \
@@ -667,6 +690,49 @@ static pf_status scratch_get(pf_cl_device *dev, int slot, size_t bytes, const ch
 fail:
     pf_free(s->host);
     memset(s, 0, sizeof *s);
+    return st;
+}
+
+/* Enqueues kernel `k`; with profiling on, waits for it and prints its time. */
+static pf_status enqueue(pf_cl_device *dev, cl_kernel k, const char *name, cl_uint dims, const size_t *gws,
+                         const size_t *lws, char *err, size_t errlen)
+{
+    pf_status st = PF_OK;
+    cl_event ev = NULL;
+    char what[96];
+    snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", name);
+    CL_CHECK(clEnqueueNDRangeKernel(dev->queue, k, dims, NULL, gws, lws, 0, NULL, dev->profile ? &ev : NULL), what);
+    if (ev) {
+        cl_ulong t0 = 0, t1 = 0;
+        CL_CHECK(clWaitForEvents(1, &ev), "clWaitForEvents");
+        CL_CHECK(clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL), "profiling");
+        CL_CHECK(clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL), "profiling");
+        fprintf(stderr, "pyfastpim opencl: %-18s %10.3f ms\n", name, (double)(t1 - t0) * 1e-6);
+        clReleaseEvent(ev);
+    }
+    return PF_OK;
+fail:
+    if (ev)
+        clReleaseEvent(ev);
+    return st;
+}
+
+/* Zero-fills scratch `slot` unless it is already zero-filled for geometry
+ * `sig`: the pack kernels never write the padding, so it stays zero. */
+static pf_status scratch_zero(pf_cl_device *dev, int slot, const uint64_t sig[4], char *err, size_t errlen)
+{
+    pf_status st = PF_OK;
+    pf_cl_scratch *s = &dev->scratch[slot];
+    if (s->zeroed && memcmp(s->sig, sig, sizeof s->sig) == 0)
+        return PF_OK;
+    const float zero = 0.0f;
+    CL_CHECK(clEnqueueFillBuffer(dev->queue, s->mem, &zero, sizeof zero, 0, s->bytes / sizeof(float) * sizeof(float),
+                                 0, NULL, NULL), "clEnqueueFillBuffer(scratch)");
+    memcpy(s->sig, sig, sizeof s->sig);
+    s->zeroed = 1;
+    return PF_OK;
+fail:
+    s->zeroed = 0;
     return st;
 }
 
@@ -833,8 +899,6 @@ static pf_status setup_init(const pf_dpe_args *a, cl_setup *s)
     return PF_OK;
 }
 
-static size_t round_up(size_t v, size_t m) { return (v + m - 1) / m * m; }
-
 pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_weights *w, char *err, size_t errlen)
 {
     if (a->n <= 0 || a->sx <= 0 || a->sw <= 0 || a->sx > PF_MAX_SLICES || a->sw > PF_MAX_SLICES || a->rdac < 2 ||
@@ -937,31 +1001,49 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
     const float QG = (float)((a->HGS - a->LGS) / (a->g_level - 1));
     const float lgs = (float)(a->LGS / ((a->HGS - a->LGS) / (a->g_level - 1)));
     {
+        const uint64_t sig_b[4] = {sw, Kp, Pp, K * 0x100000000ull + P};
+        const uint64_t sig_a[4] = {sx, Kp, Gc, K};
+        if ((st = scratch_zero(dev, SCR_B, sig_b, err, errlen)) != PF_OK ||
+            (st = scratch_zero(dev, SCR_A, sig_a, err, errlen)) != PF_OK)
+            goto fail;
+        size_t total, dw[3] = {sw, K, P};
+        if (pf_mul_sizes(dw, 3, &total)) {
+            st = PF_EOVERFLOW;
+            goto fail;
+        }
         cl_kernel k = dev->k_pack_w;
         SET_ARG(k, 0, cl_mem, wl);
         SET_ARG(k, 1, cl_mem, wc);
         SET_ARG(k, 2, cl_mem, m[M_SIG]);
-        SET_ARG(k, 3, cl_mem, ws);
-        SET_ARG(k, 4, cl_mem, sB);
-        SET_ARG(k, 5, cl_mem, sCS);
-        SET_ARG(k, 6, cl_ulong, K);
-        SET_ARG(k, 7, cl_ulong, P);
-        SET_ARG(k, 8, cl_ulong, Kp);
-        SET_ARG(k, 9, cl_ulong, Pp);
-        SET_ARG(k, 10, cl_ulong, n);
-        SET_ARG(k, 11, cl_ulong, (cl_ulong)a->w_qr);
-        SET_ARG(k, 12, cl_ulong, (cl_ulong)a->w_qc);
-        SET_ARG(k, 13, cl_ulong, (cl_ulong)a->w_gc);
-        SET_ARG(k, 14, cl_int, s.noise_w);
-        SET_ARG(k, 15, cl_int, a->w_conductance != NULL);
-        SET_ARG(k, 16, cl_int, a->read_sigma != NULL);
-        SET_ARG(k, 17, cl_float, QG);
-        SET_ARG(k, 18, cl_float, lgs);
-        SET_ARG(k, 19, cl_ulong, a->seed);
-        SET_ARG(k, 20, cl_uint, a->call);
-        size_t gws[3] = {(Pp + PF_CL_KSEG - 1) / PF_CL_KSEG, Kp, sw};
-        CL_CHECK(clEnqueueNDRangeKernel(dev->queue, k, 3, NULL, gws, NULL, 0, NULL, NULL),
-                 "clEnqueueNDRangeKernel(pf_dpe_pack_w)");
+        SET_ARG(k, 3, cl_mem, sB);
+        SET_ARG(k, 4, cl_ulong, K);
+        SET_ARG(k, 5, cl_ulong, P);
+        SET_ARG(k, 6, cl_ulong, Kp);
+        SET_ARG(k, 7, cl_ulong, Pp);
+        SET_ARG(k, 8, cl_ulong, n);
+        SET_ARG(k, 9, cl_ulong, total);
+        SET_ARG(k, 10, cl_int, s.noise_w);
+        SET_ARG(k, 11, cl_int, a->w_conductance != NULL);
+        SET_ARG(k, 12, cl_int, a->read_sigma != NULL);
+        SET_ARG(k, 13, cl_float, QG);
+        SET_ARG(k, 14, cl_float, lgs);
+        SET_ARG(k, 15, cl_ulong, a->seed);
+        SET_ARG(k, 16, cl_uint, a->call);
+        size_t gws = round_up((total + 3) / 4, dev->pack_local), lws = dev->pack_local;
+        if ((st = enqueue(dev, k, "pf_dpe_pack_w", 1, &gws, &lws, err, errlen)) != PF_OK)
+            goto fail;
+        k = dev->k_scales_w;
+        SET_ARG(k, 0, cl_mem, ws);
+        SET_ARG(k, 1, cl_mem, sCS);
+        SET_ARG(k, 2, cl_ulong, P);
+        SET_ARG(k, 3, cl_ulong, Pp);
+        SET_ARG(k, 4, cl_ulong, n);
+        SET_ARG(k, 5, cl_ulong, (cl_ulong)a->w_qr);
+        SET_ARG(k, 6, cl_ulong, (cl_ulong)a->w_qc);
+        SET_ARG(k, 7, cl_ulong, (cl_ulong)a->w_gc);
+        size_t gcs[2] = {Pp, nb};
+        if ((st = enqueue(dev, k, "pf_dpe_scales_w", 2, gcs, NULL, err, errlen)) != PF_OK)
+            goto fail;
     }
     {
         cl_kernel k = dev->k_pack_x;
@@ -1007,14 +1089,14 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
         size_t rows = G - g0 < Gc ? G - g0 : Gc;
         SET_ARG(dev->k_pack_x, 10, cl_ulong, g0);
         SET_ARG(dev->k_pack_x, 11, cl_ulong, rows);
-        size_t gx[3] = {(Kp + PF_CL_KSEG - 1) / PF_CL_KSEG, Gc, sx};
-        CL_CHECK(clEnqueueNDRangeKernel(dev->queue, dev->k_pack_x, 3, NULL, gx, NULL, 0, NULL, NULL),
-                 "clEnqueueNDRangeKernel(pf_dpe_pack_x)");
+        size_t gx[2] = {round_up(rows * K / 4 + 2, dev->pack_local), sx}, lx[2] = {dev->pack_local, 1};
+        if ((st = enqueue(dev, dev->k_pack_x, "pf_dpe_pack_x", 2, gx, lx, err, errlen)) != PF_OK)
+            goto fail;
         SET_ARG(dev->k_mvm, 8, cl_ulong, g0);
         SET_ARG(dev->k_mvm, 9, cl_ulong, rows);
         size_t gm[2] = {Pp / (size_t)dev->tn, Gc / (size_t)dev->tm}, lm[2] = {dev->lx, dev->ly};
-        CL_CHECK(clEnqueueNDRangeKernel(dev->queue, dev->k_mvm, 2, NULL, gm, lm, 0, NULL, NULL),
-                 "clEnqueueNDRangeKernel(pf_dpe_mvm)");
+        if ((st = enqueue(dev, dev->k_mvm, "pf_dpe_mvm", 2, gm, lm, err, errlen)) != PF_OK)
+            goto fail;
     }
     st = buf_finish_out(dev, m[M_OUT], a->out, b_out, out_shared, err, errlen);
     release_mems(m, M_COUNT);
@@ -1051,8 +1133,8 @@ pf_status pf_cl_normals(pf_cl_device *dev, uint64_t seed, uint32_t stream, uint3
     SET_ARG(k, 5, cl_ulong, (cl_ulong)count);
     {
         size_t gws = (size_t)count;
-        CL_CHECK(clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &gws, NULL, 0, NULL, NULL),
-                 "clEnqueueNDRangeKernel(pf_normals)");
+        if ((st = enqueue(dev, k, "pf_normals", 1, &gws, NULL, err, errlen)) != PF_OK)
+            goto fail;
     }
     st = buf_finish_out(dev, mo, out, bytes, shared, err, errlen);
     clReleaseMemObject(mo);

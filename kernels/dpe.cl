@@ -3,11 +3,14 @@
  * operation order, so noise-free outputs are bit-identical to the CPU path and
  * noisy outputs equal to it up to the ulp error of log/sin/cos/exp.
  *
- * Packed layouts (zero padded, written in full by the pack kernels):
- *   A  [Sx][Kp][Gc]  DAC voltages of the Gc rows of one row chunk (row fastest)
- *   RS [nb][Gc]      input block scales of those rows
- *   B  [Sw][Kp][Pp]  conductances in units of Q_G above LGS (column fastest)
- *   CS [nb][Pp]      weight block scales
+ * Packed layouts (zero padded), as the CPU's (dpe.h) micro-panels:
+ *   A  [Gc/TM][nb][Sx][n][TM]  DAC voltages of the Gc rows of one row chunk
+ *   RS [nb][Gc]                input block scales of those rows
+ *   B  [Pp/TN][nb][Sw][n][TN]  conductances in units of Q_G above LGS
+ *      (PF_B_PANEL = 1, CPUs: each work-item streams one contiguous panel)
+ *   or [Sw][Kp][Pp]            (PF_B_PANEL = 0, GPUs: neighbouring work-items
+ *                               read neighbouring columns, coalesced)
+ *   CS [nb][Pp]                weight block scales
  * with Kp = nb * n (crossbar blocks), Gc a multiple of PF_TM * local size y,
  * Pp a multiple of PF_TN * local size x.
  *
@@ -16,7 +19,7 @@
  *   acc = fma(A, B, acc) over the n rows of the crossbar in order,
  *   code = rint(acc * alpha_j) (or the exact table), tb = tb + code * coef_ij,
  * then out = out + tb * (rs * cs). Compile-time sizes: PF_TM, PF_TN (host
- * chooses per device type), PF_KSEG. */
+ * chooses per device type). */
 #pragma OPENCL FP_CONTRACT OFF
 
 #ifndef PF_TM
@@ -25,7 +28,24 @@
 #ifndef PF_TN
 #define PF_TN 4
 #endif
-#define PF_KSEG 32
+#ifndef PF_B_PANEL
+#define PF_B_PANEL 0
+#endif
+
+/* element (i, k, gc) of A and (j, k, p) of B, k = b * n + kk */
+inline ulong pf_a_index(ulong i, ulong k, ulong gc, ulong n, ulong nb, ulong sx)
+{
+    return ((((gc / PF_TM) * nb + k / n) * sx + i) * n + k % n) * PF_TM + gc % PF_TM;
+}
+
+inline ulong pf_b_index(ulong j, ulong k, ulong p, ulong n, ulong nb, ulong sw, ulong Kp, ulong Pp)
+{
+#if PF_B_PANEL
+    return ((((p / PF_TN) * nb + k / n) * sw + j) * n + k % n) * PF_TN + p % PF_TN;
+#else
+    return (j * Kp + k) * Pp + p;
+#endif
+}
 
 #if PF_TN == 1
 typedef float pf_vec;
@@ -51,110 +71,105 @@ typedef float16 pf_vec;
 #error "PF_TN must be 1, 2, 4, 8 or 16"
 #endif
 
-/* Inputs: global (ceil(Kp / KSEG), Gc, Sx). Element (i, g, k) of x_codes is
- * noise element (i*G + g)*K + k, as on the CPU ((i*N + item)*R + r)*K + k. */
+/* rint (round half to even) by the 2^23 trick, exact for every float: for
+ * |x| < 2^23, (|x| + 2^23) - 2^23 rounds |x| to an integer in round-to-
+ * nearest-even; |x| >= 2^23 is already an integer (or inf/nan). Builtin rint
+ * on vectors is a library call on some runtimes (PoCL). */
+inline pf_vec pf_rint(pf_vec x)
+{
+    const pf_vec ax = fabs(x);
+    const pf_vec r = copysign((ax + 8388608.0f) - 8388608.0f, x);
+    return ax < 8388608.0f ? r : x;
+}
+
+/* Noise is drawn one Philox group (4 consecutive elements of the flat noise
+ * index) per work-item, branch-free, so devices vectorize across work-items
+ * (PoCL) or run one group per thread (GPUs). The pack kernels write only the
+ * valid region; the host zeroes the padding of A and B when their geometry
+ * changes (the padding is never written afterwards).
+ *
+ * Inputs of rows [g0, g0 + rows): global (ceil(rows*K / 4) + 1, Sx). Element
+ * (i, g, k) of x_codes is noise element (i*G + g)*K + k, as on the CPU
+ * ((i*N + item)*R + r)*K + k. V = dac[v], times (1 + vnoise * z) with noise;
+ * a zero code stays +0 (the CPU skips it). Also writes the row scales RS. */
 kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale, global const float *dac,
                           global float *A, global float *RS,
-                          ulong G, ulong R, ulong K, ulong Kp, ulong Gc, ulong g0, ulong rows_valid, ulong n,
+                          ulong G, ulong R, ulong K, ulong Kp, ulong Gc, ulong g0, ulong rows, ulong n,
                           ulong x_qr, ulong x_qc, ulong x_gr, ulong x_gc,
                           int noise_x, float vnoise, ulong seed, uint call)
 {
-    const ulong k0 = get_global_id(0) * PF_KSEG, gc = get_global_id(1), i = get_global_id(2);
-    if (k0 >= Kp || gc >= Gc)
+    const ulong i = get_global_id(1);
+    const ulong start = (i * G + g0) * K, end = start + rows * K;
+    const ulong q = (start >> 2) + get_global_id(0);
+    if (q * 4 >= end)
         return;
-    const ulong k1 = min(k0 + PF_KSEG, Kp);
-    global float *dst = A + i * Kp * Gc + gc;
-    if (gc >= rows_valid) {
-        for (ulong k = k0; k < k1; k++)
-            dst[k * Gc] = 0.0f;
-        if (i == 0)
-            for (ulong k = ((k0 + n - 1) / n) * n; k < k1; k += n)
-                RS[(k / n) * Gc + gc] = 0.0f;
-        return;
-    }
-    const ulong g = g0 + gc, item = g / R, r = g % R;
-    if (i == 0) {
-        global const float *scale_row = x_scale + (item * x_gr + r / x_qr) * x_gc;
-        for (ulong k = ((k0 + n - 1) / n) * n; k < k1; k += n)
-            RS[(k / n) * Gc + gc] = scale_row[k / x_qc];
-    }
-    const ulong base = (i * G + g) * K;
+    const float4 z = noise_x ? pf_normal4(seed, PF_STREAM_VNOISE, call, q) : (float4)(0.0f);
     global const float *dac_i = dac + i * 256;
-    ulong cur = ~(ulong)0;
-    float4 z = (float4)(0.0f);
-    for (ulong k = k0; k < k1; k++) {
+    for (uint l = 0; l < 4; l++) {
+        const ulong idx = q * 4 + l;
+        if (idx < start || idx >= end)
+            continue;
+        const ulong e = idx - i * G * K, g = e / K, k = e % K, gc = g - g0;
+        const uint v = codes[idx];
         float V = 0.0f;
-        if (k < K) {
-            uint v = codes[base + k];
-            if (v != 0) {
-                V = dac_i[v];
-                if (noise_x) {
-                    ulong idx = base + k;
-                    if ((idx >> 2) != cur) {
-                        cur = idx >> 2;
-                        z = pf_normal4(seed, PF_STREAM_VNOISE, call, cur);
-                    }
-                    V = V * (1.0f + vnoise * pf_lane(z, (uint)(idx & 3)));
-                }
-            }
+        if (v != 0) {
+            V = dac_i[v];
+            if (noise_x)
+                V = V * (1.0f + vnoise * pf_lane(z, l));
         }
-        dst[k * Gc] = V;
+        A[pf_a_index(i, k, gc, n, Kp / n, (ulong)get_global_size(1))] = V;
+        if (i == 0 && k % n == 0) {
+            const ulong item = g / R, r = g % R;
+            RS[(k / n) * Gc + gc] = x_scale[(item * x_gr + r / x_qr) * x_gc + k / x_qc];
+        }
     }
 }
 
-/* Weights: global (ceil(Pp / KSEG), Kp, Sw). Cell (j, k, p) is noise element
+/* Weights: global (ceil(Sw*K*P / 4)). Cell (j, k, p) is noise element
  * (j*K + k)*P + p. val = L without noise; with noise, as pack_w in dpe.c:
  * f = exp(sigma[L] * z) (or 1), val = (G / QG) * f - lgs or (L + lgs) * f - lgs. */
 kernel void pf_dpe_pack_w(global const uchar *levels, global const float *cond, global const float *sigma,
-                          global const float *w_scale, global float *B, global float *CS,
-                          ulong K, ulong P, ulong Kp, ulong Pp, ulong n, ulong w_qr, ulong w_qc, ulong w_gc,
+                          global float *B, ulong K, ulong P, ulong Kp, ulong Pp, ulong n, ulong total,
                           int noise_w, int has_cond, int has_sigma, float QG, float lgs, ulong seed, uint call)
 {
-    const ulong p0 = get_global_id(0) * PF_KSEG, k = get_global_id(1), j = get_global_id(2);
-    if (p0 >= Pp || k >= Kp)
+    const ulong q = get_global_id(0);
+    if (q * 4 >= total)
         return;
-    const ulong p1 = min(p0 + PF_KSEG, Pp);
-    if (j == 0 && k % n == 0) {
-        global float *cs = CS + (k / n) * Pp;
-        global const float *srow = w_scale + (k / w_qr) * w_gc;
-        for (ulong p = p0; p < p1; p++)
-            cs[p] = p < P ? srow[p / w_qc] : 0.0f;
-    }
-    global float *dst = B + (j * Kp + k) * Pp;
-    if (k >= K) {
-        for (ulong p = p0; p < p1; p++)
-            dst[p] = 0.0f;
-        return;
-    }
-    const ulong cell0 = (j * K + k) * P;
-    ulong cur = ~(ulong)0;
-    float4 z = (float4)(0.0f);
-    for (ulong p = p0; p < p1; p++) {
-        float val = 0.0f;
-        if (p < P) {
-            uint L = levels[cell0 + p];
-            if (!noise_w) {
-                val = (float)L;
-            } else {
-                float f = 1.0f;
-                if (has_sigma) {
-                    ulong idx = cell0 + p;
-                    if ((idx >> 2) != cur) {
-                        cur = idx >> 2;
-                        z = pf_normal4(seed, PF_STREAM_READ, call, cur);
-                    }
-                    f = sigma[L] * pf_lane(z, (uint)(idx & 3));
-                    /* the CPU's pf_exp_inplace: SLEEF on runs of 8, libm on the row's tail */
-                    f = p < (P & ~(ulong)7) ? pf_sleef_expf(f) : pf_libm_expf(f);
-                }
-                if (has_cond)
-                    val = (cond[cell0 + p] / QG) * f - lgs;
-                else
-                    val = ((float)L + lgs) * f - lgs;
+    const float4 z = (noise_w && has_sigma) ? pf_normal4(seed, PF_STREAM_READ, call, q) : (float4)(0.0f);
+    const ulong tail = P & ~(ulong)7;
+    for (uint l = 0; l < 4; l++) {
+        const ulong idx = q * 4 + l;
+        if (idx >= total)
+            break;
+        const ulong row = idx / P, p = idx % P, j = row / K, k = row % K;
+        const uint L = levels[idx];
+        float val;
+        if (!noise_w) {
+            val = (float)L;
+        } else {
+            float f = 1.0f;
+            if (has_sigma) {
+                f = sigma[L] * pf_lane(z, l);
+                /* the CPU's pf_exp_inplace: SLEEF on runs of 8, libm on the row's tail */
+                f = p < tail ? pf_sleef_expf(f) : pf_libm_expf(f);
             }
+            if (has_cond)
+                val = (cond[idx] / QG) * f - lgs;
+            else
+                val = ((float)L + lgs) * f - lgs;
         }
-        dst[p] = val;
+        B[pf_b_index(j, k, p, n, Kp / n, total / (K * P), Kp, Pp)] = val;
     }
+}
+
+/* Weight block scales: global (Pp, nb). */
+kernel void pf_dpe_scales_w(global const float *w_scale, global float *CS, ulong P, ulong Pp, ulong n, ulong w_qr,
+                            ulong w_qc, ulong w_gc)
+{
+    const ulong p = get_global_id(0), b = get_global_id(1);
+    if (p >= Pp)
+        return;
+    CS[b * Pp + p] = p < P ? w_scale[((b * n) / w_qr) * w_gc + p / w_qc] : 0.0f;
 }
 
 /* Tile kernel: global (Pp / PF_TN, Gc / PF_TM). fparams = coef[sx*sw] then
@@ -179,14 +194,20 @@ kernel void pf_dpe_mvm(global const float *A, global const float *B, global cons
         for (int r = 0; r < PF_TM; r++)
             tb[r] = (pf_vec)(0.0f);
         for (int i = 0; i < sx; i++) {
-            global const float *Ab = A + ((ulong)i * Kp + (ulong)b * n) * Gc + rb;
+            global const float *Ab = A + (((rb / PF_TM) * nb + b) * sx + i) * (ulong)n * PF_TM;
             for (int j = 0; j < sw; j++) {
+#if PF_B_PANEL
+                global const float *Bb = B + (((cb / PF_TN) * nb + b) * sw + j) * (ulong)n * PF_TN;
+                const ulong bstride = PF_TN;
+#else
                 global const float *Bb = B + ((ulong)j * Kp + (ulong)b * n) * Pp + cb;
+                const ulong bstride = Pp;
+#endif
                 for (int r = 0; r < PF_TM; r++)
                     acc[r] = (pf_vec)(0.0f);
                 for (int k = 0; k < n; k++) {
-                    const pf_vec bv = PF_VLOAD(Bb + (ulong)k * Pp);
-                    global const float *ak = Ab + (ulong)k * Gc;
+                    const pf_vec bv = PF_VLOAD(Bb + (ulong)k * bstride);
+                    global const float *ak = Ab + (ulong)k * PF_TM;
 #pragma unroll
                     for (int r = 0; r < PF_TM; r++)
                         acc[r] = fma((pf_vec)(ak[r]), bv, acc[r]);
@@ -209,7 +230,7 @@ kernel void pf_dpe_mvm(global const float *A, global const float *B, global cons
                 } else {
                     const float alpha = fparams[sx * sw + j];
                     for (int r = 0; r < PF_TM; r++)
-                        tb[r] = tb[r] + rint(acc[r] * alpha) * coef;
+                        tb[r] = tb[r] + pf_rint(acc[r] * alpha) * coef;
                 }
             }
         }

@@ -3,6 +3,7 @@
 #include "array.h"
 #include "bindings.h"
 #include "dpe.h"
+#include "memory.h"
 #include "noise.h"
 #include "philox_noise.h"
 
@@ -28,9 +29,10 @@ static int parse_widths(PyObject *obj, const char *argname, int *m, int64_t *w)
             Py_DECREF(seq);
             return -1;
         }
-        if (v <= 0 || v > 16) {
+        if (v <= 0 || v > 8) {
             Py_DECREF(seq);
-            PyErr_Format(PyExc_ValueError, "argument '%s': slice widths must be in 1..16, got %ld", argname, v);
+            PyErr_Format(PyExc_ValueError, "argument '%s': slice widths must be in 1..8 (codes are uint8), got %ld",
+                         argname, v);
             return -1;
         }
         widths[t] = (int)v;
@@ -82,188 +84,343 @@ static int check_shape(PfArray *a, const char *argname, int ndim, const int64_t 
     return 0;
 }
 
+/* Arrays a call keeps alive while the kernel runs. */
+typedef struct {
+    PfArray *xc, *xs, *wl, *wc, *ws, *sig, *out, *img;
+} call_refs;
+
+static void refs_release(call_refs *r)
+{
+    Py_XDECREF(r->xc);
+    Py_XDECREF(r->xs);
+    Py_XDECREF(r->wl);
+    Py_XDECREF(r->wc);
+    Py_XDECREF(r->ws);
+    Py_XDECREF(r->sig);
+    Py_XDECREF(r->out);
+    Py_XDECREF(r->img);
+}
+
+/* Weights and device arguments shared by every entry point; a->inner must be
+ * set. Returns 0 or -1 with an exception naming the argument. */
+static int parse_weights_and_device(pf_dpe_args *a, call_refs *refs, PyObject *owl, PyObject *owc, PyObject *ows,
+                                    PyObject *owg, PyObject *oww, long long n, int rdac, int g_level, PyObject *oradc,
+                                    double HGS, double LGS, PyObject *osig, double vnoise, long long seed,
+                                    unsigned long call)
+{
+    if ((a->sw = parse_widths(oww, "w_widths", a->w_max, a->w_weight)) < 0)
+        return -1;
+    if (parse_pair(owg, "w_granule", &a->w_qr, &a->w_qc) < 0)
+        return -1;
+    if (n <= 0) {
+        PyErr_SetString(PyExc_ValueError, "argument 'n': crossbar rows must be positive");
+        return -1;
+    }
+    if (a->x_qc % n || a->w_qr % n) {
+        PyErr_Format(PyExc_ValueError, "argument 'n': granules (x columns %lld, weight rows %lld) must be multiples "
+                     "of the crossbar rows %lld", (long long)a->x_qc, (long long)a->w_qr, n);
+        return -1;
+    }
+    if (rdac < 2 || g_level < 2 || g_level > PF_MAX_LEVELS) {
+        PyErr_SetString(PyExc_ValueError, "arguments 'rdac'/'g_level': rdac >= 2 and 2 <= g_level <= 65536 required");
+        return -1;
+    }
+    if (!(HGS > LGS) || !(LGS >= 0)) {
+        PyErr_SetString(PyExc_ValueError, "arguments 'HGS'/'LGS': 0 <= LGS < HGS required");
+        return -1;
+    }
+    if (!(vnoise >= 0) || !isfinite(vnoise)) {
+        PyErr_SetString(PyExc_ValueError, "argument 'vnoise': must be finite and >= 0");
+        return -1;
+    }
+    PyObject *rseq = PySequence_Fast(oradc, "argument 'radc': expected a sequence");
+    if (!rseq)
+        return -1;
+    if (PySequence_Fast_GET_SIZE(rseq) != a->sw) {
+        Py_DECREF(rseq);
+        PyErr_Format(PyExc_ValueError, "argument 'radc': %d values needed (one per weight slice)", a->sw);
+        return -1;
+    }
+    for (int j = 0; j < a->sw; j++) {
+        a->radc[j] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(rseq, j));
+        if (a->radc[j] < 2) {
+            Py_DECREF(rseq);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "argument 'radc': every ADC resolution must be >= 2");
+            return -1;
+        }
+    }
+    Py_DECREF(rseq);
+    for (int j = 0; j < a->sw; j++)
+        if (a->w_max[j] > g_level - 1) {
+            PyErr_Format(PyExc_ValueError, "argument 'w_widths': weight slice maximum %d exceeds g_level - 1 = %d",
+                         a->w_max[j], g_level - 1);
+            return -1;
+        }
+    int64_t D = (int64_t)(rdac - 1) * (g_level - 1) * n;
+    if (D >= ((int64_t)1 << 24)) {
+        PyErr_Format(PyExc_ValueError, "arguments 'rdac', 'g_level', 'n': (rdac-1)*(g_level-1)*n = %lld must be "
+                     "below 2**24 for exact crossbar sums", (long long)D);
+        return -1;
+    }
+    if (!(refs->wl = pf_array_from_object(owl, PF_DT_U8, 0, "w_levels")))
+        return -1;
+    int64_t shp_l[3] = {a->sw, a->inner, -1};
+    if (check_shape(refs->wl, "w_levels", 3, shp_l) < 0)
+        return -1;
+    a->cols = refs->wl->shape[2];
+    a->w_gr = pf_ceil_div(a->inner, a->w_qr);
+    a->w_gc = pf_ceil_div(a->cols, a->w_qc);
+    if (owc != Py_None) {
+        if (!(refs->wc = pf_array_from_object(owc, PF_DT_F32, 0, "w_conductance")))
+            return -1;
+        int64_t shp[3] = {a->sw, a->inner, a->cols};
+        if (check_shape(refs->wc, "w_conductance", 3, shp) < 0)
+            return -1;
+        a->w_conductance = (const float *)refs->wc->data;
+    }
+    if (!(refs->ws = pf_array_from_object(ows, PF_DT_F32, 0, "w_scale")))
+        return -1;
+    int64_t shp_s[2] = {a->w_gr, a->w_gc};
+    if (check_shape(refs->ws, "w_scale", 2, shp_s) < 0)
+        return -1;
+    if (osig != Py_None) {
+        if (!(refs->sig = pf_array_from_object(osig, PF_DT_F32, 0, "read_sigma")))
+            return -1;
+        int64_t shp[1] = {g_level};
+        if (check_shape(refs->sig, "read_sigma", 1, shp) < 0)
+            return -1;
+        const float *sv = (const float *)refs->sig->data;
+        for (int l = 0; l < g_level; l++)
+            if (!(sv[l] >= 0.0f) || !isfinite(sv[l])) {
+                PyErr_SetString(PyExc_ValueError, "argument 'read_sigma': must be finite and >= 0");
+                return -1;
+            }
+        a->read_sigma = sv;
+    }
+    a->w_levels = (const uint8_t *)refs->wl->data;
+    a->w_scale = (const float *)refs->ws->data;
+    a->rdac = rdac;
+    a->g_level = g_level;
+    a->HGS = HGS;
+    a->LGS = LGS;
+    a->vnoise = vnoise;
+    a->seed = (uint64_t)seed;
+    a->call = (uint32_t)call;
+    a->n = n;
+    return 0;
+}
+
+static int run_kernel(const pf_dpe_args *a)
+{
+    pf_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = pf_dpe_mvm(a);
+    Py_END_ALLOW_THREADS
+    if (st != PF_OK) {
+        pf_raise_status(st, "dpe_mvm");
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *py_dpe_mvm(PyObject *self, PyObject *args, PyObject *kwds)
 {
     (void)self;
     static char *kwlist[] = {"x_codes", "x_scale", "x_granule", "x_widths", "w_levels", "w_conductance", "w_scale",
                              "w_granule", "w_widths", "n", "rdac", "g_level", "radc", "HGS", "LGS", "read_sigma",
-                             "vnoise", "seed", "call", "out", NULL};
+                             "vnoise", "seed", "call", "out", "item0", NULL};
     PyObject *ox, *oxs, *oxg, *oxw, *owl, *owc, *ows, *owg, *oww, *oradc, *osig, *oout = Py_None;
-    long long n, seed_ll;
+    long long n, seed_ll, item0 = 0;
     unsigned long call;
     int rdac, g_level;
     double HGS, LGS, vnoise;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOLiiOddOdLk|O:dpe_mvm", kwlist, &ox, &oxs, &oxg, &oxw,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOLiiOddOdLk|OL:dpe_mvm", kwlist, &ox, &oxs, &oxg, &oxw,
                                      &owl, &owc, &ows, &owg, &oww, &n, &rdac, &g_level, &oradc, &HGS, &LGS, &osig,
-                                     &vnoise, &seed_ll, &call, &oout))
+                                     &vnoise, &seed_ll, &call, &oout, &item0))
         return NULL;
+    if (item0 < 0) {
+        PyErr_SetString(PyExc_ValueError, "argument 'item0': must be >= 0");
+        return NULL;
+    }
     pf_dpe_args a;
     memset(&a, 0, sizeof a);
-    PyObject *keep[8] = {0};
+    call_refs refs = {0};
     PyObject *result = NULL;
-    PfArray *xc = NULL, *xs = NULL, *wl = NULL, *wc = NULL, *ws = NULL, *out = NULL, *sig = NULL;
-
+    a.x_kind = PF_DPE_X_CODES;
+    a.x_item0 = item0;
     if ((a.sx = parse_widths(oxw, "x_widths", a.x_max, a.x_weight)) < 0 ||
-        (a.sw = parse_widths(oww, "w_widths", a.w_max, a.w_weight)) < 0)
+        parse_pair(oxg, "x_granule", &a.x_qr, &a.x_qc) < 0)
         return NULL;
-    if (parse_pair(oxg, "x_granule", &a.x_qr, &a.x_qc) < 0 || parse_pair(owg, "w_granule", &a.w_qr, &a.w_qc) < 0)
-        return NULL;
-    if (n <= 0) {
-        PyErr_SetString(PyExc_ValueError, "argument 'n': crossbar rows must be positive");
-        return NULL;
-    }
-    if (a.x_qc % n || a.w_qr % n) {
-        PyErr_Format(PyExc_ValueError, "argument 'n': granules (x columns %lld, weight rows %lld) must be multiples "
-                     "of the crossbar rows %lld", (long long)a.x_qc, (long long)a.w_qr, n);
-        return NULL;
-    }
-    if (rdac < 2 || g_level < 2 || g_level > PF_MAX_LEVELS) {
-        PyErr_SetString(PyExc_ValueError, "arguments 'rdac'/'g_level': rdac >= 2 and 2 <= g_level <= 65536 required");
-        return NULL;
-    }
-    if (!(HGS > LGS) || !(LGS >= 0)) {
-        PyErr_SetString(PyExc_ValueError, "arguments 'HGS'/'LGS': 0 <= LGS < HGS required");
-        return NULL;
-    }
-    if (!(vnoise >= 0)) {
-        PyErr_SetString(PyExc_ValueError, "argument 'vnoise': must be >= 0");
-        return NULL;
-    }
-    /* radc: per weight slice, least significant first */
-    PyObject *rseq = PySequence_Fast(oradc, "argument 'radc': expected a sequence");
-    if (!rseq)
-        return NULL;
-    if (PySequence_Fast_GET_SIZE(rseq) != a.sw) {
-        Py_DECREF(rseq);
-        PyErr_Format(PyExc_ValueError, "argument 'radc': %d values needed (one per weight slice)", a.sw);
-        return NULL;
-    }
-    for (int j = 0; j < a.sw; j++) {
-        a.radc[j] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(rseq, j));
-        if (a.radc[j] < 2) {
-            Py_DECREF(rseq);
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_ValueError, "argument 'radc': every ADC resolution must be >= 2");
-            return NULL;
-        }
-    }
-    Py_DECREF(rseq);
-    for (int j = 0; j < a.sw; j++)
-        if (a.w_max[j] > g_level - 1) {
-            PyErr_Format(PyExc_ValueError, "argument 'w_widths': weight slice maximum %d exceeds g_level - 1 = %d",
-                         a.w_max[j], g_level - 1);
-            return NULL;
-        }
-
-    xc = pf_array_from_object(ox, PF_DT_U8, 0, "x_codes");
-    if (!xc) goto done;
-    if (xc->ndim != 4 || xc->shape[0] != a.sx) {
+    if (!(refs.xc = pf_array_from_object(ox, PF_DT_U8, 0, "x_codes")))
+        goto done;
+    if (refs.xc->ndim != 4 || refs.xc->shape[0] != a.sx) {
         PyErr_Format(PyExc_ValueError, "argument 'x_codes': expected shape (%d, N, R, K)", a.sx);
         goto done;
     }
-    a.batch = xc->shape[1];
-    a.rows = xc->shape[2];
-    a.inner = xc->shape[3];
+    a.batch = refs.xc->shape[1];
+    a.rows = refs.xc->shape[2];
+    a.inner = refs.xc->shape[3];
     a.x_gr = pf_ceil_div(a.rows, a.x_qr);
     a.x_gc = pf_ceil_div(a.inner, a.x_qc);
-    xs = pf_array_from_object(oxs, PF_DT_F32, 0, "x_scale");
-    if (!xs) goto done;
+    if (!(refs.xs = pf_array_from_object(oxs, PF_DT_F32, 0, "x_scale")))
+        goto done;
     {
         int64_t shp[3] = {a.batch, a.x_gr, a.x_gc};
-        if (check_shape(xs, "x_scale", 3, shp) < 0) goto done;
+        if (check_shape(refs.xs, "x_scale", 3, shp) < 0)
+            goto done;
     }
-    wl = pf_array_from_object(owl, PF_DT_U8, 0, "w_levels");
-    if (!wl) goto done;
-    {
-        int64_t shp[3] = {a.sw, a.inner, -1};
-        if (check_shape(wl, "w_levels", 3, shp) < 0) goto done;
-    }
-    a.cols = wl->shape[2];
-    a.w_gr = pf_ceil_div(a.inner, a.w_qr);
-    a.w_gc = pf_ceil_div(a.cols, a.w_qc);
-    if (owc != Py_None) {
-        wc = pf_array_from_object(owc, PF_DT_F32, 0, "w_conductance");
-        if (!wc) goto done;
-        int64_t shp[3] = {a.sw, a.inner, a.cols};
-        if (check_shape(wc, "w_conductance", 3, shp) < 0) goto done;
-        a.w_conductance = (const float *)wc->data;
-    }
-    ws = pf_array_from_object(ows, PF_DT_F32, 0, "w_scale");
-    if (!ws) goto done;
-    {
-        int64_t shp[2] = {a.w_gr, a.w_gc};
-        if (check_shape(ws, "w_scale", 2, shp) < 0) goto done;
-    }
-    if (osig != Py_None) {
-        sig = pf_array_from_object(osig, PF_DT_F32, 0, "read_sigma");
-        if (!sig) goto done;
-        int64_t shp[1] = {g_level};
-        if (check_shape(sig, "read_sigma", 1, shp) < 0) goto done;
-        const float *sv = (const float *)sig->data;
-        for (int l = 0; l < g_level; l++)
-            if (!(sv[l] >= 0.0f) || !isfinite(sv[l])) {
-                PyErr_SetString(PyExc_ValueError, "argument 'read_sigma': must be finite and >= 0");
-                goto done;
-            }
-        a.read_sigma = sv;
-    }
+    if (parse_weights_and_device(&a, &refs, owl, owc, ows, owg, oww, n, rdac, g_level, oradc, HGS, LGS, osig, vnoise,
+                                 seed_ll, call) < 0)
+        goto done;
     {
         Py_ssize_t oshape[3] = {(Py_ssize_t)a.batch, (Py_ssize_t)a.rows, (Py_ssize_t)a.cols};
         if (oout == Py_None) {
-            out = pf_array_new(PF_DT_F32, 3, oshape);
-            if (!out) goto done;
+            if (!(refs.out = pf_array_new(PF_DT_F32, 3, oshape)))
+                goto done;
         } else {
-            out = pf_array_from_object(oout, PF_DT_F32, 1, "out");
-            if (!out) goto done;
+            if (!(refs.out = pf_array_from_object(oout, PF_DT_F32, 1, "out")))
+                goto done;
             int64_t shp[3] = {a.batch, a.rows, a.cols};
-            if (check_shape(out, "out", 3, shp) < 0) goto done;
+            if (check_shape(refs.out, "out", 3, shp) < 0)
+                goto done;
         }
     }
-    a.x_codes = (const uint8_t *)xc->data;
-    a.x_scale = (const float *)xs->data;
-    a.w_levels = (const uint8_t *)wl->data;
-    a.w_scale = (const float *)ws->data;
-    a.rdac = rdac;
-    a.g_level = g_level;
-    a.HGS = HGS;
-    a.LGS = LGS;
-    a.vnoise = vnoise;
-    a.seed = (uint64_t)seed_ll;
-    a.call = (uint32_t)call;
-    a.n = n;
-    a.out = (float *)out->data;
+    a.x_codes = (const uint8_t *)refs.xc->data;
+    a.x_scale = (const float *)refs.xs->data;
+    a.out = (float *)refs.out->data;
     a.so_n = a.rows * a.cols;
     a.so_r = a.cols;
     a.so_p = 1;
-    {
-        int64_t D = (int64_t)(rdac - 1) * (g_level - 1) * n;
-        if (D >= ((int64_t)1 << 24)) {
-            PyErr_Format(PyExc_ValueError, "arguments 'rdac', 'g_level', 'n': (rdac-1)*(g_level-1)*n = %lld must be "
-                         "below 2**24 for exact crossbar sums", (long long)D);
-            goto done;
-        }
-    }
-    {
-        pf_status st;
-        Py_BEGIN_ALLOW_THREADS
-        st = pf_dpe_mvm(&a);
-        Py_END_ALLOW_THREADS
-        if (st != PF_OK) {
-            pf_raise_status(st, "dpe_mvm");
-            goto done;
-        }
-    }
-    result = (PyObject *)out;
+    if (run_kernel(&a) < 0)
+        goto done;
+    result = (PyObject *)refs.out;
     Py_INCREF(result);
 done:
-    Py_XDECREF(xc);
-    Py_XDECREF(xs);
-    Py_XDECREF(wl);
-    Py_XDECREF(wc);
-    Py_XDECREF(ws);
-    Py_XDECREF(sig);
-    Py_XDECREF(out);
-    (void)keep;
+    refs_release(&refs);
+    return result;
+}
+
+static int parse_conv_pair(PyObject *obj, const char *argname, int64_t *a, int64_t *b, int64_t minimum)
+{
+    if (!PyArg_ParseTuple(obj, "LL", a, b)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "argument '%s': expected a pair of ints", argname);
+        return -1;
+    }
+    if (*a < minimum || *b < minimum) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': values must be >= %lld", argname, (long long)minimum);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *py_dpe_conv2d(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    (void)self;
+    static char *kwlist[] = {"image", "kernel_size", "stride", "padding", "dilation", "x_granule", "x_widths", "bfp",
+                             "w_levels", "w_conductance", "w_scale", "w_granule", "w_widths", "n", "rdac", "g_level",
+                             "radc", "HGS", "LGS", "read_sigma", "vnoise", "seed", "call", "return_dequant", NULL};
+    PyObject *oimg, *oks, *ost, *opad, *odil, *oxg, *oxw, *owl, *owc, *ows, *owg, *oww, *oradc, *osig;
+    long long n, seed_ll;
+    unsigned long call;
+    int rdac, g_level, bfp, want_dq = 0;
+    double HGS, LGS, vnoise;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOpOOOOOLiiOddOdLk|p:dpe_conv2d", kwlist, &oimg, &oks, &ost,
+                                     &opad, &odil, &oxg, &oxw, &bfp, &owl, &owc, &ows, &owg, &oww, &n, &rdac,
+                                     &g_level, &oradc, &HGS, &LGS, &osig, &vnoise, &seed_ll, &call, &want_dq))
+        return NULL;
+    pf_dpe_args a;
+    memset(&a, 0, sizeof a);
+    call_refs refs = {0};
+    PyObject *result = NULL;
+    PfArray *dq = NULL, *gmax = NULL;
+    pf_im2col c;
+    memset(&c, 0, sizeof c);
+    int widths[PF_MAX_SLICES];
+    if ((a.sx = parse_widths(oxw, "x_widths", a.x_max, a.x_weight)) < 0)
+        return NULL;
+    for (int s2 = 0; s2 < a.sx; s2++)
+        widths[a.sx - 1 - s2] = __builtin_ctz((unsigned)a.x_max[s2] + 1);
+    if (pf_slice_method_init(&a.x_method, widths, a.sx) < 0) {
+        PyErr_SetString(PyExc_ValueError, "argument 'x_widths': slices of 1..8 bits, 2..16 bits in total");
+        return NULL;
+    }
+    if (parse_pair(oxg, "x_granule", &a.x_qr, &a.x_qc) < 0 || parse_conv_pair(oks, "kernel_size", &c.kh, &c.kw, 1) < 0 ||
+        parse_conv_pair(ost, "stride", &c.sh, &c.sw, 1) < 0 || parse_conv_pair(opad, "padding", &c.ph, &c.pw, 0) < 0 ||
+        parse_conv_pair(odil, "dilation", &c.dh, &c.dw, 1) < 0)
+        return NULL;
+    if (!(refs.img = pf_array_from_object(oimg, PF_DT_F32, 0, "input")))
+        goto done;
+    if (refs.img->ndim != 4) {
+        PyErr_Format(PyExc_ValueError, "argument 'input': expected a 4-D (N, C, H, W) tensor, got %d dimensions",
+                     refs.img->ndim);
+        goto done;
+    }
+    c.image = (const float *)refs.img->data;
+    c.channels = refs.img->shape[1];
+    c.height = refs.img->shape[2];
+    c.width = refs.img->shape[3];
+    c.out_h = (c.height + 2 * c.ph - c.dh * (c.kh - 1) - 1) / c.sh + 1;
+    c.out_w = (c.width + 2 * c.pw - c.dw * (c.kw - 1) - 1) / c.sw + 1;
+    if (c.height + 2 * c.ph < c.dh * (c.kh - 1) + 1 || c.width + 2 * c.pw < c.dw * (c.kw - 1) + 1) {
+        PyErr_Format(PyExc_ValueError, "argument 'input': the (padded) image %lldx%lld is smaller than the dilated "
+                     "kernel", (long long)(c.height + 2 * c.ph), (long long)(c.width + 2 * c.pw));
+        goto done;
+    }
+    a.x_kind = PF_DPE_X_IM2COL;
+    a.x_im2col = &c;
+    a.batch = refs.img->shape[0];
+    a.rows = c.out_h * c.out_w;
+    if (__builtin_mul_overflow(c.channels, c.kh * c.kw, &a.inner)) {
+        PyErr_SetString(PyExc_ValueError, "argument 'input': sizes overflow");
+        goto done;
+    }
+    a.x_gr = pf_ceil_div(a.rows, a.x_qr);
+    a.x_gc = pf_ceil_div(a.inner, a.x_qc);
+    if (parse_weights_and_device(&a, &refs, owl, owc, ows, owg, oww, n, rdac, g_level, oradc, HGS, LGS, osig, vnoise,
+                                 seed_ll, call) < 0)
+        goto done;
+    {
+        Py_ssize_t gshape[3] = {(Py_ssize_t)a.batch, (Py_ssize_t)a.x_gr, (Py_ssize_t)a.x_gc};
+        if (!(gmax = pf_array_new(PF_DT_F32, 3, gshape)))
+            goto done;
+        pf_status st;
+        Py_BEGIN_ALLOW_THREADS
+        st = pf_im2col_granule_max(&c, a.batch, a.x_qr, a.x_qc, (float *)gmax->data);
+        Py_END_ALLOW_THREADS
+        if (st == PF_EINVAL) {
+            PyErr_SetString(PyExc_ValueError, "argument 'input': contains NaN or infinity");
+            goto done;
+        }
+    }
+    a.x_gran_max = (const float *)gmax->data;
+    a.x_bfp = bfp;
+    {
+        Py_ssize_t oshape[4] = {(Py_ssize_t)a.batch, (Py_ssize_t)a.cols, (Py_ssize_t)c.out_h, (Py_ssize_t)c.out_w};
+        if (!(refs.out = pf_array_new(PF_DT_F32, 4, oshape)))
+            goto done;
+    }
+    a.out = (float *)refs.out->data;
+    a.so_n = a.cols * a.rows;
+    a.so_r = 1;
+    a.so_p = a.rows;
+    if (run_kernel(&a) < 0)
+        goto done;
+    if (want_dq) {
+        Py_ssize_t dshape[3] = {(Py_ssize_t)a.batch, (Py_ssize_t)a.rows, (Py_ssize_t)a.inner};
+        if (!(dq = pf_array_new(PF_DT_F32, 3, dshape)))
+            goto done;
+        Py_BEGIN_ALLOW_THREADS
+        pf_im2col_dequantize(&c, a.batch, a.x_qr, a.x_qc, a.x_gc, (const float *)gmax->data, &a.x_method, bfp,
+                             (float *)dq->data);
+        Py_END_ALLOW_THREADS
+    }
+    result = Py_BuildValue("(OO)", (PyObject *)refs.out, dq ? (PyObject *)dq : Py_None);
+done:
+    Py_XDECREF(dq);
+    Py_XDECREF(gmax);
+    refs_release(&refs);
     return result;
 }
 
@@ -290,11 +447,18 @@ static PyObject *py_normals(PyObject *self, PyObject *args)
 }
 
 static PyMethodDef dpe_methods[] = {
+    {"dpe_conv2d", (PyCFunction)(void (*)(void))py_dpe_conv2d, METH_VARARGS | METH_KEYWORDS,
+     "dpe_conv2d(image, kernel_size, stride, padding, dilation, x_granule, x_widths, bfp, w_levels, w_conductance, "
+     "w_scale, w_granule, w_widths, n, rdac, g_level, radc, HGS, LGS, read_sigma, vnoise, seed, call, "
+     "return_dequant=False)\n--\n\n"
+     "Convolution through the crossbar with implicit im2col: the unfolded input (N, Ho*Wo, C*kh*kw) is "
+     "quantized and sliced on the fly and never stored. Returns (out (N, P, Ho, Wo), dequantized unfolded "
+     "input or None)."},
     {"normals", py_normals, METH_VARARGS,
      "normals(seed, stream, call, idx0, count)\n--\n\nStandard normals of elements idx0.. of a Philox noise stream."},
     {"dpe_mvm", (PyCFunction)(void (*)(void))py_dpe_mvm, METH_VARARGS | METH_KEYWORDS,
      "dpe_mvm(x_codes, x_scale, x_granule, x_widths, w_levels, w_conductance, w_scale, w_granule, w_widths, n, rdac, "
-     "g_level, radc, HGS, LGS, read_sigma, vnoise, seed, call, out=None)\n--\n\n"
+     "g_level, radc, HGS, LGS, read_sigma, vnoise, seed, call, out=None, item0=0)\n--\n\n"
      "Fused DAC -> crossbar -> ADC product of sliced inputs and programmed weights (spec section 7)."},
     {NULL, NULL, 0, NULL},
 };

@@ -6,6 +6,7 @@
 #include "noise.h"
 #include "philox_noise.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -14,9 +15,9 @@
 
 #define MR PF_DPE_MR
 #define NR PF_DPE_NR
-/* Packed input rows per chunk are capped so a large batch streams through a
- * bounded buffer: peak memory does not grow with the batch. */
-#define PF_DPE_A_CHUNK_BYTES ((size_t)32 << 20)
+/* Packed input rows per block: a few panels that stay in L2 while the weight
+ * panels pass. Peak memory is one block per thread, whatever the batch. */
+#define PF_DPE_A_BLOCK_BYTES ((size_t)192 << 10)
 
 typedef struct {
     int noise_x;                  /* DAC voltage noise on */
@@ -25,7 +26,7 @@ typedef struct {
     float alpha[PF_MAX_SLICES];
     float *adc_table[PF_MAX_SLICES];   /* exact codes, only where rint(acc*alpha) is not exact */
     int32_t adc_table_max[PF_MAX_SLICES];
-    float dac[PF_MAX_SLICES][256 + 1]; /* DAC code per slice value, for widths <= 8 */
+    float dac[PF_MAX_SLICES][256];     /* DAC code per slice value (codes are uint8) */
     int64_t nb;                   /* inner blocks */
 } dpe_setup;
 
@@ -69,12 +70,9 @@ static pf_status setup_init(const pf_dpe_args *a, dpe_setup *s)
             double num = (double)(a->n * (int64_t)a->x_max[i] * a->w_max[j] * a->x_weight[i] * a->w_weight[j]);
             s->coef[i * a->sw + j] = (float)(num / (double)(a->radc[j] - 1));
         }
-    for (int i = 0; i < a->sx; i++) {
-        if (a->x_max[i] > 256)
-            continue; /* wide slices compute their DAC code per element */
+    for (int i = 0; i < a->sx; i++)
         for (int v = 0; v <= a->x_max[i]; v++)
             s->dac[i][v] = dac_code(v, a->x_max[i], a->rdac);
-    }
     for (int j = 0; j < a->sw; j++) {
         s->alpha[j] = (float)((double)(a->radc[j] - 1) / (double)D);
         if (s->noise_x || s->noise_w)
@@ -102,55 +100,180 @@ static pf_status setup_init(const pf_dpe_args *a, dpe_setup *s)
 
 /* ---- packing ---- */
 
-/* Packs row panels [rp0, rp1) of the flattened (N*R) input rows: DAC codes,
- * times (1 + vnoise * z) when voltage noise is on. Returns PF_ENOMEM if a
- * thread's scratch row could not be allocated. */
-static pf_status pack_x(const pf_dpe_args *a, const dpe_setup *s, int64_t rp0, int64_t rp1, float *Ap, float *As)
+/* First voltage-noise index of input row r of item: element (item, r, col)
+ * of slice i draws index ((item0 + item) * R + r) * Sx * K + i * K + col. It
+ * does not depend on the batch size, so a batch split into chunks (item0 =
+ * chunk start) sees exactly the noise of the whole batch. */
+static inline uint64_t pf_vnoise_index(const pf_dpe_args *a, int64_t item, int64_t r)
 {
-    const int64_t n = a->n, nb = s->nb, K = a->inner, R = a->rows, N = a->batch;
-    const int64_t panel = nb * a->sx * n * MR;
-    int failed = 0;
-#pragma omp parallel reduction(| : failed)
+    return (uint64_t)(((a->x_item0 + item) * a->rows + r) * a->sx) * (uint64_t)a->inner;
+}
+
+/* DAC voltages of one input row from its slice codes (one plane per slice),
+ * into row rr of a packed panel. z: scratch of K floats when voltage noise is
+ * on, else NULL. */
+static void pack_x_row(const pf_dpe_args *a, const dpe_setup *s, const uint8_t *const *plane, uint64_t noise_base,
+                       int rr, float *P, float *z)
+{
+    const int64_t n = a->n, K = a->inner;
+    for (int i = 0; i < a->sx; i++) {
+        const uint8_t *codes = plane[i];
+        if (z)
+            pf_normals(a->seed, PF_STREAM_VNOISE, a->call, noise_base + (uint64_t)(i * K), K, z);
+        /* branch-free: code 0 maps to 0 V through the table, with or without noise */
+        const float *dac = s->dac[i];
+        const float vn = (float)a->vnoise;
+        for (int64_t b = 0, col = 0; col < K; b++) {
+            float *dst = P + (b * a->sx + i) * n * MR + rr;
+            const int64_t kn = pf_min64(n, K - col);
+            if (z)
+                for (int64_t k = 0; k < kn; k++)
+                    dst[k * MR] = dac[codes[col + k]] * (1.0f + vn * z[col + k]);
+            else
+                for (int64_t k = 0; k < kn; k++)
+                    dst[k * MR] = dac[codes[col + k]];
+            col += kn;
+        }
+    }
+}
+
+/* One input row of the implicit im2col source: gather the unfolded row,
+ * quantize each element with its granule (quantize.h, the slicing stage's own
+ * arithmetic) and slice it into per-slice code planes, then pack as codes.
+ * Noise indices are those of the equivalent slice-code tensor, so fused and
+ * pre-sliced inputs see the same noise. xrow: K floats; codes: sx*K bytes. */
+static void pack_x_row_im2col(const pf_dpe_args *a, const dpe_setup *s, int64_t item, int64_t r, int rr, float *P,
+                              float *xrow, uint8_t *codes, float *z)
+{
+    const int64_t K = a->inner;
+    const float *mrow = a->x_gran_max + (item * a->x_gr + r / a->x_qr) * a->x_gc;
+    const int B = a->x_method.total_bits;
+    const uint8_t *plane[PF_MAX_SLICES];
+    pf_im2col_row(a->x_im2col, item, r, xrow);
+    for (int64_t c0 = 0, g = 0; c0 < K; c0 += a->x_qc, g++) {
+        const pf_quant_granule gr = pf_quant_granule_make(mrow[g], B, a->x_bfp);
+        const int64_t c1 = pf_min64(c0 + a->x_qc, K);
+        for (int64_t col = c0; col < c1; col++) {
+            int32_t u = pf_twos_complement(pf_quantize(xrow[col], &gr), B);
+            for (int i = 0; i < a->sx; i++)
+                codes[i * K + col] = pf_slice_code(u, a->x_method.offset[i], a->x_method.width[i]);
+        }
+    }
+    for (int i = 0; i < a->sx; i++)
+        plane[i] = codes + i * K;
+    pack_x_row(a, s, plane, pf_vnoise_index(a, item, r), rr, P, z);
+}
+
+pf_status pf_im2col_granule_max(const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc, float *gran_max)
+{
+    const int64_t R = c->out_h * c->out_w, K = c->channels * c->kh * c->kw;
+    const int64_t gr = pf_ceil_div(R, qr), gc = pf_ceil_div(K, qc);
+    int bad = 0;
+#pragma omp parallel reduction(| : bad)
     {
-        float *z = s->noise_x ? pf_alloc((size_t)K * sizeof(float)) : NULL;
-        if (s->noise_x && !z)
-            failed = 1;
-#pragma omp for schedule(static)
-        for (int64_t rp = rp0; rp < rp1; rp++) {
-            if (failed)
-                continue;
-            float *P = Ap + (rp - rp0) * panel;
-            float *S = As + (rp - rp0) * nb * MR;
-            memset(P, 0, (size_t)panel * sizeof(float));
-            memset(S, 0, (size_t)(nb * MR) * sizeof(float));
-            for (int rr = 0; rr < MR; rr++) {
-                int64_t g = rp * MR + rr;
-                if (g >= N * R)
-                    break;
-                int64_t item = g / R, r = g % R;
-                const float *scale_row = a->x_scale + (item * a->x_gr + r / a->x_qr) * a->x_gc;
-                for (int64_t b = 0; b < nb; b++)
-                    S[b * MR + rr] = scale_row[(b * n) / a->x_qc];
-                for (int i = 0; i < a->sx; i++) {
-                    const int64_t base = ((i * N + item) * R + r) * K;
-                    const uint8_t *codes = a->x_codes + base;
-                    if (z)
-                        pf_normals(a->seed, PF_STREAM_VNOISE, a->call, (uint64_t)base, K, z);
-                    for (int64_t col = 0; col < K; col++) {
-                        int v = codes[col];
-                        if (v == 0)
-                            continue;
-                        float V = a->x_max[i] <= 256 ? s->dac[i][v] : dac_code(v, a->x_max[i], a->rdac);
-                        if (z)
-                            V = V * (1.0f + (float)a->vnoise * z[col]);
-                        P[(((col / n) * a->sx + i) * n + col % n) * MR + rr] = V;
+        float *xrow = pf_alloc((size_t)K * sizeof(float));
+        if (!xrow)
+            bad = 2;
+#pragma omp for collapse(2) schedule(static)
+        for (int64_t item = 0; item < batch; item++)
+            for (int64_t g = 0; g < gr; g++) {
+                if (!xrow)
+                    continue;
+                float *m = gran_max + (item * gr + g) * gc;
+                for (int64_t q = 0; q < gc; q++)
+                    m[q] = 0.0f;
+                for (int64_t r = g * qr; r < pf_min64((g + 1) * qr, R); r++) {
+                    pf_im2col_row(c, item, r, xrow);
+                    for (int64_t c0 = 0, q = 0; c0 < K; c0 += qc, q++) {
+                        float mx = m[q];
+                        for (int64_t col = c0; col < pf_min64(c0 + qc, K); col++) {
+                            float v = fabsf(xrow[col]);
+                            bad |= !(v <= FLT_MAX);
+                            mx = v > mx ? v : mx;
+                        }
+                        m[q] = mx;
                     }
                 }
             }
-        }
-        pf_free(z);
+        pf_free(xrow);
     }
-    return failed ? PF_ENOMEM : PF_OK;
+    return bad & 2 ? PF_ENOMEM : bad ? PF_EINVAL : PF_OK;
+}
+
+pf_status pf_im2col_dequantize(const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc, int64_t gc,
+                               const float *gran_max, const pf_slice_method *sm, int bfp, float *out)
+{
+    const int64_t R = c->out_h * c->out_w, K = c->channels * c->kh * c->kw;
+    const int64_t gr = pf_ceil_div(R, qr);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t item = 0; item < batch; item++)
+        for (int64_t r = 0; r < R; r++) {
+            const float *mrow = gran_max + (item * gr + r / qr) * gc;
+            float *o = out + (item * R + r) * K;
+            pf_im2col_row(c, item, r, o);
+            for (int64_t c0 = 0, q = 0; c0 < K; c0 += qc, q++) {
+                const pf_quant_granule g = pf_quant_granule_make(mrow[q], sm->total_bits, bfp);
+                for (int64_t col = c0; col < pf_min64(c0 + qc, K); col++)
+                    o[col] = pf_dequantize(pf_quantize(o[col], &g), &g);
+            }
+        }
+    return PF_OK;
+}
+
+/* Per-thread scratch of the input packer. */
+typedef struct {
+    float *z;         /* K normals (voltage noise on) */
+    float *xrow;      /* K values of an unfolded row (im2col) */
+    uint8_t *codes;   /* sx * K codes of an unfolded row (im2col) */
+} pack_scratch;
+
+static int scratch_init(const pf_dpe_args *a, const dpe_setup *s, pack_scratch *sc)
+{
+    const int im2col = a->x_kind == PF_DPE_X_IM2COL;
+    sc->z = s->noise_x ? pf_alloc((size_t)a->inner * sizeof(float)) : NULL;
+    sc->xrow = im2col ? pf_alloc((size_t)a->inner * sizeof(float)) : NULL;
+    sc->codes = im2col ? pf_alloc((size_t)a->inner * a->sx) : NULL;
+    return (s->noise_x && !sc->z) || (im2col && (!sc->xrow || !sc->codes)) ? -1 : 0;
+}
+
+static void scratch_free(pack_scratch *sc)
+{
+    pf_free(sc->z);
+    pf_free(sc->xrow);
+    pf_free(sc->codes);
+}
+
+/* Packs row panel rp of the flattened (N*R) input rows into P (DAC voltages)
+ * and S (row scales per block). */
+static void pack_x_panel(const pf_dpe_args *a, const dpe_setup *s, int64_t rp, float *P, float *S,
+                         const pack_scratch *sc)
+{
+    const int64_t n = a->n, nb = s->nb, K = a->inner, R = a->rows, N = a->batch;
+    memset(P, 0, (size_t)(nb * a->sx * n * MR) * sizeof(float));
+    memset(S, 0, (size_t)(nb * MR) * sizeof(float));
+    for (int rr = 0; rr < MR; rr++) {
+        int64_t g = rp * MR + rr;
+        if (g >= N * R)
+            break;
+        int64_t item = g / R, r = g % R;
+        const int64_t gofs = (item * a->x_gr + r / a->x_qr) * a->x_gc;
+        if (a->x_kind == PF_DPE_X_IM2COL)
+            for (int64_t b = 0; b < nb; b++)
+                S[b * MR + rr] =
+                    pf_quant_granule_make(a->x_gran_max[gofs + (b * n) / a->x_qc], a->x_method.total_bits, a->x_bfp)
+                        .scale;
+        else
+            for (int64_t b = 0; b < nb; b++)
+                S[b * MR + rr] = a->x_scale[gofs + (b * n) / a->x_qc];
+        if (a->x_kind == PF_DPE_X_IM2COL) {
+            pack_x_row_im2col(a, s, item, r, rr, P, sc->xrow, sc->codes, sc->z);
+        } else {
+            const uint8_t *plane[PF_MAX_SLICES];
+            for (int i = 0; i < a->sx; i++)
+                plane[i] = a->x_codes + ((i * N + item) * R + r) * K;
+            pack_x_row(a, s, plane, pf_vnoise_index(a, item, r), rr, P, sc->z);
+        }
+    }
 }
 
 /* Packs all column panels of the weights for this call, one weight row at a
@@ -188,8 +311,9 @@ static pf_status pack_w(const pf_dpe_args *a, const dpe_setup *s, float *Bp, flo
                 float *f = val + P;
                 if (a->read_sigma) {
                     pf_normals(a->seed, PF_STREAM_READ, a->call, (uint64_t)cell0, P, f);
+                    const int top = a->g_level - 1; /* levels are validated upstream; clamp keeps reads in bounds */
                     for (int64_t p = 0; p < P; p++)
-                        f[p] = a->read_sigma[L[p]] * f[p];
+                        f[p] = a->read_sigma[L[p] < top ? L[p] : top] * f[p];
                     pf_exp_inplace(f, P);
                 } else {
                     for (int64_t p = 0; p < P; p++)
@@ -274,6 +398,9 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
     for (int j = 0; j < a->sw; j++)
         if (a->radc[j] < 2 || a->w_max[j] > a->g_level - 1)
             return PF_EINVAL;
+    for (int i = 0; i < a->sx; i++)
+        if (a->x_max[i] > 255)
+            return PF_EINVAL; /* slice codes are uint8 */
     if (a->batch == 0 || a->rows == 0 || a->cols == 0)
         return PF_OK;
     if (a->inner == 0) {
@@ -301,18 +428,23 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
         setup_free(&s);
         return PF_EOVERFLOW;
     }
-    int64_t chunk_panels = (int64_t)(PF_DPE_A_CHUNK_BYTES / a_panel);
-    if (chunk_panels < 1)
-        chunk_panels = 1;
-    if (chunk_panels > nrp_total)
-        chunk_panels = nrp_total;
+    /* Rows are processed in blocks of a few packed panels that stay in L2
+     * while every column panel of the (shared, packed-once) weights passes;
+     * threads take (row block, column chunk) items, repacking a row block only
+     * when they move to the next one. Memory: one block per thread. */
+    const int64_t block_panels = pf_max64(1, pf_min64((int64_t)(PF_DPE_A_BLOCK_BYTES / a_panel), nrp_total));
+    const int64_t nrb = pf_ceil_div(nrp_total, block_panels);
+    int nthreads = 1;
+#ifdef _OPENMP
+    nthreads = omp_get_max_threads();
+#endif
+    int64_t cp_per_chunk = pf_ceil_div(ncp, pf_max64(1, pf_min64(ncp, pf_ceil_div(4 * nthreads, nrb))));
+    const int64_t ncc = pf_ceil_div(ncp, cp_per_chunk);
 
     float *Bp = pf_calloc(b_bytes, 1);
     float *Bs = pf_calloc((size_t)ncp * nb * NR, sizeof(float));
-    float *Ap = pf_alloc((size_t)chunk_panels * a_panel);
-    float *As = pf_alloc((size_t)chunk_panels * nb * MR * sizeof(float));
-    if (!Bp || !Bs || !Ap || !As) {
-        pf_free(Bp); pf_free(Bs); pf_free(Ap); pf_free(As);
+    if (!Bp || !Bs) {
+        pf_free(Bp); pf_free(Bs);
         setup_free(&s);
         return PF_ENOMEM;
     }
@@ -325,56 +457,74 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
     for (int j = 0; j < a->sw; j++)
         any_table |= s.adc_table[j] != NULL;
 
-    for (int64_t rp0 = 0; rp0 < nrp_total && st == PF_OK; rp0 += chunk_panels) {
-        int64_t rp1 = pf_min64(rp0 + chunk_panels, nrp_total);
-        st = pack_x(a, &s, rp0, rp1, Ap, As);
-        if (st != PF_OK)
-            break;
-        const int64_t nrp = rp1 - rp0;
-        /* column-panel major: a B micro-panel stays in L2 while A streams */
-#pragma omp parallel for collapse(2) schedule(static)
-        for (int64_t cp = 0; cp < ncp; cp++)
-            for (int64_t rp = 0; rp < nrp; rp++) {
-                int64_t g0 = (rp0 + rp) * MR;
-                int64_t item = g0 / a->rows, r0 = g0 % a->rows;
-                pf_dpe_tile t;
-                t.A = Ap + rp * (int64_t)(a_panel / sizeof(float));
-                t.B = Bp + cp * (int64_t)b_panel;
-                t.row_scale = As + rp * nb * MR;
-                t.col_scale = Bs + cp * nb * NR;
-                t.nb = nb;
-                t.n = (int)a->n;
-                t.sx = a->sx;
-                t.sw = a->sw;
-                t.nr_valid = (int)pf_min64(NR, a->cols - cp * NR);
-                t.coef = s.coef;
-                t.alpha = s.alpha;
-                t.adc_table = any_table ? (const float *const *)s.adc_table : NULL;
-                t.adc_table_max = s.adc_table_max;
-                t.ldc = a->so_p;
-                /* a micro-panel may straddle two batch items: split it */
-                int64_t mr_total = pf_min64(MR, rows_total - g0);
-                if (r0 + mr_total <= a->rows) {
+    int failed = st != PF_OK;
+#pragma omp parallel reduction(| : failed)
+    {
+        pack_scratch sc;
+        float *Ap = pf_alloc((size_t)block_panels * a_panel);
+        float *As = pf_alloc((size_t)(block_panels * nb * MR) * sizeof(float));
+        if (scratch_init(a, &s, &sc) < 0 || !Ap || !As)
+            failed = 1;
+        int64_t packed_rb = -1;
+#pragma omp for schedule(static)
+        for (int64_t work = 0; work < nrb * ncc; work++) {
+            if (failed)
+                continue;
+            const int64_t rb = work / ncc, cc = work % ncc;
+            const int64_t rp0 = rb * block_panels, nrp = pf_min64(block_panels, nrp_total - rp0);
+            if (rb != packed_rb) {
+                for (int64_t rp = 0; rp < nrp; rp++)
+                    pack_x_panel(a, &s, rp0 + rp, Ap + rp * (int64_t)(a_panel / sizeof(float)), As + rp * nb * MR,
+                                 &sc);
+                packed_rb = rb;
+            }
+            for (int64_t cp = cc * cp_per_chunk; cp < pf_min64((cc + 1) * cp_per_chunk, ncp); cp++)
+                for (int64_t rp = 0; rp < nrp; rp++) {
+                    int64_t g0 = (rp0 + rp) * MR;
+                    int64_t item = g0 / a->rows, r0 = g0 % a->rows;
+                    pf_dpe_tile t;
+                    t.A = Ap + rp * (int64_t)(a_panel / sizeof(float));
+                    t.B = Bp + cp * (int64_t)b_panel;
+                    t.row_scale = As + rp * nb * MR;
+                    t.col_scale = Bs + cp * nb * NR;
+                    t.nb = nb;
+                    t.n = (int)a->n;
+                    t.sx = a->sx;
+                    t.sw = a->sw;
+                    t.nr_valid = (int)pf_min64(NR, a->cols - cp * NR);
+                    t.coef = s.coef;
+                    t.alpha = s.alpha;
+                    t.adc_table = any_table ? (const float *const *)s.adc_table : NULL;
+                    t.adc_table_max = s.adc_table_max;
+                    t.ldc = a->so_p;
+                    /* a micro-panel may straddle two batch items: split it */
+                    int64_t mr_total = pf_min64(MR, rows_total - g0);
                     t.mr_valid = (int)mr_total;
-                    t.out = a->out + item * a->so_n + r0 * a->so_r + cp * NR * a->so_p;
-                    t.ldr = a->so_r;
-                    tile_fn(&t);
-                } else {
-                    float tmp[MR * NR];
-                    t.mr_valid = (int)mr_total;
-                    t.out = tmp;
-                    t.ldr = NR;
-                    t.ldc = 1;
-                    tile_fn(&t);
-                    for (int64_t rr = 0; rr < mr_total; rr++) {
-                        int64_t g = g0 + rr, it = g / a->rows, r = g % a->rows;
-                        for (int cc = 0; cc < t.nr_valid; cc++)
-                            a->out[it * a->so_n + r * a->so_r + (cp * NR + cc) * a->so_p] = tmp[rr * NR + cc];
+                    if (r0 + mr_total <= a->rows) {
+                        t.out = a->out + item * a->so_n + r0 * a->so_r + cp * NR * a->so_p;
+                        t.ldr = a->so_r;
+                        tile_fn(&t);
+                    } else {
+                        float tmp[MR * NR];
+                        t.out = tmp;
+                        t.ldr = NR;
+                        t.ldc = 1;
+                        tile_fn(&t);
+                        for (int64_t rr = 0; rr < mr_total; rr++) {
+                            int64_t g = g0 + rr, it = g / a->rows, r = g % a->rows;
+                            for (int c2 = 0; c2 < t.nr_valid; c2++)
+                                a->out[it * a->so_n + r * a->so_r + (cp * NR + c2) * a->so_p] = tmp[rr * NR + c2];
+                        }
                     }
                 }
-            }
+        }
+        pf_free(Ap);
+        pf_free(As);
+        scratch_free(&sc);
     }
-    pf_free(Bp); pf_free(Bs); pf_free(Ap); pf_free(As);
+    if (failed && st == PF_OK)
+        st = PF_ENOMEM;
+    pf_free(Bp); pf_free(Bs);
     setup_free(&s);
     return st;
 }

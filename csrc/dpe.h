@@ -33,22 +33,68 @@
 #include "pf_common.h"
 #include <stdint.h>
 
-#define PF_MAX_SLICES 16
 #define PF_MAX_LEVELS 65536
+
+#include "quantize.h"
 
 /* Where the input operand comes from. */
 typedef enum {
-    PF_DPE_X_CODES = 0, /* slice codes uint8 (Sx, N, R, K), see slicing.h */
+    PF_DPE_X_CODES = 0,  /* slice codes uint8 (Sx, N, R, K), see slicing.h */
+    PF_DPE_X_IM2COL = 1, /* a float32 image (N, C, H, W) read as its unfolded patch matrix
+                            (N, Ho*Wo, C*kh*kw) in torch's unfold order, quantized and
+                            sliced on the fly: the unfolded matrix never exists */
 } pf_dpe_x_kind;
+
+/* Convolution geometry of the implicit im2col input. */
+typedef struct {
+    const float *image;       /* (N, C, H, W) C-contiguous */
+    int64_t channels, height, width;
+    int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+    int64_t out_h, out_w;     /* Ho, Wo */
+} pf_im2col;
+
+/* Unfolded row r of item (torch's unfold order: channel, kernel row, kernel
+ * column) into xrow[C*kh*kw]: zero outside the image. */
+static inline void pf_im2col_row(const pf_im2col *c, int64_t item, int64_t r, float *xrow)
+{
+    const int64_t oh = r / c->out_w, ow = r % c->out_w;
+    int64_t col = 0;
+    for (int64_t ci = 0; ci < c->channels; ci++) {
+        const float *plane = c->image + (item * c->channels + ci) * c->height * c->width;
+        for (int64_t ki = 0; ki < c->kh; ki++) {
+            const int64_t ih = oh * c->sh - c->ph + ki * c->dh;
+            const int row_ok = ih >= 0 && ih < c->height;
+            for (int64_t kj = 0; kj < c->kw; kj++, col++) {
+                const int64_t iw = ow * c->sw - c->pw + kj * c->dw;
+                xrow[col] = row_ok && iw >= 0 && iw < c->width ? plane[ih * c->width + iw] : 0.0f;
+            }
+        }
+    }
+}
+
+/* Max-abs of every granule (qr, qc) of the unfolded matrix (N, R, K):
+ * gran_max (N, ceil(R/qr), ceil(K/qc)). PF_EINVAL when an element is NaN or
+ * infinite. */
+pf_status pf_im2col_granule_max(const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc, float *gran_max);
+/* Dequantized unfolded input (N, R, K) for the backward pass, granules of
+ * max-abs gran_max (N, ceil(R/qr), gc) quantized with sm (INT or BFP). */
+pf_status pf_im2col_dequantize(const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc, int64_t gc,
+                               const float *gran_max, const pf_slice_method *sm, int bfp, float *out);
 
 typedef struct {
     /* geometry */
     int64_t batch, rows, inner, cols; /* N, R, K, P */
     int64_t n;                        /* crossbar rows: x paral[1] == W paral[0] */
 
-    /* input operand: slice codes (Sx, N, R, K) and per-granule scales
-     * (N, x_gr, x_gc) of granule (x_qr, x_qc) */
+    /* input operand: slice codes (Sx, N, R, K) or an implicit im2col image,
+     * and per-granule scales (N, x_gr, x_gc) of granule (x_qr, x_qc) */
+    pf_dpe_x_kind x_kind;
+    int64_t x_item0;                   /* batch offset of item 0 (noise indices of a chunked batch) */
     const uint8_t *x_codes;
+    const pf_im2col *x_im2col;         /* PF_DPE_X_IM2COL */
+    const float *x_gran_max;           /* PF_DPE_X_IM2COL: max-abs (N, x_gr, x_gc); scales derive from it */
+    int x_bfp;                         /* PF_DPE_X_IM2COL: BFP (1) or INT (0) quantization */
+    pf_slice_method x_method;          /* PF_DPE_X_IM2COL */
     const float *x_scale;
     int64_t x_qr, x_qc, x_gr, x_gc;
     int sx;

@@ -4,6 +4,29 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* Large blocks are first touched by a kernel: transparent huge pages (as
+ * NumPy asks for its large arrays) cut the page-fault cost of that first
+ * write by ~10x where THP is in "madvise" mode. */
+#define PF_HUGE_PAGE_MIN ((size_t)4 << 20)
+
+static void advise_huge_pages(void *p, size_t nbytes)
+{
+#ifdef MADV_HUGEPAGE
+    if (nbytes < PF_HUGE_PAGE_MIN)
+        return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t begin = ((uintptr_t)p + page - 1) & ~(page - 1);
+    uintptr_t end = ((uintptr_t)p + nbytes) & ~(page - 1);
+    if (end > begin)
+        (void)madvise((void *)begin, end - begin, MADV_HUGEPAGE); /* advisory: failure is harmless */
+#else
+    (void)p;
+    (void)nbytes;
+#endif
+}
 
 /* A 64-byte header in front of each block keeps the size for pf_free and
  * keeps the user pointer 64-byte aligned for SIMD loads. */
@@ -35,6 +58,7 @@ void *pf_alloc(size_t nbytes)
     if (!base)
         return NULL;
     memcpy(base, &nbytes, sizeof nbytes);
+    advise_huge_pages(base + PF_HEADER, nbytes);
     int64_t now = atomic_fetch_add(&g_current, (int64_t)nbytes) + (int64_t)nbytes;
     atomic_fetch_add(&g_nallocs, 1);
     raise_peak(now);

@@ -97,3 +97,11 @@ __all__ = ["Array", "asarray", "memory", "set_num_threads", "get_num_threads", "
 from ._registry import load_features as _load_features  # noqa: E402
 
 _load_features(globals(), __all__)
+
+
+def __getattr__(name):
+    # pyfastpim.nn needs torch: import it on first use instead of with the package
+    if name == "nn":
+        import importlib
+        return importlib.import_module(".nn", __name__)
+    raise AttributeError("module 'pyfastpim' has no attribute %r" % (name,))

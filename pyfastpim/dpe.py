@@ -43,6 +43,50 @@ def _number(value, name, minimum=None, integer=False):
     return int(value) if integer else float(value)
 
 
+#: Slice codes of at most this many bytes are made at once by the one-call entry points.
+_CHUNK_CODE_BYTES = 64 << 20
+
+
+def _widths_of(slice_method):
+    from .sliced import _widths
+    return _widths(slice_method)
+
+
+def _is_torch(obj):
+    t = _torch()
+    return t is not None and isinstance(obj, t.Tensor)
+
+
+def _pair(value, name, minimum):
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = (value, value)
+    try:
+        a, b = (int(v) for v in value)
+        if any(isinstance(v, bool) or not isinstance(v, numbers.Integral) for v in value):
+            raise TypeError
+    except (TypeError, ValueError):
+        raise TypeError("argument '%s': expected an int or a pair of ints, got %r" % (name, value)) from None
+    if a < minimum or b < minimum:
+        raise ValueError("argument '%s': values must be >= %d, got %r" % (name, minimum, value))
+    return a, b
+
+
+def _resolve_granule(rows, cols, paral, quant_gran):
+    """Spec section 2 for the unfolded conv input: the granule rounded up to whole blocks."""
+    if quant_gran is None:
+        q = paral
+    elif isinstance(quant_gran, str):
+        table = {"per-matrix": (rows, cols), "per-row": (1, cols), "per-col": (rows, 1)}
+        if quant_gran not in table:
+            raise ValueError("argument 'input_quant_gran': expected None, 'per-matrix', 'per-row', 'per-col' or a "
+                             "pair of ints, got %r" % (quant_gran,))
+        q = table[quant_gran]
+    else:
+        q = _pair(quant_gran, "input_quant_gran", 1)
+    q = (max(q[0], 1), max(q[1], 1))
+    return (-(-q[0] // paral[0]) * paral[0], -(-q[1] // paral[1]) * paral[1])
+
+
 class DPETensor:
     """Dot-product engine simulating bit-sliced matrix products on memristor crossbars.
 
@@ -166,6 +210,15 @@ class DPETensor:
         Returns float32 (R, P) or (N, R, P): a torch tensor when x's data came in as torch, else
         NumPy. ``out`` (optional) is a writable float32 array of shape (N, R, P) written in place.
         """
+        self._check_pair(x, mat)
+        result = self._run(x, mat, out, self.calls % 2 ** 32, 0)
+        self.calls += 1
+        if len(x.shape) == 2:
+            result = np.asarray(result)[0]
+            return _torch().from_numpy(result) if x._is_torch else result
+        return result.to_torch() if x._is_torch else np.asarray(result)
+
+    def _check_pair(self, x, mat):
         from .sliced import SlicedData
         if not isinstance(x, SlicedData) or not isinstance(mat, SlicedData):
             raise TypeError("MapReduceDot takes two SlicedData (input, weights), got %s and %s"
@@ -183,30 +236,133 @@ class DPETensor:
                              "(%d), the crossbar height" % (x.paral_size[1], mat.paral_size[0]))
         if (x.bw_e is None) != (mat.bw_e is None):
             raise ValueError("input and weights must both be INT (bw_e=None) or both BFP")
-        radc = self._radc_lsb_first(len(mat))
+        self._radc_lsb_first(len(mat))
         if self.wire_resistance > 0:
             raise NotImplementedError('The wire_factor is not supported in the training version!')
         if max(2 ** w - 1 for w in mat._widths) > self.g_level - 1:
             raise ValueError('The weight data is out of the range!')
         self._ensure_programmed(mat)
-        result = _core.dpe_mvm(
+
+    def _run(self, x, mat, out, call, item0):
+        """One kernel call on checked operands (x's batch items start at item0 of the logical batch)."""
+        return _core.dpe_mvm(
             x._codes, x._gran_scale, x._granule, x._widths,
             mat._levels, mat._conductance, mat._gran_scale[0], mat._granule, mat._widths,
-            x.paral_size[1], self.rdac, self.g_level, radc, self.HGS, self.LGS,
-            self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed, self.calls % 2 ** 32,
-            out)
+            x.paral_size[1], self.rdac, self.g_level, self._radc_lsb_first(len(mat)), self.HGS, self.LGS,
+            self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed, call, out, item0)
+
+    def _sliced_product(self, x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e, return_dequant):
+        """Slice x and multiply, a chunk of batch items at a time when the slice codes of the whole
+        batch would be large: peak memory then stays at the output plus one chunk, and the chunks
+        draw exactly the noise of one unchunked call (noise indices carry the batch offset)."""
+        from .sliced import SlicedData
+        shape = tuple(getattr(x, "shape", ()))
+
+        def sliced(data):
+            xs = SlicedData(input_slice, bw_e=bw_e, is_weight=False, paral_size=input_paral_size,
+                            quant_gran=input_quant_gran, inference=not return_dequant)
+            xs.slice_data_imp(self, data)
+            return xs
+        per_item = int(np.prod(shape[1:], dtype=np.int64)) * len(_widths_of(input_slice)) if len(shape) == 3 else 0
+        chunk = max(1, _CHUNK_CODE_BYTES // per_item) if per_item else 0
+        if len(shape) != 3 or chunk >= shape[0]:
+            xs = sliced(x)
+            out = self.MapReduceDot(xs, w_sliced)
+            dq = None
+            if return_dequant:
+                dq = xs._dequant if len(xs.shape) == 3 else xs._dequant[0]
+                dq = _torch().from_numpy(dq) if xs._is_torch else dq
+            return out, dq
+        out = np.empty((shape[0], shape[1], w_sliced.shape[1]), np.float32)
+        dq = np.empty(shape, np.float32) if return_dequant else None
+        call = self.calls % 2 ** 32
+        for s0 in range(0, shape[0], chunk):
+            xs = sliced(x[s0:s0 + chunk])
+            self._check_pair(xs, w_sliced)
+            self._run(xs, w_sliced, out[s0:s0 + chunk], call, s0)
+            if dq is not None:
+                dq[s0:s0 + chunk] = xs._dequant
         self.calls += 1
-        if len(x.shape) == 2:
-            result = np.asarray(result)[0]
-            return _torch().from_numpy(result) if x._is_torch else result
-        return result.to_torch() if x._is_torch else np.asarray(result)
+        if _is_torch(x):
+            torch = _torch()
+            return torch.from_numpy(out), (torch.from_numpy(dq) if dq is not None else None)
+        return out, dq
+
+    # -- fused layer entry points (used by pyfastpim.nn) -----------------------
+    def forward_linear(self, x, w_sliced, input_slice, input_paral_size=(1, 32), input_quant_gran=(1, 32), bw_e=None,
+                       return_dequant=False):
+        """x (N, K) or (B, N, K) @ programmed weights ``w_sliced`` (K, P), without bias.
+
+        Returns ``(out, xq)``: out shaped like x with K replaced by P (torch when x is torch);
+        xq, the dequantized input (for straight-through gradients), only when ``return_dequant``.
+        Large batches are sliced and multiplied a chunk at a time (see ``_sliced_product``).
+        """
+        return self._sliced_product(x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e,
+                                    return_dequant)
+
+    def forward_conv2d(self, x, w_sliced, kernel_size, stride=1, padding=0, dilation=1, input_slice=(1, 1, 2, 2),
+                       input_paral_size=(1, 32), input_quant_gran=(1, 32), bw_e=None, return_dequant=False):
+        """2-D convolution of x (N, C_in, H, W) through the crossbar, without bias.
+
+        ``w_sliced`` holds ``W.reshape(C_out, -1).T`` (C_in*kh*kw, C_out) programmed. The input is
+        read as its unfolded patch matrix (N, H_out*W_out, C_in*kh*kw) in torch's unfold order and
+        quantized, sliced and converted by the DACs inside the kernel (implicit im2col): the unfolded
+        matrix is never stored. Returns ``(out (N, C_out, H_out, W_out), xq)``, xq the dequantized
+        unfolded input only when ``return_dequant`` (training).
+        """
+        from .sliced import SlicedData, _widths
+        if not isinstance(w_sliced, SlicedData) or not w_sliced.is_weight or w_sliced._levels is None:
+            raise TypeError("argument 'w_sliced': expected programmed weights (SlicedData(..., is_weight=True))")
+        kh, kw = _pair(kernel_size, "kernel_size", 1)
+        sh, sw = _pair(stride, "stride", 1)
+        ph, pw = _pair(padding, "padding", 0)
+        dh, dw = _pair(dilation, "dilation", 1)
+        shape = tuple(getattr(x, "shape", ()))
+        if len(shape) != 4:
+            raise ValueError("argument 'x': expected a 4-D (N, C, H, W) input, got shape %r" % (shape,))
+        K = shape[1] * kh * kw
+        if K != w_sliced.shape[0]:
+            raise ValueError("argument 'x': %d channels x %dx%d kernel = %d patch values, but the weights have %d rows"
+                             % (shape[1], kh, kw, K, w_sliced.shape[0]))
+        input_paral_size = _pair(input_paral_size, "input_paral_size", 1)
+        if input_paral_size[1] != w_sliced.paral_size[0]:
+            raise ValueError("paral_size mismatch: the input's block columns (%d) must equal the weights' block rows "
+                             "(%d), the crossbar height" % (input_paral_size[1], w_sliced.paral_size[0]))
+        if (bw_e is None) != (w_sliced.bw_e is None):
+            raise ValueError("input and weights must both be INT (bw_e=None) or both BFP")
+        radc = self._radc_lsb_first(len(w_sliced))
+        if self.wire_resistance > 0:
+            raise NotImplementedError('The wire_factor is not supported in the training version!')
+        self._ensure_programmed(w_sliced)
+        ho = (shape[2] + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+        wo = (shape[3] + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+        granule = _resolve_granule(max(ho, 1) * max(wo, 1), K, input_paral_size, input_quant_gran)
+        is_torch = _is_torch(x)
+        if is_torch and x.requires_grad:
+            x = x.detach()
+        out, dq = _core.dpe_conv2d(
+            x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), granule, _widths(input_slice), bw_e is not None,
+            w_sliced._levels, w_sliced._conductance, w_sliced._gran_scale[0], w_sliced._granule, w_sliced._widths,
+            input_paral_size[1], self.rdac, self.g_level, radc, self.HGS, self.LGS,
+            self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed, self.calls % 2 ** 32,
+            bool(return_dequant))
+        self.calls += 1
+        if is_torch:
+            return out.to_torch(), (dq.to_torch() if dq is not None else None)
+        return np.asarray(out), (np.asarray(dq) if dq is not None else None)
 
     def _ensure_programmed(self, mat):
-        """Re-programs weights sliced by an engine with other device parameters."""
-        key = (self.g_level, self.HGS, self.LGS, self.write_variation, self.rate_stuck_HGS, self.rate_stuck_LGS,
-               self.program_seed)
-        if mat._levels is None or getattr(mat, "_program", None) != key:
-            mat._program_with(self)
+        """Re-programs weights that were sliced with another engine's device parameters."""
+        from .sliced import _check_engine, program_weights
+        key = _check_engine(self)
+        if mat._levels is not None and mat._program == key:
+            return
+        g_level, HGS, LGS, wv, rh, rl, seed = key
+        levels, conductance = program_weights(mat._codes, mat._widths, g_level, HGS, LGS, wv, rh, rl, seed)
+        mat._levels = levels
+        mat._conductance = conductance if (wv > 0 or rh > 0 or rl > 0) else None
+        mat._program = key
+        mat._version += 1
 
 
 def dpe_matmul(x, w, engine, input_slice=(1, 1, 2, 2), weight_slice=(1, 1, 2, 2), input_paral_size=(1, 32),
@@ -221,7 +377,4 @@ def dpe_matmul(x, w, engine, input_slice=(1, 1, 2, 2), weight_slice=(1, 1, 2, 2)
     ws = SlicedData(weight_slice, bw_e=bw_e, is_weight=True, paral_size=weight_paral_size,
                     quant_gran=weight_quant_gran, inference=True)
     ws.slice_data_imp(engine, w)
-    xs = SlicedData(input_slice, bw_e=bw_e, is_weight=False, paral_size=input_paral_size,
-                    quant_gran=input_quant_gran, inference=True)
-    xs.slice_data_imp(engine, x)
-    return engine.MapReduceDot(xs, ws)
+    return engine._sliced_product(x, ws, input_slice, input_paral_size, input_quant_gran, bw_e, False)[0]

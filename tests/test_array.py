@@ -206,3 +206,11 @@ def test_thread_controls_and_isa():
     assert active in ("generic", "avx2", "avx512") and detected in ("generic", "avx2", "avx512")
     with pytest.raises(ValueError, match="isa"):
         pyfastpim.set_isa_limit("sse9")
+
+
+def test_sanitized_runs_use_the_sanitized_build():
+    # `make sanitize` must exercise the instrumented extension, not the in-place one
+    import os
+    if os.environ.get("PYFASTPIM_SANITIZED") != "1":
+        pytest.skip("only meaningful under make sanitize")
+    assert "sanitize" in pyfastpim._core.__file__

@@ -201,3 +201,99 @@ def test_batched_input_is_processed_in_bounded_memory():
             y = eng(xs, ws)
         peaks.append(t.peak_bytes - y.nbytes)
     assert peaks[1] <= 48 << 20, peaks  # packed-input chunk cap (32 MiB) + weights panel
+
+
+@pytest.mark.parametrize("ks, stride, padding, dilation", [
+    ((3, 3), 1, 1, 1), ((3, 2), (2, 1), (0, 2), (1, 2)), ((1, 3), (1, 3), (2, 0), (2, 1)), (2, 2, 0, 1)])
+@pytest.mark.parametrize("noisy", [False, True])
+def test_implicit_im2col_conv_equals_unfold_then_mapreducedot(ks, stride, padding, dilation, noisy):
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 9, 8)
+    kh, kw = (ks, ks) if isinstance(ks, int) else ks
+    W = torch.randn(7, 5, kh, kw)
+    kw_ = dict(NOISE_OFF) if not noisy else dict(read_variation=0.05, vnoise=0.05, write_variation=0.02)
+    eng = DPETensor(g_level=4, rdac=4, radc=2 ** 12, seed=9, **kw_)
+    ws = SlicedData([1, 1, 2, 2], is_weight=True, paral_size=(8, 8), quant_gran=(8, 8))
+    ws.slice_data_imp(eng, W.reshape(7, -1).T)
+    with pyfastpim.memory.trace() as t:
+        out, xq = eng.forward_conv2d(x, ws, ks, stride, padding, dilation, (1, 1, 2, 2), (1, 8), (1, 8),
+                                     return_dequant=True)
+    assert t.copies == 0
+    U = torch.nn.functional.unfold(x, (kh, kw), dilation=dilation, padding=padding, stride=stride).transpose(1, 2)
+    xs = SlicedData([1, 1, 2, 2], paral_size=(1, 8), quant_gran=(1, 8))
+    xs.slice_data_imp(eng, U.contiguous())
+    eng.reset(9)
+    ref = eng(xs, ws)
+    assert out.shape[:2] == (2, 7) and out.shape[2] * out.shape[3] == U.shape[1]
+    assert torch.equal(out.reshape(2, 7, -1).transpose(1, 2), ref)
+    assert torch.equal(xq, torch.from_numpy(xs._dequant))
+
+
+def test_conv_inference_allocates_no_unfolded_input():
+    eng = DPETensor(g_level=4, rdac=4, radc=2 ** 12, read_variation=0.05, vnoise=0.05)
+    x = torch.randn(4, 32, 32, 32)
+    ws = SlicedData([1, 1, 2, 2], is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+    ws.slice_data_imp(eng, torch.randn(32 * 9, 16))
+    with pyfastpim.memory.trace() as t:
+        out, xq = eng.forward_conv2d(x, ws, 3, 1, 1, 1)
+    unfolded = 4 * 32 * 32 * 32 * 9 * 4
+    assert xq is None
+    # output + packed weights + one packed row block per thread: no im2col matrix
+    assert t.peak_bytes < out.numel() * 4 + unfolded / 4, (t.peak_bytes, unfolded)
+
+
+def test_conv_errors():
+    eng = DPETensor(**NOISE_OFF)
+    ws = SlicedData([1, 1, 2, 2], is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+    ws.slice_data_imp(eng, torch.randn(27, 4))
+    with pytest.raises(ValueError, match="4-D"):
+        eng.forward_conv2d(torch.randn(3, 8, 8), ws, 3)
+    with pytest.raises(ValueError, match="channels"):
+        eng.forward_conv2d(torch.randn(1, 4, 8, 8), ws, 3)
+    with pytest.raises(ValueError, match="stride"):
+        eng.forward_conv2d(torch.randn(1, 3, 8, 8), ws, 3, stride=0)
+    with pytest.raises(ValueError, match="smaller than the dilated kernel"):
+        eng.forward_conv2d(torch.randn(1, 3, 2, 2), ws, 3)
+    with pytest.raises(ValueError, match="NaN"):
+        eng.forward_conv2d(torch.full((1, 3, 8, 8), float("nan")), ws, 3)
+    with pytest.raises(ValueError, match="paral_size"):
+        eng.forward_conv2d(torch.randn(1, 3, 8, 8), ws, 3, input_paral_size=(1, 16))
+
+
+def test_forward_linear_matches_mapreducedot():
+    eng = DPETensor(g_level=4, rdac=4, radc=2 ** 12, **NOISE_OFF)
+    x, w = torch.randn(3, 10, 64), torch.randn(64, 20)
+    ws = SlicedData([1, 1, 2, 2], is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+    ws.slice_data_imp(eng, w)
+    out, xq = eng.forward_linear(x, ws, (1, 1, 2, 2), (1, 32), (1, 32), return_dequant=True)
+    xs = SlicedData([1, 1, 2, 2], paral_size=(1, 32), quant_gran=(1, 32))
+    xs.slice_data_imp(eng, x)
+    assert torch.equal(out, eng(xs, ws)) and torch.equal(xq, torch.from_numpy(xs._dequant))
+    out2, none = eng.forward_linear(x[0], ws, (1, 1, 2, 2))
+    assert none is None and torch.equal(out2, out[0])
+
+
+@pytest.mark.parametrize("as_torch", [False, True])
+def test_chunked_batches_equal_one_call_including_noise(monkeypatch, as_torch):
+    import pyfastpim.dpe as dpe_mod
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((7, 12, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 24)).astype(np.float32)
+    if as_torch:
+        x = torch.from_numpy(x)
+    eng = DPETensor(g_level=4, rdac=4, radc=2 ** 12, read_variation=0.05, vnoise=0.05, seed=4)
+    ws = SlicedData([1, 1, 2, 2], is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+    ws.slice_data_imp(eng, w)
+    with pyfastpim.memory.trace() as t_whole:
+        whole, dq_whole = eng.forward_linear(x, ws, (1, 1, 2, 2), return_dequant=True)
+    monkeypatch.setattr(dpe_mod, "_CHUNK_CODE_BYTES", 12 * 64 * 4 * 3)  # 3 items per chunk
+    eng.reset(4)
+    with pyfastpim.memory.trace() as t:
+        parts, dq_parts = eng.forward_linear(x, ws, (1, 1, 2, 2), return_dequant=True)
+    assert eng.calls == 1  # one logical call
+    assert type(parts) is type(whole)
+    np.testing.assert_array_equal(np.asarray(parts), np.asarray(whole))
+    np.testing.assert_array_equal(np.asarray(dq_parts), np.asarray(dq_whole))
+    # one chunk of codes and dequantized input at a time instead of the whole batch's
+    saved = 4 * 12 * 64 * (4 + 4)  # the 4 items a chunk does not hold: 4 slice planes of codes, float dequant
+    assert t.peak_bytes <= t_whole.peak_bytes - saved, (t.peak_bytes, t_whole.peak_bytes)

@@ -1,0 +1,152 @@
+"""AttentionContext as a torch module: the spec section 9 context with a learnable strength.
+
+``forward(x) = x + (strength / D) * (x @ incoming)`` runs the C kernels of
+:class:`pyfastpim.AttentionContext` (float32; other float dtypes are converted
+in and out) and back-propagates the spec's gradients::
+
+    grad_x        = g + (s/D) * (g @ incoming.T)
+    grad_strength = (1/D) * sum(g * (x @ incoming))      (float64 accumulation)
+
+``incoming`` and ``outgoing`` are buffers (so they travel with ``state_dict``);
+they are float32 views of the C context's own buffers. Assigning a tensor to
+either copies it into the context (a snapshot: ``b.incoming = a.outgoing`` is
+not changed by ``a``'s later updates). ``incoming`` must not be reassigned
+between a forward and its backward (checked).
+"""
+import torch
+from torch import nn
+
+from .. import _core
+
+__all__ = ["AttentionContext"]
+
+
+class _AttentionApply(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, strength, module):
+        c = module._ctx
+        s = float(strength.detach())
+        c.strength = s
+        x32 = x.detach().to(dtype=torch.float32).contiguous()
+        out = torch.empty_like(x32)
+        c.apply(x32, out=out)
+        ctx.x32 = x32
+        ctx.s = s
+        ctx.module = module
+        ctx.version = module._version
+        ctx.strength_dtype = strength.dtype
+        return out.to(dtype=x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        module = ctx.module
+        if module._version != ctx.version:
+            raise RuntimeError("AttentionContext.incoming was reassigned between forward and backward")
+        c = module._ctx
+        c.strength = ctx.s
+        g32 = grad_out.detach().to(dtype=torch.float32).contiguous()
+        gx, ds = c.gradients(ctx.x32, g32)
+        grad_x = gx.to(dtype=grad_out.dtype) if ctx.needs_input_grad[0] else None
+        grad_s = torch.tensor(ds, dtype=ctx.strength_dtype) if ctx.needs_input_grad[1] else None
+        return grad_x, grad_s, None
+
+
+class AttentionContext(nn.Module):
+    """Similarity context shared between layers, with ``strength`` an ``nn.Parameter``.
+
+    Args:
+        update_rate: rate ``r`` of :meth:`update_outgoing` (``r <= 0`` disables updates).
+        strength: initial value of the learnable strength ``s``.
+        embed_dim: upper bound on ``D`` for updates, or None.
+    """
+
+    def __init__(self, update_rate=0.01, strength=0.0, embed_dim=None):
+        super().__init__()
+        self._ctx = _core.AttentionContext(update_rate, 0.0, embed_dim)
+        self.strength = nn.Parameter(torch.tensor(float(strength), dtype=torch.float32))
+        self.register_buffer("incoming", None)
+        self.register_buffer("outgoing", None)
+        self._views = {"incoming": None, "outgoing": None}
+        self._version = 0
+
+    @property
+    def update_rate(self):
+        return self._ctx.update_rate
+
+    @update_rate.setter
+    def update_rate(self, value):
+        self._ctx.update_rate = value
+
+    @property
+    def embed_dim(self):
+        return self._ctx.embed_dim
+
+    @property
+    def context(self):
+        """The underlying :class:`pyfastpim.AttentionContext`."""
+        return self._ctx
+
+    # -- buffers <-> C context --
+
+    def _view(self, name):
+        arr = getattr(self._ctx, name)
+        return None if arr is None else torch.from_numpy(arr)
+
+    def _refresh(self, name):
+        view = self._view(name)
+        self._buffers[name] = view
+        self._views[name] = view
+
+    def _sync(self):
+        """Copy buffers the user replaced (assignment, .to(), ...) into the C context."""
+        for name in ("incoming", "outgoing"):
+            buf = self._buffers[name]
+            if buf is self._views[name]:
+                continue
+            setattr(self._ctx, name, None if buf is None else buf.detach().to("cpu", torch.float32))
+            self._refresh(name)
+            if name == "incoming":
+                self._version += 1
+
+    # -- public API --
+
+    def forward(self, x):
+        """``x + (strength / D) * (x @ incoming)`` for ``x`` of shape (..., D); x without incoming."""
+        self._sync()
+        if self._buffers["incoming"] is None:
+            return x
+        return _AttentionApply.apply(x, self.strength, self)
+
+    @torch.no_grad()
+    def update_outgoing(self, x, y):
+        """Blend the sampled similarity of x and y (T, D) into ``outgoing`` (no gradient)."""
+        self._sync()
+        self._ctx.update_outgoing(x.detach(), y.detach())
+        if self._views["outgoing"] is None:
+            self._refresh("outgoing")
+
+    @torch.no_grad()
+    def update_outgoing_step(self, x_vec, y_vec):
+        """The update for one row each (T = 1)."""
+        self._sync()
+        self._ctx.update_outgoing_step(x_vec.detach(), y_vec.detach())
+        if self._views["outgoing"] is None:
+            self._refresh("outgoing")
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        # torch skips buffers that are None; adopt the saved context (copied in by the next _sync)
+        for name in ("incoming", "outgoing"):
+            key = prefix + name
+            if self._buffers[name] is None and key in state_dict:
+                self._buffers[name] = state_dict[key].detach().clone()
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        self._sync()
+
+    def memory_usage_bytes(self):
+        return self._ctx.memory_usage_bytes()
+
+    def extra_repr(self):
+        d = None if self._buffers["incoming"] is None else self._buffers["incoming"].shape[0]
+        return "update_rate=%g, embed_dim=%s, D=%s" % (self.update_rate, self.embed_dim, d)

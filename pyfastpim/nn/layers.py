@@ -1,0 +1,465 @@
+"""MemIntelli drop-in layers: ``LinearMem`` and ``Conv2dMem`` on the simulated crossbar.
+
+Forward (spec section 8): the input is bit-sliced and quantized per granule, multiplied
+with the programmed weights by the engine (DAC -> crossbar -> ADC -> shift-add), and the
+bias is added. Backward is straight-through: the gradients of an ordinary linear layer /
+convolution taken with the dequantized weight ``Wq`` and dequantized input ``xq``.
+
+Weights are programmed once and cached. A layer re-programs itself automatically when its
+weight changed since it was programmed; the rule, checked cheaply on every forward, is:
+
+    the weight's ``(_version, data_ptr, shape, dtype)`` or the engine object differs from
+    the values recorded at programming.
+
+``_version`` is bumped by every in-place update of the parameter itself (optimizer steps,
+``load_state_dict``, DDP's initial broadcast, ``with torch.no_grad(): w.mul_(2)``);
+``data_ptr`` changes when the parameter's storage is replaced (``module.to(...)``,
+``weight.data = t``). Not detected: in-place writes through ``weight.data`` (a tensor with
+its own version counter, e.g. ``layer.weight.data.mul_(2)``); call :meth:`update_weight`
+after those, as MemIntelli requires after every change.
+
+The programmed crossbars are derived state: not in the ``state_dict``, dropped when a layer is
+pickled, and re-programmed on first use after ``load_state_dict``, unpickling or
+``copy.deepcopy`` (which shares the engine: it is a simulator configuration and noise stream).
+
+Inference (``torch.no_grad()``, or nothing requiring grad) calls the engine's fused
+``forward_linear`` / ``forward_conv2d`` with ``return_dequant=False``: no autograd graph and no
+dequantized or unfolded copies of the input are kept. Training keeps the dequantized
+(unfolded, for convolutions) input for the weight gradient, as MemIntelli does.
+"""
+import copy
+import math
+import numbers
+
+import torch
+import torch.nn as nn
+
+__all__ = ["LinearMem", "Conv2dMem"]
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def _pyfastpim_attr(name):
+    import pyfastpim
+    try:
+        return getattr(pyfastpim, name)
+    except AttributeError:
+        raise ImportError("pyfastpim.%s is not available in this build of pyfastpim" % name) from None
+
+
+def _slice_tuple(value, name):
+    """Slice method (bit widths, most significant first) as a tuple of ints, validated."""
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()
+    try:
+        widths = tuple(int(v) for v in value)
+        ok = all(int(v) == v for v in value)
+    except (TypeError, ValueError):
+        raise TypeError("%s must be a sequence of bit widths such as (1, 1, 2, 4), got %r" % (name, value)) from None
+    if not ok or not widths or any(w < 1 for w in widths):
+        raise ValueError("%s must be a non-empty sequence of positive integer bit widths, got %r" % (name, value))
+    if widths[0] != 1:
+        raise ValueError("%s: the first (sign) slice must be 1 bit wide, got %r" % (name, widths))
+    return widths
+
+
+def _pair(value, name, minimum=0):
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        pair = (int(value), int(value))
+    elif isinstance(value, (tuple, list)) and len(value) == 2 and all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value):
+        pair = (int(value[0]), int(value[1]))
+    else:
+        raise TypeError("%s must be an int or a pair of ints, got %r" % (name, value))
+    if min(pair) < minimum:
+        raise ValueError("%s must be >= %d, got %r" % (name, minimum, value))
+    return pair
+
+
+def _paral(value, name):
+    return _pair(value, name, minimum=1)
+
+
+def _quant_gran(value, name):
+    if value is None or value in ("per-matrix", "per-row", "per-col"):
+        return value
+    if isinstance(value, str):
+        raise ValueError("%s must be 'per-matrix', 'per-row', 'per-col', None or a pair of positive ints, got %r"
+                         % (name, value))
+    return _pair(value, name, minimum=1)
+
+
+def _check_paral(input_paral_size, weight_paral_size):
+    if input_paral_size[1] != weight_paral_size[0]:
+        raise ValueError("input_paral_size[1] (%d) must equal weight_paral_size[0] (%d): both are the number of "
+                         "crossbar rows one input block drives" % (input_paral_size[1], weight_paral_size[0]))
+
+
+def _check_float_input(x, who):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError("%s: input must be a torch.Tensor, got %s" % (who, type(x).__name__))
+    if not x.is_floating_point():
+        raise TypeError("%s: input must be a floating-point tensor, got dtype %s" % (who, x.dtype))
+
+
+def _as_torch(a, like=None):
+    if a is None or isinstance(a, torch.Tensor):
+        return a
+    return torch.from_numpy(a) if hasattr(a, "__array_interface__") else torch.as_tensor(a)
+
+
+def _needs_grad(*tensors):
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+# ----------------------------------------------------------------------------- engine calls
+# The engine's fused entry points slice the input inside the kernel (and, for convolutions,
+# read the unfolded patch matrix implicitly), so no slice codes or unfolded copies are stored.
+
+def _engine_method(engine, name):
+    fn = getattr(engine, name, None)
+    if fn is None:
+        raise TypeError("engine: expected a pyfastpim.DPETensor (an engine with %s), got %s"
+                        % (name, type(engine).__name__))
+    return fn
+
+
+def _engine_linear(layer, x, return_dequant):
+    fn = _engine_method(layer.engine, "forward_linear")
+    out, xq = fn(x, layer.weight_sliced, layer._input_slice, layer.input_paral_size, layer.input_quant_gran,
+                 bw_e=layer.bw_e, return_dequant=return_dequant)
+    return _as_torch(out), _as_torch(xq)
+
+
+def _engine_conv2d(layer, x, return_dequant):
+    fn = _engine_method(layer.engine, "forward_conv2d")
+    out, xq = fn(x, layer.weight_sliced, layer.kernel_size, layer.stride, layer.padding, layer.dilation,
+                 layer._input_slice, layer.input_paral_size, layer.input_quant_gran, bw_e=layer.bw_e,
+                 return_dequant=return_dequant)
+    return _as_torch(out), _as_torch(xq)
+
+
+def _conv_out_hw(hw, kernel_size, stride, padding, dilation):
+    return tuple((hw[i] + 2 * padding[i] - dilation[i] * (kernel_size[i] - 1) - 1) // stride[i] + 1
+                 for i in range(2))
+
+
+# ----------------------------------------------------------------------------- autograd functions
+
+class _LinearMemFunction(torch.autograd.Function):
+    """y = engine(x, W) + b; straight-through backward with Wq and xq (spec section 8)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, layer):
+        out, xq = _engine_linear(layer, x.detach(), return_dequant=True)
+        wq = _as_torch(layer.weight_sliced.quantized_data)  # (in, out): dequantized W^T
+        if bias is not None:
+            out = out + bias.detach().to(out.dtype)
+        ctx.save_for_backward(xq, wq)
+        ctx.has_bias = bias is not None
+        ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
+        return out
+
+    @staticmethod
+    def backward(ctx, dy):
+        xq, wq = ctx.saved_tensors
+        dx = dw = db = None
+        dy = dy.to(wq.dtype)
+        if ctx.needs_input_grad[0]:
+            dx = torch.matmul(dy, wq.t()).to(ctx.dtypes[0])            # dy @ Wq
+        dy2 = dy.reshape(-1, dy.shape[-1])
+        if ctx.needs_input_grad[1]:
+            dw = torch.matmul(dy2.t(), xq.reshape(-1, xq.shape[-1]).to(dy2.dtype)).to(ctx.dtypes[1])
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = dy2.sum(0).to(ctx.dtypes[2])
+        return dx, dw, db, None
+
+
+class _Conv2dMemFunction(torch.autograd.Function):
+    """Convolution on the crossbar; backward = gradient of an ordinary conv with Wq and xq."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, layer):
+        out, xq = _engine_conv2d(layer, x.detach(), return_dequant=True)  # xq: (N, L, C_in*kh*kw)
+        wq = _as_torch(layer.weight_sliced.quantized_data)                # (C_in*kh*kw, C_out)
+        if bias is not None:
+            out = out + bias.detach().to(out.dtype).view(1, -1, 1, 1)
+        ctx.save_for_backward(xq, wq)
+        ctx.geom = (tuple(x.shape), tuple(weight.shape), layer.stride, layer.padding, layer.dilation)
+        ctx.has_bias = bias is not None
+        ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
+        return out
+
+    @staticmethod
+    def backward(ctx, dy):
+        xq, wq = ctx.saved_tensors
+        x_shape, w_shape, stride, padding, dilation = ctx.geom
+        dx = dw = db = None
+        dy = dy.to(wq.dtype).contiguous()
+        n, c_out = dy.shape[:2]
+        if ctx.needs_input_grad[0]:
+            wq4 = wq.t().reshape(w_shape)
+            dx = torch.nn.grad.conv2d_input(x_shape, wq4, dy, stride=stride, padding=padding,
+                                            dilation=dilation).to(ctx.dtypes[0])
+        if ctx.needs_input_grad[1]:
+            # sum over images and patches of dy (C_out) x xq_unfolded (C_in*kh*kw): one GEMM
+            dy_t = dy.reshape(n, c_out, -1).transpose(0, 1).reshape(c_out, -1)
+            dw = torch.mm(dy_t, xq.reshape(-1, xq.shape[-1]).to(dy.dtype)).reshape(w_shape).to(ctx.dtypes[1])
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = dy.sum((0, 2, 3)).to(ctx.dtypes[2])
+        return dx, dw, db, None
+
+
+# ----------------------------------------------------------------------------- layers
+
+class _MemLayer(nn.Module):
+    """Shared machinery: programmed-weight cache with automatic re-programming."""
+
+    def _init_mem(self, engine, input_slice, weight_slice, bw_e, input_paral_size, weight_paral_size,
+                  input_quant_gran, weight_quant_gran, device):
+        self._input_slice = _slice_tuple(input_slice, "input_slice")
+        self._weight_slice = _slice_tuple(weight_slice, "weight_slice")
+        self.input_paral_size = _paral(input_paral_size, "input_paral_size")
+        self.weight_paral_size = _paral(weight_paral_size, "weight_paral_size")
+        _check_paral(self.input_paral_size, self.weight_paral_size)
+        self.input_quant_gran = _quant_gran(input_quant_gran, "input_quant_gran")
+        self.weight_quant_gran = _quant_gran(weight_quant_gran, "weight_quant_gran")
+        if bw_e is not None and (not isinstance(bw_e, numbers.Integral) or bw_e < 1):
+            raise ValueError("bw_e must be None (INT quantization) or a positive int (BFP), got %r" % (bw_e,))
+        self.bw_e = bw_e
+        # MemIntelli keeps the slice methods as tensors under these names
+        self.input_slice_method = torch.tensor(self._input_slice)
+        self.weight_slice_method = torch.tensor(self._weight_slice)
+        self.engine = engine
+        self._weight_sliced = None
+        self._programmed_key = None
+        if engine is not None:
+            self.update_weight()
+
+    # the matrix programmed into the crossbars: (C, P) = W.reshape(out, -1)^T
+    def _weight_matrix(self):
+        w = self.weight.detach()
+        return w.reshape(w.shape[0], -1).t().to(torch.float32)
+
+    def _weight_key(self):
+        w = self.weight
+        return (w._version, w.data_ptr(), tuple(w.shape), w.dtype, id(self.engine))
+
+    def update_weight(self):
+        """Re-slice and re-program this layer's weight into the crossbars (after changing it)."""
+        if self.engine is None:
+            raise RuntimeError("%s has no engine: set layer.engine to a pyfastpim.DPETensor first"
+                               % type(self).__name__)
+        sliced = _pyfastpim_attr("SlicedData")(self._weight_slice, bw_e=self.bw_e, is_weight=True,
+                                               paral_size=self.weight_paral_size,
+                                               quant_gran=self.weight_quant_gran)
+        sliced.slice_data_imp(self.engine, self._weight_matrix())
+        self._weight_sliced = sliced
+        self._programmed_key = self._weight_key()
+
+    @property
+    def weight_sliced(self):
+        """The programmed weights (a SlicedData holding ``W.reshape(out, -1)^T``), re-programmed if stale."""
+        if self._weight_sliced is None or self._programmed_key != self._weight_key():
+            try:
+                self.update_weight()
+            except AttributeError as exc:  # would be masked by nn.Module.__getattr__
+                raise RuntimeError("programming the weights of %s failed: %s" % (type(self).__name__, exc)) from exc
+        return self._weight_sliced
+
+    @weight_sliced.setter
+    def weight_sliced(self, value):
+        self._weight_sliced = value
+        self._programmed_key = self._weight_key() if value is not None else None
+
+    @property
+    def input_slice(self):
+        return self._input_slice
+
+    @property
+    def weight_slice(self):
+        return self._weight_slice
+
+    def _check_engine(self):
+        if self.engine is None:
+            raise RuntimeError("%s has no engine: set layer.engine to a pyfastpim.DPETensor"
+                               % type(self).__name__)
+
+    # The programmed crossbars are derived state: never pickled, re-programmed on first use.
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_weight_sliced"] = None
+        state["_programmed_key"] = None
+        return state
+
+    def __deepcopy__(self, memo):
+        """Deep copy sharing the engine (a simulator configuration and noise stream, not model state)."""
+        if self.engine is not None:
+            memo.setdefault(id(self.engine), self.engine)
+        new = self.__class__.__new__(self.__class__)
+        memo[id(self)] = new
+        state = self.__getstate__()
+        for key, value in state.items():
+            object.__setattr__(new, key, copy.deepcopy(value, memo))
+        return new
+
+    def _mem_extra_repr(self):
+        return "input_slice=%s, weight_slice=%s, bw_e=%s, input_paral_size=%s, weight_paral_size=%s" % (
+            self._input_slice, self._weight_slice, self.bw_e, self.input_paral_size, self.weight_paral_size)
+
+
+class LinearMem(_MemLayer):
+    """A linear layer computed on the simulated memristive crossbar (MemIntelli's ``LinearMem``).
+
+    ``y = MapReduceDot(slice(x), programmed(W^T)) + b`` (spec section 8). Inputs of shape
+    ``(N, in_features)`` or ``(B, N, in_features)`` (each batch item quantized independently);
+    more leading dimensions are folded into ``B`` and a 1-D input is treated as one row.
+
+    Args:
+        engine: a :class:`pyfastpim.DPETensor` (shared by layers; ``None`` defers programming).
+        in_features, out_features: sizes as in ``nn.Linear``.
+        input_slice, weight_slice: bit widths of the slices, most significant first, e.g. ``(1, 1, 2, 4)``.
+        bias: learn an additive bias.
+        device, dtype: of the parameters (computation is float32 on the CPU).
+        bw_e: None for INT quantization, else block floating point (spec section 4).
+        input_paral_size, weight_paral_size: crossbar block shapes; ``input_paral_size[1]`` must equal
+            ``weight_paral_size[0]``.
+        input_quant_gran, weight_quant_gran: quantization granularity (pair, 'per-matrix', 'per-row',
+            'per-col', or None = the block).
+
+    Backward is straight-through: ``dx = dy @ Wq``, ``dW = dy^T @ xq``, ``db = sum dy``.
+    Under ``torch.no_grad()`` (or when nothing requires grad) no dequantized copies are kept.
+    """
+
+    def __init__(self, engine, in_features, out_features, input_slice, weight_slice, bias=True, device=None,
+                 dtype=torch.float32, bw_e=None, input_paral_size=(1, 32), weight_paral_size=(32, 32),
+                 input_quant_gran=(1, 32), weight_quant_gran=(32, 32)):
+        super().__init__()
+        for name, v in (("in_features", in_features), ("out_features", out_features)):
+            if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 1:
+                raise ValueError("%s must be a positive int, got %r" % (name, v))
+        self.in_features = int(in_features)
+        self.out_features = int(out_features)
+        factory = {"device": device, "dtype": dtype}
+        self.weight = nn.Parameter(torch.empty((self.out_features, self.in_features), **factory))
+        if bias:
+            self.bias = nn.Parameter(torch.empty(self.out_features, **factory))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+        self._init_mem(engine, input_slice, weight_slice, bw_e, input_paral_size, weight_paral_size,
+                       input_quant_gran, weight_quant_gran, device)
+
+    def reset_parameters(self):
+        """nn.Linear's initialization (Kaiming-uniform weights, uniform bias)."""
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in = self.weight.shape[1]
+            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+            nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input):
+        _check_float_input(input, "LinearMem")
+        if input.dim() == 0 or input.shape[-1] != self.in_features:
+            raise ValueError("LinearMem: input of shape %s has %s features in its last dimension, expected "
+                             "in_features=%d" % (tuple(input.shape), input.shape[-1] if input.dim() else "no",
+                                                 self.in_features))
+        self._check_engine()
+        shape = input.shape
+        x = input
+        if x.dim() == 1:
+            x = x.unsqueeze(0)
+        elif x.dim() > 3:
+            x = x.reshape(-1, shape[-2], shape[-1])
+        x = x.to(torch.float32)
+        if _needs_grad(input, self.weight, self.bias):
+            out = _LinearMemFunction.apply(x, self.weight, self.bias, self)
+        else:
+            out, _ = _engine_linear(self, x.detach(), return_dequant=False)
+            if self.bias is not None:
+                out += self.bias.detach().to(out.dtype)
+        return out.reshape(shape[:-1] + (self.out_features,)).to(input.dtype)
+
+    def extra_repr(self):
+        return "in_features=%d, out_features=%d, bias=%s, %s" % (
+            self.in_features, self.out_features, self.bias is not None, self._mem_extra_repr())
+
+
+class Conv2dMem(_MemLayer):
+    """A 2-D convolution computed on the simulated memristive crossbar (MemIntelli's ``Conv2dMem``).
+
+    The input ``(N, C_in, H, W)`` (or unbatched ``(C_in, H, W)``) is unfolded into patches
+    ``(N, H_out*W_out, C_in*kh*kw)`` (PyTorch unfold order, done implicitly by the engine),
+    multiplied like :class:`LinearMem` with ``W.reshape(C_out, -1)^T``, the bias added, and
+    reshaped to ``(N, C_out, H_out, W_out)``. ``kernel_size``, ``stride``, ``padding`` and
+    ``dilation`` are ints or pairs; the other arguments are those of :class:`LinearMem`.
+    Backward: the gradient of an ordinary convolution taken with ``Wq`` and ``xq`` (the
+    dequantized unfolded input, so ``dW`` sums ``dy x xq_unfolded`` over patches).
+    """
+
+    def __init__(self, engine, in_channels, out_channels, kernel_size, input_slice, weight_slice, stride=1,
+                 padding=0, dilation=1, bias=True, device=None, dtype=None, bw_e=None, input_paral_size=(1, 32),
+                 weight_paral_size=(32, 32), input_quant_gran=(1, 32), weight_quant_gran=(32, 32)):
+        super().__init__()
+        for name, v in (("in_channels", in_channels), ("out_channels", out_channels)):
+            if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 1:
+                raise ValueError("%s must be a positive int, got %r" % (name, v))
+        self.in_channels = int(in_channels)
+        self.out_channels = int(out_channels)
+        self.kernel_size = _pair(kernel_size, "kernel_size", minimum=1)
+        self.stride = _pair(stride, "stride", minimum=1)
+        self.padding = _pair(padding, "padding", minimum=0)
+        self.dilation = _pair(dilation, "dilation", minimum=1)
+        factory = {"device": device, "dtype": dtype}
+        self.weight = nn.Parameter(torch.empty((self.out_channels, self.in_channels) + self.kernel_size, **factory))
+        if bias:
+            self.bias = nn.Parameter(torch.empty(self.out_channels, **factory))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+        self._init_mem(engine, input_slice, weight_slice, bw_e, input_paral_size, weight_paral_size,
+                       input_quant_gran, weight_quant_gran, device)
+
+    def reset_parameters(self):
+        """nn.Conv2d's initialization (Kaiming-uniform weights, uniform bias)."""
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in = self.weight[0].numel()
+            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+            nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input):
+        _check_float_input(input, "Conv2dMem")
+        if input.dim() not in (3, 4):
+            raise ValueError("Conv2dMem: expected a 4-D input (N, C_in, H, W) or an unbatched 3-D input "
+                             "(C_in, H, W), got shape %s" % (tuple(input.shape),))
+        unbatched = input.dim() == 3
+        x = input.unsqueeze(0) if unbatched else input
+        if x.shape[1] != self.in_channels:
+            raise ValueError("Conv2dMem: input of shape %s has %d channels, expected in_channels=%d"
+                             % (tuple(input.shape), x.shape[1], self.in_channels))
+        h_out, w_out = _conv_out_hw(x.shape[2:], self.kernel_size, self.stride, self.padding, self.dilation)
+        if h_out < 1 or w_out < 1:
+            raise ValueError("Conv2dMem: input of spatial size %s is too small for kernel_size=%s, padding=%s, "
+                             "dilation=%s (output would be %dx%d)" % (tuple(x.shape[2:]), self.kernel_size,
+                                                                      self.padding, self.dilation, h_out, w_out))
+        self._check_engine()
+        x = x.to(torch.float32)
+        if _needs_grad(input, self.weight, self.bias):
+            out = _Conv2dMemFunction.apply(x, self.weight, self.bias, self)
+        else:
+            out, _ = _engine_conv2d(self, x.detach(), return_dequant=False)
+            if self.bias is not None:
+                out += self.bias.detach().to(out.dtype).view(1, -1, 1, 1)
+        out = out.to(input.dtype)
+        return out.squeeze(0) if unbatched else out
+
+    def extra_repr(self):
+        s = "%d, %d, kernel_size=%s, stride=%s" % (self.in_channels, self.out_channels, self.kernel_size, self.stride)
+        if self.padding != (0, 0):
+            s += ", padding=%s" % (self.padding,)
+        if self.dilation != (1, 1):
+            s += ", dilation=%s" % (self.dilation,)
+        return s + ", bias=%s, %s" % (self.bias is not None, self._mem_extra_repr())

@@ -1,0 +1,428 @@
+"""Bit-sliced quantization (spec sections 1-6) and MemIntelli's ``SlicedData``.
+
+The work is done by the C core (``_core.slice_quantize``, one pass over the
+data, nothing allocated beyond the outputs). This module parses MemIntelli's
+arguments, keeps the compact results the engine reads, and produces
+MemIntelli's padded block layouts only when they are asked for.
+
+Compact layout (see csrc/slicing.h), all NumPy arrays sharing the core's
+buffers:
+
+- ``codes``: uint8 ``(S, N, R, C)``, slice ``s = 0`` least significant, unpadded;
+  ``q = sum_s w[s] * codes[s]`` with ``w`` from :func:`slice_params`.
+- ``gran_max`` / ``gran_scale``: float32 ``(N, gr, gc)``, one value per granule
+  ``(qr', qc')`` (quant_gran rounded up to multiples of paral_size).
+- ``gran_exp``: int32 ``(N, gr, gc)`` (BFP only).
+- ``levels``: uint8 ``(S, C, P)`` programmed conductance levels of weights;
+  ``conductance``: float32 ``(S, C, P)`` in siemens, only with device noise.
+"""
+import itertools
+from collections import namedtuple
+
+import numpy as np
+
+from . import _core
+
+__all__ = ["SlicedData", "slice_quantize", "program_weights", "slice_params", "DEFAULT_SEED"]
+
+DEFAULT_SEED = _core.DEFAULT_SEED
+
+_GRANULARITIES = ("per-matrix", "per-row", "per-col")
+_versions = itertools.count(1)  # process-wide, so (object, _version) never repeats
+_torch_module = None
+
+
+def _torch():
+    """torch if importable (imported on first use), else None."""
+    global _torch_module
+    if _torch_module is None:
+        try:
+            import torch
+            _torch_module = torch
+        except ImportError:
+            _torch_module = False
+    return _torch_module or None
+
+
+def _is_torch_tensor(obj):
+    t = type(obj)
+    return t.__module__.startswith("torch") and hasattr(obj, "detach") and hasattr(obj, "data_ptr")
+
+
+def _out(a):
+    """MemIntelli-layout results are torch tensors when torch is importable."""
+    torch = _torch()
+    return torch.from_numpy(np.ascontiguousarray(a)) if torch is not None else a
+
+
+def _widths(slice_method):
+    """The slice method as a tuple of Python ints (list, tuple, NumPy array or torch tensor)."""
+    sm = slice_method
+    if hasattr(sm, "tolist"):
+        sm = sm.tolist()
+    if isinstance(sm, (str, bytes)) or not hasattr(sm, "__iter__"):
+        raise TypeError("argument 'slice_method': expected a sequence of bit widths, got %r" % (slice_method,))
+    out = []
+    for v in sm:
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or v != int(v):
+            raise TypeError("argument 'slice_method': widths must be integers, got %r" % (v,))
+        out.append(int(v))
+    if not out:
+        raise ValueError("argument 'slice_method': expected at least one slice width")
+    if out[0] != 1:
+        raise ValueError("argument 'slice_method': the first (sign) slice must be 1 bit wide, got %d" % out[0])
+    if min(out) < 1:
+        raise ValueError("argument 'slice_method': every width must be positive, got %r" % (tuple(out),))
+    if sum(out) > _core.SLICE_MAX_TOTAL_BITS or sum(out) < 2:
+        raise ValueError("argument 'slice_method': total bits must be 2 to %d, got %d"
+                         % (_core.SLICE_MAX_TOTAL_BITS, sum(out)))
+    if max(out) > _core.SLICE_MAX_WIDTH:
+        raise ValueError("argument 'slice_method': each slice needs 1 to %d bits (uint8 codes), got %r"
+                         % (_core.SLICE_MAX_WIDTH, tuple(out)))
+    return tuple(out)
+
+
+def _pair(value, argname):
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        raise TypeError("argument '%s': expected a pair of positive ints, got %r" % (argname, value))
+    if len(value) != 2:
+        raise ValueError("argument '%s': expected 2 values, got %d" % (argname, len(value)))
+    out = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError("argument '%s': expected ints, got %r" % (argname, value))
+        if v < 1:
+            raise ValueError("argument '%s': values must be positive, got %r" % (argname, tuple(value)))
+        out.append(int(v))
+    return tuple(out)
+
+
+def _quant_gran(value):
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if value not in _GRANULARITIES:
+            raise ValueError("argument 'quant_gran': expected None, 'per-matrix', 'per-row', 'per-col' or a pair "
+                             "of positive ints, got %r" % value)
+        return value
+    return _pair(value, "quant_gran")
+
+
+def slice_params(slice_method):
+    """``(m, w, off)`` of a slice method (spec 1), int64 arrays, least significant slice first.
+
+    ``m[s] = 2**width - 1`` (slice maximum), ``w[s] = 2**off[s]`` (shift weight)
+    except the sign slice ``w[S-1] = -2**(B-1)``, ``off[s]`` = bits below slice ``s``.
+    """
+    widths = _widths(slice_method)[::-1]
+    off = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
+    m = (np.int64(1) << np.array(widths, dtype=np.int64)) - 1
+    w = np.int64(1) << off
+    w[-1] = -(1 << (sum(widths) - 1))
+    return m, w, off
+
+
+SliceResult = namedtuple("SliceResult", "codes gran_max gran_scale gran_exp dequant levels granule")
+SliceResult.__doc__ = """Result of :func:`slice_quantize` (NumPy arrays; see the module docstring).
+
+codes uint8 (S, N, R, C); gran_max, gran_scale float32 (N, gr, gc); gran_exp int32 (N, gr, gc) or None
+(INT); dequant float32 (N, R, C) or None; levels uint8 (S, N, R, C) or None; granule (qr', qc')."""
+
+
+def _np(a):
+    return None if a is None else np.asarray(a)
+
+
+def slice_quantize(data, slice_method, paral_size=(64, 64), quant_gran=None, bw_e=None, dequant=False, g_level=None):
+    """Quantize and bit-slice ``data`` (spec 1-5) in one pass of the C core.
+
+    data: float32 or float64 (converted once, counted by pyfastpim.memory), 2-D
+    ``(R, C)`` or 3-D ``(N, R, C)``, NumPy array or CPU torch tensor (viewed
+    without a copy when float32 and contiguous).
+    slice_method: bit widths, most significant first, the first 1 (sign); 2 to
+    16 bits in total, each slice 1 to 8 bits.
+    paral_size: crossbar block ``(pr, pc)``. quant_gran: ``(qr, qc)``,
+    'per-matrix', 'per-row', 'per-col' or None (= paral_size), rounded up to
+    multiples of the block.
+    bw_e: None (or 0) for INT quantization, a positive int for BFP.
+    dequant: also return the dequantized values. g_level: for 2-D weights,
+    also return the programmed conductance levels (spec 6).
+
+    Raises ValueError naming the argument for invalid arguments, empty data,
+    more than 3 dimensions, and data holding NaN or infinity (detected in the
+    max-abs pass; quantization needs finite values); TypeError for
+    unsupported types. Returns a :class:`SliceResult`.
+    """
+    widths = _widths(slice_method)
+    paral = _pair(paral_size, "paral_size")
+    gran = _quant_gran(quant_gran)
+    if _is_torch_tensor(data) and getattr(data, "requires_grad", False):
+        data = data.detach()
+    r = _core.slice_quantize(data, widths, paral, gran, bw_e, bool(dequant), g_level)
+    return SliceResult(*(_np(a) for a in r[:6]), tuple(r[6]))
+
+
+def program_weights(codes, slice_method, g_level, HGS=1e-5, LGS=1e-7, write_variation=0.0, rate_stuck_HGS=0.0,
+                    rate_stuck_LGS=0.0, seed=None):
+    """Program weight slice codes into conductances (spec 6).
+
+    codes: uint8 ``(S, C, P)`` (or ``(S, 1, C, P)`` as slice_quantize returns).
+    Returns ``(levels, conductance)``: uint8 levels
+    ``L = rint(code / m[s] * (g_level - 1))`` and float32 conductances in siemens
+    ``G = L * Q_G + LGS`` with write variation ``G += G * N(0, write_variation)``
+    and stuck-at faults, drawn from counter-based Philox noise with ``seed``
+    (default :data:`DEFAULT_SEED`): programming twice gives the same cells.
+    """
+    widths = _widths(slice_method)
+    codes = np.asarray(codes)
+    if codes.ndim == 4 and codes.shape[1] == 1:
+        codes = codes[:, 0]
+    if codes.ndim != 3:
+        raise ValueError("argument 'codes': expected (slices, rows, cols), got shape %r" % (codes.shape,))
+    levels = np.asarray(_core.program_levels(codes, widths, g_level))
+    g = np.asarray(_core.program_conductance(levels, g_level, float(HGS), float(LGS), float(write_variation),
+                                             float(rate_stuck_HGS), float(rate_stuck_LGS), seed))
+    return levels, g
+
+
+def _check_engine(engine):
+    """(g_level, HGS, LGS, write_variation, rate_stuck_HGS, rate_stuck_LGS, seed) of a programming engine."""
+    names = ("g_level", "HGS", "LGS", "write_variation", "rate_stuck_HGS", "rate_stuck_LGS")
+    missing = [n for n in names if not hasattr(engine, n)]
+    if missing:
+        raise TypeError("argument 'engine': weights need an engine with %s (missing: %s)"
+                        % (", ".join(names), ", ".join(missing)))
+    g_level = engine.g_level
+    if isinstance(g_level, bool) or not isinstance(g_level, (int, np.integer)):
+        raise TypeError("argument 'engine': g_level must be an int, got %r" % (g_level,))
+    HGS, LGS = float(engine.HGS), float(engine.LGS)
+    wv, rh, rl = float(engine.write_variation), float(engine.rate_stuck_HGS), float(engine.rate_stuck_LGS)
+    if not (np.isfinite(HGS) and np.isfinite(LGS) and LGS < HGS):
+        raise ValueError("argument 'engine': needs finite LGS < HGS, got LGS=%r, HGS=%r" % (LGS, HGS))
+    if not (np.isfinite(wv) and wv >= 0):
+        raise ValueError("argument 'engine': write_variation must be finite and >= 0, got %r" % wv)
+    if not (0 <= rh <= 1 and 0 <= rl <= 1 and rh + rl <= 1):
+        raise ValueError("argument 'engine': rate_stuck_HGS, rate_stuck_LGS must be probabilities summing to "
+                         "at most 1, got %r, %r" % (rh, rl))
+    seed = getattr(engine, "program_seed", None)
+    return int(g_level), HGS, LGS, wv, rh, rl, DEFAULT_SEED if seed is None else seed
+
+
+class SlicedData:
+    """Bit-sliced, quantized data for the dot-product engine (MemIntelli-compatible).
+
+    ``SlicedData(slice_method, bw_e=None, is_weight=False, paral_size=(64, 64),
+    quant_gran=None, device=None, inference=False)``; then
+    ``slice_data_imp(engine, data)`` quantizes and slices ``data`` (2-D, or 3-D
+    batched for inputs; weights must be 2-D ``(C, P)`` and are also programmed
+    into conductance levels with the engine's ``g_level``, ``HGS``, ``LGS``,
+    ``write_variation``, ``rate_stuck_HGS``, ``rate_stuck_LGS`` and optional
+    ``program_seed``). Data holding NaN or infinity raises ValueError naming 'data'.
+
+    MemIntelli's attributes are produced on access, in MemIntelli's padded
+    block layouts (torch tensors when torch is importable): ``sliced_data``
+    ``([N,] Rp/pr, Cp/pc, S, pr, pc)``, ``max_data`` and ``e_bias``
+    ``([N,] Rp/pr, Cp/pc, 1, 1)`` (one value per block, its granule's), 
+    ``quantized_data`` (dequantized, shaped like the data) and, for weights,
+    ``G`` (siemens, same layout as ``sliced_data``; padding cells read LGS).
+
+    Differences from MemIntelli: when a granule is all zeros, codes and
+    dequantized values are 0 (MemIntelli divides by zero); ``bw_e`` None or 0
+    means INT, any positive value BFP (the exponent width is not used, as in
+    MemIntelli); slices are at most 8 bits wide (uint8 codes).
+    """
+
+    def __init__(self, slice_method, bw_e=None, is_weight=False, paral_size=(64, 64), quant_gran=None, device=None,
+                 inference=False):
+        self._widths = _widths(slice_method)
+        self.slice_method = slice_method
+        if bw_e is not None and (isinstance(bw_e, bool) or not isinstance(bw_e, (int, np.integer)) or bw_e < 0):
+            raise ValueError("argument 'bw_e': must be None or a non-negative int, got %r" % (bw_e,))
+        self.bw_e = bw_e
+        self.is_weight = bool(is_weight)
+        self.paral_size = _pair(paral_size, "paral_size")
+        self.quant_gran = self.paral_size if quant_gran is None else _quant_gran(quant_gran)
+        if device is None:
+            torch = _torch()
+            device = torch.device("cpu") if torch is not None else "cpu"
+        self.device = device
+        self.inference = bool(inference)
+        self.shape = None
+        m, w, _ = slice_params(self._widths)
+        self.sliced_max_weights = _out(m.astype(np.float32))
+        self.sliced_weights = _out(w.astype(np.float32))
+        self._reset()
+
+    def _reset(self):
+        self._codes = None        # uint8 (S, N, R, C)
+        self._data_2d = True      # the user's data was 2-D (N = 1 added internally)
+        self._gran_max = None     # float32 (N, gr, gc)
+        self._gran_scale = None   # float32 (N, gr, gc)
+        self._gran_exp = None     # int32 (N, gr, gc), BFP only
+        self._granule = None      # (qr', qc')
+        self._dequant = None      # float32 (N, R, C) or None (inference mode)
+        self._levels = None       # uint8 (S, C, P), weights
+        self._conductance = None  # float32 (S, C, P), weights with device noise only
+        self._program = None      # (g_level, HGS, LGS, write_variation, stuck rates, seed) of programming
+        self._is_torch = False
+        self._version = 0
+
+    # ---- slicing ----
+
+    def slice_data_imp(self, engine, data):
+        """Quantize, slice and (for weights) program ``data`` with ``engine``'s device parameters."""
+        is_torch = _is_torch_tensor(data)
+        if is_torch and data.requires_grad:
+            data = data.detach()
+        ndim = len(getattr(data, "shape", ()))
+        if self.is_weight and ndim != 2:
+            raise ValueError("argument 'data': weights must be 2-D (rows, cols), got %d dimensions" % ndim)
+        g_level = _check_engine(engine)[0] if self.is_weight else None
+        gran = self.quant_gran if isinstance(self.quant_gran, str) else tuple(self.quant_gran)
+        r = _core.slice_quantize(data, self._widths, self.paral_size, gran, self.bw_e, not self.inference, g_level)
+        codes, gmax, gscale, gexp, dq, levels = (_np(a) for a in r[:6])
+        conductance = None
+        if self.is_weight:
+            g_level, HGS, LGS, wv, rh, rl, seed = _check_engine(engine)
+            levels = levels[:, 0]
+            if wv > 0 or rh > 0 or rl > 0:
+                conductance = np.asarray(_core.program_conductance(levels, g_level, HGS, LGS, wv, rh, rl, seed))
+            program = (g_level, HGS, LGS, wv, rh, rl, seed)  # everything programming depends on
+        self._reset()
+        self._codes, self._gran_max, self._gran_scale, self._gran_exp = codes, gmax, gscale, gexp
+        self._granule = tuple(r[6])
+        self._dequant = dq
+        self._data_2d = ndim == 2
+        self._is_torch = is_torch
+        if self.is_weight:
+            self._levels, self._conductance, self._program = levels, conductance, program
+        self.shape = tuple(data.shape)
+        self._version = next(_versions)
+
+    # ---- MemIntelli's attributes, produced on access ----
+
+    def __repr__(self):
+        return "sliced data with slice_method:{}".format(self.slice_method)
+
+    def __len__(self):
+        return len(self._widths)
+
+    def size(self):
+        return self.shape
+
+    def _require(self):
+        if self._codes is None:
+            raise RuntimeError("SlicedData: call slice_data_imp(engine, data) first")
+
+    def _padded_grid(self):
+        _, N, R, C = self._codes.shape
+        qr, qc = self._granule
+        gr, gc = self._gran_max.shape[1:]
+        return N, R, C, gr * qr, gc * qc
+
+    def _per_block(self, per_granule):
+        """(N, gr, gc) -> ([N,] Rp/pr, Cp/pc, 1, 1), each block carrying its granule's value."""
+        qr, qc = self._granule
+        pr, pc = self.paral_size
+        a = np.repeat(np.repeat(per_granule, qr // pr, axis=1), qc // pc, axis=2)[..., None, None]
+        return a[0] if self._data_2d else a
+
+    def _blocks(self, planes, fill, dtype):
+        """(S, N, R, C) -> ([N,] Rp/pr, Cp/pc, S, pr, pc), padding set to fill."""
+        N, R, C, Rp, Cp = self._padded_grid()
+        pr, pc = self.paral_size
+        S = planes.shape[0]
+        padded = np.full((S, N, Rp, Cp), fill, dtype=dtype)
+        padded[:, :, :R, :C] = planes
+        out = padded.reshape(S, N, Rp // pr, pr, Cp // pc, pc).transpose(1, 2, 4, 0, 3, 5)
+        out = np.ascontiguousarray(out)
+        return out[0] if self._data_2d else out
+
+    @property
+    def sliced_data(self):
+        """Slice codes in MemIntelli's block layout ([N,] Rp/pr, Cp/pc, S, pr, pc), uint8."""
+        if self._codes is None:
+            return None
+        return _out(self._blocks(self._codes, 0, np.uint8))
+
+    @property
+    def max_data(self):
+        """Max-abs of each block's granule, ([N,] Rp/pr, Cp/pc, 1, 1) float32."""
+        if self._codes is None:
+            return None
+        return _out(self._per_block(self._gran_max))
+
+    @property
+    def e_bias(self):
+        """BFP exponent of each block's granule, ([N,] Rp/pr, Cp/pc, 1, 1) float32; None for INT."""
+        if self._codes is None or self._gran_exp is None:
+            return None
+        return _out(self._per_block(self._gran_exp.astype(np.float32)))
+
+    def _dequantized(self):
+        if self._dequant is not None:
+            return self._dequant
+        # recompute from the codes in the spec's float32 order (bit-identical to the kernel's)
+        _, w, _ = slice_params(self._widths)
+        q = np.tensordot(w.astype(np.int32), self._codes.astype(np.int32), axes=1)
+        N, R, C, _, _ = self._padded_grid()
+        qr, qc = self._granule
+        def expand(a):
+            return np.repeat(np.repeat(a, qr, axis=1), qc, axis=2)[:, :R, :C]
+        qf = q.astype(np.float32)
+        if self._gran_exp is not None:
+            return qf * expand(self._gran_scale)
+        k = np.float32(2 ** (sum(self._widths) - 1) - 1)
+        m = expand(self._gran_max)
+        return (qf / k) * np.where(m > 0, m, np.float32(1))
+
+    @property
+    def quantized_data(self):
+        """Dequantized values, shaped like the data (float32)."""
+        if self._codes is None:
+            return None
+        dq = self._dequantized()
+        return _out(dq[0] if self._data_2d else dq)
+
+    @property
+    def G(self):
+        """Weights: programmed conductances in siemens, MemIntelli's layout (Rp/pr, Cp/pc, S, pr, pc)."""
+        if not self.is_weight or self._levels is None:
+            return None
+        g_level, HGS, LGS = self._program[:3]
+        if self._conductance is not None:
+            g = self._conductance
+        else:
+            q_g = np.float32((HGS - LGS) / (g_level - 1))
+            g = self._levels.astype(np.float32) * q_g + np.float32(LGS)
+        return _out(self._blocks(g[:, None], np.float32(LGS), np.float32))
+
+    # ---- transpose ----
+
+    def t(self):
+        """The transposed data as a new SlicedData: paral_size and quant_gran swapped
+        ('per-row' <-> 'per-col'), every stored array transposed in its last two axes.
+
+        Equal to slicing the transposed data with the swapped sizes (the granules
+        map onto each other), so no quantization is redone. For weights the same
+        programmed cells are transposed (conductance included), as MemIntelli's t().
+        """
+        new = SlicedData.__new__(SlicedData)
+        new.__dict__.update(self.__dict__)
+        new.paral_size = self.paral_size[::-1]
+        qg = self.quant_gran
+        new.quant_gran = {"per-row": "per-col", "per-col": "per-row"}.get(qg, qg) if isinstance(qg, str) else \
+            tuple(qg)[::-1]
+        if self._codes is None:
+            return new
+
+        def tr(a):
+            return None if a is None else np.ascontiguousarray(np.swapaxes(a, -1, -2))
+
+        new._codes, new._gran_max, new._gran_scale = tr(self._codes), tr(self._gran_max), tr(self._gran_scale)
+        new._gran_exp, new._dequant = tr(self._gran_exp), tr(self._dequant)
+        new._levels, new._conductance = tr(self._levels), tr(self._conductance)
+        new._granule = self._granule[::-1]
+        new.shape = tuple(self.shape[:-2]) + (self.shape[-1], self.shape[-2])
+        new._version = next(_versions)
+        return new

@@ -1,0 +1,685 @@
+"""Attention context (spec section 9): C kernels against the NumPy transcription in
+tests/reference/attention_ref.py, bad input, zero allocations per call, determinism,
+the torch module and its gradients."""
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+import pyfastpim
+from pyfastpim import memory
+from reference import attention_ref as ref
+
+F32 = np.float32
+
+
+def rand(rng, *shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(F32)
+
+
+def ctx_with_incoming(d, s=0.7, seed=0):
+    rng = np.random.default_rng(seed)
+    c = pyfastpim.AttentionContext(update_rate=0.1, strength=s)
+    c.incoming = rand(rng, d, d, scale=0.5)
+    return c
+
+
+def assert_update_close(got, want):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)
+
+
+# ---------------------------------------------------------------- update
+
+
+@pytest.mark.parametrize("t", [1, 2, 10, 31, 32, 33, 64, 100, 257])
+def test_update_matches_reference_for_t_below_and_above_32(t):
+    rng = np.random.default_rng(t)
+    x, y = rand(rng, t, 24), rand(rng, t, 24, scale=3.0)
+    c = pyfastpim.AttentionContext(update_rate=0.3)
+    c.update_outgoing(x, y)
+    want = ref.update(None, x, y, 0.3)
+    assert c.outgoing.dtype == F32 and c.outgoing.shape == (24, 24)
+    assert_update_close(c.outgoing, want)
+    # a second update blends into the existing context
+    x2, y2 = rand(rng, t, 24), rand(rng, t, 24)
+    c.update_outgoing(x2, y2)
+    assert_update_close(c.outgoing, ref.update(want, x2, y2, 0.3))
+
+
+def test_update_sampling_uses_rows_at_multiples_of_step():
+    # T = 100 -> n = 32, step = 3: rows 0, 3, ..., 93. Changing any other row changes nothing.
+    rng = np.random.default_rng(1)
+    x, y = rand(rng, 100, 8), rand(rng, 100, 8)
+    a = pyfastpim.AttentionContext(update_rate=1.0)
+    a.update_outgoing(x, y)
+    x2 = x.copy()
+    x2[1] += 100.0
+    x2[95:] = np.nan
+    b = pyfastpim.AttentionContext(update_rate=1.0)
+    b.update_outgoing(x2, y)
+    np.testing.assert_array_equal(a.outgoing, b.outgoing)
+    x2[93] += 1.0
+    b.outgoing = None
+    b.update_outgoing(x2, y)
+    assert not np.array_equal(a.outgoing, b.outgoing)
+
+
+def test_update_uses_min_rows_and_columns_and_embed_dim():
+    rng = np.random.default_rng(2)
+    x, y = rand(rng, 50, 20), rand(rng, 40, 16)
+    c = pyfastpim.AttentionContext(update_rate=0.5)
+    c.update_outgoing(x, y)
+    assert c.outgoing.shape == (16, 16)
+    assert_update_close(c.outgoing, ref.update(None, x, y, 0.5))
+    e = pyfastpim.AttentionContext(update_rate=0.5, embed_dim=8)
+    e.update_outgoing(x, y)
+    assert e.outgoing.shape == (8, 8) and e.embed_dim == 8
+    assert_update_close(e.outgoing, ref.update(None, x, y, 0.5, embed_dim=8))
+
+
+def test_update_flattens_leading_dimensions():
+    rng = np.random.default_rng(3)
+    x, y = rand(rng, 2, 30, 12), rand(rng, 2, 30, 12)
+    c = pyfastpim.AttentionContext(update_rate=0.2)
+    c.update_outgoing(x, y)
+    assert_update_close(c.outgoing, ref.update(None, x.reshape(60, 12), y.reshape(60, 12), 0.2))
+
+
+def test_update_non_finite_inputs_become_zero():
+    rng = np.random.default_rng(4)
+    x, y = rand(rng, 64, 16), rand(rng, 64, 16)
+    x[::5, 3] = np.nan
+    x[2, :] = np.inf
+    y[::7, 1] = -np.inf
+    y[:, 5] = np.nan  # a column that is all zero after the rule: den = 0 -> sim 0
+    c = pyfastpim.AttentionContext(update_rate=0.4)
+    c.update_outgoing(x, y)
+    out = c.outgoing
+    assert np.isfinite(out).all()
+    assert_update_close(out, ref.update(None, x, y, 0.4))
+    assert (out[:, 5] == 0).all()
+
+
+def test_update_constant_columns_give_zero_similarity():
+    rng = np.random.default_rng(5)
+    x, y = rand(rng, 40, 6), rand(rng, 40, 6)
+    x[:, 2] = 3.0
+    c = pyfastpim.AttentionContext(update_rate=1.0)
+    c.update_outgoing(x, y)
+    assert (c.outgoing[2] == 0).all()
+    assert_update_close(c.outgoing, ref.update(None, x, y, 1.0))
+    assert np.abs(c.outgoing).max() <= np.tanh(1.0) + 1e-6  # |correlation| <= 1
+
+
+@pytest.mark.parametrize("rate", [0.0, -0.5])
+def test_update_rate_not_positive_is_a_no_op(rate):
+    rng = np.random.default_rng(6)
+    x = rand(rng, 20, 8)
+    c = pyfastpim.AttentionContext(update_rate=rate)
+    c.update_outgoing(x, x)
+    c.update_outgoing_step(x[0], x[1])
+    assert c.outgoing is None
+    c.outgoing = np.eye(8, dtype=F32)
+    c.update_outgoing(x, x)
+    np.testing.assert_array_equal(c.outgoing, np.eye(8, dtype=F32))
+
+
+def test_update_with_zero_rows_is_a_no_op():
+    c = pyfastpim.AttentionContext(update_rate=0.5)
+    c.update_outgoing(np.zeros((0, 8), F32), np.zeros((0, 8), F32))
+    assert c.outgoing is None
+
+
+def test_step_update_matches_reference():
+    rng = np.random.default_rng(7)
+    c = pyfastpim.AttentionContext(update_rate=0.25)
+    want = None
+    for _ in range(3):
+        xv, yv = rand(rng, 37), rand(rng, 37)
+        xv[4] = np.nan
+        c.update_outgoing_step(xv, yv)
+        want = ref.update_step(want, xv, yv, 0.25)
+        assert_update_close(c.outgoing, want)
+    # one-element columns: |cov / den| = 1 except where an element equals the mean
+    mag = np.abs(ref.update_step(None, xv, yv, 1.0))
+    assert (np.isclose(mag, 0.0) | np.isclose(mag, np.tanh(1.0), rtol=1e-6)).all()
+
+
+def test_step_update_respects_embed_dim():
+    rng = np.random.default_rng(8)
+    xv, yv = rand(rng, 20), rand(rng, 24)
+    c = pyfastpim.AttentionContext(update_rate=0.5, embed_dim=10)
+    c.update_outgoing_step(xv, yv)
+    assert c.outgoing.shape == (10, 10)
+    assert_update_close(c.outgoing, ref.update_step(None, xv, yv, 0.5, embed_dim=10))
+
+
+def test_update_size_change_raises_and_reset_allows_it():
+    rng = np.random.default_rng(9)
+    c = pyfastpim.AttentionContext(update_rate=0.5)
+    c.update_outgoing(rand(rng, 10, 8), rand(rng, 10, 8))
+    with pytest.raises(ValueError, match="outgoing"):
+        c.update_outgoing(rand(rng, 10, 6), rand(rng, 10, 6))
+    with pytest.raises(ValueError, match="outgoing"):
+        c.update_outgoing_step(rand(rng, 6), rand(rng, 6))
+    c.outgoing = None
+    c.update_outgoing(rand(rng, 10, 6), rand(rng, 10, 6))
+    assert c.outgoing.shape == (6, 6)
+
+
+# ---------------------------------------------------------------- apply
+
+
+@pytest.mark.parametrize("t", [1, 7, 32, 100])
+def test_apply_matches_reference(t):
+    rng = np.random.default_rng(10 + t)
+    c = ctx_with_incoming(48, s=1.3)
+    x = rand(rng, t, 48)
+    out = c.apply(x)
+    assert isinstance(out, np.ndarray) and out.dtype == F32 and out.shape == x.shape
+    np.testing.assert_allclose(out, ref.apply(x, c.incoming, 1.3), rtol=1e-5, atol=1e-5)
+
+
+def test_apply_batched_and_step():
+    rng = np.random.default_rng(11)
+    c = ctx_with_incoming(16, s=-2.0)
+    x = rand(rng, 3, 5, 16)
+    want = ref.apply(x.reshape(15, 16), c.incoming, -2.0).reshape(3, 5, 16)
+    np.testing.assert_allclose(c.apply(x), want, rtol=1e-5, atol=1e-5)
+    step = c.apply_step(x[1, 2])
+    assert step.shape == (16,)
+    np.testing.assert_allclose(step, want[1, 2], rtol=1e-5, atol=1e-5)
+
+
+def test_apply_non_finite_terms_are_zero():
+    rng = np.random.default_rng(12)
+    c = ctx_with_incoming(16, s=0.9)
+    x = rand(rng, 6, 16)
+    x[0, 3] = np.nan
+    x[2, 0] = np.inf
+    x[4, 7] = -np.inf
+    out = c.apply(x)
+    want = ref.apply(x, c.incoming, 0.9)
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    # a product that overflows to inf also counts as 0
+    big = np.full((2, 16), 3e38, F32)
+    c.incoming = np.full((16, 16), 10.0, F32)
+    np.testing.assert_array_equal(c.apply(big), big)
+
+
+def test_apply_without_context_or_strength_returns_x():
+    x = np.arange(12, dtype=F32).reshape(3, 4)
+    x[0, 0] = np.nan
+    c = pyfastpim.AttentionContext(strength=1.0)
+    assert c.apply(x) is x  # no incoming: out = x
+    out = np.empty_like(x)
+    assert c.apply(x, out=out) is out
+    np.testing.assert_array_equal(out, x)
+    c.incoming = np.eye(4, dtype=F32)
+    c.strength = 0.0
+    assert c.apply(x) is x
+    c.strength = 1.0
+    with pytest.raises(ValueError):  # with a context, shapes are checked
+        c.apply(np.ones((3, 5), F32))
+
+
+def test_apply_out_and_in_place():
+    rng = np.random.default_rng(13)
+    c = ctx_with_incoming(32, s=0.5)
+    x = rand(rng, 40, 32)
+    want = c.apply(x)
+    out = np.empty_like(x)
+    assert c.apply(x, out=out) is out
+    np.testing.assert_array_equal(out, want)
+    y = x.copy()
+    assert c.apply(y, out=y) is y
+    np.testing.assert_array_equal(y, want)
+
+
+def test_apply_rejects_bad_out():
+    c = ctx_with_incoming(8)
+    x = np.ones((4, 8), F32)
+    with pytest.raises(ValueError, match="out"):
+        c.apply(x, out=np.empty((4, 7), F32))
+    with pytest.raises(ValueError, match="out"):
+        c.apply(x, out=np.empty((4, 8), np.float64))
+    with pytest.raises(ValueError, match="out"):
+        c.apply(x, out=np.empty((8, 4), F32).T)
+    ro = np.empty((4, 8), F32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="out"):
+        c.apply(x, out=ro)
+    buf = np.zeros(40, F32)
+    with pytest.raises(ValueError, match="overlap"):
+        c.apply(buf[:32].reshape(4, 8), out=buf[8:].reshape(4, 8))
+    with pytest.raises(ValueError, match="out"):
+        c.apply_step(np.ones(8, F32), out=np.empty(9, F32))
+
+
+def test_bad_shapes_raise_value_error():
+    c = ctx_with_incoming(8)
+    with pytest.raises(ValueError, match="'x'"):
+        c.apply(np.ones((4, 9), F32))
+    with pytest.raises(ValueError, match="x_vec"):
+        c.apply_step(np.ones((1, 8), F32))
+    with pytest.raises(ValueError, match="x_vec"):
+        c.apply_step(np.ones(7, F32))
+    with pytest.raises(ValueError):
+        c.apply(np.float32(1.0))
+    with pytest.raises(ValueError, match="grad_out"):
+        c.gradients(np.ones((4, 8), F32), np.ones((4, 7), F32))
+    with pytest.raises(ValueError, match="update_outgoing_step"):
+        c.update_outgoing(np.ones(8, F32), np.ones(8, F32))
+    with pytest.raises(ValueError, match="x_vec"):
+        c.update_outgoing_step(np.ones((2, 8), F32), np.ones(8, F32))
+    with pytest.raises(ValueError, match="column"):
+        c.update_outgoing(np.ones((4, 0), F32), np.ones((4, 3), F32))
+    with pytest.raises(ValueError, match="incoming"):
+        c.incoming = np.ones((3, 4), F32)
+    with pytest.raises(ValueError, match="outgoing"):
+        c.outgoing = np.ones(4, F32)
+    with pytest.raises(TypeError):
+        c.apply("not an array")
+    with pytest.raises(TypeError, match="engine"):
+        c.apply(np.ones((4, 8), F32), input_slice=(1, 1, 2, 2))
+
+
+def test_parameters_are_validated():
+    with pytest.raises(ValueError, match="embed_dim"):
+        pyfastpim.AttentionContext(embed_dim=0)
+    with pytest.raises(TypeError, match="embed_dim"):
+        pyfastpim.AttentionContext(embed_dim=2.5)
+    with pytest.raises(ValueError, match="strength"):
+        pyfastpim.AttentionContext(strength=float("nan"))
+    c = pyfastpim.AttentionContext(update_rate=0.2, strength=0.5)
+    with pytest.raises(ValueError, match="update_rate"):
+        c.update_rate = float("inf")
+    with pytest.raises(TypeError, match="strength"):
+        c.strength = "x"
+    assert c.update_rate == 0.2 and c.strength == 0.5 and c.embed_dim is None
+    assert "AttentionContext(" in repr(c)
+
+
+# ---------------------------------------------------------------- gradients
+
+
+@pytest.mark.parametrize("s", [0.0, 1.7])
+def test_gradients_match_reference(s):
+    rng = np.random.default_rng(14)
+    c = ctx_with_incoming(40, s=s)
+    x, g = rand(rng, 33, 40), rand(rng, 33, 40)
+    gx, ds = c.gradients(x, g)
+    want_gx, want_ds = ref.gradients(x, g, c.incoming, s)
+    np.testing.assert_allclose(gx, want_gx, rtol=1e-5, atol=1e-5)
+    assert ds == pytest.approx(want_ds, rel=1e-6, abs=1e-9)
+    if s == 0.0:
+        assert gx is g  # apply was the identity
+
+
+def test_gradients_non_finite_and_without_context():
+    rng = np.random.default_rng(15)
+    c = ctx_with_incoming(16, s=0.8)
+    x, g = rand(rng, 9, 16), rand(rng, 9, 16)
+    x[1, 2] = np.nan
+    g[3, 4] = np.inf
+    g[5, 0] = np.nan
+    gx, ds = c.gradients(x, g)
+    want_gx, want_ds = ref.gradients(x, g, c.incoming, 0.8)
+    assert np.isfinite(gx).all() and np.isfinite(ds)
+    np.testing.assert_allclose(gx, want_gx, rtol=1e-5, atol=1e-5)
+    assert ds == pytest.approx(want_ds, rel=1e-6)
+    empty = pyfastpim.AttentionContext(strength=1.0)
+    gx, ds = empty.gradients(x, g)
+    assert gx is g and ds == 0.0
+
+
+def test_gradients_match_finite_differences_of_apply():
+    # apply is linear in x and s, so central differences are exact up to float32 rounding
+    rng = np.random.default_rng(16)
+    c = ctx_with_incoming(12, s=0.6)
+    x, g = rand(rng, 5, 12), rand(rng, 5, 12)
+    gx, ds = c.gradients(x, g)
+    h = 0.25
+    c.strength = 0.6 + h
+    plus = c.apply(x).astype(np.float64)
+    c.strength = 0.6 - h
+    minus = c.apply(x).astype(np.float64)
+    assert ds == pytest.approx(np.sum(g * (plus - minus)) / (2 * h), rel=1e-4)
+    c.strength = 0.6
+    e = np.zeros_like(x)
+    e[2, 5] = h
+    fd = (c.apply(x + e).astype(np.float64) - c.apply(x - e)) / (2 * h)
+    assert gx[2, 5] == pytest.approx(np.sum(g * fd), rel=1e-4)
+
+
+# ---------------------------------------------------------------- NumPy / torch exchange
+
+
+def test_torch_in_torch_out_without_copies():
+    c = ctx_with_incoming(16, s=0.4)
+    x = torch.randn(10, 16)
+    out = torch.empty(10, 16)
+    with memory.trace() as t:
+        r = c.apply(x, out=out)
+    assert r is out and t.copies == 0
+    np.testing.assert_allclose(out.numpy(), ref.apply(x.numpy(), c.incoming, 0.4), rtol=1e-5, atol=1e-5)
+    r2 = c.apply(x)
+    assert isinstance(r2, torch.Tensor) and r2.dtype == torch.float32
+    torch.testing.assert_close(r2, out, rtol=0, atol=0)
+    xg = torch.randn(10, 16, requires_grad=True)  # viewed through detach()
+    assert isinstance(c.apply(xg), torch.Tensor)
+    gx, ds = c.gradients(x, torch.ones(10, 16))
+    assert isinstance(gx, torch.Tensor) and isinstance(ds, float)
+    c.update_outgoing(x, x)
+    c.update_outgoing_step(x[0], x[1])
+
+
+def test_float64_input_is_converted_once():
+    c = ctx_with_incoming(8, s=1.0)
+    x = np.random.default_rng(17).standard_normal((4, 8))
+    with memory.trace() as t:
+        out = c.apply(x)
+    assert t.by_kind["dtype_conversion"][0] == 1 and out.dtype == F32
+    np.testing.assert_allclose(out, ref.apply(x.astype(F32), c.incoming, 1.0), rtol=1e-5, atol=1e-5)
+
+
+def test_incoming_assignment_is_a_snapshot():
+    rng = np.random.default_rng(18)
+    a = pyfastpim.AttentionContext(update_rate=0.5)
+    a.update_outgoing(rand(rng, 20, 8), rand(rng, 20, 8))
+    b = pyfastpim.AttentionContext(strength=1.0)
+    b.incoming = a.outgoing
+    snap = a.outgoing.copy()
+    a.update_outgoing(rand(rng, 20, 8), rand(rng, 20, 8))
+    np.testing.assert_array_equal(b.incoming, snap)
+    assert not np.array_equal(a.outgoing, snap)
+    a.incoming = a.outgoing  # same context, too
+    np.testing.assert_array_equal(a.incoming, a.outgoing)
+    a.incoming = a.incoming  # self-assignment is harmless
+    np.testing.assert_array_equal(a.incoming, a.outgoing)
+    a.incoming = None
+    assert a.incoming is None
+
+
+def test_memory_usage_bytes_counts_buffers_and_workspace():
+    c = pyfastpim.AttentionContext(update_rate=0.1, strength=1.0)
+    assert c.memory_usage_bytes() == 0
+    c.incoming = np.eye(64, dtype=F32)
+    assert c.memory_usage_bytes() == 64 * 64 * 4
+    c.update_outgoing(np.ones((10, 64), F32), np.ones((10, 64), F32))
+    assert c.memory_usage_bytes() >= 3 * 64 * 64 * 4  # incoming, outgoing, covariance
+    before = memory.stats()["current_bytes"]
+    del c
+    assert memory.stats()["current_bytes"] < before
+
+
+# ---------------------------------------------------------------- allocations and determinism
+
+
+def test_no_allocation_after_the_first_call():
+    rng = np.random.default_rng(19)
+    t_, d = 100, 64
+    c = ctx_with_incoming(d, s=0.5)
+    c.update_rate = 0.1
+    x, y, g = rand(rng, t_, d), rand(rng, t_, d), rand(rng, t_, d)
+    xn = x.copy()
+    xn[3, 3] = np.nan  # the sanitizing path uses the workspace too
+    out, gout, vout = np.empty_like(x), np.empty_like(x), np.empty(d, F32)
+    calls = [
+        lambda: c.update_outgoing(x, y),
+        lambda: c.update_outgoing_step(x[0], y[0]),
+        lambda: c.apply(x, out=out),
+        lambda: c.apply(xn, out=out),
+        lambda: c.apply_step(x[0], out=vout),
+        lambda: c.gradients(x, g, out=gout),
+        lambda: c.gradients(xn, g, out=gout),
+    ]
+    for call in calls:
+        call()
+    for call in calls:
+        with memory.trace() as t:
+            call()
+        assert t.allocated_bytes == 0 and t.peak_bytes == 0 and t.copies == 0, t
+    # in place: out = x
+    xi = x.copy()
+    c.apply(xi, out=xi)
+    with memory.trace() as t:
+        c.apply(xi, out=xi)
+    assert t.allocated_bytes == 0 and t.peak_bytes == 0
+
+
+def _run_all(seed):
+    rng = np.random.default_rng(seed)
+    d, t_ = 96, 300
+    x, y, g = rand(rng, t_, d), rand(rng, t_, d), rand(rng, t_, d)
+    x[7, 1] = np.nan
+    c = pyfastpim.AttentionContext(update_rate=0.3, strength=0.9)
+    c.update_outgoing(x, y)
+    c.update_outgoing_step(x[1], y[2])
+    c.incoming = c.outgoing
+    out = c.apply(x)
+    gx, ds = c.gradients(x, g)
+    return c.outgoing.copy(), out, gx, ds
+
+
+def test_results_identical_for_1_and_2_threads_and_every_isa():
+    # pyfastpim.threads sets the kernels' OpenMP threads; the products are OpenBLAS
+    # sgemm calls, run with OpenBLAS's own (unchanged) thread count. (OpenBLAS 0.3.21
+    # rounds some edge tiles differently for different counts of its own threads.)
+    results = []
+    for n in (1, 2, 1):
+        with pyfastpim.threads(n):
+            results.append(_run_all(20))
+    active, _ = pyfastpim.cpu_isa()
+    old = pyfastpim.set_isa_limit("generic")
+    try:
+        results.append(_run_all(20))
+    finally:
+        pyfastpim.set_isa_limit("avx512")
+    assert pyfastpim.cpu_isa()[0] == active and old == "generic"
+    first = results[0]
+    for other in results[1:]:
+        for a, b in zip(first[:3], other[:3]):
+            np.testing.assert_array_equal(a, b)
+        assert first[3] == other[3]
+
+
+# ---------------------------------------------------------------- engine= (DPE product)
+
+
+def test_engine_product_replaces_sgemm_with_the_same_epilogue(monkeypatch):
+    rng = np.random.default_rng(21)
+    c = ctx_with_incoming(16, s=1.5)
+    x = rand(rng, 2, 3, 16)
+    x[0, 1, 2] = np.nan
+    seen = {}
+
+    def fake_dpe_matmul(xin, w, engine, **kw):
+        seen.update(x=np.array(xin), w=np.array(w), engine=engine, kw=kw)
+        xw = (xin @ w).astype(F32) * F32(0.5)
+        xw[0, 0] = np.inf  # non-finite product terms count as 0 here too
+        seen["xw"] = xw
+        return xw
+
+    monkeypatch.setattr(pyfastpim, "dpe_matmul", fake_dpe_matmul, raising=False)
+    eng = object()
+    out = c.apply(x, engine=eng, input_slice=(1, 2), weight_slice=(1, 1, 2))
+    assert seen["engine"] is eng and seen["kw"] == {"input_slice": (1, 2), "weight_slice": (1, 1, 2)}
+    assert seen["x"].shape == (6, 16) and np.isfinite(seen["x"]).all()  # sanitized, flattened
+    np.testing.assert_array_equal(seen["w"], c.incoming)
+    want = (ref.fin(x.reshape(6, 16)) + F32(1.5 / 16) * ref.fin(seen["xw"])).reshape(2, 3, 16)
+    np.testing.assert_array_equal(out, want)
+    step = c.apply_step(x[1, 1], engine=eng)
+    assert step.shape == (16,)
+
+    monkeypatch.setattr(pyfastpim, "dpe_matmul", lambda xin, w, engine, **kw: np.zeros((1, 1), F32))
+    with pytest.raises(ValueError, match="dpe_matmul"):
+        c.apply(x, engine=eng)
+
+
+@pytest.mark.skipif(not hasattr(pyfastpim, "dpe_matmul") or not hasattr(pyfastpim, "DPETensor"),
+                    reason="needs the DPE family (pyfastpim.DPETensor / dpe_matmul) from main")
+@pytest.mark.parametrize("noisy", [False, True])
+def test_engine_runs_the_product_on_the_simulated_crossbar(monkeypatch, noisy):
+    rng = np.random.default_rng(22)
+    c = ctx_with_incoming(64, s=2.0)
+    x = rand(rng, 20, 64)
+    if noisy:  # MemIntelli's defaults: read, write and DAC noise, stuck cells
+        engine = pyfastpim.DPETensor()
+    else:  # noise-free, fine DAC/ADC: the crossbar product is close to x @ incoming
+        engine = pyfastpim.DPETensor(write_variation=0, read_variation=0, vnoise=0, rate_stuck_HGS=0, rdac=2 ** 8,
+                                     radc=2 ** 12)
+    real = pyfastpim.dpe_matmul
+    seen = {}
+
+    def spy(xin, w, eng, **kw):
+        seen["xw"] = np.asarray(real(xin, w, eng, **kw), dtype=F32)
+        seen["kw"] = kw
+        return seen["xw"]
+
+    monkeypatch.setattr(pyfastpim, "dpe_matmul", spy)
+    out = c.apply(x, engine=engine, input_slice=(1, 1, 2, 4), weight_slice=(1, 1, 2, 4))
+    assert seen["kw"] == {"input_slice": (1, 1, 2, 4), "weight_slice": (1, 1, 2, 4)}
+    np.testing.assert_array_equal(out, x + F32(2.0 / 64) * ref.fin(seen["xw"]))
+    exact = x @ c.incoming
+    rel = np.linalg.norm(seen["xw"] - exact) / np.linalg.norm(exact)
+    assert rel < (0.5 if noisy else 0.03), rel
+    assert not np.array_equal(seen["xw"], exact)  # it really went through the crossbar
+
+
+# ---------------------------------------------------------------- properties
+
+
+finite_or_not = st.sampled_from([np.nan, np.inf, -np.inf])
+
+
+@st.composite
+def problem(draw):
+    t = draw(st.integers(0, 80))
+    d = draw(st.integers(1, 24))
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    x = rand(rng, t, d, scale=draw(st.sampled_from([1e-3, 1.0, 50.0])))
+    y = rand(rng, t, d)
+    for _ in range(draw(st.integers(0, 3))):
+        if t:
+            x[rng.integers(t), rng.integers(d)] = draw(finite_or_not)
+    return x, y, draw(st.floats(0.01, 1.0)), draw(st.floats(-3, 3))
+
+
+@given(problem())
+def test_property_update_apply_gradients_match_reference(p):
+    x, y, r, s = p
+    t, d = x.shape
+    c = pyfastpim.AttentionContext(update_rate=r, strength=s)
+    c.update_outgoing(x, y)
+    want = ref.update(None, x, y, r)
+    if t == 0:
+        assert c.outgoing is None and want is None
+        return
+    assert_update_close(c.outgoing, want)
+    c.incoming = c.outgoing
+    w = c.incoming
+    np.testing.assert_allclose(c.apply(x), ref.apply(x, w, s), rtol=1e-5, atol=1e-4)
+    gx, ds = c.gradients(x, y)
+    want_gx, want_ds = ref.gradients(x, y, w, s)
+    np.testing.assert_allclose(gx, want_gx, rtol=1e-5, atol=1e-4)
+    assert ds == pytest.approx(want_ds, rel=1e-5, abs=1e-6)
+
+
+# ---------------------------------------------------------------- torch module
+
+
+def module_with_incoming(d, s=0.5, seed=0):
+    from pyfastpim.nn import AttentionContext
+    m = AttentionContext(update_rate=0.2, strength=s)
+    m.incoming = torch.from_numpy(rand(np.random.default_rng(seed), d, d, scale=0.5))
+    return m
+
+
+def test_module_forward_and_backward_match_reference():
+    m = module_with_incoming(20, s=0.8)
+    x = torch.randn(7, 20, requires_grad=True)
+    out = m(x)
+    w = m.incoming.numpy()
+    np.testing.assert_allclose(out.detach().numpy(), ref.apply(x.detach().numpy(), w, 0.8), rtol=1e-5, atol=1e-5)
+    g = torch.randn(7, 20)
+    out.backward(g)
+    want_gx, want_ds = ref.gradients(x.detach().numpy(), g.numpy(), w, 0.8)
+    np.testing.assert_allclose(x.grad.numpy(), want_gx, rtol=1e-5, atol=1e-5)
+    assert m.strength.grad.item() == pytest.approx(want_ds, rel=1e-5)
+
+
+def test_module_gradients_agree_with_torch_autograd_in_float64():
+    m = module_with_incoming(16, s=-0.4)
+    x = torch.randn(2, 5, 16, dtype=torch.float64, requires_grad=True)
+    out = m(x)
+    assert out.dtype == torch.float64
+    g = torch.randn_like(out)
+    gx, gs = torch.autograd.grad(out, (x, m.strength), g)
+    # the same function in float64 torch ops
+    x2 = x.detach().clone().requires_grad_(True)
+    s2 = m.strength.detach().double().clone().requires_grad_(True)
+    out2 = x2 + s2 / 16 * (x2 @ m.incoming.double())
+    gx2, gs2 = torch.autograd.grad(out2, (x2, s2), g)
+    torch.testing.assert_close(out, out2, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gx, gx2, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gs.double(), gs2, rtol=1e-5, atol=1e-5)
+
+
+def test_module_gradcheck():
+    # The kernel computes in float32. apply is linear in x and in strength, so central
+    # differences have no truncation error at any step size: a large eps (0.1) keeps
+    # float32 rounding (~1e-7 |out| / eps) far below the tolerances, and the check is
+    # still a real comparison of analytic against numerical Jacobians.
+    from pyfastpim.nn.attention import _AttentionApply
+    m = module_with_incoming(6, s=0.7)
+    x = torch.randn(3, 6, dtype=torch.float64, requires_grad=True)
+    s = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: _AttentionApply.apply(a, b, m), (x, s), eps=0.1, atol=2e-5,
+                                    rtol=1e-4)
+
+
+def test_module_strength_learns_from_zero_and_state_dict_roundtrip():
+    from pyfastpim.nn import AttentionContext
+    m = module_with_incoming(8, s=0.0)
+    x = torch.randn(4, 8)
+    out = m(x)
+    torch.testing.assert_close(out, x, rtol=0, atol=0)  # s == 0: out = x
+    out.sum().backward()
+    assert m.strength.grad is not None and m.strength.grad.item() != 0.0
+    m.update_outgoing(x, x * 2 + 1)
+    assert m.outgoing is not None and m.outgoing.shape == (8, 8)
+    np.testing.assert_array_equal(m.outgoing.numpy(), m.context.outgoing)
+    sd = m.state_dict()
+    assert set(sd) == {"strength", "incoming", "outgoing"}
+    m2 = AttentionContext(update_rate=0.2)
+    m2.load_state_dict(sd)
+    np.testing.assert_array_equal(m2.context.incoming, m.context.incoming)
+    np.testing.assert_array_equal(m2.context.outgoing, m.context.outgoing)
+    torch.testing.assert_close(m2(x), m(x))
+
+
+def test_module_chaining_snapshots_and_version_check():
+    from pyfastpim.nn import AttentionContext
+    a = AttentionContext(update_rate=0.5)
+    b = AttentionContext(strength=1.0)
+    x = torch.randn(12, 8)
+    assert b(x) is x  # no incoming yet
+    a.update_outgoing(x, x.flip(0))
+    b.incoming = a.outgoing
+    snap = a.outgoing.clone()
+    out = b(x)
+    a.update_outgoing(x.flip(0), x)
+    torch.testing.assert_close(b.incoming, snap, rtol=0, atol=0)
+    xr = torch.randn(12, 8, requires_grad=True)
+    out = b(xr)
+    b.incoming = torch.eye(8)
+    b(x)  # the new incoming reaches the C context
+    np.testing.assert_array_equal(b.context.incoming, np.eye(8, dtype=F32))
+    with pytest.raises(RuntimeError, match="incoming"):
+        out.sum().backward()
+    step = AttentionContext(update_rate=0.5)
+    step.update_outgoing_step(x[0], x[1])
+    assert step.outgoing.shape == (8, 8)

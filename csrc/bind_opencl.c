@@ -420,18 +420,24 @@ static PyObject *PfCLDevice_dpe_mvm(PfCLDevice *self, PyObject *args, PyObject *
 {
     static char *kwlist[] = {"x_codes", "x_scale", "x_granule", "x_widths", "w_levels", "w_conductance", "w_scale",
                              "w_granule", "w_widths", "n", "rdac", "g_level", "radc", "HGS", "LGS", "read_sigma",
-                             "vnoise", "seed", "call", "out", "weights_key", NULL};
+                             "vnoise", "seed", "call", "out", "item0", "weights_key", NULL};
     PyObject *ox, *oxs, *oxg, *oxw, *owl, *owc, *ows, *owg, *oww, *oradc, *osig, *oout = Py_None, *okey = Py_None;
-    long long n, seed_ll;
+    long long n, seed_ll, item0 = 0;
     unsigned long call;
     int rdac, g_level;
     double HGS, LGS, vnoise;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOLiiOddOdLk|OO:dpe_mvm", kwlist, &ox, &oxs, &oxg, &oxw,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOLiiOddOdLk|OLO:dpe_mvm", kwlist, &ox, &oxs, &oxg, &oxw,
                                      &owl, &owc, &ows, &owg, &oww, &n, &rdac, &g_level, &oradc, &HGS, &LGS, &osig,
-                                     &vnoise, &seed_ll, &call, &oout, &okey))
+                                     &vnoise, &seed_ll, &call, &oout, &item0, &okey))
         return NULL;
+    if (item0 < 0) {
+        PyErr_SetString(PyExc_ValueError, "argument 'item0': must be >= 0");
+        return NULL;
+    }
     pf_dpe_args a;
     memset(&a, 0, sizeof a);
+    a.x_kind = PF_DPE_X_CODES;
+    a.x_item0 = item0;
     PyObject *result = NULL;
     PfArray *xc = NULL, *xs = NULL, *wl = NULL, *wc = NULL, *ws = NULL, *out = NULL, *sig = NULL;
 
@@ -611,7 +617,7 @@ static PyMethodDef PfCLDevice_methods[] = {
      "build()\n--\n\nCompile the kernels for this device now (otherwise done at first use)."},
     {"dpe_mvm", (PyCFunction)(void (*)(void))PfCLDevice_dpe_mvm, METH_VARARGS | METH_KEYWORDS,
      "dpe_mvm(x_codes, x_scale, x_granule, x_widths, w_levels, w_conductance, w_scale, w_granule, w_widths, n, rdac, "
-     "g_level, radc, HGS, LGS, read_sigma, vnoise, seed, call, out=None, weights_key=None)\n--\n\n"
+     "g_level, radc, HGS, LGS, read_sigma, vnoise, seed, call, out=None, item0=0, weights_key=None)\n--\n\n"
      "_core.dpe_mvm on this device. weights_key (hashable, e.g. (id(sliced), sliced._version)) keeps the weights "
      "resident on the device between calls; an entry whose key changes is released."},
     {"normals", (PyCFunction)PfCLDevice_normals, METH_VARARGS,

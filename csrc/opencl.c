@@ -903,7 +903,7 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
 {
     if (a->n <= 0 || a->sx <= 0 || a->sw <= 0 || a->sx > PF_MAX_SLICES || a->sw > PF_MAX_SLICES || a->rdac < 2 ||
         a->g_level < 2 || a->g_level > PF_MAX_LEVELS || a->x_qr <= 0 || a->x_qc <= 0 || a->w_qr <= 0 ||
-        a->w_qc <= 0 || a->x_qc % a->n || a->w_qr % a->n || a->n > INT32_MAX) {
+        a->w_qc <= 0 || a->x_qc % a->n || a->w_qr % a->n || a->n > INT32_MAX || a->x_item0 < 0) {
         set_err(err, errlen, "dpe_mvm: invalid arguments");
         return PF_EINVAL;
     }
@@ -912,6 +912,10 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
             set_err(err, errlen, "dpe_mvm: invalid ADC resolution or weight slice range");
             return PF_EINVAL;
         }
+    if (a->x_kind != PF_DPE_X_CODES) {
+        set_err(err, errlen, "dpe_mvm on OpenCL: only slice-code inputs are supported (not implicit im2col)");
+        return PF_EINVAL;
+    }
     if (a->so_p != 1 || a->so_r != a->cols || a->so_n != a->rows * a->cols) {
         set_err(err, errlen, "dpe_mvm on OpenCL: the output must be contiguous (N, R, P)");
         return PF_EINVAL;
@@ -942,8 +946,10 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
     const size_t nb = (K + n - 1) / n;
     size_t Kp, G, unit_r, unit_c, Pp, a_row, cap_rows, Gc;
     size_t b_x, b_xs, b_out, b_A, b_RS, b_B, b_CS, b_sig, t1;
-    if (pf_mul_size(nb, n, &Kp) || pf_mul_size((size_t)a->batch, R, &G) || nb > INT32_MAX)
-        return PF_EOVERFLOW;
+    size_t nbase, t2;
+    if (pf_mul_size(nb, n, &Kp) || pf_mul_size((size_t)a->batch, R, &G) || nb > INT32_MAX ||
+        pf_mul_size((size_t)a->x_item0, R, &nbase) || pf_add_size(nbase, G, &t2) || pf_mul_size(t2, sx * K, &t2))
+        return PF_EOVERFLOW; /* noise indices must fit too */
     unit_r = (size_t)dev->tm * dev->ly;
     unit_c = (size_t)dev->tn * dev->lx;
     if (pf_add_size(P, unit_c, &t1) || pf_add_size(G, unit_r, &t1))
@@ -1029,6 +1035,7 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
         SET_ARG(k, 14, cl_float, lgs);
         SET_ARG(k, 15, cl_ulong, a->seed);
         SET_ARG(k, 16, cl_uint, a->call);
+        SET_ARG(k, 17, cl_uint, (cl_uint)(a->g_level - 1));
         size_t gws = round_up((total + 3) / 4, dev->pack_local), lws = dev->pack_local;
         if ((st = enqueue(dev, k, "pf_dpe_pack_w", 1, &gws, &lws, err, errlen)) != PF_OK)
             goto fail;
@@ -1066,6 +1073,8 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
         SET_ARG(k, 18, cl_float, (float)a->vnoise);
         SET_ARG(k, 19, cl_ulong, a->seed);
         SET_ARG(k, 20, cl_uint, a->call);
+        SET_ARG(k, 21, cl_ulong, sx);
+        SET_ARG(k, 22, cl_ulong, nbase);
         k = dev->k_mvm;
         SET_ARG(k, 0, cl_mem, sA);
         SET_ARG(k, 1, cl_mem, sB);
@@ -1089,8 +1098,8 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
         size_t rows = G - g0 < Gc ? G - g0 : Gc;
         SET_ARG(dev->k_pack_x, 10, cl_ulong, g0);
         SET_ARG(dev->k_pack_x, 11, cl_ulong, rows);
-        size_t gx[2] = {round_up(rows * K / 4 + 2, dev->pack_local), sx}, lx[2] = {dev->pack_local, 1};
-        if ((st = enqueue(dev, dev->k_pack_x, "pf_dpe_pack_x", 2, gx, lx, err, errlen)) != PF_OK)
+        size_t gx = round_up(rows * sx * K / 4 + 2, dev->pack_local), lx = dev->pack_local;
+        if ((st = enqueue(dev, dev->k_pack_x, "pf_dpe_pack_x", 1, &gx, &lx, err, errlen)) != PF_OK)
             goto fail;
         SET_ARG(dev->k_mvm, 8, cl_ulong, g0);
         SET_ARG(dev->k_mvm, 9, cl_ulong, rows);

@@ -10,19 +10,20 @@
  * same u01 and Box-Muller formulas), embedded so the module needs no headers
  * at run time.
  *
- * Bit-identical noise. The CPU path (noise_avx2.c) evaluates log, sqrt,
- * sin/cos and exp with SLEEF 3.5's AVX2 functions (logf_u10, sqrtf_u05,
- * sincosf_u10, expf_u10). The device's builtins differ from those by an ulp
- * here and there, which flips an ADC code now and then (a norm-wise relative
- * difference of ~1e-5 at 12-bit ADCs, more at coarse ADCs). So the pf_sleef_*
- * functions below transcribe SLEEF's FMA algorithms operation by operation
- * (scalar, explicit fma(), no contraction; sources: SLEEF 3.5.1
- * src/libm/sleefsimdsp.c and df.h, Boost licence): with IEEE float arithmetic
- * they return exactly what the CPU path computes, on any OpenCL device.
- * pf_libm_expf stands for glibc's expf, which the CPU uses on the tail of a
- * row whose length is not a multiple of 8: exp in double rounded to float
- * (both are correctly rounded except in rare hard cases). tests/test_opencl.py
- * checks normals and noisy products against the CPU path. */
+ * Bit-identical noise. The CPU path (noise_avx2.c) evaluates log and sin/cos
+ * with SLEEF 3.5's AVX2 functions (logf_u35, sincosf_u35), sqrt with the
+ * correctly rounded instruction and exp with expf_u10. The device's builtins
+ * differ from those by an ulp here and there, which flips an ADC code now and
+ * then (a norm-wise relative difference of ~1e-5 at 12-bit ADCs, more at
+ * coarse ADCs). So the pf_sleef_* functions below transcribe SLEEF's FMA
+ * algorithms operation by operation (scalar, explicit fma(), no contraction;
+ * source: SLEEF 3.5.1 src/libm/sleefsimdsp.c, Boost licence): with IEEE float
+ * arithmetic (the host adds -cl-fp32-correctly-rounded-divide-sqrt for the
+ * division and sqrt) they return exactly what the CPU path computes, on any
+ * OpenCL device. pf_libm_expf stands for glibc's expf, which the CPU uses on
+ * the tail of a row whose length is not a multiple of 8: exp in double
+ * rounded to float (both correctly rounded except in rare hard cases).
+ * tests/test_opencl.py checks normals and noisy products against the CPU. */
 #pragma OPENCL FP_CONTRACT OFF
 
 #define PF_STREAM_READ 0u
@@ -56,141 +57,58 @@ inline uint4 pf_philox_group(ulong seed, uint stream, uint call, ulong group)
     return (uint4)(c0, c1, c2, c3);
 }
 
-/* ---- SLEEF 3.5.1 (FMA variants) transcribed: double-float helpers ---- */
-typedef float2 pf_df; /* (x, y): unevaluated sum x + y */
+/* ---- SLEEF 3.5.1 (FMA variants) transcribed ---- */
 
-inline pf_df pf_df_add2_f_f(float x, float y)
-{
-    float s = x + y, v = s - x;
-    return (pf_df)(s, (x - (s - v)) + (y - v));
-}
-inline pf_df pf_df_add_df_f(pf_df x, float y)
-{
-    float s = x.x + y;
-    return (pf_df)(s, ((x.x - s) + y) + x.y);
-}
-inline pf_df pf_df_add_f_df(float x, pf_df y)
-{
-    float s = x + y.x;
-    return (pf_df)(s, ((x - s) + y.x) + y.y);
-}
-inline pf_df pf_df_add_df_df(pf_df x, pf_df y)
-{
-    float s = x.x + y.x;
-    return (pf_df)(s, (((x.x - s) + y.x) + x.y) + y.y);
-}
-inline pf_df pf_df_mul_f_f(float x, float y)
-{
-    float s = x * y;
-    return (pf_df)(s, fma(x, y, -s));
-}
-inline pf_df pf_df_mul_df_f(pf_df x, float y)
-{
-    float s = x.x * y;
-    return (pf_df)(s, fma(x.y, y, fma(x.x, y, -s)));
-}
-inline float pf_df_squ_f(pf_df x)
-{
-    return fma(x.x, x.x, x.x * x.y + x.x * x.y);
-}
-inline pf_df pf_df_div(pf_df n, pf_df d)
-{
-    float t = 1.0f / d.x;
-    float s = n.x * t;
-    float u = fma(t, n.x, -s);
-    float v = fma(-d.y, t, fma(-d.x, t, 1.0f));
-    return (pf_df)(s, fma(s, v, fma(n.y, t, u)));
-}
-
-/* Sleef_logf_u10 (xlogf_u1) */
+/* Sleef_logf_u35 (xlogf) */
 inline float pf_sleef_logf(float d)
 {
-    int o = d < FLT_MIN;
+    const int o = d < FLT_MIN;
     if (o)
         d = d * (18446744073709551616.0f * 18446744073709551616.0f);
-    int e = ((as_int(d * 0x1.555556p+0f) >> 23) & 0xff) - 0x7f;
-    float m = as_float(as_int(d) + ((-e) << 23));
+    int e = ((as_int(d * 0x1.555556p+0f) >> 23) & 0xff) - 0x7f; /* ilogb2k(d * (1.0f / 0.75f)) */
+    const float m = as_float(as_int(d) + ((-e) << 23));
     if (o)
         e -= 64;
-    pf_df s = pf_df_mul_df_f((pf_df)(0.69314718246459960938f, -1.904654323148236017e-09f), (float)e);
-    pf_df x = pf_df_div(pf_df_add2_f_f(-1.0f, m), pf_df_add2_f_f(1.0f, m));
-    float x2 = x.x * x.x;
-    float t = 0.3027294874e+0f;
-    t = fma(t, x2, 0.3996108174e+0f);
-    t = fma(t, x2, 0.6666694880e+0f);
-    s = pf_df_add_df_df(s, (pf_df)(x.x * 2.0f, x.y * 2.0f));
-    s = pf_df_add_df_f(s, (x2 * x.x) * t);
-    float r = s.x + s.y;
+    float x = (m - 1.0f) / (1.0f + m);
+    const float x2 = x * x;
+    float t = 0.2392828464508056640625f;
+    t = fma(t, x2, 0.28518211841583251953125f);
+    t = fma(t, x2, 0.400005877017974853515625f);
+    t = fma(t, x2, 0.666666686534881591796875f);
+    t = fma(t, x2, 2.0f);
+    x = fma(x, t, 0.693147180559945286226764f * (float)e);
     if (isinf(d) && d > 0.0f)
-        r = INFINITY;
+        x = INFINITY;
     if (d < 0.0f || isnan(d))
-        r = NAN;
+        x = NAN;
     if (d == 0.0f)
-        r = -INFINITY;
-    return r;
+        x = -INFINITY;
+    return x;
 }
 
-/* Sleef_sqrtf_u05 (xsqrtf_u05, FMA variant) */
-inline float pf_sleef_sqrtf(float d)
-{
-    if (d < 0.0f)
-        d = NAN;
-    int o = d < 5.2939559203393770e-23f;
-    if (o)
-        d = d * 1.8889465931478580e+22f;
-    float q = o ? 7.2759576141834260e-12f : 1.0f;
-    float y = as_float(0x5f3759df - (int)((uint)as_int(d) >> 1));
-    float x = d * y, w = 0.5f * y;
-    y = fma(-x, w, 0.5f);
-    x = fma(x, y, x);
-    w = fma(w, y, w);
-    y = fma(-x, w, 0.5f);
-    x = fma(x, y, x);
-    w = fma(w, y, w);
-    y = fma(-x, w, 1.5f);
-    w = w + w;
-    w = w * y;
-    x = w * d;
-    y = fma(w, d, -x);
-    float z = fma(-w, x, 1.0f);
-    z = fma(-w, y, z);
-    w = 0.5f * x;
-    w = fma(w, z, y);
-    w = w + x;
-    w = w * q;
-    if (d == 0.0f || d == INFINITY)
-        w = d;
-    if (d < 0.0f)
-        w = NAN;
-    return w;
-}
-
-/* Sleef_sincosf_u10 (xsincosf_u1) for |d| < 125 (our angles are in (0, 2 pi)): (sin, cos) */
+/* Sleef_sincosf_u35 (xsincosf) for |d| < 125 (our angles are in (0, 2 pi)): (sin, cos) */
 inline float2 pf_sleef_sincosf(float d)
 {
-    float u = rint(d * (float)(2 * 0.318309886183790671537767526745028724));
-    int q = convert_int_rte(u);
-    float v = fma(u, -3.1414794921875f * 0.5f, d);
-    pf_df s = pf_df_add2_f_f(v, u * (-0.00011315941810607910156f * 0.5f));
-    s = pf_df_add_df_f(s, u * (-1.9841872589410058936e-09f * 0.5f));
-    pf_df t = s;
-    s.x = pf_df_squ_f(s);
+    const int q = convert_int_rte(d * (float)0.636619772367581343075535053490057448);
+    float u = (float)q;
+    float s = fma(u, -3.1414794921875f * 0.5f, d);
+    s = fma(u, -0.00011315941810607910156f * 0.5f, s);
+    s = fma(u, -1.9841872589410058936e-09f * 0.5f, s);
+    const float t = s;
+    s = s * s;
     u = -0.000195169282960705459117889f;
-    u = fma(u, s.x, 0.00833215750753879547119141f);
-    u = fma(u, s.x, -0.166666537523269653320312f);
-    u = u * (s.x * t.x);
-    pf_df x = pf_df_add_df_f(t, u);
-    float rx = x.x + x.y;
+    u = fma(u, s, 0.00833215750753879547119141f);
+    u = fma(u, s, -0.166666537523269653320312f);
+    float rx = fma(u * s, t, t);
     if (d == 0.0f && signbit(d))
         rx = -0.0f;
     u = -2.71811842367242206819355e-07f;
-    u = fma(u, s.x, 2.47990446951007470488548e-05f);
-    u = fma(u, s.x, -0.00138888787478208541870117f);
-    u = fma(u, s.x, 0.0416666641831398010253906f);
-    u = fma(u, s.x, -0.5f);
-    x = pf_df_add_f_df(1.0f, pf_df_mul_f_f(s.x, u));
-    float ry = x.x + x.y;
-    int even = (q & 1) == 0;
+    u = fma(u, s, 2.47990446951007470488548e-05f);
+    u = fma(u, s, -0.00138888787478208541870117f);
+    u = fma(u, s, 0.0416666641831398010253906f);
+    u = fma(u, s, -0.5f);
+    const float ry = fma(s, u, 1.0f);
+    const int even = (q & 1) == 0;
     float2 r = (float2)(even ? rx : ry, even ? ry : rx);
     if ((q & 2) == 2)
         r.x = as_float(as_int(r.x) ^ (int)0x80000000);
@@ -238,9 +156,9 @@ inline float4 pf_normal4(ulong seed, uint stream, uint call, ulong group)
 {
     uint4 r = pf_philox_group(seed, stream, call, group);
     const float two_pi = 6.283185307179586f;
-    float r0 = pf_sleef_sqrtf(-2.0f * pf_sleef_logf(pf_u01(r.s0)));
+    float r0 = sqrt(-2.0f * pf_sleef_logf(pf_u01(r.s0)));
     float2 sc0 = pf_sleef_sincosf(two_pi * pf_u01(r.s1));
-    float r1 = pf_sleef_sqrtf(-2.0f * pf_sleef_logf(pf_u01(r.s2)));
+    float r1 = sqrt(-2.0f * pf_sleef_logf(pf_u01(r.s2)));
     float2 sc1 = pf_sleef_sincosf(two_pi * pf_u01(r.s3));
     return (float4)(r0 * sc0.y, r0 * sc0.x, r1 * sc1.y, r1 * sc1.x);
 }

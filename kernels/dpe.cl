@@ -88,36 +88,33 @@ inline pf_vec pf_rint(pf_vec x)
  * valid region; the host zeroes the padding of A and B when their geometry
  * changes (the padding is never written afterwards).
  *
- * Inputs of rows [g0, g0 + rows): global (ceil(rows*K / 4) + 1, Sx). Element
- * (i, g, k) of x_codes is noise element (i*G + g)*K + k, as on the CPU
- * ((i*N + item)*R + r)*K + k. V = dac[v], times (1 + vnoise * z) with noise;
- * a zero code stays +0 (the CPU skips it). Also writes the row scales RS. */
+ * Inputs of rows [g0, g0 + rows): global (ceil(rows*Sx*K / 4) + 2). As on
+ * the CPU (pf_vnoise_index in dpe.c), element (g, i, k) of slice i draws
+ * noise index ((item0*R + g) * Sx + i) * K + k (independent of the batch
+ * size; nbase = item0 * R): the rows of a chunk are one contiguous index
+ * range. V = dac[v], times (1 + vnoise * z) with noise, for every code
+ * (code 0 gives +-0, as the CPU's branch-free packing). Also writes RS. */
 kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale, global const float *dac,
                           global float *A, global float *RS,
                           ulong G, ulong R, ulong K, ulong Kp, ulong Gc, ulong g0, ulong rows, ulong n,
                           ulong x_qr, ulong x_qc, ulong x_gr, ulong x_gc,
-                          int noise_x, float vnoise, ulong seed, uint call)
+                          int noise_x, float vnoise, ulong seed, uint call, ulong sx, ulong nbase)
 {
-    const ulong i = get_global_id(1);
-    const ulong start = (i * G + g0) * K, end = start + rows * K;
+    const ulong SK = sx * K;
+    const ulong start = (nbase + g0) * SK, end = start + rows * SK;
     const ulong q = (start >> 2) + get_global_id(0);
     if (q * 4 >= end)
         return;
     const float4 z = noise_x ? pf_normal4(seed, PF_STREAM_VNOISE, call, q) : (float4)(0.0f);
-    global const float *dac_i = dac + i * 256;
     for (uint l = 0; l < 4; l++) {
         const ulong idx = q * 4 + l;
         if (idx < start || idx >= end)
             continue;
-        const ulong e = idx - i * G * K, g = e / K, k = e % K, gc = g - g0;
-        const uint v = codes[idx];
-        float V = 0.0f;
-        if (v != 0) {
-            V = dac_i[v];
-            if (noise_x)
-                V = V * (1.0f + vnoise * pf_lane(z, l));
-        }
-        A[pf_a_index(i, k, gc, n, Kp / n, (ulong)get_global_size(1))] = V;
+        const ulong e = idx - nbase * SK, g = e / SK, rem = e % SK, i = rem / K, k = rem % K, gc = g - g0;
+        float V = dac[i * 256 + codes[(i * G + g) * K + k]];
+        if (noise_x)
+            V = V * (1.0f + vnoise * pf_lane(z, l));
+        A[pf_a_index(i, k, gc, n, Kp / n, sx)] = V;
         if (i == 0 && k % n == 0) {
             const ulong item = g / R, r = g % R;
             RS[(k / n) * Gc + gc] = x_scale[(item * x_gr + r / x_qr) * x_gc + k / x_qc];
@@ -127,10 +124,11 @@ kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale
 
 /* Weights: global (ceil(Sw*K*P / 4)). Cell (j, k, p) is noise element
  * (j*K + k)*P + p. val = L without noise; with noise, as pack_w in dpe.c:
- * f = exp(sigma[L] * z) (or 1), val = (G / QG) * f - lgs or (L + lgs) * f - lgs. */
+ * f = exp(sigma[min(L, g_level - 1)] * z) (or 1), val = (G / QG) * f - lgs or (L + lgs) * f - lgs. */
 kernel void pf_dpe_pack_w(global const uchar *levels, global const float *cond, global const float *sigma,
                           global float *B, ulong K, ulong P, ulong Kp, ulong Pp, ulong n, ulong total,
-                          int noise_w, int has_cond, int has_sigma, float QG, float lgs, ulong seed, uint call)
+                          int noise_w, int has_cond, int has_sigma, float QG, float lgs, ulong seed, uint call,
+                          uint top)
 {
     const ulong q = get_global_id(0);
     if (q * 4 >= total)
@@ -149,7 +147,7 @@ kernel void pf_dpe_pack_w(global const uchar *levels, global const float *cond, 
         } else {
             float f = 1.0f;
             if (has_sigma) {
-                f = sigma[L] * pf_lane(z, l);
+                f = sigma[L < top ? L : top] * pf_lane(z, l); /* clamped as on the CPU */
                 /* the CPU's pf_exp_inplace: SLEEF on runs of 8, libm on the row's tail */
                 f = p < tail ? pf_sleef_expf(f) : pf_libm_expf(f);
             }

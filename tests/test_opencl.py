@@ -156,6 +156,34 @@ def test_noisy_output_is_deterministic_per_seed_and_call(dev):
     assert 1e-4 < rel(a, exact) < 0.2
 
 
+def test_item0_noise_offsets_match_the_cpu_chunking(dev):
+    # a batch split into chunks (item0 = chunk start) sees the noise of the whole batch
+    xs, xsc, wl, wsc = engine_case(np.random.default_rng(8), N=5, R=7, K=64, P=24)
+    sig = np.full(4, 0.05, np.float32)
+    whole = np.asarray(pyfastpim.cl_dpe_mvm(dev, *engine_args(xs, xsc, wl, wsc, sigma=sig, vnoise=0.05)))
+    part = np.asarray(pyfastpim.cl_dpe_mvm(dev, *engine_args(np.ascontiguousarray(xs[:, 2:]), xsc[2:], wl, wsc,
+                                                             sigma=sig, vnoise=0.05), item0=2))
+    np.testing.assert_array_equal(part, whole[2:])
+    cpu = np.asarray(_core.dpe_mvm(*engine_args(np.ascontiguousarray(xs[:, 2:]), xsc[2:], wl, wsc, sigma=sig,
+                                                vnoise=0.05), item0=2))
+    if SIMD_NOISE:
+        np.testing.assert_array_equal(part, cpu)
+    else:
+        assert rel(part, cpu) <= 1e-5
+    with pytest.raises(ValueError, match="item0"):
+        pyfastpim.cl_dpe_mvm(dev, *engine_args(xs, xsc, wl, wsc), item0=-1)
+
+
+def test_out_of_range_levels_read_sigma_in_bounds(dev):
+    # levels above g_level - 1 (not produced by programming) clamp the sigma lookup, as on the CPU
+    xs, xsc, wl, wsc = engine_case(np.random.default_rng(10), N=1, R=6, K=64, P=16)
+    wl = np.random.default_rng(1).integers(0, 256, wl.shape).astype(np.uint8)
+    sig = np.array([0.01, 0.02, 0.03, 0.5], np.float32)
+    cpu, cl = both(dev, xs, xsc, (1, 32), (1, 1, 2, 2), wl, wsc, (32, 32), (1, 1, 2, 2), 32, 4, 4, [4096] * 4,
+                   sigma=sig)
+    assert rel(cl, cpu) <= 1e-5
+
+
 def test_adc_ties_and_exact_tables_match(dev):
     rng = np.random.default_rng(0)
     xs, xsc, wl, wsc = make_case(rng, 2, 9, 64, 35, 8, (1, 1, 2), (1, 1, 2), (1, 8), (8, 8), 4)

@@ -106,11 +106,21 @@ kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale
     if (q * 4 >= end)
         return;
     const float4 z = noise_x ? pf_normal4(seed, PF_STREAM_VNOISE, call, q) : (float4)(0.0f);
-    for (uint l = 0; l < 4; l++) {
-        const ulong idx = q * 4 + l;
-        if (idx < start || idx >= end)
-            continue;
-        const ulong e = idx - nbase * SK, g = e / SK, rem = e % SK, i = rem / K, k = rem % K, gc = g - g0;
+    const uint l0 = q * 4 < start ? (uint)(start - q * 4) : 0;
+    /* decode the first lane, then step (k, i, g) without further divisions */
+    const ulong e0 = q * 4 + l0 - nbase * SK, rem0 = e0 % SK;
+    ulong g = e0 / SK, i = rem0 / K, k = rem0 % K;
+    for (uint l = l0; l < 4; l++, k++) {
+        if (k == K) {
+            k = 0;
+            if (++i == sx) {
+                i = 0;
+                g++;
+            }
+        }
+        if (q * 4 + l >= end)
+            break;
+        const ulong gc = g - g0;
         float V = dac[i * 256 + codes[(i * G + g) * K + k]];
         if (noise_x)
             V = V * (1.0f + vnoise * pf_lane(z, l));
@@ -135,11 +145,20 @@ kernel void pf_dpe_pack_w(global const uchar *levels, global const float *cond, 
         return;
     const float4 z = (noise_w && has_sigma) ? pf_normal4(seed, PF_STREAM_READ, call, q) : (float4)(0.0f);
     const ulong tail = P & ~(ulong)7;
-    for (uint l = 0; l < 4; l++) {
+    /* decode the first lane, then step (p, k, j) without further divisions */
+    const ulong row0 = (q * 4) / P;
+    ulong p = (q * 4) % P, j = row0 / K, k = row0 % K;
+    for (uint l = 0; l < 4; l++, p++) {
+        if (p == P) {
+            p = 0;
+            if (++k == K) {
+                k = 0;
+                j++;
+            }
+        }
         const ulong idx = q * 4 + l;
         if (idx >= total)
             break;
-        const ulong row = idx / P, p = idx % P, j = row / K, k = row % K;
         const uint L = levels[idx];
         float val;
         if (!noise_w) {

@@ -313,3 +313,28 @@ def test_device_info_and_tile():
     tile = d.tile
     assert tile["rows"] >= 1 and tile["cols"] in (1, 2, 4, 8, 16)
     assert tile["local_x"] * tile["local_y"] <= d.info["max_work_group_size"]
+
+
+def test_no_platform_gives_clear_errors_not_a_crash(tmp_path):
+    # an ICD loader with no vendor files (ocl-icd honours OCL_ICD_VENDORS) reports no platform
+    import subprocess
+    import sys
+    code = ("import sys, pyfastpim\n"
+            "if pyfastpim._core.cl_devices()[0]:\n"
+            "    print('ignored'); sys.exit(0)\n"
+            "assert [d['device'] for d in pyfastpim.devices()] == ['cpu']\n"
+            "for s in ('opencl', 'opencl:0:0'):\n"
+            "    try:\n"
+            "        pyfastpim.resolve_device(s)\n"
+            "    except RuntimeError as e:\n"
+            "        assert 'no OpenCL platform found' in str(e), e\n"
+            "    else:\n"
+            "        raise AssertionError(s)\n"
+            "print('ok')\n")
+    env = dict(os.environ, OCL_ICD_VENDORS=str(tmp_path))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(pyfastpim.__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    if "ignored" in r.stdout:
+        pytest.skip("this OpenCL ICD loader ignores OCL_ICD_VENDORS")
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]

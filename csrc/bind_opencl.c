@@ -1,8 +1,671 @@
-/* Python bindings of the opencl kernel family (placeholder until the family lands). */
+/* Python bindings of the OpenCL backend: device listing, the device handle
+ * type pyfastpim._core.OpenCLDevice (context, queue, program, scratch and the
+ * resident-weights cache of one device) and its ops. Argument validation is
+ * here, with the same rules and messages as bind_dpe.c; opencl.c sees plain
+ * pointers.
+ *
+ * Threading: one lock per handle serializes its calls; it is always taken
+ * with the GIL released, and the kernels run with the GIL released. */
+#include "array.h"
 #include "bindings.h"
+#include "dpe.h"
+#include "memory.h"
+#include "opencl.h"
+
+#include <math.h>
+#include <pythread.h>
+
+#define PF_CL_WCACHE 16 /* resident weight sets per device (least recently used evicted) */
+
+typedef struct {
+    PyObject *key;        /* weights_key given by the caller */
+    PyObject *refs[3];    /* w_levels, w_conductance, w_scale arrays the buffers belong to */
+    pf_cl_weights *w;
+    uint64_t last_use;
+} wentry;
+
+typedef struct {
+    PyObject_HEAD
+    pf_cl_device *dev;
+    PyThread_type_lock lock;
+    wentry cache[PF_CL_WCACHE];
+    int ncache;
+    uint64_t clock;
+} PfCLDevice;
+
+static PyObject *raise_cl(pf_status st, const char *err, const char *what)
+{
+    switch (st) {
+    case PF_ENOMEM: PyErr_Format(PyExc_MemoryError, "%s: out of memory", what); break;
+    case PF_EOVERFLOW: PyErr_Format(PyExc_ValueError, "%s: array sizes overflow", what); break;
+    case PF_EINVAL: PyErr_Format(PyExc_ValueError, "%s: %s", what, err[0] ? err : "invalid arguments"); break;
+    default: PyErr_Format(PyExc_RuntimeError, "%s: %s", what, err[0] ? err : "OpenCL error"); break;
+    }
+    return NULL;
+}
+
+static void lock_device(PfCLDevice *self)
+{
+    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(self->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+}
+
+static void unlock_device(PfCLDevice *self) { PyThread_release_lock(self->lock); }
+
+/* ---- device listing ---- */
+
+static PyObject *info_dict(const pf_cl_device_info *d)
+{
+    return Py_BuildValue("{s:i,s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:O,s:K,s:K,s:I,s:n}", "platform", d->platform,
+                         "device", d->device, "platform_name", d->platform_name, "platform_version",
+                         d->platform_version, "name", d->name, "vendor", d->vendor, "version", d->version, "driver",
+                         d->driver, "type", d->type, "host_unified_memory",
+                         d->host_unified_memory ? Py_True : Py_False, "global_mem_bytes",
+                         (unsigned long long)d->global_mem_bytes, "max_alloc_bytes",
+                         (unsigned long long)d->max_alloc_bytes, "compute_units", d->compute_units,
+                         "max_work_group_size", (Py_ssize_t)d->max_work_group_size);
+}
+
+static PyObject *py_cl_devices(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    pf_cl_device_info *list = NULL;
+    int count = 0, np = 0;
+    char err[PF_CL_ERRLEN] = "";
+    pf_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = pf_cl_list(&list, &count, &np, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (st != PF_OK)
+        return raise_cl(st, err, "listing OpenCL devices");
+    PyObject *devs = PyList_New(count);
+    for (int i = 0; devs && i < count; i++) {
+        PyObject *d = info_dict(&list[i]);
+        if (!d) {
+            Py_CLEAR(devs);
+            break;
+        }
+        PyList_SET_ITEM(devs, i, d);
+    }
+    pf_free(list);
+    if (!devs)
+        return NULL;
+    return Py_BuildValue("(iN)", np, devs);
+}
+
+/* ---- the handle type ---- */
+
+static void wentry_clear(wentry *e)
+{
+    pf_cl_weights_free(e->w);
+    e->w = NULL;
+    Py_CLEAR(e->key);
+    for (int i = 0; i < 3; i++)
+        Py_CLEAR(e->refs[i]);
+}
+
+static void cache_remove(PfCLDevice *self, int idx)
+{
+    wentry_clear(&self->cache[idx]);
+    self->cache[idx] = self->cache[self->ncache - 1];
+    memset(&self->cache[self->ncache - 1], 0, sizeof(wentry));
+    self->ncache--;
+}
+
+static void cache_clear(PfCLDevice *self)
+{
+    while (self->ncache > 0)
+        cache_remove(self, self->ncache - 1);
+}
+
+static PyObject *PfCLDevice_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"platform", "device", "zero_copy", NULL};
+    int platform, device, zero_copy = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "ii|p:OpenCLDevice", kwlist, &platform, &device, &zero_copy))
+        return NULL;
+    PfCLDevice *self = (PfCLDevice *)type->tp_alloc(type, 0);
+    if (!self)
+        return NULL;
+    self->lock = PyThread_allocate_lock();
+    if (!self->lock) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    char err[PF_CL_ERRLEN] = "";
+    pf_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = pf_cl_open(platform, device, zero_copy, &self->dev, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (st != PF_OK) {
+        Py_DECREF(self);
+        return raise_cl(st, err, "opening the OpenCL device");
+    }
+    return (PyObject *)self;
+}
+
+static void PfCLDevice_dealloc(PfCLDevice *self)
+{
+    cache_clear(self);
+    if (self->dev)
+        pf_cl_close(self->dev);
+    if (self->lock)
+        PyThread_free_lock(self->lock);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int ensure_built(PfCLDevice *self)
+{
+    char err[PF_CL_ERRLEN] = "";
+    pf_status st;
+    lock_device(self);
+    Py_BEGIN_ALLOW_THREADS
+    st = pf_cl_build(self->dev, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    unlock_device(self);
+    if (st != PF_OK) {
+        raise_cl(st, err, "building the OpenCL kernels");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *PfCLDevice_build(PfCLDevice *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (ensure_built(self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *PfCLDevice_info(PfCLDevice *self, void *closure)
+{
+    (void)closure;
+    return info_dict(pf_cl_info(self->dev));
+}
+
+static PyObject *PfCLDevice_get_zero_copy(PfCLDevice *self, void *closure)
+{
+    (void)closure;
+    if (ensure_built(self) < 0)
+        return NULL;
+    return PyBool_FromLong(pf_cl_zero_copy(self->dev));
+}
+
+static PyObject *PfCLDevice_get_tile(PfCLDevice *self, void *closure)
+{
+    (void)closure;
+    if (ensure_built(self) < 0)
+        return NULL;
+    int tm, tn;
+    size_t lx, ly;
+    pf_cl_tile(self->dev, &tm, &tn, &lx, &ly);
+    return Py_BuildValue("{s:i,s:i,s:n,s:n}", "rows", tm, "cols", tn, "local_x", (Py_ssize_t)lx, "local_y",
+                         (Py_ssize_t)ly);
+}
+
+static PyObject *PfCLDevice_get_scratch_bytes(PfCLDevice *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromSize_t(pf_cl_scratch_bytes(self->dev));
+}
+
+static PyObject *PfCLDevice_get_resident(PfCLDevice *self, void *closure)
+{
+    (void)closure;
+    PyObject *d = PyDict_New();
+    for (int i = 0; d && i < self->ncache; i++) {
+        PyObject *v = PyLong_FromSize_t(pf_cl_weights_bytes(self->cache[i].w));
+        if (!v || PyDict_SetItem(d, self->cache[i].key, v) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(v);
+    }
+    return d;
+}
+
+static PyObject *PfCLDevice_release(PfCLDevice *self, PyObject *noargs)
+{
+    (void)noargs;
+    lock_device(self);
+    cache_clear(self);
+    pf_cl_release_scratch(self->dev);
+    unlock_device(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *PfCLDevice_repr(PfCLDevice *self)
+{
+    const pf_cl_device_info *d = pf_cl_info(self->dev);
+    return PyUnicode_FromFormat("<pyfastpim OpenCL device opencl:%d:%d '%s' (%s, %s)>", d->platform, d->device,
+                                d->name, d->type, d->platform_name);
+}
+
+static PyObject *PfCLDevice_normals(PfCLDevice *self, PyObject *args)
+{
+    unsigned long long seed, idx0;
+    unsigned int stream, call;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "KIIKn:normals", &seed, &stream, &call, &idx0, &count))
+        return NULL;
+    if (count < 0) {
+        PyErr_SetString(PyExc_ValueError, "argument 'count': must be >= 0");
+        return NULL;
+    }
+    PfArray *out = pf_array_new(PF_DT_F32, 1, &count);
+    if (!out)
+        return NULL;
+    char err[PF_CL_ERRLEN] = "";
+    pf_status st;
+    lock_device(self);
+    Py_BEGIN_ALLOW_THREADS
+    st = pf_cl_normals(self->dev, seed, stream, call, idx0, count, (float *)out->data, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    unlock_device(self);
+    if (st != PF_OK) {
+        Py_DECREF(out);
+        return raise_cl(st, err, "normals on OpenCL");
+    }
+    return (PyObject *)out;
+}
+
+/* ---- dpe_mvm: the arguments of _core.dpe_mvm (bind_dpe.c), same checks ---- */
+
+static int parse_widths(PyObject *obj, const char *argname, int *m, int64_t *w)
+{
+    PyObject *seq = PySequence_Fast(obj, "");
+    if (!seq) {
+        PyErr_Format(PyExc_TypeError, "argument '%s': expected a sequence of slice widths", argname);
+        return -1;
+    }
+    Py_ssize_t S = PySequence_Fast_GET_SIZE(seq);
+    if (S < 1 || S > PF_MAX_SLICES) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "argument '%s': 1 to %d slices are supported, got %zd", argname, PF_MAX_SLICES, S);
+        return -1;
+    }
+    int widths[PF_MAX_SLICES], total = 0;
+    for (Py_ssize_t t = 0; t < S; t++) {
+        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, t));
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        if (v <= 0 || v > 16) {
+            Py_DECREF(seq);
+            PyErr_Format(PyExc_ValueError, "argument '%s': slice widths must be in 1..16, got %ld", argname, v);
+            return -1;
+        }
+        widths[t] = (int)v;
+        total += (int)v;
+    }
+    Py_DECREF(seq);
+    if (widths[0] != 1 || total > 16) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': the first (sign) width must be 1 and the total at most 16 bits",
+                     argname);
+        return -1;
+    }
+    int off = 0;
+    for (int s = 0; s < S; s++) {
+        int width = widths[S - 1 - s];
+        m[s] = (1 << width) - 1;
+        w[s] = (int64_t)1 << off;
+        off += width;
+    }
+    w[S - 1] = -((int64_t)1 << (total - 1));
+    return (int)S;
+}
+
+static int parse_pair(PyObject *obj, const char *argname, int64_t *a, int64_t *b)
+{
+    if (!PyArg_ParseTuple(obj, "LL", a, b)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "argument '%s': expected a pair of ints", argname);
+        return -1;
+    }
+    if (*a <= 0 || *b <= 0) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': sizes must be positive", argname);
+        return -1;
+    }
+    return 0;
+}
+
+static int check_shape(PfArray *a, const char *argname, int ndim, const int64_t *shape)
+{
+    if (a->ndim != ndim) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': expected %d dimensions, got %d", argname, ndim, a->ndim);
+        return -1;
+    }
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] >= 0 && a->shape[i] != shape[i]) {
+            PyErr_Format(PyExc_ValueError, "argument '%s': dimension %d is %zd, expected %lld", argname, i,
+                         a->shape[i], (long long)shape[i]);
+            return -1;
+        }
+    return 0;
+}
+
+/* Finds or makes the resident weights for weights_key (device lock held).
+ * Returns 0 with *w set (NULL: no key, transfer per call) or -1 with an
+ * exception. */
+static int resident_weights(PfCLDevice *self, PyObject *key, const pf_dpe_args *a, PfArray *wl, PfArray *wc,
+                            PfArray *ws, pf_cl_weights **w)
+{
+    *w = NULL;
+    if (key == Py_None)
+        return 0;
+    if (PyObject_Hash(key) == -1)
+        return -1; /* TypeError: unhashable weights_key */
+    for (int i = 0; i < self->ncache; i++) {
+        int eq = PyObject_RichCompareBool(self->cache[i].key, key, Py_EQ);
+        if (eq < 0)
+            return -1;
+        if (eq) {
+            if (pf_cl_weights_match(self->cache[i].w, a)) {
+                self->cache[i].last_use = ++self->clock;
+                *w = self->cache[i].w;
+                return 0;
+            }
+            cache_remove(self, i); /* same key, other arrays: stale */
+            break;
+        }
+    }
+    /* the key changed: an entry for the same object (equal first item of a
+     * tuple key, e.g. (id(sliced), version)) is stale */
+    if (PyTuple_Check(key) && PyTuple_GET_SIZE(key) > 0) {
+        for (int i = self->ncache - 1; i >= 0; i--) {
+            PyObject *k = self->cache[i].key;
+            if (!PyTuple_Check(k) || PyTuple_GET_SIZE(k) == 0)
+                continue;
+            int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(k, 0), PyTuple_GET_ITEM(key, 0), Py_EQ);
+            if (eq < 0)
+                return -1;
+            if (eq)
+                cache_remove(self, i);
+        }
+    }
+    if (self->ncache == PF_CL_WCACHE) {
+        int lru = 0;
+        for (int i = 1; i < self->ncache; i++)
+            if (self->cache[i].last_use < self->cache[lru].last_use)
+                lru = i;
+        cache_remove(self, lru);
+    }
+    char err[PF_CL_ERRLEN] = "";
+    pf_status st;
+    pf_cl_weights *made = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    st = pf_cl_weights_create(self->dev, a, &made, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (st != PF_OK) {
+        raise_cl(st, err, "making weights resident on the OpenCL device");
+        return -1;
+    }
+    wentry *e = &self->cache[self->ncache++];
+    memset(e, 0, sizeof *e);
+    e->w = made;
+    e->key = Py_NewRef(key);
+    e->refs[0] = Py_NewRef((PyObject *)wl);
+    e->refs[1] = wc ? Py_NewRef((PyObject *)wc) : NULL;
+    e->refs[2] = Py_NewRef((PyObject *)ws);
+    e->last_use = ++self->clock;
+    *w = made;
+    return 0;
+}
+
+static PyObject *PfCLDevice_dpe_mvm(PfCLDevice *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"x_codes", "x_scale", "x_granule", "x_widths", "w_levels", "w_conductance", "w_scale",
+                             "w_granule", "w_widths", "n", "rdac", "g_level", "radc", "HGS", "LGS", "read_sigma",
+                             "vnoise", "seed", "call", "out", "item0", "weights_key", NULL};
+    PyObject *ox, *oxs, *oxg, *oxw, *owl, *owc, *ows, *owg, *oww, *oradc, *osig, *oout = Py_None, *okey = Py_None;
+    long long n, seed_ll, item0 = 0;
+    unsigned long call;
+    int rdac, g_level;
+    double HGS, LGS, vnoise;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOLiiOddOdLk|OLO:dpe_mvm", kwlist, &ox, &oxs, &oxg, &oxw,
+                                     &owl, &owc, &ows, &owg, &oww, &n, &rdac, &g_level, &oradc, &HGS, &LGS, &osig,
+                                     &vnoise, &seed_ll, &call, &oout, &item0, &okey))
+        return NULL;
+    if (item0 < 0) {
+        PyErr_SetString(PyExc_ValueError, "argument 'item0': must be >= 0");
+        return NULL;
+    }
+    pf_dpe_args a;
+    memset(&a, 0, sizeof a);
+    a.x_kind = PF_DPE_X_CODES;
+    a.x_item0 = item0;
+    PyObject *result = NULL;
+    PfArray *xc = NULL, *xs = NULL, *wl = NULL, *wc = NULL, *ws = NULL, *out = NULL, *sig = NULL;
+
+    if ((a.sx = parse_widths(oxw, "x_widths", a.x_max, a.x_weight)) < 0 ||
+        (a.sw = parse_widths(oww, "w_widths", a.w_max, a.w_weight)) < 0)
+        return NULL;
+    if (parse_pair(oxg, "x_granule", &a.x_qr, &a.x_qc) < 0 || parse_pair(owg, "w_granule", &a.w_qr, &a.w_qc) < 0)
+        return NULL;
+    if (n <= 0 || n > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "argument 'n': crossbar rows must be positive");
+        return NULL;
+    }
+    if (a.x_qc % n || a.w_qr % n) {
+        PyErr_Format(PyExc_ValueError, "argument 'n': granules (x columns %lld, weight rows %lld) must be multiples "
+                     "of the crossbar rows %lld", (long long)a.x_qc, (long long)a.w_qr, n);
+        return NULL;
+    }
+    if (rdac < 2 || g_level < 2 || g_level > PF_MAX_LEVELS) {
+        PyErr_SetString(PyExc_ValueError, "arguments 'rdac'/'g_level': rdac >= 2 and 2 <= g_level <= 65536 required");
+        return NULL;
+    }
+    if (!(HGS > LGS) || !(LGS >= 0)) {
+        PyErr_SetString(PyExc_ValueError, "arguments 'HGS'/'LGS': 0 <= LGS < HGS required");
+        return NULL;
+    }
+    if (!(vnoise >= 0)) {
+        PyErr_SetString(PyExc_ValueError, "argument 'vnoise': must be >= 0");
+        return NULL;
+    }
+    PyObject *rseq = PySequence_Fast(oradc, "argument 'radc': expected a sequence");
+    if (!rseq)
+        return NULL;
+    if (PySequence_Fast_GET_SIZE(rseq) != a.sw) {
+        Py_DECREF(rseq);
+        PyErr_Format(PyExc_ValueError, "argument 'radc': %d values needed (one per weight slice)", a.sw);
+        return NULL;
+    }
+    for (int j = 0; j < a.sw; j++) {
+        a.radc[j] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(rseq, j));
+        if (a.radc[j] < 2) {
+            Py_DECREF(rseq);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "argument 'radc': every ADC resolution must be >= 2");
+            return NULL;
+        }
+    }
+    Py_DECREF(rseq);
+    for (int j = 0; j < a.sw; j++)
+        if (a.w_max[j] > g_level - 1) {
+            PyErr_Format(PyExc_ValueError, "argument 'w_widths': weight slice maximum %d exceeds g_level - 1 = %d",
+                         a.w_max[j], g_level - 1);
+            return NULL;
+        }
+
+    xc = pf_array_from_object(ox, PF_DT_U8, 0, "x_codes");
+    if (!xc) goto done;
+    if (xc->ndim != 4 || xc->shape[0] != a.sx) {
+        PyErr_Format(PyExc_ValueError, "argument 'x_codes': expected shape (%d, N, R, K)", a.sx);
+        goto done;
+    }
+    a.batch = xc->shape[1];
+    a.rows = xc->shape[2];
+    a.inner = xc->shape[3];
+    a.x_gr = pf_ceil_div(a.rows, a.x_qr);
+    a.x_gc = pf_ceil_div(a.inner, a.x_qc);
+    xs = pf_array_from_object(oxs, PF_DT_F32, 0, "x_scale");
+    if (!xs) goto done;
+    {
+        int64_t shp[3] = {a.batch, a.x_gr, a.x_gc};
+        if (check_shape(xs, "x_scale", 3, shp) < 0) goto done;
+    }
+    wl = pf_array_from_object(owl, PF_DT_U8, 0, "w_levels");
+    if (!wl) goto done;
+    {
+        int64_t shp[3] = {a.sw, a.inner, -1};
+        if (check_shape(wl, "w_levels", 3, shp) < 0) goto done;
+    }
+    a.cols = wl->shape[2];
+    a.w_gr = pf_ceil_div(a.inner, a.w_qr);
+    a.w_gc = pf_ceil_div(a.cols, a.w_qc);
+    if (owc != Py_None) {
+        wc = pf_array_from_object(owc, PF_DT_F32, 0, "w_conductance");
+        if (!wc) goto done;
+        int64_t shp[3] = {a.sw, a.inner, a.cols};
+        if (check_shape(wc, "w_conductance", 3, shp) < 0) goto done;
+        a.w_conductance = (const float *)wc->data;
+    }
+    ws = pf_array_from_object(ows, PF_DT_F32, 0, "w_scale");
+    if (!ws) goto done;
+    {
+        int64_t shp[2] = {a.w_gr, a.w_gc};
+        if (check_shape(ws, "w_scale", 2, shp) < 0) goto done;
+    }
+    if (osig != Py_None) {
+        sig = pf_array_from_object(osig, PF_DT_F32, 0, "read_sigma");
+        if (!sig) goto done;
+        int64_t shp[1] = {g_level};
+        if (check_shape(sig, "read_sigma", 1, shp) < 0) goto done;
+        const float *sv = (const float *)sig->data;
+        for (int l = 0; l < g_level; l++)
+            if (!(sv[l] >= 0.0f) || !isfinite(sv[l])) {
+                PyErr_SetString(PyExc_ValueError, "argument 'read_sigma': must be finite and >= 0");
+                goto done;
+            }
+        a.read_sigma = sv;
+    }
+    {
+        Py_ssize_t oshape[3] = {(Py_ssize_t)a.batch, (Py_ssize_t)a.rows, (Py_ssize_t)a.cols};
+        if (oout == Py_None) {
+            out = pf_array_new(PF_DT_F32, 3, oshape);
+            if (!out) goto done;
+        } else {
+            out = pf_array_from_object(oout, PF_DT_F32, 1, "out");
+            if (!out) goto done;
+            int64_t shp[3] = {a.batch, a.rows, a.cols};
+            if (check_shape(out, "out", 3, shp) < 0) goto done;
+        }
+    }
+    a.x_codes = (const uint8_t *)xc->data;
+    a.x_scale = (const float *)xs->data;
+    a.w_levels = (const uint8_t *)wl->data;
+    a.w_scale = (const float *)ws->data;
+    a.rdac = rdac;
+    a.g_level = g_level;
+    a.HGS = HGS;
+    a.LGS = LGS;
+    a.vnoise = vnoise;
+    a.seed = (uint64_t)seed_ll;
+    a.call = (uint32_t)call;
+    a.n = n;
+    a.out = (float *)out->data;
+    a.so_n = a.rows * a.cols;
+    a.so_r = a.cols;
+    a.so_p = 1;
+    {
+        int64_t D = (int64_t)(rdac - 1) * (g_level - 1) * n;
+        if (D >= ((int64_t)1 << 24)) {
+            PyErr_Format(PyExc_ValueError, "arguments 'rdac', 'g_level', 'n': (rdac-1)*(g_level-1)*n = %lld must be "
+                         "below 2**24 for exact crossbar sums", (long long)D);
+            goto done;
+        }
+    }
+    {
+        char err[PF_CL_ERRLEN] = "";
+        pf_status st = PF_OK;
+        pf_cl_weights *w = NULL;
+        lock_device(self);
+        int empty = a.batch == 0 || a.rows == 0 || a.cols == 0 || a.inner == 0;
+        if (!empty && resident_weights(self, okey, &a, wl, wc, ws, &w) < 0) {
+            unlock_device(self);
+            goto done;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        st = pf_cl_dpe_mvm(self->dev, &a, w, err, sizeof err);
+        Py_END_ALLOW_THREADS
+        unlock_device(self);
+        if (st != PF_OK) {
+            raise_cl(st, err, "dpe_mvm on OpenCL");
+            goto done;
+        }
+    }
+    result = (PyObject *)out;
+    Py_INCREF(result);
+done:
+    Py_XDECREF(xc);
+    Py_XDECREF(xs);
+    Py_XDECREF(wl);
+    Py_XDECREF(wc);
+    Py_XDECREF(ws);
+    Py_XDECREF(sig);
+    Py_XDECREF(out);
+    return result;
+}
+
+static PyMethodDef PfCLDevice_methods[] = {
+    {"build", (PyCFunction)PfCLDevice_build, METH_NOARGS,
+     "build()\n--\n\nCompile the kernels for this device now (otherwise done at first use)."},
+    {"dpe_mvm", (PyCFunction)(void (*)(void))PfCLDevice_dpe_mvm, METH_VARARGS | METH_KEYWORDS,
+     "dpe_mvm(x_codes, x_scale, x_granule, x_widths, w_levels, w_conductance, w_scale, w_granule, w_widths, n, rdac, "
+     "g_level, radc, HGS, LGS, read_sigma, vnoise, seed, call, out=None, item0=0, weights_key=None)\n--\n\n"
+     "_core.dpe_mvm on this device. weights_key (hashable, e.g. (id(sliced), sliced._version)) keeps the weights "
+     "resident on the device between calls; an entry whose key changes is released."},
+    {"normals", (PyCFunction)PfCLDevice_normals, METH_VARARGS,
+     "normals(seed, stream, call, idx0, count)\n--\n\nStandard normals of a Philox noise stream, drawn on the device."},
+    {"release", (PyCFunction)PfCLDevice_release, METH_NOARGS,
+     "release()\n--\n\nRelease resident weights and scratch buffers (the kernels stay built)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef PfCLDevice_getset[] = {
+    {"info", (getter)PfCLDevice_info, NULL, "dict describing the device (as pyfastpim.devices() lists it)", NULL},
+    {"zero_copy", (getter)PfCLDevice_get_zero_copy, NULL,
+     "True when operands are shared with the device in place (builds the kernels if needed)", NULL},
+    {"tile", (getter)PfCLDevice_get_tile, NULL, "register tile and work-group shape of the MVM kernel", NULL},
+    {"scratch_bytes", (getter)PfCLDevice_get_scratch_bytes, NULL, "bytes of scratch buffers held", NULL},
+    {"resident_weights", (getter)PfCLDevice_get_resident, NULL, "{weights_key: bytes} of resident weights", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject PfCLDevice_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pyfastpim._core.OpenCLDevice",
+    .tp_basicsize = sizeof(PfCLDevice),
+    .tp_dealloc = (destructor)PfCLDevice_dealloc,
+    .tp_repr = (reprfunc)PfCLDevice_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "OpenCLDevice(platform, device, zero_copy=True)\n--\n\n"
+              "One OpenCL device: context, queue, kernels (built at first use), scratch and resident weights. "
+              "zero_copy=False forces explicit, counted transfers even on host-memory devices.",
+    .tp_methods = PfCLDevice_methods,
+    .tp_getset = PfCLDevice_getset,
+    .tp_new = PfCLDevice_new,
+};
+
+static PyMethodDef opencl_methods[] = {
+    {"cl_devices", py_cl_devices, METH_NOARGS,
+     "cl_devices()\n--\n\n(number of platforms, [device info dict, ...]) as the OpenCL ICD loader reports them."},
+    {NULL, NULL, 0, NULL},
+};
 
 int pf_bind_opencl_init(PyObject *module)
 {
-    (void)module;
-    return 0;
+    if (PyType_Ready(&PfCLDevice_Type) < 0)
+        return -1;
+    Py_INCREF(&PfCLDevice_Type);
+    if (PyModule_AddObject(module, "OpenCLDevice", (PyObject *)&PfCLDevice_Type) < 0) {
+        Py_DECREF(&PfCLDevice_Type);
+        return -1;
+    }
+    return PyModule_AddFunctions(module, opencl_methods);
 }

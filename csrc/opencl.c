@@ -1,0 +1,1155 @@
+/* OpenCL backend runtime: see opencl.h. */
+#define CL_TARGET_OPENCL_VERSION 120
+#include "opencl.h"
+#include "memory.h"
+#include "pf_cl_sources.h"
+
+#include <CL/cl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PF_CL_PLATFORM_NOT_FOUND_KHR (-1001)
+/* Packed inputs of one row chunk are capped so a large batch streams through
+ * a bounded scratch buffer, as on the CPU path. */
+#define PF_CL_A_CHUNK_BYTES ((size_t)64 << 20)
+#define PF_CL_PACK_LOCAL 64 /* work-group size of the pack kernels (at most; one noise group per item) */
+
+enum { SCR_A, SCR_RS, SCR_B, SCR_CS, SCR_COUNT };
+
+typedef struct {
+    cl_mem mem;
+    void *host; /* pf_alloc'd backing store on zero-copy devices */
+    size_t bytes;
+    int zeroed;        /* zero-filled for the geometry in sig (padding stays zero) */
+    uint64_t sig[4];
+} pf_cl_scratch;
+
+struct pf_cl_device {
+    pf_cl_device_info info;
+    cl_platform_id platform;
+    cl_device_id device;
+    cl_context ctx;
+    cl_command_queue queue;
+    cl_program program;
+    cl_kernel k_pack_x, k_pack_w, k_scales_w, k_mvm, k_normals;
+    size_t pack_local;
+    int profile;          /* PYFASTPIM_CL_PROFILE=1: kernel times on stderr */
+    int built;
+    int allow_zero_copy;
+    int zero_copy;        /* operands shared in place (probe passed) */
+    size_t zc_align;      /* host pointer alignment the sharing needs */
+    int correct_divsqrt;  /* -cl-fp32-correctly-rounded-divide-sqrt supported */
+    int fp64;             /* cl_khr_fp64 (libm-equivalent expf on row tails) */
+    int tm, tn, b_panel;
+    size_t lx, ly;
+    pf_cl_scratch scratch[SCR_COUNT];
+};
+
+struct pf_cl_weights {
+    pf_cl_device *dev;
+    cl_mem levels, cond, scale;
+    const void *p_levels, *p_cond, *p_scale;
+    int64_t sw, inner, cols, w_gr, w_gc;
+    size_t bytes;
+};
+
+/* ---- errors ---- */
+
+const char *pf_cl_error_name(int code)
+{
+    switch (code) {
+#define E(x) case x: return #x;
+    E(CL_SUCCESS) E(CL_DEVICE_NOT_FOUND) E(CL_DEVICE_NOT_AVAILABLE) E(CL_COMPILER_NOT_AVAILABLE)
+    E(CL_MEM_OBJECT_ALLOCATION_FAILURE) E(CL_OUT_OF_RESOURCES) E(CL_OUT_OF_HOST_MEMORY)
+    E(CL_PROFILING_INFO_NOT_AVAILABLE) E(CL_MEM_COPY_OVERLAP) E(CL_IMAGE_FORMAT_MISMATCH)
+    E(CL_IMAGE_FORMAT_NOT_SUPPORTED) E(CL_BUILD_PROGRAM_FAILURE) E(CL_MAP_FAILURE)
+    E(CL_MISALIGNED_SUB_BUFFER_OFFSET) E(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST)
+    E(CL_COMPILE_PROGRAM_FAILURE) E(CL_LINKER_NOT_AVAILABLE) E(CL_LINK_PROGRAM_FAILURE)
+    E(CL_DEVICE_PARTITION_FAILED) E(CL_KERNEL_ARG_INFO_NOT_AVAILABLE)
+    E(CL_INVALID_VALUE) E(CL_INVALID_DEVICE_TYPE) E(CL_INVALID_PLATFORM) E(CL_INVALID_DEVICE)
+    E(CL_INVALID_CONTEXT) E(CL_INVALID_QUEUE_PROPERTIES) E(CL_INVALID_COMMAND_QUEUE) E(CL_INVALID_HOST_PTR)
+    E(CL_INVALID_MEM_OBJECT) E(CL_INVALID_IMAGE_FORMAT_DESCRIPTOR) E(CL_INVALID_IMAGE_SIZE) E(CL_INVALID_SAMPLER)
+    E(CL_INVALID_BINARY) E(CL_INVALID_BUILD_OPTIONS) E(CL_INVALID_PROGRAM) E(CL_INVALID_PROGRAM_EXECUTABLE)
+    E(CL_INVALID_KERNEL_NAME) E(CL_INVALID_KERNEL_DEFINITION) E(CL_INVALID_KERNEL) E(CL_INVALID_ARG_INDEX)
+    E(CL_INVALID_ARG_VALUE) E(CL_INVALID_ARG_SIZE) E(CL_INVALID_KERNEL_ARGS) E(CL_INVALID_WORK_DIMENSION)
+    E(CL_INVALID_WORK_GROUP_SIZE) E(CL_INVALID_WORK_ITEM_SIZE) E(CL_INVALID_GLOBAL_OFFSET)
+    E(CL_INVALID_EVENT_WAIT_LIST) E(CL_INVALID_EVENT) E(CL_INVALID_OPERATION) E(CL_INVALID_GL_OBJECT)
+    E(CL_INVALID_BUFFER_SIZE) E(CL_INVALID_MIP_LEVEL) E(CL_INVALID_GLOBAL_WORK_SIZE) E(CL_INVALID_PROPERTY)
+    E(CL_INVALID_IMAGE_DESCRIPTOR) E(CL_INVALID_COMPILER_OPTIONS) E(CL_INVALID_LINKER_OPTIONS)
+    E(CL_INVALID_DEVICE_PARTITION_COUNT)
+#undef E
+    case PF_CL_PLATFORM_NOT_FOUND_KHR: return "CL_PLATFORM_NOT_FOUND_KHR";
+    default: return "unknown OpenCL error";
+    }
+}
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || !errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* Checks an OpenCL status: on failure writes "<what>: <CL name> (<code>)". */
+#define CL_CHECK(call, what)                                                                                   \
+    do {                                                                                                       \
+        cl_int rc_ = (call);                                                                                   \
+        if (rc_ != CL_SUCCESS) {                                                                               \
+            set_err(err, errlen, "%s: %s (%d)", (what), pf_cl_error_name(rc_), (int)rc_);                     \
+            st = PF_EDEVICE;                                                                                   \
+            goto fail;                                                                                         \
+        }                                                                                                      \
+    } while (0)
+
+/* ---- discovery ---- */
+
+static pf_status get_platforms(cl_platform_id **out, cl_uint *n, char *err, size_t errlen)
+{
+    pf_status st = PF_OK;
+    *out = NULL;
+    *n = 0;
+    cl_uint np = 0;
+    cl_int rc = clGetPlatformIDs(0, NULL, &np);
+    if (rc == PF_CL_PLATFORM_NOT_FOUND_KHR || (rc == CL_SUCCESS && np == 0))
+        return PF_OK;
+    CL_CHECK(rc, "clGetPlatformIDs");
+    *out = pf_alloc(sizeof(cl_platform_id) * np);
+    if (!*out)
+        return PF_ENOMEM;
+    CL_CHECK(clGetPlatformIDs(np, *out, NULL), "clGetPlatformIDs");
+    *n = np;
+    return PF_OK;
+fail:
+    pf_free(*out);
+    *out = NULL;
+    return st;
+}
+
+static pf_status get_devices(cl_platform_id p, cl_device_id **out, cl_uint *n, char *err, size_t errlen)
+{
+    pf_status st = PF_OK;
+    *out = NULL;
+    *n = 0;
+    cl_uint nd = 0;
+    cl_int rc = clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, 0, NULL, &nd);
+    if (rc == CL_DEVICE_NOT_FOUND || (rc == CL_SUCCESS && nd == 0))
+        return PF_OK;
+    CL_CHECK(rc, "clGetDeviceIDs");
+    *out = pf_alloc(sizeof(cl_device_id) * nd);
+    if (!*out)
+        return PF_ENOMEM;
+    CL_CHECK(clGetDeviceIDs(p, CL_DEVICE_TYPE_ALL, nd, *out, NULL), "clGetDeviceIDs");
+    *n = nd;
+    return PF_OK;
+fail:
+    pf_free(*out);
+    *out = NULL;
+    return st;
+}
+
+static void info_str(cl_device_id d, cl_device_info what, char *buf, size_t len)
+{
+    buf[0] = 0;
+    if (clGetDeviceInfo(d, what, len - 1, buf, NULL) != CL_SUCCESS)
+        snprintf(buf, len, "?");
+    buf[len - 1] = 0;
+}
+
+static pf_status fill_info(cl_platform_id p, cl_device_id d, int pi, int di, pf_cl_device_info *inf, char *err,
+                           size_t errlen)
+{
+    pf_status st = PF_OK;
+    memset(inf, 0, sizeof *inf);
+    inf->platform = pi;
+    inf->device = di;
+    if (clGetPlatformInfo(p, CL_PLATFORM_NAME, sizeof inf->platform_name - 1, inf->platform_name, NULL) != CL_SUCCESS)
+        snprintf(inf->platform_name, sizeof inf->platform_name, "?");
+    if (clGetPlatformInfo(p, CL_PLATFORM_VERSION, sizeof inf->platform_version - 1, inf->platform_version, NULL) !=
+        CL_SUCCESS)
+        snprintf(inf->platform_version, sizeof inf->platform_version, "?");
+    info_str(d, CL_DEVICE_NAME, inf->name, sizeof inf->name);
+    info_str(d, CL_DEVICE_VENDOR, inf->vendor, sizeof inf->vendor);
+    info_str(d, CL_DEVICE_VERSION, inf->version, sizeof inf->version);
+    info_str(d, CL_DRIVER_VERSION, inf->driver, sizeof inf->driver);
+    cl_device_type t = 0;
+    CL_CHECK(clGetDeviceInfo(d, CL_DEVICE_TYPE, sizeof t, &t, NULL), "clGetDeviceInfo(CL_DEVICE_TYPE)");
+    inf->type = (t & CL_DEVICE_TYPE_GPU) ? "gpu" : (t & CL_DEVICE_TYPE_CPU) ? "cpu"
+              : (t & CL_DEVICE_TYPE_ACCELERATOR) ? "accelerator" : (t & CL_DEVICE_TYPE_CUSTOM) ? "custom" : "other";
+    cl_bool unified = CL_FALSE;
+    /* deprecated in OpenCL 2.0 but answered by every runtime we know; a
+     * refusal just means "not unified" (the probe decides zero copy anyway) */
+    if (clGetDeviceInfo(d, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL) != CL_SUCCESS)
+        unified = CL_FALSE;
+    inf->host_unified_memory = unified == CL_TRUE;
+    cl_ulong gm = 0, ma = 0;
+    cl_uint cu = 0;
+    size_t wg = 0;
+    CL_CHECK(clGetDeviceInfo(d, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof gm, &gm, NULL), "clGetDeviceInfo(GLOBAL_MEM_SIZE)");
+    CL_CHECK(clGetDeviceInfo(d, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof ma, &ma, NULL),
+             "clGetDeviceInfo(MAX_MEM_ALLOC_SIZE)");
+    CL_CHECK(clGetDeviceInfo(d, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL),
+             "clGetDeviceInfo(MAX_COMPUTE_UNITS)");
+    CL_CHECK(clGetDeviceInfo(d, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof wg, &wg, NULL),
+             "clGetDeviceInfo(MAX_WORK_GROUP_SIZE)");
+    inf->global_mem_bytes = gm;
+    inf->max_alloc_bytes = ma;
+    inf->compute_units = cu;
+    inf->max_work_group_size = wg;
+    return PF_OK;
+fail:
+    return st;
+}
+
+pf_status pf_cl_list(pf_cl_device_info **out, int *count, int *nplatforms, char *err, size_t errlen)
+{
+    *out = NULL;
+    *count = 0;
+    *nplatforms = 0;
+    cl_platform_id *plats = NULL;
+    cl_uint np = 0;
+    pf_status st = get_platforms(&plats, &np, err, errlen);
+    if (st != PF_OK)
+        return st;
+    pf_cl_device_info *list = NULL;
+    int n = 0;
+    for (cl_uint pi = 0; pi < np && st == PF_OK; pi++) {
+        cl_device_id *devs = NULL;
+        cl_uint nd = 0;
+        st = get_devices(plats[pi], &devs, &nd, err, errlen);
+        if (st != PF_OK)
+            break;
+        if (nd) {
+            size_t bytes;
+            if (pf_mul_size((size_t)n + nd, sizeof *list, &bytes)) {
+                st = PF_EOVERFLOW;
+            } else {
+                pf_cl_device_info *grown = pf_alloc(bytes);
+                if (!grown) {
+                    st = PF_ENOMEM;
+                } else {
+                    if (n)
+                        memcpy(grown, list, (size_t)n * sizeof *list);
+                    pf_free(list);
+                    list = grown;
+                    for (cl_uint di = 0; di < nd && st == PF_OK; di++)
+                        st = fill_info(plats[pi], devs[di], (int)pi, (int)di, &list[n++], err, errlen);
+                }
+            }
+        }
+        pf_free(devs);
+    }
+    pf_free(plats);
+    if (st != PF_OK) {
+        pf_free(list);
+        return st;
+    }
+    *out = list;
+    *count = n;
+    *nplatforms = (int)np;
+    return PF_OK;
+}
+
+/* ---- devices ---- */
+
+pf_status pf_cl_open(int platform, int device, int allow_zero_copy, pf_cl_device **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    cl_platform_id *plats = NULL;
+    cl_device_id *devs = NULL;
+    cl_uint np = 0, nd = 0;
+    pf_cl_device *dev = NULL;
+    pf_status st = get_platforms(&plats, &np, err, errlen);
+    if (st != PF_OK)
+        return st;
+    if (np == 0) {
+        set_err(err, errlen, "no OpenCL platform found: the OpenCL ICD loader lists none (is an ICD such as "
+                "pocl-opencl-icd installed under /etc/OpenCL/vendors?)");
+        st = PF_EDEVICE;
+        goto fail;
+    }
+    if (platform < 0 || (cl_uint)platform >= np) {
+        set_err(err, errlen, "no OpenCL platform %d: %u platform(s) found", platform, np);
+        st = PF_EDEVICE;
+        goto fail;
+    }
+    st = get_devices(plats[platform], &devs, &nd, err, errlen);
+    if (st != PF_OK)
+        goto fail;
+    if (device < 0 || (cl_uint)device >= nd) {
+        set_err(err, errlen, "no OpenCL device %d on platform %d: it has %u device(s)", device, platform, nd);
+        st = PF_EDEVICE;
+        goto fail;
+    }
+    dev = pf_calloc(1, sizeof *dev);
+    if (!dev) {
+        st = PF_ENOMEM;
+        goto fail;
+    }
+    dev->platform = plats[platform];
+    dev->device = devs[device];
+    dev->allow_zero_copy = allow_zero_copy;
+    st = fill_info(dev->platform, dev->device, platform, device, &dev->info, err, errlen);
+    if (st != PF_OK)
+        goto fail;
+    cl_int rc;
+    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)dev->platform, 0};
+    dev->ctx = clCreateContext(props, 1, &dev->device, NULL, NULL, &rc);
+    CL_CHECK(rc, "clCreateContext");
+    const char *prof = getenv("PYFASTPIM_CL_PROFILE");
+    dev->profile = prof && strcmp(prof, "1") == 0;
+    dev->queue = clCreateCommandQueue(dev->ctx, dev->device, dev->profile ? CL_QUEUE_PROFILING_ENABLE : 0, &rc);
+    CL_CHECK(rc, "clCreateCommandQueue");
+    cl_device_fp_config fp = 0;
+    if (clGetDeviceInfo(dev->device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL) == CL_SUCCESS)
+        dev->correct_divsqrt = (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0;
+    cl_device_fp_config dfp = 0;
+    if (clGetDeviceInfo(dev->device, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof dfp, &dfp, NULL) == CL_SUCCESS)
+        dev->fp64 = dfp != 0;
+    pf_free(plats);
+    pf_free(devs);
+    *out = dev;
+    return PF_OK;
+fail:
+    pf_free(plats);
+    pf_free(devs);
+    pf_cl_close(dev);
+    return st;
+}
+
+void pf_cl_release_scratch(pf_cl_device *dev)
+{
+    for (int s = 0; s < SCR_COUNT; s++) {
+        if (dev->scratch[s].mem)
+            clReleaseMemObject(dev->scratch[s].mem);
+        pf_free(dev->scratch[s].host);
+        memset(&dev->scratch[s], 0, sizeof dev->scratch[s]);
+    }
+}
+
+size_t pf_cl_scratch_bytes(const pf_cl_device *dev)
+{
+    size_t total = 0;
+    for (int s = 0; s < SCR_COUNT; s++)
+        total += dev->scratch[s].bytes;
+    return total;
+}
+
+void pf_cl_close(pf_cl_device *dev)
+{
+    if (!dev)
+        return;
+    if (dev->queue)
+        clFinish(dev->queue);
+    pf_cl_release_scratch(dev);
+    cl_kernel ks[] = {dev->k_pack_x, dev->k_pack_w, dev->k_scales_w, dev->k_mvm, dev->k_normals};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
+        if (ks[i])
+            clReleaseKernel(ks[i]);
+    if (dev->program)
+        clReleaseProgram(dev->program);
+    if (dev->queue)
+        clReleaseCommandQueue(dev->queue);
+    if (dev->ctx)
+        clReleaseContext(dev->ctx);
+    pf_free(dev);
+}
+
+const pf_cl_device_info *pf_cl_info(const pf_cl_device *dev) { return &dev->info; }
+int pf_cl_zero_copy(const pf_cl_device *dev) { return dev->zero_copy; }
+
+void pf_cl_tile(const pf_cl_device *dev, int *tm, int *tn, size_t *lx, size_t *ly)
+{
+    *tm = dev->tm;
+    *tn = dev->tn;
+    *lx = dev->lx;
+    *ly = dev->ly;
+}
+
+/* Tile shape per device type; PYFASTPIM_CL_TILE="TM,TN,LX,LY[,PANEL]"
+ * overrides it (tuning on new hardware). CPUs: one 6 x 16 register tile per
+ * work-item over panel-packed weights, like the AVX2 micro-kernel; GPUs: 4 x 4
+ * per work-item, 16 x 8 work-groups, column-major weights (coalesced). */
+static void choose_tile(pf_cl_device *dev)
+{
+    int is_cpu = strcmp(dev->info.type, "cpu") == 0;
+    dev->tm = is_cpu ? 6 : 4;
+    dev->tn = is_cpu ? 16 : 4;
+    dev->lx = is_cpu ? 1 : 16;
+    dev->ly = is_cpu ? 1 : 8;
+    dev->b_panel = is_cpu;
+    const char *env = getenv("PYFASTPIM_CL_TILE");
+    int tm, tn, panel = dev->b_panel;
+    long lx, ly;
+    if (env && sscanf(env, "%d,%d,%ld,%ld,%d", &tm, &tn, &lx, &ly, &panel) >= 4 && tm >= 1 && tm <= 16 &&
+        (tn == 1 || tn == 2 || tn == 4 || tn == 8 || tn == 16) && lx >= 1 && ly >= 1 && lx <= 1024 && ly <= 1024) {
+        dev->tm = tm;
+        dev->tn = tn;
+        dev->lx = (size_t)lx;
+        dev->ly = (size_t)ly;
+        dev->b_panel = panel != 0;
+    }
+}
+
+/* Runs pf_probe on USE_HOST_PTR buffers at host address `base + offset`:
+ * returns 1 when the kernel read the input as changed after buffer creation
+ * and wrote the output in place (before any map), i.e. no runtime copy. */
+static pf_status probe_shared(pf_cl_device *dev, size_t offset, int *shared, char *err, size_t errlen)
+{
+    pf_status st = PF_OK;
+    *shared = 0;
+    unsigned char *raw = pf_alloc(3 * 4096);
+    cl_mem bi = NULL, bo = NULL;
+    if (!raw)
+        return PF_ENOMEM;
+    unsigned char *page = (unsigned char *)(((uintptr_t)raw + 4095) & ~(uintptr_t)4095);
+    float *in = (float *)(page + offset), *outp = (float *)(page + 4096 + offset);
+    in[0] = 1.0f;
+    outp[0] = -1.0f;
+    cl_int rc;
+    bi = clCreateBuffer(dev->ctx, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR, sizeof(float), in, &rc);
+    CL_CHECK(rc, "clCreateBuffer(probe)");
+    bo = clCreateBuffer(dev->ctx, CL_MEM_WRITE_ONLY | CL_MEM_USE_HOST_PTR, sizeof(float), outp, &rc);
+    CL_CHECK(rc, "clCreateBuffer(probe)");
+    in[0] = 41.0f; /* a copy made at creation would still hold 1 */
+    {
+        cl_kernel kp = clCreateKernel(dev->program, "pf_probe", &rc);
+        CL_CHECK(rc, "clCreateKernel(pf_probe)");
+        cl_int a0 = clSetKernelArg(kp, 0, sizeof bo, &bo), a1 = clSetKernelArg(kp, 1, sizeof bi, &bi);
+        size_t one = 1;
+        cl_int r2 = a0 != CL_SUCCESS ? a0 : a1 != CL_SUCCESS ? a1
+                  : clEnqueueNDRangeKernel(dev->queue, kp, 1, NULL, &one, NULL, 0, NULL, NULL);
+        if (r2 == CL_SUCCESS)
+            r2 = clFinish(dev->queue);
+        clReleaseKernel(kp);
+        CL_CHECK(r2, "clEnqueueNDRangeKernel(pf_probe)");
+    }
+    *shared = outp[0] == 42.0f;
+    /* leave the buffers consistent before release */
+    void *m = clEnqueueMapBuffer(dev->queue, bo, CL_TRUE, CL_MAP_READ, 0, sizeof(float), 0, NULL, NULL, &rc);
+    CL_CHECK(rc, "clEnqueueMapBuffer(probe)");
+    CL_CHECK(clEnqueueUnmapMemObject(dev->queue, bo, m, 0, NULL, NULL), "clEnqueueUnmapMemObject(probe)");
+    CL_CHECK(clFinish(dev->queue), "clFinish(probe)");
+fail:
+    if (bi)
+        clReleaseMemObject(bi);
+    if (bo)
+        clReleaseMemObject(bo);
+    pf_free(raw);
+    return st;
+}
+
+pf_status pf_cl_build(pf_cl_device *dev, char *err, size_t errlen)
+{
+    if (dev->built)
+        return PF_OK;
+    pf_status st = PF_OK;
+    cl_int rc;
+    /* base.cl (prelude) first, then every other embedded kernel file */
+    const char *srcs[64];
+    cl_uint ns = 0;
+    for (int i = 0; pf_cl_sources[i].name; i++)
+        if (strcmp(pf_cl_sources[i].name, "base.cl") == 0)
+            srcs[ns++] = pf_cl_sources[i].source;
+    if (ns != 1) {
+        set_err(err, errlen, "OpenCL program: the embedded kernels lack base.cl (rebuild the extension)");
+        return PF_EDEVICE;
+    }
+    for (int i = 0; pf_cl_sources[i].name && ns < 64; i++)
+        if (strcmp(pf_cl_sources[i].name, "base.cl") != 0)
+            srcs[ns++] = pf_cl_sources[i].source;
+    choose_tile(dev);
+    char opts[256];
+    snprintf(opts, sizeof opts, "%s%s-DPF_TM=%d -DPF_TN=%d -DPF_B_PANEL=%d",
+             dev->correct_divsqrt ? "-cl-fp32-correctly-rounded-divide-sqrt " : "", dev->fp64 ? "-DPF_HAVE_FP64 " : "",
+             dev->tm, dev->tn, dev->b_panel);
+    dev->program = clCreateProgramWithSource(dev->ctx, ns, srcs, NULL, &rc);
+    CL_CHECK(rc, "clCreateProgramWithSource");
+    rc = clBuildProgram(dev->program, 1, &dev->device, opts, NULL, NULL);
+    if (rc != CL_SUCCESS) {
+        char log[1536] = "";
+        clGetProgramBuildInfo(dev->program, dev->device, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
+        log[sizeof log - 1] = 0;
+        set_err(err, errlen, "clBuildProgram (options '%s') on %s: %s (%d); build log:\n%s", opts, dev->info.name,
+                pf_cl_error_name(rc), (int)rc, log);
+        st = PF_EDEVICE;
+        goto fail;
+    }
+    dev->k_pack_x = clCreateKernel(dev->program, "pf_dpe_pack_x", &rc);
+    CL_CHECK(rc, "clCreateKernel(pf_dpe_pack_x)");
+    dev->k_pack_w = clCreateKernel(dev->program, "pf_dpe_pack_w", &rc);
+    CL_CHECK(rc, "clCreateKernel(pf_dpe_pack_w)");
+    dev->k_scales_w = clCreateKernel(dev->program, "pf_dpe_scales_w", &rc);
+    CL_CHECK(rc, "clCreateKernel(pf_dpe_scales_w)");
+    dev->k_mvm = clCreateKernel(dev->program, "pf_dpe_mvm", &rc);
+    CL_CHECK(rc, "clCreateKernel(pf_dpe_mvm)");
+    dev->k_normals = clCreateKernel(dev->program, "pf_normals", &rc);
+    CL_CHECK(rc, "clCreateKernel(pf_normals)");
+    /* the pack kernels' work-groups must fit both of them */
+    dev->pack_local = PF_CL_PACK_LOCAL;
+    cl_kernel packs[2] = {dev->k_pack_x, dev->k_pack_w};
+    for (int i = 0; i < 2; i++) {
+        size_t pwg = 0;
+        CL_CHECK(clGetKernelWorkGroupInfo(packs[i], dev->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof pwg, &pwg, NULL),
+                 "clGetKernelWorkGroupInfo(pack)");
+        while (dev->pack_local > pwg && dev->pack_local > 1)
+            dev->pack_local /= 2;
+    }
+    /* the work-group must fit the compiled kernel: shrink y, then x */
+    size_t kwg = 0;
+    CL_CHECK(clGetKernelWorkGroupInfo(dev->k_mvm, dev->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL),
+             "clGetKernelWorkGroupInfo(pf_dpe_mvm)");
+    size_t wi[3] = {1, 1, 1};
+    if (clGetDeviceInfo(dev->device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof wi, wi, NULL) != CL_SUCCESS)
+        wi[0] = wi[1] = 1;
+    while (dev->lx * dev->ly > kwg || dev->ly > wi[1]) {
+        if (dev->ly > 1)
+            dev->ly /= 2;
+        else if (dev->lx > 1)
+            dev->lx /= 2;
+        else
+            break;
+    }
+    while (dev->lx > wi[0] && dev->lx > 1)
+        dev->lx /= 2;
+    /* zero copy only where the device demonstrably shares host memory */
+    dev->zero_copy = 0;
+    dev->zc_align = 0;
+    if (dev->allow_zero_copy && dev->info.host_unified_memory) {
+        int shared = 0;
+        st = probe_shared(dev, 4, &shared, err, errlen);
+        if (st != PF_OK)
+            goto fail;
+        if (shared) {
+            dev->zero_copy = 1;
+            dev->zc_align = sizeof(float);
+        } else {
+            st = probe_shared(dev, 0, &shared, err, errlen);
+            if (st != PF_OK)
+                goto fail;
+            if (shared) {
+                dev->zero_copy = 1;
+                dev->zc_align = 4096;
+            }
+        }
+    }
+    dev->built = 1;
+    return PF_OK;
+fail:
+    {
+        cl_kernel *ks[] = {&dev->k_pack_x, &dev->k_pack_w, &dev->k_scales_w, &dev->k_mvm, &dev->k_normals};
+        for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
+            if (*ks[i]) {
+                clReleaseKernel(*ks[i]);
+                *ks[i] = NULL;
+            }
+        if (dev->program)
+            clReleaseProgram(dev->program);
+        dev->program = NULL;
+    }
+    return st;
+}
+
+/* ---- buffers ---- */
+
+static size_t round_up(size_t v, size_t m) { return (v + m - 1) / m * m; }
+
+#define SET_ARG(k, idx, type, val)                                                                             \
+    do {                                                                                                       \
+        type v_ = (val);                                                                                       \
+        CL_CHECK(clSetKernelArg((k), (idx), sizeof v_, &v_), "clSetKernelArg(" #k ", " #idx ")");           \
+    } while (0)
+
+static pf_status check_alloc_size(const pf_cl_device *dev, size_t bytes, const char *what, char *err, size_t errlen)
+{
+    if ((uint64_t)bytes > dev->info.max_alloc_bytes) {
+        set_err(err, errlen, "%s needs a buffer of %zu bytes, above CL_DEVICE_MAX_MEM_ALLOC_SIZE = %llu of %s", what,
+                bytes, (unsigned long long)dev->info.max_alloc_bytes, dev->info.name);
+        return PF_EDEVICE;
+    }
+    return PF_OK;
+}
+
+static int shareable(const pf_cl_device *dev, const void *host)
+{
+    return dev->zero_copy && ((uintptr_t)host % dev->zc_align) == 0;
+}
+
+/* A read-only operand: host memory shared in place on zero-copy devices, else
+ * a device buffer filled by one counted host-to-device transfer. */
+static pf_status buf_in(pf_cl_device *dev, const void *host, size_t bytes, const char *what, cl_mem *out, char *err,
+                        size_t errlen)
+{
+    pf_status st = PF_OK;
+    cl_int rc;
+    *out = NULL;
+    if (bytes == 0 || !host) { /* absent operand: a small placeholder the kernel never reads */
+        *out = clCreateBuffer(dev->ctx, CL_MEM_READ_ONLY, 64, NULL, &rc);
+        CL_CHECK(rc, "clCreateBuffer(placeholder)");
+        return PF_OK;
+    }
+    if ((st = check_alloc_size(dev, bytes, what, err, errlen)) != PF_OK)
+        return st;
+    if (shareable(dev, host)) {
+        *out = clCreateBuffer(dev->ctx, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR, bytes, (void *)host, &rc);
+        CL_CHECK(rc, "clCreateBuffer(CL_MEM_USE_HOST_PTR)");
+        return PF_OK;
+    }
+    *out = clCreateBuffer(dev->ctx, CL_MEM_READ_ONLY, bytes, NULL, &rc);
+    CL_CHECK(rc, "clCreateBuffer");
+    CL_CHECK(clEnqueueWriteBuffer(dev->queue, *out, CL_TRUE, 0, bytes, host, 0, NULL, NULL), "clEnqueueWriteBuffer");
+    pf_record_copy(PF_COPY_HOST_TO_DEVICE, bytes);
+    return PF_OK;
+fail:
+    if (*out)
+        clReleaseMemObject(*out);
+    *out = NULL;
+    return st;
+}
+
+/* The output: shared in place (written by the kernel, synchronized by
+ * map/unmap) or a device buffer read back once (counted). */
+static pf_status buf_out(pf_cl_device *dev, void *host, size_t bytes, cl_mem *out, int *shared, char *err,
+                         size_t errlen)
+{
+    pf_status st = PF_OK;
+    cl_int rc;
+    *out = NULL;
+    if ((st = check_alloc_size(dev, bytes, "the output", err, errlen)) != PF_OK)
+        return st;
+    *shared = shareable(dev, host);
+    *out = clCreateBuffer(dev->ctx, CL_MEM_WRITE_ONLY | (*shared ? CL_MEM_USE_HOST_PTR : 0), bytes,
+                          *shared ? host : NULL, &rc);
+    CL_CHECK(rc, "clCreateBuffer(output)");
+    return PF_OK;
+fail:
+    return st;
+}
+
+static pf_status buf_finish_out(pf_cl_device *dev, cl_mem mem, void *host, size_t bytes, int shared, char *err,
+                                size_t errlen)
+{
+    pf_status st = PF_OK;
+    cl_int rc;
+    if (shared) {
+        void *m = clEnqueueMapBuffer(dev->queue, mem, CL_TRUE, CL_MAP_READ, 0, bytes, 0, NULL, NULL, &rc);
+        CL_CHECK(rc, "clEnqueueMapBuffer(output)");
+        if (m != host) { /* a runtime that maps a shadow copy: count it and copy it back */
+            memcpy(host, m, bytes);
+            pf_record_copy(PF_COPY_DEVICE_TO_HOST, bytes);
+        }
+        CL_CHECK(clEnqueueUnmapMemObject(dev->queue, mem, m, 0, NULL, NULL), "clEnqueueUnmapMemObject(output)");
+    } else {
+        CL_CHECK(clEnqueueReadBuffer(dev->queue, mem, CL_TRUE, 0, bytes, host, 0, NULL, NULL),
+                 "clEnqueueReadBuffer(output)");
+        pf_record_copy(PF_COPY_DEVICE_TO_HOST, bytes);
+    }
+    CL_CHECK(clFinish(dev->queue), "clFinish");
+    return PF_OK;
+fail:
+    return st;
+}
+
+/* Device scratch kept between calls, grown on demand. On zero-copy devices it
+ * is pf_alloc'd host memory (accounted by pyfastpim.memory). */
+static pf_status scratch_get(pf_cl_device *dev, int slot, size_t bytes, const char *what, cl_mem *out, char *err,
+                             size_t errlen)
+{
+    pf_status st = PF_OK;
+    cl_int rc;
+    pf_cl_scratch *s = &dev->scratch[slot];
+    if (bytes < 64)
+        bytes = 64;
+    if (s->mem && s->bytes >= bytes) {
+        *out = s->mem;
+        return PF_OK;
+    }
+    if ((st = check_alloc_size(dev, bytes, what, err, errlen)) != PF_OK)
+        return st;
+    if (s->mem)
+        clReleaseMemObject(s->mem);
+    pf_free(s->host);
+    memset(s, 0, sizeof *s);
+    if (dev->zero_copy && dev->zc_align <= PF_ALIGN) {
+        s->host = pf_alloc(bytes);
+        if (!s->host)
+            return PF_ENOMEM;
+        s->mem = clCreateBuffer(dev->ctx, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, bytes, s->host, &rc);
+    } else {
+        s->mem = clCreateBuffer(dev->ctx, CL_MEM_READ_WRITE, bytes, NULL, &rc);
+    }
+    CL_CHECK(rc, "clCreateBuffer(scratch)");
+    s->bytes = bytes;
+    *out = s->mem;
+    return PF_OK;
+fail:
+    pf_free(s->host);
+    memset(s, 0, sizeof *s);
+    return st;
+}
+
+/* Enqueues kernel `k`; with profiling on, waits for it and prints its time. */
+static pf_status enqueue(pf_cl_device *dev, cl_kernel k, const char *name, cl_uint dims, const size_t *gws,
+                         const size_t *lws, char *err, size_t errlen)
+{
+    pf_status st = PF_OK;
+    cl_event ev = NULL;
+    char what[96];
+    snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", name);
+    CL_CHECK(clEnqueueNDRangeKernel(dev->queue, k, dims, NULL, gws, lws, 0, NULL, dev->profile ? &ev : NULL), what);
+    if (ev) {
+        cl_ulong t0 = 0, t1 = 0;
+        CL_CHECK(clWaitForEvents(1, &ev), "clWaitForEvents");
+        CL_CHECK(clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL), "profiling");
+        CL_CHECK(clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL), "profiling");
+        fprintf(stderr, "pyfastpim opencl: %-18s %10.3f ms\n", name, (double)(t1 - t0) * 1e-6);
+        clReleaseEvent(ev);
+    }
+    return PF_OK;
+fail:
+    if (ev)
+        clReleaseEvent(ev);
+    return st;
+}
+
+/* Zero-fills scratch `slot` unless it is already zero-filled for geometry
+ * `sig`: the pack kernels never write the padding, so it stays zero. */
+static pf_status scratch_zero(pf_cl_device *dev, int slot, const uint64_t sig[4], char *err, size_t errlen)
+{
+    pf_status st = PF_OK;
+    pf_cl_scratch *s = &dev->scratch[slot];
+    if (s->zeroed && memcmp(s->sig, sig, sizeof s->sig) == 0)
+        return PF_OK;
+    const float zero = 0.0f;
+    CL_CHECK(clEnqueueFillBuffer(dev->queue, s->mem, &zero, sizeof zero, 0, s->bytes / sizeof(float) * sizeof(float),
+                                 0, NULL, NULL), "clEnqueueFillBuffer(scratch)");
+    memcpy(s->sig, sig, sizeof s->sig);
+    s->zeroed = 1;
+    return PF_OK;
+fail:
+    s->zeroed = 0;
+    return st;
+}
+
+static void release_mems(cl_mem *m, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (m[i]) {
+            clReleaseMemObject(m[i]);
+            m[i] = NULL;
+        }
+}
+
+/* ---- resident weights ---- */
+
+static pf_status weight_sizes(const pf_dpe_args *a, size_t *levels, size_t *cond, size_t *scale)
+{
+    size_t dims[3] = {(size_t)a->sw, (size_t)a->inner, (size_t)a->cols};
+    size_t sdims[2] = {(size_t)a->w_gr, (size_t)a->w_gc};
+    if (pf_mul_sizes(dims, 3, levels) || pf_mul_size(*levels, sizeof(float), cond) || pf_mul_sizes(sdims, 2, scale) ||
+        pf_mul_size(*scale, sizeof(float), scale))
+        return PF_EOVERFLOW;
+    if (!a->w_conductance)
+        *cond = 0;
+    return PF_OK;
+}
+
+pf_status pf_cl_weights_create(pf_cl_device *dev, const pf_dpe_args *a, pf_cl_weights **out, char *err,
+                               size_t errlen)
+{
+    *out = NULL;
+    pf_status st = pf_cl_build(dev, err, errlen);
+    if (st != PF_OK)
+        return st;
+    size_t bl, bc, bs;
+    if ((st = weight_sizes(a, &bl, &bc, &bs)) != PF_OK)
+        return st;
+    pf_cl_weights *w = pf_calloc(1, sizeof *w);
+    if (!w)
+        return PF_ENOMEM;
+    w->dev = dev;
+    if ((st = buf_in(dev, a->w_levels, bl, "w_levels", &w->levels, err, errlen)) != PF_OK ||
+        (st = buf_in(dev, a->w_conductance, bc, "w_conductance", &w->cond, err, errlen)) != PF_OK ||
+        (st = buf_in(dev, a->w_scale, bs, "w_scale", &w->scale, err, errlen)) != PF_OK) {
+        pf_cl_weights_free(w);
+        return st;
+    }
+    w->p_levels = a->w_levels;
+    w->p_cond = a->w_conductance;
+    w->p_scale = a->w_scale;
+    w->sw = a->sw;
+    w->inner = a->inner;
+    w->cols = a->cols;
+    w->w_gr = a->w_gr;
+    w->w_gc = a->w_gc;
+    w->bytes = bl + bc + bs;
+    *out = w;
+    return PF_OK;
+}
+
+void pf_cl_weights_free(pf_cl_weights *w)
+{
+    if (!w)
+        return;
+    cl_mem m[3] = {w->levels, w->cond, w->scale};
+    release_mems(m, 3);
+    pf_free(w);
+}
+
+size_t pf_cl_weights_bytes(const pf_cl_weights *w) { return w ? w->bytes : 0; }
+
+int pf_cl_weights_match(const pf_cl_weights *w, const pf_dpe_args *a)
+{
+    return w && w->p_levels == (const void *)a->w_levels && w->p_cond == (const void *)a->w_conductance &&
+           w->p_scale == (const void *)a->w_scale && w->sw == a->sw && w->inner == a->inner && w->cols == a->cols &&
+           w->w_gr == a->w_gr && w->w_gc == a->w_gc;
+}
+
+/* ---- fused DPE MVM ---- */
+
+/* Per-call constants, computed exactly as setup_init in dpe.c. */
+typedef struct {
+    int noise_x, noise_w, any_table;
+    float *fparams;      /* coef[sx*sw], alpha[sw] */
+    float *dac;          /* [sx][256] DAC code per slice value */
+    float *tables;       /* exact ADC codes of the slices that need them, concatenated */
+    size_t table_floats;
+    int32_t tab_info[2 * PF_MAX_SLICES]; /* [2j] offset in tables or -1, [2j+1] last index */
+} cl_setup;
+
+static int64_t rint_ratio(int64_t num, int64_t den)
+{
+    int64_t q = num / den, r = num % den;
+    if (2 * r > den || (2 * r == den && (q & 1)))
+        q++;
+    return q;
+}
+
+static void setup_free(cl_setup *s)
+{
+    pf_free(s->fparams);
+    pf_free(s->dac);
+    pf_free(s->tables);
+    memset(s, 0, sizeof *s);
+}
+
+static pf_status setup_init(const pf_dpe_args *a, cl_setup *s)
+{
+    memset(s, 0, sizeof *s);
+    s->noise_x = a->vnoise > 0.0;
+    s->noise_w = a->w_conductance != NULL;
+    if (a->read_sigma)
+        for (int l = 0; l < a->g_level; l++)
+            if (a->read_sigma[l] > 0.0f)
+                s->noise_w = 1;
+    const int64_t D = (int64_t)(a->rdac - 1) * (a->g_level - 1) * a->n;
+    s->fparams = pf_calloc((size_t)(a->sx * a->sw + a->sw), sizeof(float));
+    s->dac = pf_calloc((size_t)a->sx * 256, sizeof(float));
+    if (!s->fparams || !s->dac) {
+        setup_free(s);
+        return PF_ENOMEM;
+    }
+    for (int i = 0; i < a->sx; i++)
+        for (int j = 0; j < a->sw; j++) {
+            double num = (double)(a->n * (int64_t)a->x_max[i] * a->w_max[j] * a->x_weight[i] * a->w_weight[j]);
+            s->fparams[i * a->sw + j] = (float)(num / (double)(a->radc[j] - 1));
+        }
+    /* codes are uint8, so values 0..255 cover every input */
+    for (int i = 0; i < a->sx; i++)
+        for (int v = 0; v < 256; v++)
+            s->dac[i * 256 + v] = nearbyintf((float)v / (float)a->x_max[i] * (float)(a->rdac - 1));
+    int need[PF_MAX_SLICES] = {0};
+    for (int j = 0; j < a->sw; j++) {
+        float alpha = (float)((double)(a->radc[j] - 1) / (double)D);
+        s->fparams[a->sx * a->sw + j] = alpha;
+        s->tab_info[2 * j] = -1;
+        s->tab_info[2 * j + 1] = 0;
+        if (s->noise_x || s->noise_w)
+            continue;
+        for (int64_t acc = 0; acc <= D && !need[j]; acc++)
+            if ((int64_t)nearbyintf((float)acc * alpha) != rint_ratio(acc * (a->radc[j] - 1), D))
+                need[j] = 1;
+        if (need[j]) {
+            s->tab_info[2 * j] = (int32_t)s->table_floats;
+            s->tab_info[2 * j + 1] = (int32_t)D;
+            s->table_floats += (size_t)(D + 1);
+            s->any_table = 1;
+        }
+    }
+    if (s->any_table) {
+        if (s->table_floats > INT32_MAX) {
+            setup_free(s);
+            return PF_EOVERFLOW;
+        }
+        s->tables = pf_alloc(s->table_floats * sizeof(float));
+        if (!s->tables) {
+            setup_free(s);
+            return PF_ENOMEM;
+        }
+        for (int j = 0; j < a->sw; j++)
+            if (need[j])
+                for (int64_t acc = 0; acc <= D; acc++)
+                    s->tables[s->tab_info[2 * j] + acc] = (float)rint_ratio(acc * (a->radc[j] - 1), D);
+    }
+    return PF_OK;
+}
+
+pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_weights *w, char *err, size_t errlen)
+{
+    if (a->n <= 0 || a->sx <= 0 || a->sw <= 0 || a->sx > PF_MAX_SLICES || a->sw > PF_MAX_SLICES || a->rdac < 2 ||
+        a->g_level < 2 || a->g_level > PF_MAX_LEVELS || a->x_qr <= 0 || a->x_qc <= 0 || a->w_qr <= 0 ||
+        a->w_qc <= 0 || a->x_qc % a->n || a->w_qr % a->n || a->n > INT32_MAX || a->x_item0 < 0) {
+        set_err(err, errlen, "dpe_mvm: invalid arguments");
+        return PF_EINVAL;
+    }
+    for (int j = 0; j < a->sw; j++)
+        if (a->radc[j] < 2 || a->w_max[j] > a->g_level - 1) {
+            set_err(err, errlen, "dpe_mvm: invalid ADC resolution or weight slice range");
+            return PF_EINVAL;
+        }
+    if (a->x_kind != PF_DPE_X_CODES) {
+        set_err(err, errlen, "dpe_mvm on OpenCL: only slice-code inputs are supported (not implicit im2col)");
+        return PF_EINVAL;
+    }
+    if (a->so_p != 1 || a->so_r != a->cols || a->so_n != a->rows * a->cols) {
+        set_err(err, errlen, "dpe_mvm on OpenCL: the output must be contiguous (N, R, P)");
+        return PF_EINVAL;
+    }
+    if (w && !pf_cl_weights_match(w, a)) {
+        set_err(err, errlen, "dpe_mvm on OpenCL: resident weights do not match the weight arguments");
+        return PF_EINVAL;
+    }
+    if (a->batch == 0 || a->rows == 0 || a->cols == 0)
+        return PF_OK;
+    if (a->inner == 0) {
+        for (int64_t e = 0; e < a->batch * a->rows * a->cols; e++)
+            a->out[e] = 0.0f;
+        return PF_OK;
+    }
+    const int64_t D = (int64_t)(a->rdac - 1) * (a->g_level - 1) * a->n;
+    if (D >= ((int64_t)1 << 24)) {
+        set_err(err, errlen, "dpe_mvm: (rdac-1)*(g_level-1)*n must be below 2**24");
+        return PF_EINVAL;
+    }
+    pf_status st = pf_cl_build(dev, err, errlen);
+    if (st != PF_OK)
+        return st;
+
+    /* geometry, every size overflow-checked */
+    const size_t n = (size_t)a->n, sx = (size_t)a->sx, sw = (size_t)a->sw;
+    const size_t K = (size_t)a->inner, P = (size_t)a->cols, R = (size_t)a->rows;
+    const size_t nb = (K + n - 1) / n;
+    size_t Kp, G, unit_r, unit_c, Pp, a_row, cap_rows, Gc;
+    size_t b_x, b_xs, b_out, b_A, b_RS, b_B, b_CS, b_sig, t1;
+    size_t nbase, t2;
+    if (pf_mul_size(nb, n, &Kp) || pf_mul_size((size_t)a->batch, R, &G) || nb > INT32_MAX ||
+        pf_mul_size((size_t)a->x_item0, R, &nbase) || pf_add_size(nbase, G, &t2) || pf_mul_size(t2, sx * K, &t2))
+        return PF_EOVERFLOW; /* noise indices must fit too */
+    unit_r = (size_t)dev->tm * dev->ly;
+    unit_c = (size_t)dev->tn * dev->lx;
+    if (pf_add_size(P, unit_c, &t1) || pf_add_size(G, unit_r, &t1))
+        return PF_EOVERFLOW;
+    Pp = round_up(P, unit_c);
+    if (pf_mul_size(sx * sizeof(float), Kp, &a_row))
+        return PF_EOVERFLOW;
+    cap_rows = PF_CL_A_CHUNK_BYTES / a_row / unit_r * unit_r;
+    if (cap_rows < unit_r)
+        cap_rows = unit_r;
+    Gc = round_up(G, unit_r);
+    if (Gc > cap_rows)
+        Gc = cap_rows;
+    {
+        size_t dx[3] = {sx, G, K}, dxs[3] = {(size_t)a->batch, (size_t)a->x_gr, (size_t)a->x_gc * sizeof(float)};
+        size_t dout[3] = {G, P, sizeof(float)}, dA[3] = {a_row, Gc, 1}, dRS[3] = {nb, Gc, sizeof(float)};
+        size_t dB[4] = {sw, Kp, Pp, sizeof(float)}, dCS[3] = {nb, Pp, sizeof(float)};
+        if (pf_mul_sizes(dx, 3, &b_x) || pf_mul_sizes(dxs, 3, &b_xs) || pf_mul_sizes(dout, 3, &b_out) ||
+            pf_mul_sizes(dA, 3, &b_A) || pf_mul_sizes(dRS, 3, &b_RS) || pf_mul_sizes(dB, 4, &b_B) ||
+            pf_mul_sizes(dCS, 3, &b_CS) || pf_mul_size((size_t)a->g_level, sizeof(float), &b_sig))
+            return PF_EOVERFLOW;
+    }
+
+    cl_setup s;
+    if ((st = setup_init(a, &s)) != PF_OK)
+        return st;
+    enum { M_X, M_XS, M_WL, M_WC, M_WS, M_SIG, M_FP, M_DAC, M_TAB, M_TI, M_OUT, M_COUNT };
+    cl_mem m[M_COUNT] = {0};
+    cl_mem sA, sRS, sB, sCS;
+    int out_shared = 0;
+    if ((st = buf_in(dev, a->x_codes, b_x, "x_codes", &m[M_X], err, errlen)) != PF_OK ||
+        (st = buf_in(dev, a->x_scale, b_xs, "x_scale", &m[M_XS], err, errlen)) != PF_OK ||
+        (st = buf_in(dev, a->read_sigma, a->read_sigma ? b_sig : 0, "read_sigma", &m[M_SIG], err, errlen)) != PF_OK ||
+        (st = buf_in(dev, s.fparams, (sx * sw + sw) * sizeof(float), "parameters", &m[M_FP], err, errlen)) != PF_OK ||
+        (st = buf_in(dev, s.dac, sx * 256 * sizeof(float), "DAC table", &m[M_DAC], err, errlen)) != PF_OK ||
+        (st = buf_in(dev, s.tables, s.table_floats * sizeof(float), "ADC tables", &m[M_TAB], err, errlen)) != PF_OK ||
+        (st = buf_in(dev, s.tab_info, sizeof s.tab_info, "ADC table index", &m[M_TI], err, errlen)) != PF_OK ||
+        (st = buf_out(dev, a->out, b_out, &m[M_OUT], &out_shared, err, errlen)) != PF_OK)
+        goto fail;
+    if (!w) {
+        size_t bl, bc, bs;
+        if ((st = weight_sizes(a, &bl, &bc, &bs)) != PF_OK ||
+            (st = buf_in(dev, a->w_levels, bl, "w_levels", &m[M_WL], err, errlen)) != PF_OK ||
+            (st = buf_in(dev, a->w_conductance, bc, "w_conductance", &m[M_WC], err, errlen)) != PF_OK ||
+            (st = buf_in(dev, a->w_scale, bs, "w_scale", &m[M_WS], err, errlen)) != PF_OK)
+            goto fail;
+    }
+    cl_mem wl = w ? w->levels : m[M_WL], wc = w ? w->cond : m[M_WC], ws = w ? w->scale : m[M_WS];
+    if ((st = scratch_get(dev, SCR_A, b_A, "packed inputs", &sA, err, errlen)) != PF_OK ||
+        (st = scratch_get(dev, SCR_RS, b_RS, "input scales", &sRS, err, errlen)) != PF_OK ||
+        (st = scratch_get(dev, SCR_B, b_B, "packed weights", &sB, err, errlen)) != PF_OK ||
+        (st = scratch_get(dev, SCR_CS, b_CS, "weight scales", &sCS, err, errlen)) != PF_OK)
+        goto fail;
+
+    const float QG = (float)((a->HGS - a->LGS) / (a->g_level - 1));
+    const float lgs = (float)(a->LGS / ((a->HGS - a->LGS) / (a->g_level - 1)));
+    {
+        const uint64_t sig_b[4] = {sw, Kp, Pp, K * 0x100000000ull + P};
+        const uint64_t sig_a[4] = {sx, Kp, Gc, K};
+        if ((st = scratch_zero(dev, SCR_B, sig_b, err, errlen)) != PF_OK ||
+            (st = scratch_zero(dev, SCR_A, sig_a, err, errlen)) != PF_OK)
+            goto fail;
+        size_t total, dw[3] = {sw, K, P};
+        if (pf_mul_sizes(dw, 3, &total)) {
+            st = PF_EOVERFLOW;
+            goto fail;
+        }
+        cl_kernel k = dev->k_pack_w;
+        SET_ARG(k, 0, cl_mem, wl);
+        SET_ARG(k, 1, cl_mem, wc);
+        SET_ARG(k, 2, cl_mem, m[M_SIG]);
+        SET_ARG(k, 3, cl_mem, sB);
+        SET_ARG(k, 4, cl_ulong, K);
+        SET_ARG(k, 5, cl_ulong, P);
+        SET_ARG(k, 6, cl_ulong, Kp);
+        SET_ARG(k, 7, cl_ulong, Pp);
+        SET_ARG(k, 8, cl_ulong, n);
+        SET_ARG(k, 9, cl_ulong, total);
+        SET_ARG(k, 10, cl_int, s.noise_w);
+        SET_ARG(k, 11, cl_int, a->w_conductance != NULL);
+        SET_ARG(k, 12, cl_int, a->read_sigma != NULL);
+        SET_ARG(k, 13, cl_float, QG);
+        SET_ARG(k, 14, cl_float, lgs);
+        SET_ARG(k, 15, cl_ulong, a->seed);
+        SET_ARG(k, 16, cl_uint, a->call);
+        SET_ARG(k, 17, cl_uint, (cl_uint)(a->g_level - 1));
+        size_t gws = round_up((total + 3) / 4, dev->pack_local), lws = dev->pack_local;
+        if ((st = enqueue(dev, k, "pf_dpe_pack_w", 1, &gws, &lws, err, errlen)) != PF_OK)
+            goto fail;
+        k = dev->k_scales_w;
+        SET_ARG(k, 0, cl_mem, ws);
+        SET_ARG(k, 1, cl_mem, sCS);
+        SET_ARG(k, 2, cl_ulong, P);
+        SET_ARG(k, 3, cl_ulong, Pp);
+        SET_ARG(k, 4, cl_ulong, n);
+        SET_ARG(k, 5, cl_ulong, (cl_ulong)a->w_qr);
+        SET_ARG(k, 6, cl_ulong, (cl_ulong)a->w_qc);
+        SET_ARG(k, 7, cl_ulong, (cl_ulong)a->w_gc);
+        size_t gcs[2] = {Pp, nb};
+        if ((st = enqueue(dev, k, "pf_dpe_scales_w", 2, gcs, NULL, err, errlen)) != PF_OK)
+            goto fail;
+    }
+    {
+        cl_kernel k = dev->k_pack_x;
+        SET_ARG(k, 0, cl_mem, m[M_X]);
+        SET_ARG(k, 1, cl_mem, m[M_XS]);
+        SET_ARG(k, 2, cl_mem, m[M_DAC]);
+        SET_ARG(k, 3, cl_mem, sA);
+        SET_ARG(k, 4, cl_mem, sRS);
+        SET_ARG(k, 5, cl_ulong, G);
+        SET_ARG(k, 6, cl_ulong, R);
+        SET_ARG(k, 7, cl_ulong, K);
+        SET_ARG(k, 8, cl_ulong, Kp);
+        SET_ARG(k, 9, cl_ulong, Gc);
+        SET_ARG(k, 12, cl_ulong, n);
+        SET_ARG(k, 13, cl_ulong, (cl_ulong)a->x_qr);
+        SET_ARG(k, 14, cl_ulong, (cl_ulong)a->x_qc);
+        SET_ARG(k, 15, cl_ulong, (cl_ulong)a->x_gr);
+        SET_ARG(k, 16, cl_ulong, (cl_ulong)a->x_gc);
+        SET_ARG(k, 17, cl_int, s.noise_x);
+        SET_ARG(k, 18, cl_float, (float)a->vnoise);
+        SET_ARG(k, 19, cl_ulong, a->seed);
+        SET_ARG(k, 20, cl_uint, a->call);
+        SET_ARG(k, 21, cl_ulong, sx);
+        SET_ARG(k, 22, cl_ulong, nbase);
+        k = dev->k_mvm;
+        SET_ARG(k, 0, cl_mem, sA);
+        SET_ARG(k, 1, cl_mem, sB);
+        SET_ARG(k, 2, cl_mem, sRS);
+        SET_ARG(k, 3, cl_mem, sCS);
+        SET_ARG(k, 4, cl_mem, m[M_FP]);
+        SET_ARG(k, 5, cl_mem, m[M_TAB]);
+        SET_ARG(k, 6, cl_mem, m[M_TI]);
+        SET_ARG(k, 7, cl_mem, m[M_OUT]);
+        SET_ARG(k, 10, cl_ulong, Gc);
+        SET_ARG(k, 11, cl_ulong, Kp);
+        SET_ARG(k, 12, cl_ulong, Pp);
+        SET_ARG(k, 13, cl_ulong, P);
+        SET_ARG(k, 14, cl_int, (int)n);
+        SET_ARG(k, 15, cl_int, (int)nb);
+        SET_ARG(k, 16, cl_int, a->sx);
+        SET_ARG(k, 17, cl_int, a->sw);
+        SET_ARG(k, 18, cl_int, s.any_table);
+    }
+    for (size_t g0 = 0; g0 < G; g0 += Gc) {
+        size_t rows = G - g0 < Gc ? G - g0 : Gc;
+        SET_ARG(dev->k_pack_x, 10, cl_ulong, g0);
+        SET_ARG(dev->k_pack_x, 11, cl_ulong, rows);
+        size_t gx = round_up(rows * sx * K / 4 + 2, dev->pack_local), lx = dev->pack_local;
+        if ((st = enqueue(dev, dev->k_pack_x, "pf_dpe_pack_x", 1, &gx, &lx, err, errlen)) != PF_OK)
+            goto fail;
+        SET_ARG(dev->k_mvm, 8, cl_ulong, g0);
+        SET_ARG(dev->k_mvm, 9, cl_ulong, rows);
+        size_t gm[2] = {Pp / (size_t)dev->tn, Gc / (size_t)dev->tm}, lm[2] = {dev->lx, dev->ly};
+        if ((st = enqueue(dev, dev->k_mvm, "pf_dpe_mvm", 2, gm, lm, err, errlen)) != PF_OK)
+            goto fail;
+    }
+    st = buf_finish_out(dev, m[M_OUT], a->out, b_out, out_shared, err, errlen);
+    release_mems(m, M_COUNT);
+    setup_free(&s);
+    return st;
+fail:
+    clFinish(dev->queue); /* nothing may still read host memory freed below */
+    release_mems(m, M_COUNT);
+    setup_free(&s);
+    return st;
+}
+
+pf_status pf_cl_normals(pf_cl_device *dev, uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0,
+                        int64_t count, float *out, char *err, size_t errlen)
+{
+    if (count <= 0)
+        return PF_OK;
+    pf_status st = pf_cl_build(dev, err, errlen);
+    if (st != PF_OK)
+        return st;
+    size_t bytes;
+    if (pf_mul_size((size_t)count, sizeof(float), &bytes))
+        return PF_EOVERFLOW;
+    cl_mem mo = NULL;
+    int shared = 0;
+    if ((st = buf_out(dev, out, bytes, &mo, &shared, err, errlen)) != PF_OK)
+        return st;
+    cl_kernel k = dev->k_normals;
+    SET_ARG(k, 0, cl_mem, mo);
+    SET_ARG(k, 1, cl_ulong, seed);
+    SET_ARG(k, 2, cl_uint, stream);
+    SET_ARG(k, 3, cl_uint, call);
+    SET_ARG(k, 4, cl_ulong, idx0);
+    SET_ARG(k, 5, cl_ulong, (cl_ulong)count);
+    {
+        size_t gws = (size_t)count;
+        if ((st = enqueue(dev, k, "pf_normals", 1, &gws, NULL, err, errlen)) != PF_OK)
+            goto fail;
+    }
+    st = buf_finish_out(dev, mo, out, bytes, shared, err, errlen);
+    clReleaseMemObject(mo);
+    return st;
+fail:
+    clFinish(dev->queue);
+    clReleaseMemObject(mo);
+    return st;
+}

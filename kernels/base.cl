@@ -1,0 +1,186 @@
+/* Prelude of every pyfastpim OpenCL program (csrc/opencl.c puts it first).
+ *
+ * Exact float semantics: no contraction of a*b+c into fma behind our back
+ * (kernels call fma() explicitly where the CPU path uses FMA instructions),
+ * and the host adds -cl-fp32-correctly-rounded-divide-sqrt when the device
+ * supports it.
+ *
+ * Counter-based device noise: a transcription of csrc/philox_noise.h into
+ * OpenCL C (Random123's philox4x32-10 with the same key/counter layout, the
+ * same u01 and Box-Muller formulas), embedded so the module needs no headers
+ * at run time.
+ *
+ * Bit-identical noise. The CPU path (noise_avx2.c) evaluates log and sin/cos
+ * with SLEEF 3.5's AVX2 functions (logf_u35, sincosf_u35), sqrt with the
+ * correctly rounded instruction and exp with expf_u10. The device's builtins
+ * differ from those by an ulp here and there, which flips an ADC code now and
+ * then (a norm-wise relative difference of ~1e-5 at 12-bit ADCs, more at
+ * coarse ADCs). So the pf_sleef_* functions below transcribe SLEEF's FMA
+ * algorithms operation by operation (scalar, explicit fma(), no contraction;
+ * source: SLEEF 3.5.1 src/libm/sleefsimdsp.c, Boost licence): with IEEE float
+ * arithmetic (the host adds -cl-fp32-correctly-rounded-divide-sqrt for the
+ * division and sqrt) they return exactly what the CPU path computes, on any
+ * OpenCL device. pf_libm_expf stands for glibc's expf, which the CPU uses on
+ * the tail of a row whose length is not a multiple of 8: exp in double
+ * rounded to float (both correctly rounded except in rare hard cases).
+ * tests/test_opencl.py checks normals and noisy products against the CPU. */
+#pragma OPENCL FP_CONTRACT OFF
+
+#define PF_STREAM_READ 0u
+#define PF_STREAM_VNOISE 1u
+#define PF_STREAM_WRITE 2u
+#define PF_STREAM_STUCK 3u
+
+#define PF_PHILOX_M0 0xD2511F53u
+#define PF_PHILOX_M1 0xCD9E8D57u
+#define PF_PHILOX_W0 0x9E3779B9u
+#define PF_PHILOX_W1 0xBB67AE85u
+
+/* philox4x32-10 of counter (group lo, group hi, call, stream), key = seed. */
+inline uint4 pf_philox_group(ulong seed, uint stream, uint call, ulong group)
+{
+    uint c0 = (uint)group, c1 = (uint)(group >> 32), c2 = call, c3 = stream;
+    uint k0 = (uint)seed, k1 = (uint)(seed >> 32);
+    for (int round = 0; round < 10; round++) {
+        if (round > 0) {
+            k0 += PF_PHILOX_W0;
+            k1 += PF_PHILOX_W1;
+        }
+        uint hi0 = mul_hi(PF_PHILOX_M0, c0), lo0 = PF_PHILOX_M0 * c0;
+        uint hi1 = mul_hi(PF_PHILOX_M1, c2), lo1 = PF_PHILOX_M1 * c2;
+        uint n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+        c0 = n0;
+        c1 = lo1;
+        c2 = n2;
+        c3 = lo0;
+    }
+    return (uint4)(c0, c1, c2, c3);
+}
+
+/* ---- SLEEF 3.5.1 (FMA variants) transcribed ---- */
+
+/* Sleef_logf_u35 (xlogf) */
+inline float pf_sleef_logf(float d)
+{
+    const int o = d < FLT_MIN;
+    if (o)
+        d = d * (18446744073709551616.0f * 18446744073709551616.0f);
+    int e = ((as_int(d * 0x1.555556p+0f) >> 23) & 0xff) - 0x7f; /* ilogb2k(d * (1.0f / 0.75f)) */
+    const float m = as_float(as_int(d) + ((-e) << 23));
+    if (o)
+        e -= 64;
+    float x = (m - 1.0f) / (1.0f + m);
+    const float x2 = x * x;
+    float t = 0.2392828464508056640625f;
+    t = fma(t, x2, 0.28518211841583251953125f);
+    t = fma(t, x2, 0.400005877017974853515625f);
+    t = fma(t, x2, 0.666666686534881591796875f);
+    t = fma(t, x2, 2.0f);
+    x = fma(x, t, 0.693147180559945286226764f * (float)e);
+    if (isinf(d) && d > 0.0f)
+        x = INFINITY;
+    if (d < 0.0f || isnan(d))
+        x = NAN;
+    if (d == 0.0f)
+        x = -INFINITY;
+    return x;
+}
+
+/* Sleef_sincosf_u35 (xsincosf) for |d| < 125 (our angles are in (0, 2 pi)): (sin, cos) */
+inline float2 pf_sleef_sincosf(float d)
+{
+    const int q = convert_int_rte(d * (float)0.636619772367581343075535053490057448);
+    float u = (float)q;
+    float s = fma(u, -3.1414794921875f * 0.5f, d);
+    s = fma(u, -0.00011315941810607910156f * 0.5f, s);
+    s = fma(u, -1.9841872589410058936e-09f * 0.5f, s);
+    const float t = s;
+    s = s * s;
+    u = -0.000195169282960705459117889f;
+    u = fma(u, s, 0.00833215750753879547119141f);
+    u = fma(u, s, -0.166666537523269653320312f);
+    float rx = fma(u * s, t, t);
+    if (d == 0.0f && signbit(d))
+        rx = -0.0f;
+    u = -2.71811842367242206819355e-07f;
+    u = fma(u, s, 2.47990446951007470488548e-05f);
+    u = fma(u, s, -0.00138888787478208541870117f);
+    u = fma(u, s, 0.0416666641831398010253906f);
+    u = fma(u, s, -0.5f);
+    const float ry = fma(s, u, 1.0f);
+    const int even = (q & 1) == 0;
+    float2 r = (float2)(even ? rx : ry, even ? ry : rx);
+    if ((q & 2) == 2)
+        r.x = as_float(as_int(r.x) ^ (int)0x80000000);
+    if (((q + 1) & 2) == 2)
+        r.y = as_float(as_int(r.y) ^ (int)0x80000000);
+    return r;
+}
+
+/* Sleef_expf_u10 (xexpf) */
+inline float pf_sleef_expf(float d)
+{
+    int q = convert_int_rte(d * 1.442695040888963407359924681001892137426645954152985934135449406931f);
+    float s = fma((float)q, -0.693145751953125f, d);
+    s = fma((float)q, -1.428606765330187045e-06f, s);
+    float u = 0.000198527617612853646278381f;
+    u = fma(u, s, 0.00139304355252534151077271f);
+    u = fma(u, s, 0.00833336077630519866943359f);
+    u = fma(u, s, 0.0416664853692054748535156f);
+    u = fma(u, s, 0.166666671633720397949219f);
+    u = fma(u, s, 0.5f);
+    u = 1.0f + fma(s * s, u, s);
+    u = (u * as_float(((q >> 1) + 0x7f) << 23)) * as_float(((q - (q >> 1)) + 0x7f) << 23);
+    if (d < -104.0f)
+        u = 0.0f;
+    if (100.0f < d)
+        u = INFINITY;
+    return u;
+}
+
+#ifdef PF_HAVE_FP64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+inline float pf_libm_expf(float x) { return (float)exp((double)x); }
+#else
+inline float pf_libm_expf(float x) { return exp(x); }
+#endif
+
+/* Uniform in (0, 1), never 0, from the top 24 bits (exact in float). */
+inline float pf_u01(uint w)
+{
+    return ((float)(w >> 8) + 0.5f) * (1.0f / 16777216.0f);
+}
+
+/* Four standard normals of one group, in lane order. */
+inline float4 pf_normal4(ulong seed, uint stream, uint call, ulong group)
+{
+    uint4 r = pf_philox_group(seed, stream, call, group);
+    const float two_pi = 6.283185307179586f;
+    float r0 = sqrt(-2.0f * pf_sleef_logf(pf_u01(r.s0)));
+    float2 sc0 = pf_sleef_sincosf(two_pi * pf_u01(r.s1));
+    float r1 = sqrt(-2.0f * pf_sleef_logf(pf_u01(r.s2)));
+    float2 sc1 = pf_sleef_sincosf(two_pi * pf_u01(r.s3));
+    return (float4)(r0 * sc0.y, r0 * sc0.x, r1 * sc1.y, r1 * sc1.x);
+}
+
+inline float pf_lane(float4 v, uint lane)
+{
+    return lane == 0 ? v.s0 : lane == 1 ? v.s1 : lane == 2 ? v.s2 : v.s3;
+}
+
+/* out[e] = standard normal of element idx0 + e (tests and cross-device checks). */
+kernel void pf_normals(global float *out, ulong seed, uint stream, uint call, ulong idx0, ulong count)
+{
+    ulong e = get_global_id(0);
+    if (e >= count)
+        return;
+    ulong idx = idx0 + e;
+    out[e] = pf_lane(pf_normal4(seed, stream, call, idx >> 2), (uint)(idx & 3));
+}
+
+/* Zero-copy probe (csrc/opencl.c): does the device read and write host memory
+ * given with CL_MEM_USE_HOST_PTR in place, without a runtime copy? */
+kernel void pf_probe(global float *out, global const float *in)
+{
+    out[0] = in[0] + 1.0f;
+}

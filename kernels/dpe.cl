@@ -1,0 +1,268 @@
+/* Fused DPE MVM on OpenCL devices: the contract of csrc/dpe.h, the same three
+ * stages as csrc/dpe.c (pack weights, pack inputs, tile kernel) and the same
+ * operation order, so noise-free outputs are bit-identical to the CPU path and
+ * noisy outputs equal to it up to the ulp error of log/sin/cos/exp.
+ *
+ * Packed layouts (zero padded), as the CPU's (dpe.h) micro-panels:
+ *   A  [Gc/TM][nb][Sx][n][TM]  DAC voltages of the Gc rows of one row chunk
+ *   RS [nb][Gc]                input block scales of those rows
+ *   B  [Pp/TN][nb][Sw][n][TN]  conductances in units of Q_G above LGS
+ *      (PF_B_PANEL = 1, CPUs: each work-item streams one contiguous panel)
+ *   or [Sw][Kp][Pp]            (PF_B_PANEL = 0, GPUs: neighbouring work-items
+ *                               read neighbouring columns, coalesced)
+ *   CS [nb][Pp]                weight block scales
+ * with Kp = nb * n (crossbar blocks), Gc a multiple of PF_TM * local size y,
+ * Pp a multiple of PF_TN * local size x.
+ *
+ * Tile kernel: each work-item owns PF_TM rows x PF_TN columns and, exactly as
+ * pf_dpe_tile_avx2, computes per block b and slice pair (i, j)
+ *   acc = fma(A, B, acc) over the n rows of the crossbar in order,
+ *   code = rint(acc * alpha_j) (or the exact table), tb = tb + code * coef_ij,
+ * then out = out + tb * (rs * cs). Compile-time sizes: PF_TM, PF_TN (host
+ * chooses per device type). */
+#pragma OPENCL FP_CONTRACT OFF
+
+#ifndef PF_TM
+#define PF_TM 4
+#endif
+#ifndef PF_TN
+#define PF_TN 4
+#endif
+#ifndef PF_B_PANEL
+#define PF_B_PANEL 0
+#endif
+
+/* element (i, k, gc) of A and (j, k, p) of B, k = b * n + kk */
+inline ulong pf_a_index(ulong i, ulong k, ulong gc, ulong n, ulong nb, ulong sx)
+{
+    return ((((gc / PF_TM) * nb + k / n) * sx + i) * n + k % n) * PF_TM + gc % PF_TM;
+}
+
+inline ulong pf_b_index(ulong j, ulong k, ulong p, ulong n, ulong nb, ulong sw, ulong Kp, ulong Pp)
+{
+#if PF_B_PANEL
+    return ((((p / PF_TN) * nb + k / n) * sw + j) * n + k % n) * PF_TN + p % PF_TN;
+#else
+    return (j * Kp + k) * Pp + p;
+#endif
+}
+
+#if PF_TN == 1
+typedef float pf_vec;
+#define PF_VLOAD(p) (*(p))
+#define PF_VSTORE(v, p) (*(p) = (v))
+#elif PF_TN == 2
+typedef float2 pf_vec;
+#define PF_VLOAD(p) vload2(0, p)
+#define PF_VSTORE(v, p) vstore2(v, 0, p)
+#elif PF_TN == 4
+typedef float4 pf_vec;
+#define PF_VLOAD(p) vload4(0, p)
+#define PF_VSTORE(v, p) vstore4(v, 0, p)
+#elif PF_TN == 8
+typedef float8 pf_vec;
+#define PF_VLOAD(p) vload8(0, p)
+#define PF_VSTORE(v, p) vstore8(v, 0, p)
+#elif PF_TN == 16
+typedef float16 pf_vec;
+#define PF_VLOAD(p) vload16(0, p)
+#define PF_VSTORE(v, p) vstore16(v, 0, p)
+#else
+#error "PF_TN must be 1, 2, 4, 8 or 16"
+#endif
+
+/* rint (round half to even) by the 2^23 trick, exact for every float: for
+ * |x| < 2^23, (|x| + 2^23) - 2^23 rounds |x| to an integer in round-to-
+ * nearest-even; |x| >= 2^23 is already an integer (or inf/nan). Builtin rint
+ * on vectors is a library call on some runtimes (PoCL). */
+inline pf_vec pf_rint(pf_vec x)
+{
+    const pf_vec ax = fabs(x);
+    const pf_vec r = copysign((ax + 8388608.0f) - 8388608.0f, x);
+    return ax < 8388608.0f ? r : x;
+}
+
+/* Noise is drawn one Philox group (4 consecutive elements of the flat noise
+ * index) per work-item, branch-free, so devices vectorize across work-items
+ * (PoCL) or run one group per thread (GPUs). The pack kernels write only the
+ * valid region; the host zeroes the padding of A and B when their geometry
+ * changes (the padding is never written afterwards).
+ *
+ * Inputs of rows [g0, g0 + rows): global (ceil(rows*Sx*K / 4) + 2). As on
+ * the CPU (pf_vnoise_index in dpe.c), element (g, i, k) of slice i draws
+ * noise index ((item0*R + g) * Sx + i) * K + k (independent of the batch
+ * size; nbase = item0 * R): the rows of a chunk are one contiguous index
+ * range. V = dac[v], times (1 + vnoise * z) with noise, for every code
+ * (code 0 gives +-0, as the CPU's branch-free packing). Also writes RS. */
+kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale, global const float *dac,
+                          global float *A, global float *RS,
+                          ulong G, ulong R, ulong K, ulong Kp, ulong Gc, ulong g0, ulong rows, ulong n,
+                          ulong x_qr, ulong x_qc, ulong x_gr, ulong x_gc,
+                          int noise_x, float vnoise, ulong seed, uint call, ulong sx, ulong nbase)
+{
+    const ulong SK = sx * K;
+    const ulong start = (nbase + g0) * SK, end = start + rows * SK;
+    const ulong q = (start >> 2) + get_global_id(0);
+    if (q * 4 >= end)
+        return;
+    const float4 z = noise_x ? pf_normal4(seed, PF_STREAM_VNOISE, call, q) : (float4)(0.0f);
+    const uint l0 = q * 4 < start ? (uint)(start - q * 4) : 0;
+    /* decode the first lane, then step (k, i, g) without further divisions */
+    const ulong e0 = q * 4 + l0 - nbase * SK, rem0 = e0 % SK;
+    ulong g = e0 / SK, i = rem0 / K, k = rem0 % K;
+    for (uint l = l0; l < 4; l++, k++) {
+        if (k == K) {
+            k = 0;
+            if (++i == sx) {
+                i = 0;
+                g++;
+            }
+        }
+        if (q * 4 + l >= end)
+            break;
+        const ulong gc = g - g0;
+        float V = dac[i * 256 + codes[(i * G + g) * K + k]];
+        if (noise_x)
+            V = V * (1.0f + vnoise * pf_lane(z, l));
+        A[pf_a_index(i, k, gc, n, Kp / n, sx)] = V;
+        if (i == 0 && k % n == 0) {
+            const ulong item = g / R, r = g % R;
+            RS[(k / n) * Gc + gc] = x_scale[(item * x_gr + r / x_qr) * x_gc + k / x_qc];
+        }
+    }
+}
+
+/* Weights: global (ceil(Sw*K*P / 4)). Cell (j, k, p) is noise element
+ * (j*K + k)*P + p. val = L without noise; with noise, as pack_w in dpe.c:
+ * f = exp(sigma[min(L, g_level - 1)] * z) (or 1), val = (G / QG) * f - lgs or (L + lgs) * f - lgs. */
+kernel void pf_dpe_pack_w(global const uchar *levels, global const float *cond, global const float *sigma,
+                          global float *B, ulong K, ulong P, ulong Kp, ulong Pp, ulong n, ulong total,
+                          int noise_w, int has_cond, int has_sigma, float QG, float lgs, ulong seed, uint call,
+                          uint top)
+{
+    const ulong q = get_global_id(0);
+    if (q * 4 >= total)
+        return;
+    const float4 z = (noise_w && has_sigma) ? pf_normal4(seed, PF_STREAM_READ, call, q) : (float4)(0.0f);
+    const ulong tail = P & ~(ulong)7;
+    /* decode the first lane, then step (p, k, j) without further divisions */
+    const ulong row0 = (q * 4) / P;
+    ulong p = (q * 4) % P, j = row0 / K, k = row0 % K;
+    for (uint l = 0; l < 4; l++, p++) {
+        if (p == P) {
+            p = 0;
+            if (++k == K) {
+                k = 0;
+                j++;
+            }
+        }
+        const ulong idx = q * 4 + l;
+        if (idx >= total)
+            break;
+        const uint L = levels[idx];
+        float val;
+        if (!noise_w) {
+            val = (float)L;
+        } else {
+            float f = 1.0f;
+            if (has_sigma) {
+                f = sigma[L < top ? L : top] * pf_lane(z, l); /* clamped as on the CPU */
+                /* the CPU's pf_exp_inplace: SLEEF on runs of 8, libm on the row's tail */
+                f = p < tail ? pf_sleef_expf(f) : pf_libm_expf(f);
+            }
+            if (has_cond)
+                val = (cond[idx] / QG) * f - lgs;
+            else
+                val = ((float)L + lgs) * f - lgs;
+        }
+        B[pf_b_index(j, k, p, n, Kp / n, total / (K * P), Kp, Pp)] = val;
+    }
+}
+
+/* Weight block scales: global (Pp, nb). */
+kernel void pf_dpe_scales_w(global const float *w_scale, global float *CS, ulong P, ulong Pp, ulong n, ulong w_qr,
+                            ulong w_qc, ulong w_gc)
+{
+    const ulong p = get_global_id(0), b = get_global_id(1);
+    if (p >= Pp)
+        return;
+    CS[b * Pp + p] = p < P ? w_scale[((b * n) / w_qr) * w_gc + p / w_qc] : 0.0f;
+}
+
+/* Tile kernel: global (Pp / PF_TN, Gc / PF_TM). fparams = coef[sx*sw] then
+ * alpha[sw]; tab_info[2j] >= 0 selects the exact code table of slice j at
+ * tables + tab_info[2j] (indices clamped to [0, tab_info[2j+1]]). Writes rows
+ * [g0, g0 + rows_valid) of out (rows of P floats). */
+kernel void pf_dpe_mvm(global const float *A, global const float *B, global const float *RS,
+                       global const float *CS, global const float *fparams, global const float *tables,
+                       global const int *tab_info, global float *out,
+                       ulong g0, ulong rows_valid, ulong Gc, ulong Kp, ulong Pp, ulong P,
+                       int n, int nb, int sx, int sw, int use_table)
+{
+    const ulong cb = get_global_id(0) * PF_TN, rb = get_global_id(1) * PF_TM;
+    if (cb >= Pp || rb >= Gc)
+        return;
+    pf_vec o[PF_TM];
+    pf_vec tb[PF_TM];
+    pf_vec acc[PF_TM];
+    for (int r = 0; r < PF_TM; r++)
+        o[r] = (pf_vec)(0.0f);
+    for (int b = 0; b < nb; b++) {
+        for (int r = 0; r < PF_TM; r++)
+            tb[r] = (pf_vec)(0.0f);
+        for (int i = 0; i < sx; i++) {
+            global const float *Ab = A + (((rb / PF_TM) * nb + b) * sx + i) * (ulong)n * PF_TM;
+            for (int j = 0; j < sw; j++) {
+#if PF_B_PANEL
+                global const float *Bb = B + (((cb / PF_TN) * nb + b) * sw + j) * (ulong)n * PF_TN;
+                const ulong bstride = PF_TN;
+#else
+                global const float *Bb = B + ((ulong)j * Kp + (ulong)b * n) * Pp + cb;
+                const ulong bstride = Pp;
+#endif
+                for (int r = 0; r < PF_TM; r++)
+                    acc[r] = (pf_vec)(0.0f);
+                for (int k = 0; k < n; k++) {
+                    const pf_vec bv = PF_VLOAD(Bb + (ulong)k * bstride);
+                    global const float *ak = Ab + (ulong)k * PF_TM;
+#pragma unroll
+                    for (int r = 0; r < PF_TM; r++)
+                        acc[r] = fma((pf_vec)(ak[r]), bv, acc[r]);
+                }
+                const float coef = fparams[i * sw + j];
+                const int off = use_table ? tab_info[2 * j] : -1;
+                if (off >= 0) {
+                    global const float *tab = tables + off;
+                    const int hi = tab_info[2 * j + 1];
+                    for (int r = 0; r < PF_TM; r++) {
+                        float a[PF_TN], code[PF_TN];
+                        PF_VSTORE(acc[r], a);
+                        for (int c = 0; c < PF_TN; c++) {
+                            int idx = convert_int(a[c]);
+                            idx = idx < 0 ? 0 : idx > hi ? hi : idx;
+                            code[c] = tab[idx];
+                        }
+                        tb[r] = tb[r] + PF_VLOAD(code) * coef;
+                    }
+                } else {
+                    const float alpha = fparams[sx * sw + j];
+                    for (int r = 0; r < PF_TM; r++)
+                        tb[r] = tb[r] + pf_rint(acc[r] * alpha) * coef;
+                }
+            }
+        }
+        const pf_vec cs = PF_VLOAD(CS + (ulong)b * Pp + cb);
+        global const float *rs = RS + (ulong)b * Gc + rb;
+        for (int r = 0; r < PF_TM; r++)
+            o[r] = o[r] + tb[r] * ((pf_vec)(rs[r]) * cs);
+    }
+    for (int r = 0; r < PF_TM; r++) {
+        if (rb + r >= rows_valid)
+            break;
+        global float *dst = out + (g0 + rb + r) * P + cb;
+        float v[PF_TN];
+        PF_VSTORE(o[r], v);
+        for (int c = 0; c < PF_TN && cb + c < P; c++)
+            dst[c] = v[c];
+    }
+}

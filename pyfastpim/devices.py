@@ -1,0 +1,121 @@
+"""Devices: the CPU kernels and OpenCL devices running the same kernels with the same results.
+
+Device strings:
+
+- ``"cpu"`` (or None): the C kernels on the host (the default).
+- ``"opencl"``: the first GPU of any OpenCL platform, else the first OpenCL device.
+- ``"opencl:P:D"``: device ``D`` of platform ``P``, numbered as :func:`devices` lists them.
+
+An OpenCL device compiles the kernels (embedded in the module) at first use and keeps them,
+with its context, queue and scratch buffers, for the life of the process
+(:func:`resolve_device` caches one handle per device). On devices that share host memory
+(PoCL, integrated GPUs; checked by a probe at build time) NumPy and torch arrays are used in
+place, with zero copies; on discrete devices every transfer is explicit and counted by
+:mod:`pyfastpim.memory`, and programmed weights stay resident between calls (``weights_key``).
+
+Results: with noise off, bit-identical to the CPU path; with noise on, the same Philox streams
+and the same (SLEEF) math, so equal to the CPU's AVX2 path (see kernels/base.cl).
+"""
+import re
+import threading
+
+from . import _core
+
+__all__ = ["devices", "resolve_device", "cl_dpe_mvm", "OpenCLDevice"]
+
+OpenCLDevice = _core.OpenCLDevice
+
+_handles = {}
+_lock = threading.Lock()
+_DEVICE_RE = re.compile(r"^opencl(?::(\d+):(\d+))?$")
+
+
+def devices():
+    """All compute devices: ``[{"device": "cpu", ...}, {"device": "opencl:P:D", "name": ..., ...}]``.
+
+    The CPU entry is always first. OpenCL entries carry ``platform`` and ``device_index`` (the
+    numbers of the device string), the platform and device names,
+    ``type`` ('gpu', 'cpu', 'accelerator', ...), ``host_unified_memory``, memory sizes and
+    compute units as the OpenCL runtime reports them. No OpenCL platform gives only the CPU
+    entry; an OpenCL runtime error raises RuntimeError.
+    """
+    out = [{"device": "cpu", "type": "cpu", "name": "pyfastpim C kernels (%s)" % _core.cpu_isa()[0]}]
+    _, cl = _core.cl_devices()
+    for d in cl:
+        entry = dict(d)
+        entry["device_index"] = entry.pop("device")
+        entry["device"] = "opencl:%d:%d" % (d["platform"], d["device"])
+        out.append(entry)
+    return out
+
+
+def _parse(device):
+    if device is None:
+        return None
+    if isinstance(device, OpenCLDevice):
+        return device
+    if not isinstance(device, str):
+        raise TypeError("argument 'device': expected None, 'cpu', 'opencl' or 'opencl:P:D', got %r" % (device,))
+    s = device.strip().lower()
+    if s == "cpu":
+        return None
+    m = _DEVICE_RE.match(s)
+    if not m:
+        raise ValueError("argument 'device': expected 'cpu', 'opencl' or 'opencl:P:D' (platform and device "
+                         "numbers), got %r" % (device,))
+    if m.group(1) is None:
+        return "default"
+    return int(m.group(1)), int(m.group(2))
+
+
+def _no_platform_error(what):
+    return RuntimeError("%s: no OpenCL platform found (the OpenCL ICD loader lists none; install an ICD such as "
+                        "pocl-opencl-icd, registered under /etc/OpenCL/vendors)" % what)
+
+
+def resolve_device(device):
+    """The handle for ``device``: None for the CPU, else a cached :class:`OpenCLDevice`.
+
+    Raises ValueError for a malformed device string and RuntimeError, naming what was looked
+    for, when no OpenCL platform or no such device exists.
+    """
+    spec = _parse(device)
+    if spec is None or isinstance(spec, OpenCLDevice):
+        return spec
+    nplat, cl = _core.cl_devices()
+    if spec == "default":
+        if not cl:
+            if nplat == 0:
+                raise _no_platform_error("device 'opencl'")
+            raise RuntimeError("device 'opencl': %d OpenCL platform(s) found but no device" % nplat)
+        gpus = [d for d in cl if d["type"] == "gpu"]
+        pick = (gpus or cl)[0]
+        key = (pick["platform"], pick["device"])
+    else:
+        key = spec
+        if nplat == 0:
+            raise _no_platform_error("device %r" % (device,))
+        if not any((d["platform"], d["device"]) == key for d in cl):
+            have = ", ".join("opencl:%d:%d (%s)" % (d["platform"], d["device"], d["name"]) for d in cl) or "none"
+            raise RuntimeError("device %r: no OpenCL device %d on platform %d; available: %s"
+                               % (device, key[1], key[0], have))
+    with _lock:
+        handle = _handles.get(key)
+        if handle is None:
+            handle = _handles[key] = OpenCLDevice(*key)
+        return handle
+
+
+def cl_dpe_mvm(handle, *args, weights_key=None, **kwargs):
+    """``_core.dpe_mvm(*args, **kwargs)`` on the OpenCL device ``handle`` (from :func:`resolve_device`).
+
+    Same arguments, validation, errors and results (bit-identical with noise off). ``weights_key``:
+    any hashable identifying the programmed weights, e.g. ``(id(sliced), sliced._version)``; the
+    device keeps those weights resident between calls (on discrete devices they cross the bus
+    once) and releases them when a key with the same first item but another version arrives, or
+    when the handle is freed. None transfers (or, on zero-copy devices, wraps) them per call.
+    """
+    if not isinstance(handle, OpenCLDevice):
+        raise TypeError("argument 'handle': expected an OpenCL device from pyfastpim.resolve_device(), got %s"
+                        % type(handle).__name__)
+    return handle.dpe_mvm(*args, weights_key=weights_key, **kwargs)

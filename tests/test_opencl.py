@@ -1,0 +1,340 @@
+"""The OpenCL backend (pyfastpim.devices, kernels/*.cl) against the CPU path (_core.dpe_mvm).
+
+Runs on whatever OpenCL device the ICD loader offers (PoCL in CI); skipped only when the loader
+reports no platform at all.
+"""
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import pyfastpim
+from pyfastpim import _core
+from test_dpe_kernel import HGS, LGS, configs, make_case
+
+NPLAT, CL_DEVICES = _core.cl_devices()
+pytestmark = [
+    pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform: the OpenCL ICD loader reports none "
+                                          "(install pocl-opencl-icd to run these tests)"),
+]
+SIMD_NOISE = pyfastpim.cpu_isa()[0] in ("avx2", "avx512")
+
+
+@pytest.fixture(scope="module")
+def dev():
+    return pyfastpim.resolve_device("opencl")
+
+
+def call_args(xs, xsc, xg, xw, wl, wsc, wg, ww, n, rdac, g_level, radc, sigma=None, vnoise=0.0, seed=1, call=0,
+              cond=None):
+    return (xs, xsc, xg, xw, wl, cond, wsc, wg, ww, n, rdac, g_level, radc, HGS, LGS, sigma, vnoise, seed, call)
+
+
+def both(dev, *args, **kw):
+    a = call_args(*args, **kw)
+    cpu = np.asarray(_core.dpe_mvm(*a))
+    cl = np.asarray(pyfastpim.cl_dpe_mvm(dev, *a))
+    return cpu, cl
+
+
+def rel(a, b):
+    nb = np.linalg.norm(b)
+    return np.linalg.norm(a - b) / nb if nb else np.linalg.norm(a - b)
+
+
+def case(c):
+    rng = np.random.default_rng(c["seed"])
+    xs, xsc, wl, wsc = make_case(rng, c["N"], c["R"], c["K"], c["P"], c["n"], c["xw"], c["ww"], c["xg"], c["wg"],
+                                 c["g_level"])
+    return (xs, xsc, c["xg"], c["xw"], wl, wsc, c["wg"], c["ww"], c["n"], c["rdac"], c["g_level"], c["radc"]), rng
+
+
+# ---- devices -------------------------------------------------------------------------------------
+
+def test_devices_lists_the_cpu_first_then_every_opencl_device():
+    ds = pyfastpim.devices()
+    assert ds[0]["device"] == "cpu"
+    cl = ds[1:]
+    assert len(cl) == len(CL_DEVICES) >= 1
+    for d in cl:
+        assert d["device"] == "opencl:%d:%d" % (d["platform"], d["device_index"])
+        assert d["type"] in ("cpu", "gpu", "accelerator", "custom", "other")
+        assert d["name"] and d["platform_name"] and d["global_mem_bytes"] > 0 and d["compute_units"] >= 1
+        assert isinstance(d["host_unified_memory"], bool)
+
+
+def test_device_strings_resolve_and_are_cached(dev):
+    assert pyfastpim.resolve_device(None) is None
+    assert pyfastpim.resolve_device("cpu") is None
+    gpus = [d for d in CL_DEVICES if d["type"] == "gpu"]
+    first = (gpus or CL_DEVICES)[0]
+    assert dev.info["platform"] == first["platform"] and dev.info["device"] == first["device"]
+    assert pyfastpim.resolve_device("opencl") is dev
+    assert pyfastpim.resolve_device("opencl:%d:%d" % (first["platform"], first["device"])) is dev
+    assert pyfastpim.resolve_device(dev) is dev
+    assert "OpenCL device" in repr(dev)
+
+
+@pytest.mark.parametrize("bad, exc, word", [
+    ("gpu", ValueError, "device"),
+    ("opencl:0", ValueError, "opencl:P:D"),
+    ("opencl:a:b", ValueError, "opencl:P:D"),
+    ("cuda:0", ValueError, "device"),
+    (3, TypeError, "device"),
+    ("opencl:99:0", RuntimeError, "platform 99"),
+    ("opencl:0:99", RuntimeError, "no OpenCL device 99 on platform 0"),
+])
+def test_bad_device_strings_raise_clear_errors(bad, exc, word):
+    with pytest.raises(exc, match=word):
+        pyfastpim.resolve_device(bad)
+
+
+def test_opening_a_missing_device_directly_raises_runtime_error():
+    with pytest.raises(RuntimeError, match="no OpenCL"):
+        _core.OpenCLDevice(NPLAT + 5, 0)
+
+
+def test_cl_dpe_mvm_rejects_a_non_handle():
+    with pytest.raises(TypeError, match="handle"):
+        pyfastpim.cl_dpe_mvm("opencl", None)
+
+
+# ---- results -------------------------------------------------------------------------------------
+
+@given(configs())
+def test_noise_free_output_is_bit_identical_to_the_cpu_path(dev, c):
+    args, _ = case(c)
+    cpu, cl = both(dev, *args)
+    np.testing.assert_array_equal(cl, cpu)
+
+
+@given(configs(), st.sampled_from([0.0, 0.02, 0.1]), st.sampled_from([0.0, 0.05]), st.booleans())
+@settings(max_examples=10 if os.environ.get("PYFASTPIM_SANITIZED") == "1" else 30)
+def test_noisy_output_matches_the_cpu_path(dev, c, sigma, vnoise, with_conductance):
+    args, rng = case(c)
+    wl, g_level = args[4], args[10]
+    sig = np.full(g_level, sigma, np.float32) if sigma else None
+    cond = None
+    if with_conductance:  # programmed conductances (write variation) instead of ideal levels
+        QG = (HGS - LGS) / (g_level - 1)
+        cond = ((wl * QG + LGS) * (1 + 0.02 * rng.standard_normal(wl.shape))).astype(np.float32)
+    cpu, cl = both(dev, *args, sigma=sig, vnoise=vnoise, seed=c["seed"], call=7, cond=cond)
+    assert rel(cl, cpu) <= 1e-5  # the contract
+    if SIMD_NOISE:  # the kernels transcribe the CPU's SLEEF math: the same bits
+        np.testing.assert_array_equal(cl, cpu)
+
+
+def test_normals_equal_the_cpu_generator(dev):
+    n = 1 << 20
+    for args in ((11, 0, 5, 3, n), (11, 1, 0, (1 << 34) - 40, 80), (2 ** 64 - 1, 3, 2 ** 32 - 1, 7, 1001)):
+        a = np.asarray(_core.normals(*args))
+        b = np.asarray(dev.normals(*args))
+        if SIMD_NOISE:
+            np.testing.assert_array_equal(a, b)
+        else:  # the CPU's scalar libm path differs from SLEEF by a few ulp
+            np.testing.assert_allclose(a, b, rtol=0, atol=2e-6)
+
+
+def engine_case(rng, N=2, R=40, K=96, P=70):
+    return make_case(rng, N, R, K, P, 32, (1, 1, 2, 2), (1, 1, 2, 2), (1, 32), (32, 32), 4)
+
+
+def engine_args(xs, xsc, wl, wsc, **kw):
+    return call_args(xs, xsc, (1, 32), (1, 1, 2, 2), wl, wsc, (32, 32), (1, 1, 2, 2), 32, 4, 4, [4096] * 4, **kw)
+
+
+def test_noisy_output_is_deterministic_per_seed_and_call(dev):
+    xs, xsc, wl, wsc = engine_case(np.random.default_rng(4))
+    sig = np.full(4, 0.05, np.float32)
+    run = lambda **kw: np.asarray(pyfastpim.cl_dpe_mvm(dev, *engine_args(xs, xsc, wl, wsc, sigma=sig, vnoise=0.05,
+                                                                          **kw)))
+    a, b = run(seed=7, call=3), run(seed=7, call=3)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, run(seed=8, call=3)) and not np.array_equal(a, run(seed=7, call=4))
+    exact = np.asarray(pyfastpim.cl_dpe_mvm(dev, *engine_args(xs, xsc, wl, wsc)))
+    assert 1e-4 < rel(a, exact) < 0.2
+
+
+def test_item0_noise_offsets_match_the_cpu_chunking(dev):
+    # a batch split into chunks (item0 = chunk start) sees the noise of the whole batch
+    xs, xsc, wl, wsc = engine_case(np.random.default_rng(8), N=5, R=7, K=64, P=24)
+    sig = np.full(4, 0.05, np.float32)
+    whole = np.asarray(pyfastpim.cl_dpe_mvm(dev, *engine_args(xs, xsc, wl, wsc, sigma=sig, vnoise=0.05)))
+    part = np.asarray(pyfastpim.cl_dpe_mvm(dev, *engine_args(np.ascontiguousarray(xs[:, 2:]), xsc[2:], wl, wsc,
+                                                             sigma=sig, vnoise=0.05), item0=2))
+    np.testing.assert_array_equal(part, whole[2:])
+    cpu = np.asarray(_core.dpe_mvm(*engine_args(np.ascontiguousarray(xs[:, 2:]), xsc[2:], wl, wsc, sigma=sig,
+                                                vnoise=0.05), item0=2))
+    if SIMD_NOISE:
+        np.testing.assert_array_equal(part, cpu)
+    else:
+        assert rel(part, cpu) <= 1e-5
+    with pytest.raises(ValueError, match="item0"):
+        pyfastpim.cl_dpe_mvm(dev, *engine_args(xs, xsc, wl, wsc), item0=-1)
+
+
+def test_out_of_range_levels_read_sigma_in_bounds(dev):
+    # levels above g_level - 1 (not produced by programming) clamp the sigma lookup, as on the CPU
+    xs, xsc, wl, wsc = engine_case(np.random.default_rng(10), N=1, R=6, K=64, P=16)
+    wl = np.random.default_rng(1).integers(0, 256, wl.shape).astype(np.uint8)
+    sig = np.array([0.01, 0.02, 0.03, 0.5], np.float32)
+    cpu, cl = both(dev, xs, xsc, (1, 32), (1, 1, 2, 2), wl, wsc, (32, 32), (1, 1, 2, 2), 32, 4, 4, [4096] * 4,
+                   sigma=sig)
+    assert rel(cl, cpu) <= 1e-5
+
+
+def test_adc_ties_and_exact_tables_match(dev):
+    rng = np.random.default_rng(0)
+    xs, xsc, wl, wsc = make_case(rng, 2, 9, 64, 35, 8, (1, 1, 2), (1, 1, 2), (1, 8), (8, 8), 4)
+    for radc in (2 ** 4, 2 ** 6, 2 ** 16, 1000, 7):
+        cpu, cl = both(dev, xs, xsc, (1, 8), (1, 1, 2), wl, wsc, (8, 8), (1, 1, 2), 8, 4, 4, [radc] * 3)
+        np.testing.assert_array_equal(cl, cpu)
+
+
+def test_row_chunks_of_a_large_batch_match(dev):
+    # 4500 rows x 1024 inner x 4 slices exceed one 64 MiB packed-input chunk
+    rng = np.random.default_rng(9)
+    xs, xsc, wl, wsc = make_case(rng, 3, 1500, 1024, 9, 32, (1, 1, 2, 2), (1, 1, 2, 2), (1, 32), (32, 32), 4)
+    args = (xs, xsc, (1, 32), (1, 1, 2, 2), wl, wsc, (32, 32), (1, 1, 2, 2), 32, 4, 4, [256] * 4)
+    cpu, cl = both(dev, *args)
+    np.testing.assert_array_equal(cl, cpu)
+    cpu, cl = both(dev, *args, sigma=np.full(4, 0.05, np.float32), vnoise=0.05)
+    assert rel(cl, cpu) <= 1e-5
+
+
+def test_empty_and_degenerate_shapes(dev):
+    wl = np.zeros((1, 0, 5), np.uint8)
+    out = np.asarray(pyfastpim.cl_dpe_mvm(dev, np.zeros((1, 1, 3, 0), np.uint8), np.zeros((1, 3, 0), np.float32),
+                                          (1, 4), (1,), wl, None, np.zeros((0, 2), np.float32), (4, 4), (1,), 4, 4, 2,
+                                          [16], HGS, LGS, None, 0.0, 1, 0))
+    assert out.shape == (1, 3, 5) and not out.any()
+    out = np.asarray(pyfastpim.cl_dpe_mvm(dev, np.zeros((1, 0, 3, 4), np.uint8), np.zeros((0, 3, 1), np.float32),
+                                          (1, 4), (1,), np.zeros((1, 4, 5), np.uint8), None,
+                                          np.ones((1, 2), np.float32), (4, 4), (1,), 4, 4, 2, [16], HGS, LGS, None,
+                                          0.0, 1, 0))
+    assert out.shape == (0, 3, 5)
+
+
+@pytest.mark.parametrize("kw, word", [
+    (dict(x_widths=(2, 1)), "x_widths"),
+    (dict(radc=[16]), "radc"),
+    (dict(n=3), "n"),
+    (dict(x_granule=(0, 8)), "x_granule"),
+    (dict(x_scale=np.zeros((1, 9, 9), np.float32)), "x_scale"),
+    (dict(w_levels=np.zeros((3, 7, 5), np.uint8)), "w_levels"),
+    (dict(read_sigma=np.array([0.1, np.nan, 0, 0], np.float32)), "read_sigma"),
+    (dict(out=np.zeros((1, 4, 5), np.float64)), "out"),
+    (dict(weights_key=[1, 2]), "unhashable"),
+])
+def test_bad_arguments_raise_naming_the_argument(dev, kw, word):
+    args = dict(x_codes=np.zeros((3, 1, 4, 16), np.uint8), x_scale=np.ones((1, 4, 2), np.float32), x_granule=(1, 8),
+                x_widths=(1, 1, 2), w_levels=np.zeros((3, 16, 5), np.uint8), w_conductance=None,
+                w_scale=np.ones((2, 1), np.float32), w_granule=(8, 8), w_widths=(1, 1, 1), n=8, rdac=4, g_level=4,
+                radc=[16] * 3, HGS=HGS, LGS=LGS, read_sigma=None, vnoise=0.0, seed=1, call=0)
+    args.update(kw)
+    with pytest.raises((ValueError, TypeError), match=word):
+        pyfastpim.cl_dpe_mvm(dev, **args)
+
+
+# ---- memory --------------------------------------------------------------------------------------
+
+def test_host_memory_devices_share_numpy_and_torch_buffers_with_zero_copies(dev):
+    if not dev.info["host_unified_memory"]:
+        pytest.skip("the default OpenCL device is discrete (%s): transfers are explicit" % dev.info["name"])
+    assert dev.zero_copy, "the device reports unified memory and passed the in-place probe"
+    xs, xsc, wl, wsc = engine_case(np.random.default_rng(5), N=1, R=12, K=64, P=20)
+    args = engine_args(xs, xsc, wl, wsc, sigma=np.full(4, 0.05, np.float32), vnoise=0.05)
+    pyfastpim.cl_dpe_mvm(dev, *args)  # build and size the scratch outside the trace
+    out = np.zeros((1, 12, 20), np.float32)
+    with pyfastpim.memory.trace() as t:
+        r = pyfastpim.cl_dpe_mvm(dev, *args, out=out, weights_key=("w", 1))
+        r = pyfastpim.cl_dpe_mvm(dev, *args, out=out, weights_key=("w", 1))
+    assert t.copies == 0, t.by_kind
+    assert np.asarray(r).ctypes.data == out.ctypes.data
+    np.testing.assert_array_equal(out, np.asarray(_core.dpe_mvm(*args)))
+    torch = pytest.importorskip("torch")
+    tout = torch.zeros((1, 12, 20))
+    targs = tuple(torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args)
+    with pyfastpim.memory.trace() as t:
+        pyfastpim.cl_dpe_mvm(dev, *targs, out=tout)
+    assert t.copies == 0, t.by_kind
+    np.testing.assert_array_equal(tout.numpy(), out)
+
+
+def test_explicit_transfers_are_counted_and_weights_stay_resident():
+    # zero_copy=False exercises the discrete-device path on any device
+    info = CL_DEVICES[0]
+    d = _core.OpenCLDevice(info["platform"], info["device"], zero_copy=False)
+    assert not d.zero_copy
+    xs, xsc, wl, wsc = engine_case(np.random.default_rng(6), N=2, R=30, K=96, P=40)
+    args = engine_args(xs, xsc, wl, wsc, sigma=np.full(4, 0.05, np.float32), vnoise=0.05)
+    ref = np.asarray(_core.dpe_mvm(*args))
+    w_bytes = wl.nbytes + wsc.nbytes
+    out_bytes = ref.nbytes
+    with pyfastpim.memory.trace() as t1:
+        a = np.asarray(pyfastpim.cl_dpe_mvm(d, *args, weights_key=("layer", 1)))
+    with pyfastpim.memory.trace() as t2:
+        b = np.asarray(pyfastpim.cl_dpe_mvm(d, *args, weights_key=("layer", 1)))
+    np.testing.assert_array_equal(a, ref)
+    np.testing.assert_array_equal(b, ref)
+    h2d1, h2d2 = t1.by_kind["host_to_device"], t2.by_kind["host_to_device"]
+    assert t1.by_kind["device_to_host"] == (1, out_bytes) == t2.by_kind["device_to_host"]
+    assert h2d1[1] - h2d2[1] == w_bytes and h2d1[0] - h2d2[0] == 2  # levels + scales, once
+    assert h2d2[1] >= xs.nbytes + xsc.nbytes
+    assert list(d.resident_weights) == [("layer", 1)]
+    # a new version of the same weights replaces the old buffers
+    wl2 = wl.copy()
+    c = np.asarray(pyfastpim.cl_dpe_mvm(d, *engine_args(xs, xsc, wl2, wsc), weights_key=("layer", 2)))
+    assert list(d.resident_weights) == [("layer", 2)]
+    np.testing.assert_array_equal(c, np.asarray(_core.dpe_mvm(*engine_args(xs, xsc, wl2, wsc))))
+    # the same key with other arrays is detected, never served stale
+    wl3 = np.ascontiguousarray(wl[:, :, ::-1])
+    e = np.asarray(pyfastpim.cl_dpe_mvm(d, *engine_args(xs, xsc, wl3, wsc), weights_key=("layer", 2)))
+    np.testing.assert_array_equal(e, np.asarray(_core.dpe_mvm(*engine_args(xs, xsc, wl3, wsc))))
+    d.release()
+    assert d.resident_weights == {} and d.scratch_bytes == 0
+
+
+def test_scratch_is_accounted_on_zero_copy_devices(dev):
+    if not dev.zero_copy:
+        pytest.skip("scratch lives in device memory on %s" % dev.info["name"])
+    xs, xsc, wl, wsc = engine_case(np.random.default_rng(7))
+    dev.release()
+    assert dev.scratch_bytes == 0
+    with pyfastpim.memory.trace() as t:
+        pyfastpim.cl_dpe_mvm(dev, *engine_args(xs, xsc, wl, wsc))
+    # the packed operands are pf_alloc'd host memory, kept for the next call
+    assert dev.scratch_bytes > 0 and t.allocated_bytes >= dev.scratch_bytes
+
+
+def test_device_info_and_tile():
+    d = pyfastpim.resolve_device("opencl")
+    tile = d.tile
+    assert tile["rows"] >= 1 and tile["cols"] in (1, 2, 4, 8, 16)
+    assert tile["local_x"] * tile["local_y"] <= d.info["max_work_group_size"]
+
+
+def test_no_platform_gives_clear_errors_not_a_crash(tmp_path):
+    # an ICD loader with no vendor files (ocl-icd honours OCL_ICD_VENDORS) reports no platform
+    import subprocess
+    import sys
+    code = ("import sys, pyfastpim\n"
+            "if pyfastpim._core.cl_devices()[0]:\n"
+            "    print('ignored'); sys.exit(0)\n"
+            "assert [d['device'] for d in pyfastpim.devices()] == ['cpu']\n"
+            "for s in ('opencl', 'opencl:0:0'):\n"
+            "    try:\n"
+            "        pyfastpim.resolve_device(s)\n"
+            "    except RuntimeError as e:\n"
+            "        assert 'no OpenCL platform found' in str(e), e\n"
+            "    else:\n"
+            "        raise AssertionError(s)\n"
+            "print('ok')\n")
+    env = dict(os.environ, OCL_ICD_VENDORS=str(tmp_path))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(pyfastpim.__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    if "ignored" in r.stdout:
+        pytest.skip("this OpenCL ICD loader ignores OCL_ICD_VENDORS")
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]

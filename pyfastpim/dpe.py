@@ -102,7 +102,9 @@ class DPETensor:
         radc: ADC resolution, an int or one per weight slice (given most significant slice first).
         vread: read voltage.
         rate_stuck_HGS, rate_stuck_LGS: probabilities of cells stuck at HGS / LGS.
-        device: None or "cpu" (the CPU kernels).
+        device: None or "cpu" (the CPU kernels), "opencl" (first GPU, else first OpenCL device) or
+            "opencl:P:D" (see pyfastpim.devices()): the same results on any device. On OpenCL, MVMs
+            (MapReduceDot, forward_linear) run on the device; forward_conv2d stays on the CPU.
         seed: engine seed (int in [0, 2**64)); None uses ``DEFAULT_SEED``. It keys the read and
             voltage noise (with the call counter) and weight programming.
 
@@ -157,9 +159,9 @@ class DPETensor:
             self.read_variation = {i: sigma for i in range(self.g_level)}
         else:
             raise ValueError('read_variation must be a dict, float, or None')
-        if device not in (None, "cpu") and str(device) != "cpu":
-            raise ValueError("argument 'device': only the CPU backend is available ('cpu' or None), got %r" % (device,))
-        self.device = "cpu"
+        from .devices import resolve_device
+        self._cl = resolve_device(device)  # None: CPU; ValueError / RuntimeError naming the device
+        self.device = "cpu" if self._cl is None else (device if isinstance(device, str) else "opencl")
         self.Q_G = (self.HGS - self.LGS) / (self.g_level - 1)
         self.conductance_levels = np.array([self.LGS + i * self.Q_G for i in range(self.g_level)])
         self._read_sigma = np.array([self.read_variation[i] for i in range(self.g_level)], dtype=np.float32)
@@ -245,11 +247,14 @@ class DPETensor:
 
     def _run(self, x, mat, out, call, item0):
         """One kernel call on checked operands (x's batch items start at item0 of the logical batch)."""
-        return _core.dpe_mvm(
-            x._codes, x._gran_scale, x._granule, x._widths,
-            mat._levels, mat._conductance, mat._gran_scale[0], mat._granule, mat._widths,
-            x.paral_size[1], self.rdac, self.g_level, self._radc_lsb_first(len(mat)), self.HGS, self.LGS,
-            self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed, call, out, item0)
+        args = (x._codes, x._gran_scale, x._granule, x._widths,
+                mat._levels, mat._conductance, mat._gran_scale[0], mat._granule, mat._widths,
+                x.paral_size[1], self.rdac, self.g_level, self._radc_lsb_first(len(mat)), self.HGS, self.LGS,
+                self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed, call, out, item0)
+        if self._cl is None:
+            return _core.dpe_mvm(*args)
+        from .devices import cl_dpe_mvm  # weights stay resident while (object, version) is unchanged
+        return cl_dpe_mvm(self._cl, *args, weights_key=(id(mat), mat._version))
 
     def _sliced_product(self, x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e, return_dequant):
         """Slice x and multiply, a chunk of batch items at a time when the slice codes of the whole

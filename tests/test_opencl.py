@@ -338,3 +338,38 @@ def test_no_platform_gives_clear_errors_not_a_crash(tmp_path):
     if "ignored" in r.stdout:
         pytest.skip("this OpenCL ICD loader ignores OCL_ICD_VENDORS")
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
+
+
+# ---- the engine and the layers on an OpenCL device --------------------------------------------------
+
+@pytest.mark.parametrize("noisy", [False, True])
+def test_engine_on_opencl_equals_the_cpu_engine(noisy):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((3, 20, 96)).astype(np.float32)
+    w = rng.standard_normal((96, 40)).astype(np.float32)
+    kw = dict(g_level=4, rdac=4, radc=2 ** 12, seed=5)
+    kw.update(dict(read_variation=0.05, vnoise=0.05, write_variation=0.02) if noisy else
+              dict(read_variation=0.0, vnoise=0.0, write_variation=0.0, rate_stuck_HGS=0.0))
+    cpu = pyfastpim.DPETensor(**kw)
+    cl = pyfastpim.DPETensor(device="opencl", **kw)
+    assert cl.device == "opencl" and cpu.device == "cpu"
+    a = pyfastpim.dpe_matmul(x, w, cpu)
+    b = pyfastpim.dpe_matmul(x, w, cl)
+    if noisy and not SIMD_NOISE:
+        assert rel(b, a) < 1e-5
+    else:
+        np.testing.assert_array_equal(b, a)
+    # a layer follows its engine
+    lin_cpu = pyfastpim.nn.LinearMem(cpu, 96, 40, [1, 1, 2, 2], [1, 1, 2, 2])
+    lin_cl = pyfastpim.nn.LinearMem(cl, 96, 40, [1, 1, 2, 2], [1, 1, 2, 2])
+    lin_cl.load_state_dict(lin_cpu.state_dict())
+    cpu.reset(5)
+    cl.reset(5)
+    with torch.no_grad():
+        ya = lin_cpu(torch.from_numpy(x))
+        yb = lin_cl(torch.from_numpy(x))
+    if noisy and not SIMD_NOISE:
+        assert rel(yb.numpy(), ya.numpy()) < 1e-5
+    else:
+        assert torch.equal(ya, yb)

@@ -451,7 +451,9 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
     st = pack_w(a, &s, Bp, Bs);
 
     void (*tile_fn)(const pf_dpe_tile *) = pf_dpe_tile_generic;
-    if (pf_active_isa() >= PF_ISA_AVX2)
+    if (pf_active_isa() >= PF_ISA_AVX512)
+        tile_fn = pf_dpe_tile_avx512;
+    else if (pf_active_isa() >= PF_ISA_AVX2)
         tile_fn = pf_dpe_tile_avx2;
     int any_table = 0;
     for (int j = 0; j < a->sw; j++)

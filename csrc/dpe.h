@@ -150,5 +150,6 @@ typedef struct {
 
 void pf_dpe_tile_generic(const pf_dpe_tile *t);
 void pf_dpe_tile_avx2(const pf_dpe_tile *t);
+void pf_dpe_tile_avx512(const pf_dpe_tile *t);
 
 #endif

@@ -7,6 +7,7 @@
 #include "philox_noise.h"
 
 #include <float.h>
+#include <pthread.h>
 #include <math.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -37,6 +38,36 @@ static int64_t rint_ratio(int64_t num, int64_t den)
     if (2 * r > den || (2 * r == den && (q & 1)))
         q++;
     return q;
+}
+
+/* Whether nearbyintf(acc * alpha) equals round-half-even(acc * (radc-1) / D)
+ * for every acc in [0, D]: checked exhaustively once per (D, radc) and
+ * remembered for the process (the check costs O(D), a call should not). */
+static int rint_is_exact(int64_t D, int64_t radc, float alpha)
+{
+    enum { CACHE = 64 };
+    static struct { int64_t D, radc; int exact; } cache[CACHE];
+    static int cached, next;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    int found = -1;
+    pthread_mutex_lock(&lock);
+    for (int e = 0; e < cached; e++)
+        if (cache[e].D == D && cache[e].radc == radc)
+            found = cache[e].exact;
+    pthread_mutex_unlock(&lock);
+    if (found >= 0)
+        return found;
+    int exact = 1;
+    for (int64_t acc = 0; acc <= D && exact; acc++)
+        if ((int64_t)nearbyintf((float)acc * alpha) != rint_ratio(acc * (radc - 1), D))
+            exact = 0;
+    pthread_mutex_lock(&lock);
+    cache[next] = (typeof(cache[0])){D, radc, exact};
+    next = (next + 1) % CACHE;
+    if (cached < CACHE)
+        cached++;
+    pthread_mutex_unlock(&lock);
+    return exact;
 }
 
 static float dac_code(int slice_value, int m, int rdac)
@@ -79,11 +110,7 @@ static pf_status setup_init(const pf_dpe_args *a, dpe_setup *s)
             continue;
         /* Noise-free: accept the fast rint(acc * alpha) only if it equals the
          * exact code for every reachable acc in [0, D]; else use a table. */
-        int exact = 1;
-        for (int64_t acc = 0; acc <= D && exact; acc++)
-            if ((int64_t)nearbyintf((float)acc * s->alpha[j]) != rint_ratio(acc * (a->radc[j] - 1), D))
-                exact = 0;
-        if (exact)
+        if (rint_is_exact(D, a->radc[j], s->alpha[j]))
             continue;
         float *tab = pf_alloc((size_t)(D + 1) * sizeof(float));
         if (!tab) {

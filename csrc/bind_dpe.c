@@ -121,8 +121,9 @@ static int parse_weights_and_device(pf_dpe_args *a, call_refs *refs, PyObject *o
                      "of the crossbar rows %lld", (long long)a->x_qc, (long long)a->w_qr, n);
         return -1;
     }
-    if (rdac < 2 || g_level < 2 || g_level > PF_MAX_LEVELS) {
-        PyErr_SetString(PyExc_ValueError, "arguments 'rdac'/'g_level': rdac >= 2 and 2 <= g_level <= 65536 required");
+    if (rdac < 2 || rdac > (1 << 24) || g_level < 2 || g_level > PF_MAX_LEVELS) {
+        PyErr_SetString(PyExc_ValueError, "arguments 'rdac'/'g_level': 2 <= rdac <= 2**24 and 2 <= g_level <= 65536 "
+                        "required");
         return -1;
     }
     if (!(HGS > LGS) || !(LGS >= 0)) {
@@ -143,10 +144,10 @@ static int parse_weights_and_device(pf_dpe_args *a, call_refs *refs, PyObject *o
     }
     for (int j = 0; j < a->sw; j++) {
         a->radc[j] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(rseq, j));
-        if (a->radc[j] < 2) {
+        if (a->radc[j] < 2 || a->radc[j] > (1 << 24)) {
             Py_DECREF(rseq);
             if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_ValueError, "argument 'radc': every ADC resolution must be >= 2");
+                PyErr_SetString(PyExc_ValueError, "argument 'radc': every ADC resolution must be in 2..2**24");
             return -1;
         }
     }

@@ -423,7 +423,7 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
         a->w_qr <= 0 || a->w_qc <= 0 || a->x_qc % a->n || a->w_qr % a->n)
         return PF_EINVAL;
     for (int j = 0; j < a->sw; j++)
-        if (a->radc[j] < 2 || a->w_max[j] > a->g_level - 1)
+        if (a->radc[j] < 2 || a->radc[j] > ((int64_t)1 << 24) || a->w_max[j] > a->g_level - 1)
             return PF_EINVAL;
     for (int i = 0; i < a->sx; i++)
         if (a->x_max[i] > 255)

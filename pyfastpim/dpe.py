@@ -140,6 +140,8 @@ class DPETensor:
                 raise ValueError('The resolution of the ADC should be larger than 1!')
         if self.rdac < 2:
             raise ValueError('The resolution of the DAC should be larger than 1!')
+        if self.rdac > 2 ** 24 or max(self.radc if self.radc_is_list else (self.radc,)) > 2 ** 24:
+            raise ValueError("arguments 'rdac'/'radc': converter resolutions above 2**24 levels are not supported")
         if self.g_level < 2:
             raise ValueError('The number of the conductance levels should be larger than 1!')
         if self.g_level > 256:

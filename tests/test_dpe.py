@@ -162,6 +162,10 @@ def test_engine_parameter_validation():
         DPETensor(seed=-3)
     with pytest.raises(ValueError, match="device"):
         DPETensor(device="tpu")
+    with pytest.raises(ValueError, match="radc"):
+        DPETensor(radc=2 ** 40)
+    with pytest.raises(ValueError, match="rdac"):
+        DPETensor(rdac=2 ** 31)
 
 
 def test_product_errors():

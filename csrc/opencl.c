@@ -34,7 +34,7 @@ struct pf_cl_device {
     cl_context ctx;
     cl_command_queue queue;
     cl_program program;
-    cl_kernel k_pack_x, k_pack_w, k_scales_w, k_mvm, k_normals;
+    cl_kernel k_pack_x, k_pack_w, k_scales_w, k_mvm, k_normals, k_gmax, k_dequant;
     size_t pack_local;
     int profile;          /* PYFASTPIM_CL_PROFILE=1: kernel times on stderr */
     int built;
@@ -347,7 +347,8 @@ void pf_cl_close(pf_cl_device *dev)
     if (dev->queue)
         clFinish(dev->queue);
     pf_cl_release_scratch(dev);
-    cl_kernel ks[] = {dev->k_pack_x, dev->k_pack_w, dev->k_scales_w, dev->k_mvm, dev->k_normals};
+    cl_kernel ks[] = {dev->k_pack_x, dev->k_pack_w, dev->k_scales_w, dev->k_mvm, dev->k_normals, dev->k_gmax,
+                      dev->k_dequant};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -490,6 +491,10 @@ pf_status pf_cl_build(pf_cl_device *dev, char *err, size_t errlen)
     CL_CHECK(rc, "clCreateKernel(pf_dpe_mvm)");
     dev->k_normals = clCreateKernel(dev->program, "pf_normals", &rc);
     CL_CHECK(rc, "clCreateKernel(pf_normals)");
+    dev->k_gmax = clCreateKernel(dev->program, "pf_im2col_gmax", &rc);
+    CL_CHECK(rc, "clCreateKernel(pf_im2col_gmax)");
+    dev->k_dequant = clCreateKernel(dev->program, "pf_im2col_dequant", &rc);
+    CL_CHECK(rc, "clCreateKernel(pf_im2col_dequant)");
     /* the pack kernels' work-groups must fit both of them */
     dev->pack_local = PF_CL_PACK_LOCAL;
     cl_kernel packs[2] = {dev->k_pack_x, dev->k_pack_w};
@@ -542,7 +547,8 @@ pf_status pf_cl_build(pf_cl_device *dev, char *err, size_t errlen)
     return PF_OK;
 fail:
     {
-        cl_kernel *ks[] = {&dev->k_pack_x, &dev->k_pack_w, &dev->k_scales_w, &dev->k_mvm, &dev->k_normals};
+        cl_kernel *ks[] = {&dev->k_pack_x, &dev->k_pack_w, &dev->k_scales_w, &dev->k_mvm, &dev->k_normals,
+                           &dev->k_gmax, &dev->k_dequant};
         for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
             if (*ks[i]) {
                 clReleaseKernel(*ks[i]);
@@ -810,6 +816,176 @@ int pf_cl_weights_match(const pf_cl_weights *w, const pf_dpe_args *a)
            w->w_gr == a->w_gr && w->w_gc == a->w_gc;
 }
 
+/* ---- implicit im2col (PF_DPE_X_IM2COL) ---- */
+
+/* Geometry as the kernels take it: (C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, 0, 0, 0). */
+static cl_long16 im2col_geo(const pf_im2col *c)
+{
+    cl_long16 g;
+    memset(&g, 0, sizeof g);
+    if (c) {
+        const int64_t v[13] = {c->channels, c->height, c->width, c->kh, c->kw, c->sh, c->sw,
+                               c->ph, c->pw, c->dh, c->dw, c->out_h, c->out_w};
+        for (int i = 0; i < 13; i++)
+            g.s[i] = v[i];
+    }
+    return g;
+}
+
+/* Bytes of the (N, C, H, W) image; PF_EOVERFLOW when they overflow or a size is negative. */
+static pf_status im2col_bytes(const pf_im2col *c, int64_t batch, size_t *bytes)
+{
+    if (batch < 0 || c->channels < 0 || c->height < 0 || c->width < 0 || c->kh < 1 || c->kw < 1 || c->sh < 1 ||
+        c->sw < 1 || c->dh < 1 || c->dw < 1 || c->ph < 0 || c->pw < 0 || c->out_h < 0 || c->out_w < 0)
+        return PF_EOVERFLOW;
+    size_t d[5] = {(size_t)batch, (size_t)c->channels, (size_t)c->height, (size_t)c->width, sizeof(float)};
+    size_t t;
+    if (pf_mul_sizes(d, 5, bytes) || pf_mul_size((size_t)c->out_h, (size_t)c->out_w, &t) ||
+        pf_mul_size(t, (size_t)c->channels * (size_t)c->kh, &t) || pf_mul_size(t, (size_t)c->kw, &t))
+        return PF_EOVERFLOW;
+    return PF_OK;
+}
+
+/* Bit offsets of the slices, 4 bits each (pf_slice_code_packed in base.cl). */
+static cl_ulong slice_offsets(const pf_slice_method *sm)
+{
+    cl_ulong offs = 0;
+    for (int i = 0; i < sm->n_slices && i < 16; i++)
+        offs |= (cl_ulong)(sm->offset[i] & 15) << (4 * i);
+    return offs;
+}
+
+pf_status pf_cl_im2col_granule_max(pf_cl_device *dev, const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc,
+                                   float *gran_max, char *err, size_t errlen)
+{
+    if (qr <= 0 || qc <= 0 || !c || !c->image) {
+        set_err(err, errlen, "im2col granule max: invalid arguments");
+        return PF_EINVAL;
+    }
+    size_t b_img, ng, b_g;
+    if (im2col_bytes(c, batch, &b_img) != PF_OK)
+        return PF_EOVERFLOW;
+    const int64_t R = c->out_h * c->out_w, K = c->channels * c->kh * c->kw;
+    const int64_t gr = pf_ceil_div(R, qr), gcn = pf_ceil_div(K, qc);
+    size_t dg[3] = {(size_t)batch, (size_t)gr, (size_t)gcn};
+    if (pf_mul_sizes(dg, 3, &ng) || pf_mul_size(ng, sizeof(float), &b_g))
+        return PF_EOVERFLOW;
+    if (ng == 0)
+        return PF_OK;
+    pf_status st = pf_cl_build(dev, err, errlen);
+    if (st != PF_OK)
+        return st;
+    cl_int bad = 0;
+    cl_mem mi = NULL, mg = NULL, mb = NULL;
+    int g_shared = 0, b_shared = 0;
+    if ((st = buf_in(dev, c->image, b_img, "input", &mi, err, errlen)) != PF_OK ||
+        (st = buf_out(dev, gran_max, b_g, &mg, &g_shared, err, errlen)) != PF_OK ||
+        (st = buf_out(dev, &bad, sizeof bad, &mb, &b_shared, err, errlen)) != PF_OK)
+        goto fail;
+    CL_CHECK(clEnqueueFillBuffer(dev->queue, mb, &bad, sizeof bad, 0, sizeof bad, 0, NULL, NULL),
+             "clEnqueueFillBuffer(flag)");
+    {
+        cl_kernel k = dev->k_gmax;
+        SET_ARG(k, 0, cl_mem, mi);
+        SET_ARG(k, 1, cl_long16, im2col_geo(c));
+        SET_ARG(k, 2, cl_mem, mg);
+        SET_ARG(k, 3, cl_mem, mb);
+        SET_ARG(k, 4, cl_ulong, (cl_ulong)batch);
+        SET_ARG(k, 5, cl_ulong, (cl_ulong)R);
+        SET_ARG(k, 6, cl_ulong, (cl_ulong)K);
+        SET_ARG(k, 7, cl_ulong, (cl_ulong)qr);
+        SET_ARG(k, 8, cl_ulong, (cl_ulong)qc);
+        SET_ARG(k, 9, cl_ulong, (cl_ulong)gr);
+        SET_ARG(k, 10, cl_ulong, (cl_ulong)gcn);
+        size_t gws = round_up(ng, dev->pack_local), lws = dev->pack_local;
+        if ((st = enqueue(dev, k, "pf_im2col_gmax", 1, &gws, &lws, err, errlen)) != PF_OK)
+            goto fail;
+    }
+    if ((st = buf_finish_out(dev, mg, gran_max, b_g, g_shared, err, errlen)) != PF_OK ||
+        (st = buf_finish_out(dev, mb, &bad, sizeof bad, b_shared, err, errlen)) != PF_OK)
+        goto fail;
+    clReleaseMemObject(mi);
+    clReleaseMemObject(mg);
+    clReleaseMemObject(mb);
+    if (bad) {
+        set_err(err, errlen, "argument 'input': contains NaN or infinity");
+        return PF_EINVAL;
+    }
+    return PF_OK;
+fail:
+    clFinish(dev->queue);
+    if (mi)
+        clReleaseMemObject(mi);
+    if (mg)
+        clReleaseMemObject(mg);
+    if (mb)
+        clReleaseMemObject(mb);
+    return st;
+}
+
+pf_status pf_cl_im2col_dequantize(pf_cl_device *dev, const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc,
+                                  const float *gran_max, int total_bits, int bfp, float *out, char *err,
+                                  size_t errlen)
+{
+    if (qr <= 0 || qc <= 0 || !c || !c->image || total_bits < 2 || total_bits > PF_MAX_TOTAL_BITS) {
+        set_err(err, errlen, "im2col dequantize: invalid arguments");
+        return PF_EINVAL;
+    }
+    size_t b_img, total, b_out, ng, b_g;
+    if (im2col_bytes(c, batch, &b_img) != PF_OK)
+        return PF_EOVERFLOW;
+    const int64_t R = c->out_h * c->out_w, K = c->channels * c->kh * c->kw;
+    const int64_t gr = pf_ceil_div(R, qr), gcn = pf_ceil_div(K, qc);
+    size_t d[3] = {(size_t)batch, (size_t)R, (size_t)K}, dg[3] = {(size_t)batch, (size_t)gr, (size_t)gcn};
+    if (pf_mul_sizes(d, 3, &total) || pf_mul_size(total, sizeof(float), &b_out) || pf_mul_sizes(dg, 3, &ng) ||
+        pf_mul_size(ng, sizeof(float), &b_g))
+        return PF_EOVERFLOW;
+    if (total == 0)
+        return PF_OK;
+    pf_status st = pf_cl_build(dev, err, errlen);
+    if (st != PF_OK)
+        return st;
+    cl_mem mi = NULL, mg = NULL, mo = NULL;
+    int shared = 0;
+    if ((st = buf_in(dev, c->image, b_img, "input", &mi, err, errlen)) != PF_OK ||
+        (st = buf_in(dev, gran_max, b_g, "x_gran_max", &mg, err, errlen)) != PF_OK ||
+        (st = buf_out(dev, out, b_out, &mo, &shared, err, errlen)) != PF_OK)
+        goto fail;
+    {
+        cl_kernel k = dev->k_dequant;
+        SET_ARG(k, 0, cl_mem, mi);
+        SET_ARG(k, 1, cl_long16, im2col_geo(c));
+        SET_ARG(k, 2, cl_mem, mg);
+        SET_ARG(k, 3, cl_mem, mo);
+        SET_ARG(k, 4, cl_ulong, (cl_ulong)total);
+        SET_ARG(k, 5, cl_ulong, (cl_ulong)R);
+        SET_ARG(k, 6, cl_ulong, (cl_ulong)K);
+        SET_ARG(k, 7, cl_ulong, (cl_ulong)qr);
+        SET_ARG(k, 8, cl_ulong, (cl_ulong)qc);
+        SET_ARG(k, 9, cl_ulong, (cl_ulong)gr);
+        SET_ARG(k, 10, cl_ulong, (cl_ulong)gcn);
+        SET_ARG(k, 11, cl_int, total_bits);
+        SET_ARG(k, 12, cl_int, bfp != 0);
+        size_t gws = round_up(total, dev->pack_local), lws = dev->pack_local;
+        if ((st = enqueue(dev, k, "pf_im2col_dequant", 1, &gws, &lws, err, errlen)) != PF_OK)
+            goto fail;
+    }
+    st = buf_finish_out(dev, mo, out, b_out, shared, err, errlen);
+    clReleaseMemObject(mi);
+    clReleaseMemObject(mg);
+    clReleaseMemObject(mo);
+    return st;
+fail:
+    clFinish(dev->queue);
+    if (mi)
+        clReleaseMemObject(mi);
+    if (mg)
+        clReleaseMemObject(mg);
+    if (mo)
+        clReleaseMemObject(mo);
+    return st;
+}
+
 /* ---- fused DPE MVM ---- */
 
 /* Per-call constants, computed exactly as setup_init in dpe.c. */
@@ -912,12 +1088,26 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
             set_err(err, errlen, "dpe_mvm: invalid ADC resolution or weight slice range");
             return PF_EINVAL;
         }
-    if (a->x_kind != PF_DPE_X_CODES) {
-        set_err(err, errlen, "dpe_mvm on OpenCL: only slice-code inputs are supported (not implicit im2col)");
+    for (int i = 0; i < a->sx; i++)
+        if (a->x_max[i] < 1 || a->x_max[i] > 255) {
+            set_err(err, errlen, "dpe_mvm: input slices must be 1 to 8 bits (codes are uint8)");
+            return PF_EINVAL;
+        }
+    const int im2col = a->x_kind == PF_DPE_X_IM2COL;
+    if (a->x_kind != PF_DPE_X_CODES && !im2col) {
+        set_err(err, errlen, "dpe_mvm on OpenCL: unknown input kind %d", (int)a->x_kind);
         return PF_EINVAL;
     }
-    if (a->so_p != 1 || a->so_r != a->cols || a->so_n != a->rows * a->cols) {
-        set_err(err, errlen, "dpe_mvm on OpenCL: the output must be contiguous (N, R, P)");
+    if (im2col && (!a->x_im2col || !a->x_gran_max || !a->x_im2col->image ||
+                   a->x_im2col->out_h * a->x_im2col->out_w != a->rows ||
+                   a->x_im2col->channels * a->x_im2col->kh * a->x_im2col->kw != a->inner ||
+                   a->x_method.n_slices != a->sx)) {
+        set_err(err, errlen, "dpe_mvm on OpenCL: inconsistent implicit im2col arguments");
+        return PF_EINVAL;
+    }
+    const int out_nphw = a->so_p == a->rows && a->so_r == 1 && a->so_n == a->rows * a->cols;
+    if (!out_nphw && (a->so_p != 1 || a->so_r != a->cols || a->so_n != a->rows * a->cols)) {
+        set_err(err, errlen, "dpe_mvm on OpenCL: the output must be contiguous (N, R, P) or (N, P, R)");
         return PF_EINVAL;
     }
     if (w && !pf_cl_weights_match(w, a)) {
@@ -945,7 +1135,7 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
     const size_t K = (size_t)a->inner, P = (size_t)a->cols, R = (size_t)a->rows;
     const size_t nb = (K + n - 1) / n;
     size_t Kp, G, unit_r, unit_c, Pp, a_row, cap_rows, Gc;
-    size_t b_x, b_xs, b_out, b_A, b_RS, b_B, b_CS, b_sig, t1;
+    size_t b_x, b_xs, b_out, b_A, b_RS, b_B, b_CS, b_sig, t1, b_img = 0;
     size_t nbase, t2;
     if (pf_mul_size(nb, n, &Kp) || pf_mul_size((size_t)a->batch, R, &G) || nb > INT32_MAX ||
         pf_mul_size((size_t)a->x_item0, R, &nbase) || pf_add_size(nbase, G, &t2) || pf_mul_size(t2, sx * K, &t2))
@@ -971,17 +1161,21 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
             pf_mul_sizes(dA, 3, &b_A) || pf_mul_sizes(dRS, 3, &b_RS) || pf_mul_sizes(dB, 4, &b_B) ||
             pf_mul_sizes(dCS, 3, &b_CS) || pf_mul_size((size_t)a->g_level, sizeof(float), &b_sig))
             return PF_EOVERFLOW;
+        if (im2col && im2col_bytes(a->x_im2col, a->batch, &b_img) != PF_OK)
+            return PF_EOVERFLOW;
     }
 
     cl_setup s;
     if ((st = setup_init(a, &s)) != PF_OK)
         return st;
-    enum { M_X, M_XS, M_WL, M_WC, M_WS, M_SIG, M_FP, M_DAC, M_TAB, M_TI, M_OUT, M_COUNT };
+    enum { M_X, M_XS, M_IMG, M_GMAX, M_WL, M_WC, M_WS, M_SIG, M_FP, M_DAC, M_TAB, M_TI, M_OUT, M_COUNT };
     cl_mem m[M_COUNT] = {0};
     cl_mem sA, sRS, sB, sCS;
     int out_shared = 0;
-    if ((st = buf_in(dev, a->x_codes, b_x, "x_codes", &m[M_X], err, errlen)) != PF_OK ||
-        (st = buf_in(dev, a->x_scale, b_xs, "x_scale", &m[M_XS], err, errlen)) != PF_OK ||
+    if ((st = buf_in(dev, im2col ? NULL : a->x_codes, b_x, "x_codes", &m[M_X], err, errlen)) != PF_OK ||
+        (st = buf_in(dev, im2col ? NULL : a->x_scale, b_xs, "x_scale", &m[M_XS], err, errlen)) != PF_OK ||
+        (st = buf_in(dev, im2col ? a->x_im2col->image : NULL, b_img, "input", &m[M_IMG], err, errlen)) != PF_OK ||
+        (st = buf_in(dev, im2col ? a->x_gran_max : NULL, b_xs, "x_gran_max", &m[M_GMAX], err, errlen)) != PF_OK ||
         (st = buf_in(dev, a->read_sigma, a->read_sigma ? b_sig : 0, "read_sigma", &m[M_SIG], err, errlen)) != PF_OK ||
         (st = buf_in(dev, s.fparams, (sx * sw + sw) * sizeof(float), "parameters", &m[M_FP], err, errlen)) != PF_OK ||
         (st = buf_in(dev, s.dac, sx * 256 * sizeof(float), "DAC table", &m[M_DAC], err, errlen)) != PF_OK ||
@@ -1075,6 +1269,13 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
         SET_ARG(k, 20, cl_uint, a->call);
         SET_ARG(k, 21, cl_ulong, sx);
         SET_ARG(k, 22, cl_ulong, nbase);
+        SET_ARG(k, 23, cl_int, im2col);
+        SET_ARG(k, 24, cl_mem, m[M_IMG]);
+        SET_ARG(k, 25, cl_mem, m[M_GMAX]);
+        SET_ARG(k, 26, cl_long16, im2col_geo(im2col ? a->x_im2col : NULL));
+        SET_ARG(k, 27, cl_int, im2col ? a->x_method.total_bits : 0);
+        SET_ARG(k, 28, cl_int, a->x_bfp != 0);
+        SET_ARG(k, 29, cl_ulong, im2col ? slice_offsets(&a->x_method) : 0);
         k = dev->k_mvm;
         SET_ARG(k, 0, cl_mem, sA);
         SET_ARG(k, 1, cl_mem, sB);
@@ -1093,6 +1294,8 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
         SET_ARG(k, 16, cl_int, a->sx);
         SET_ARG(k, 17, cl_int, a->sw);
         SET_ARG(k, 18, cl_int, s.any_table);
+        SET_ARG(k, 19, cl_ulong, R);
+        SET_ARG(k, 20, cl_int, out_nphw);
     }
     for (size_t g0 = 0; g0 < G; g0 += Gc) {
         size_t rows = G - g0 < Gc ? G - g0 : Gc;

@@ -78,9 +78,21 @@ size_t pf_cl_weights_bytes(const pf_cl_weights *w);
 /* 1 when w holds exactly a's weights (same pointers and shapes). */
 int pf_cl_weights_match(const pf_cl_weights *w, const pf_dpe_args *a);
 
-/* One fused MVM call (contract of pf_dpe_mvm; out is contiguous (N, R, P)).
+/* One fused MVM call (contract of pf_dpe_mvm; out is contiguous (N, R, P), or
+ * (N, P, R) as a convolution writes it; x_kind codes or implicit im2col).
  * w: resident weights for a, or NULL to transfer them for this call only. */
 pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_weights *w, char *err, size_t errlen);
+
+/* Implicit im2col (PF_DPE_X_IM2COL), the contract of dpe.h on the device:
+ * pf_cl_im2col_granule_max fills gran_max (N, ceil(R/qr), ceil(K/qc)) (PF_EINVAL
+ * naming 'input' when it holds NaN or infinity); pf_cl_dpe_mvm then takes
+ * x_kind = PF_DPE_X_IM2COL with that gran_max, and pf_cl_im2col_dequantize
+ * writes the dequantized unfolded input (N, R, K). */
+pf_status pf_cl_im2col_granule_max(pf_cl_device *dev, const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc,
+                                   float *gran_max, char *err, size_t errlen);
+pf_status pf_cl_im2col_dequantize(pf_cl_device *dev, const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc,
+                                  const float *gran_max, int total_bits, int bfp, float *out, char *err,
+                                  size_t errlen);
 
 /* out[e] = standard normal of element idx0 + e of a Philox stream, on the device. */
 pf_status pf_cl_normals(pf_cl_device *dev, uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0,

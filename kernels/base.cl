@@ -168,6 +168,92 @@ inline float pf_lane(float4 v, uint lane)
     return lane == 0 ? v.s0 : lane == 1 ? v.s1 : lane == 2 ? v.s2 : v.s3;
 }
 
+/* ---- csrc/quantize.h transcribed (spec sections 3-5) ----
+ * Float32 in the spec's order, rint = round half to even, no contraction, the
+ * division correctly rounded (host build option): the same codes as the CPU's
+ * slicing stage and fused im2col packer. */
+#define PF_BFP_EPS 1e-10f
+
+typedef struct {
+    float divisor, k;            /* INT: M (1 when M == 0), 2**(B-1) - 1 */
+    float inv_pow2e, pow2_bm2;   /* BFP: 2**-e, 2**(B-2) */
+    float qmin, qmax;            /* BFP clip */
+    float scale;                 /* INT M / K (0 when M == 0), BFP 2**(e+2-B) */
+    int exponent, bfp;
+} pf_qgran;
+
+/* exact 2**e for e in [-149, 127] */
+inline float pf_pow2f(int e)
+{
+    return e < -126 ? ldexp(1.0f, e) : as_float((uint)(e + 127) << 23);
+}
+
+/* e = floor(log2(M + 1e-10)) by frexp (exact) */
+inline int pf_bfp_exponent(float max_abs)
+{
+    int ex;
+    (void)frexp(max_abs + PF_BFP_EPS, &ex);
+    return ex - 1;
+}
+
+inline pf_qgran pf_qgran_bfp(int e, int total_bits)
+{
+    pf_qgran g;
+    g.bfp = 1;
+    g.exponent = e;
+    g.divisor = 1.0f;
+    g.k = 0.0f;
+    g.inv_pow2e = pf_pow2f(-e);
+    g.pow2_bm2 = pf_pow2f(total_bits - 2);
+    g.qmin = -pf_pow2f(total_bits - 1);
+    g.qmax = pf_pow2f(total_bits - 1) - 1.0f;
+    g.scale = pf_pow2f(e + 2 - total_bits);
+    return g;
+}
+
+inline pf_qgran pf_qgran_make(float max_abs, int total_bits, int bfp)
+{
+    if (bfp)
+        return pf_qgran_bfp(pf_bfp_exponent(max_abs), total_bits);
+    pf_qgran g;
+    g.bfp = 0;
+    g.exponent = 0;
+    g.inv_pow2e = g.pow2_bm2 = g.qmin = g.qmax = 0.0f;
+    g.k = (float)((1 << (total_bits - 1)) - 1);
+    g.divisor = max_abs > 0.0f ? max_abs : 1.0f;
+    g.scale = max_abs > 0.0f ? max_abs / g.k : 0.0f;
+    return g;
+}
+
+inline int pf_quantize(float x, const pf_qgran *g)
+{
+    if (!g->bfp)
+        return (int)rint(x / g->divisor * g->k);
+    float y = rint(x * g->inv_pow2e * g->pow2_bm2);
+    y = y < g->qmin ? g->qmin : y;
+    y = y > g->qmax ? g->qmax : y;
+    return (int)y;
+}
+
+inline float pf_dequantize(int q, const pf_qgran *g)
+{
+    return g->bfp ? (float)q * g->scale : (float)q / g->k * g->divisor;
+}
+
+inline int pf_twos_complement(int q, int total_bits)
+{
+    return q < 0 ? q + (1 << total_bits) : q;
+}
+
+/* Code of slice s when the bit offsets of the slices are packed 4 bits each
+ * into offs (slice s at bits 4s..4s+3) and total_bits closes the last one. */
+inline uint pf_slice_code_packed(int u, ulong offs, int s, int nslices, int total_bits)
+{
+    const int off = (int)((offs >> (4 * s)) & 15);
+    const int next = s + 1 < nslices ? (int)((offs >> (4 * (s + 1))) & 15) : total_bits;
+    return (uint)((u >> off) & ((1 << (next - off)) - 1));
+}
+
 /* out[e] = standard normal of element idx0 + e (tests and cross-device checks). */
 kernel void pf_normals(global float *out, ulong seed, uint stream, uint call, ulong idx0, ulong count)
 {

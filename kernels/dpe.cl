@@ -82,6 +82,56 @@ inline pf_vec pf_rint(pf_vec x)
     return ax < 8388608.0f ? r : x;
 }
 
+/* ---- implicit im2col input (PF_DPE_X_IM2COL, contract in dpe.h) ----
+ * geo = (C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, 0, 0, 0). Element
+ * (item, r, k) of the unfolded matrix, torch's unfold order (pf_im2col_row). */
+inline float pf_im2col_at(global const float *img, long16 geo, ulong item, ulong r, ulong k)
+{
+    const long khw = geo.s3 * geo.s4;
+    const long oh = (long)r / geo.sc, ow = (long)r % geo.sc;
+    const long ci = (long)k / khw, rem = (long)k % khw, ki = rem / geo.s4, kj = rem % geo.s4;
+    const long ih = oh * geo.s5 - geo.s7 + ki * geo.s9, iw = ow * geo.s6 - geo.s8 + kj * geo.sa;
+    return ih >= 0 && ih < geo.s1 && iw >= 0 && iw < geo.s2
+               ? img[(((long)item * geo.s0 + ci) * geo.s1 + ih) * geo.s2 + iw] : 0.0f;
+}
+
+/* Max-abs of every granule (qr, qc) of the unfolded matrix (N, R, K), one
+ * work-item per granule: global (N*gr*gc). *bad = 1 on NaN or infinity
+ * (pf_im2col_granule_max). Max is exact, so the order never matters. */
+kernel void pf_im2col_gmax(global const float *img, long16 geo, global float *gmax, global int *bad,
+                           ulong N, ulong R, ulong K, ulong qr, ulong qc, ulong gr, ulong gcn)
+{
+    const ulong id = get_global_id(0);
+    if (id >= N * gr * gcn)
+        return;
+    const ulong item = id / (gr * gcn), g = (id / gcn) % gr, q = id % gcn;
+    const ulong r1 = min((g + 1) * qr, R), c1 = min((q + 1) * qc, K);
+    float mx = 0.0f;
+    int nonfinite = 0;
+    for (ulong r = g * qr; r < r1; r++)
+        for (ulong k = q * qc; k < c1; k++) {
+            const float v = fabs(pf_im2col_at(img, geo, item, r, k));
+            nonfinite |= !(v <= FLT_MAX);
+            mx = v > mx ? v : mx;
+        }
+    gmax[id] = mx;
+    if (nonfinite)
+        *bad = 1;
+}
+
+/* Dequantized unfolded input (N, R, K) (pf_im2col_dequantize): global (N*R*K). */
+kernel void pf_im2col_dequant(global const float *img, long16 geo, global const float *gmax, global float *out,
+                              ulong total, ulong R, ulong K, ulong qr, ulong qc, ulong gr, ulong gcn,
+                              int total_bits, int bfp)
+{
+    const ulong e = get_global_id(0);
+    if (e >= total)
+        return;
+    const ulong k = e % K, g = e / K, item = g / R, r = g % R;
+    const pf_qgran gq = pf_qgran_make(gmax[(item * gr + r / qr) * gcn + k / qc], total_bits, bfp);
+    out[e] = pf_dequantize(pf_quantize(pf_im2col_at(img, geo, item, r, k), &gq), &gq);
+}
+
 /* Noise is drawn one Philox group (4 consecutive elements of the flat noise
  * index) per work-item, branch-free, so devices vectorize across work-items
  * (PoCL) or run one group per thread (GPUs). The pack kernels write only the
@@ -98,7 +148,9 @@ kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale
                           global float *A, global float *RS,
                           ulong G, ulong R, ulong K, ulong Kp, ulong Gc, ulong g0, ulong rows, ulong n,
                           ulong x_qr, ulong x_qc, ulong x_gr, ulong x_gc,
-                          int noise_x, float vnoise, ulong seed, uint call, ulong sx, ulong nbase)
+                          int noise_x, float vnoise, ulong seed, uint call, ulong sx, ulong nbase,
+                          int im2col, global const float *img, global const float *gmax, long16 geo,
+                          int total_bits, int bfp, ulong offs)
 {
     const ulong SK = sx * K;
     const ulong start = (nbase + g0) * SK, end = start + rows * SK;
@@ -121,13 +173,25 @@ kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale
         if (q * 4 + l >= end)
             break;
         const ulong gc = g - g0;
-        float V = dac[i * 256 + codes[(i * G + g) * K + k]];
+        uint code;
+        if (im2col) {
+            /* the slicing stage's arithmetic on the unfolded element (g, k) */
+            const ulong item = g / R, r = g % R;
+            const float M = gmax[(item * x_gr + r / x_qr) * x_gc + k / x_qc];
+            const pf_qgran gq = pf_qgran_make(M, total_bits, bfp);
+            const int u = pf_twos_complement(pf_quantize(pf_im2col_at(img, geo, item, r, k), &gq), total_bits);
+            code = pf_slice_code_packed(u, offs, (int)i, (int)sx, total_bits);
+        } else {
+            code = codes[(i * G + g) * K + k];
+        }
+        float V = dac[i * 256 + code];
         if (noise_x)
             V = V * (1.0f + vnoise * pf_lane(z, l));
         A[pf_a_index(i, k, gc, n, Kp / n, sx)] = V;
         if (i == 0 && k % n == 0) {
             const ulong item = g / R, r = g % R;
-            RS[(k / n) * Gc + gc] = x_scale[(item * x_gr + r / x_qr) * x_gc + k / x_qc];
+            const ulong gi = (item * x_gr + r / x_qr) * x_gc + k / x_qc;
+            RS[(k / n) * Gc + gc] = im2col ? pf_qgran_make(gmax[gi], total_bits, bfp).scale : x_scale[gi];
         }
     }
 }
@@ -197,7 +261,7 @@ kernel void pf_dpe_mvm(global const float *A, global const float *B, global cons
                        global const float *CS, global const float *fparams, global const float *tables,
                        global const int *tab_info, global float *out,
                        ulong g0, ulong rows_valid, ulong Gc, ulong Kp, ulong Pp, ulong P,
-                       int n, int nb, int sx, int sw, int use_table)
+                       int n, int nb, int sx, int sw, int use_table, ulong R, int out_nphw)
 {
     const ulong cb = get_global_id(0) * PF_TN, rb = get_global_id(1) * PF_TM;
     if (cb >= Pp || rb >= Gc)
@@ -259,10 +323,17 @@ kernel void pf_dpe_mvm(global const float *A, global const float *B, global cons
     for (int r = 0; r < PF_TM; r++) {
         if (rb + r >= rows_valid)
             break;
-        global float *dst = out + (g0 + rb + r) * P + cb;
         float v[PF_TN];
         PF_VSTORE(o[r], v);
-        for (int c = 0; c < PF_TN && cb + c < P; c++)
-            dst[c] = v[c];
+        const ulong g = g0 + rb + r;
+        if (out_nphw) { /* (N, P, R): a convolution's (N, C_out, H_out, W_out) */
+            global float *dst = out + ((g / R) * P + cb) * R + g % R;
+            for (int c = 0; c < PF_TN && cb + c < P; c++)
+                dst[(ulong)c * R] = v[c];
+        } else {
+            global float *dst = out + g * P + cb;
+            for (int c = 0; c < PF_TN && cb + c < P; c++)
+                dst[c] = v[c];
+        }
     }
 }

@@ -21,7 +21,7 @@ import threading
 
 from . import _core
 
-__all__ = ["devices", "resolve_device", "cl_dpe_mvm", "OpenCLDevice"]
+__all__ = ["devices", "resolve_device", "cl_dpe_mvm", "cl_dpe_conv2d", "OpenCLDevice"]
 
 OpenCLDevice = _core.OpenCLDevice
 
@@ -119,3 +119,22 @@ def cl_dpe_mvm(handle, *args, weights_key=None, **kwargs):
         raise TypeError("argument 'handle': expected an OpenCL device from pyfastpim.resolve_device(), got %s"
                         % type(handle).__name__)
     return handle.dpe_mvm(*args, weights_key=weights_key, **kwargs)
+
+
+def _check_handle(handle):
+    if not isinstance(handle, OpenCLDevice):
+        raise TypeError("argument 'handle': expected an OpenCL device from pyfastpim.resolve_device(), got %s"
+                        % type(handle).__name__)
+
+
+def cl_dpe_conv2d(handle, *args, weights_key=None, **kwargs):
+    """``_core.dpe_conv2d(*args, **kwargs)`` on the OpenCL device ``handle``: the implicit-im2col
+    convolution (granule max, on-the-fly quantize/slice/DAC, fused MVM, optional dequantized
+    unfolded input), all on the device.
+
+    Same arguments, validation, errors and results as the CPU (bit-identical with noise off; with
+    noise, equal to the CPU's AVX2 path). Returns ``(out (N, P, Ho, Wo), dequant or None)``.
+    ``weights_key`` as for :func:`cl_dpe_mvm`.
+    """
+    _check_handle(handle)
+    return handle.dpe_conv2d(*args, weights_key=weights_key, **kwargs)

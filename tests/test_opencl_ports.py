@@ -1,0 +1,164 @@
+"""Ports of the CPU kernels to OpenCL (kernels/*.cl) against the CPU kernels they mirror.
+
+- implicit-im2col convolution: ``cl_dpe_conv2d`` vs ``_core.dpe_conv2d`` (bit-identical noise
+  off; noise on, bit-identical where the CPU draws noise with its AVX2 path)
+
+Runs on whatever OpenCL device the ICD loader offers (PoCL in CI); skipped when there is none.
+"""
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import pyfastpim
+from pyfastpim import _core
+from pyfastpim.devices import cl_dpe_conv2d
+from test_dpe_kernel import HGS, LGS, widths
+
+NPLAT, _ = _core.cl_devices()
+pytestmark = pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform: the OpenCL ICD loader reports none "
+                                                   "(install pocl-opencl-icd to run these tests)")
+SIMD_NOISE = pyfastpim.cpu_isa()[0] in ("avx2", "avx512")
+FEW = 8 if os.environ.get("PYFASTPIM_SANITIZED") == "1" else 25
+
+
+@pytest.fixture(scope="module")
+def dev():
+    return pyfastpim.resolve_device("opencl")
+
+
+# ---- implicit-im2col convolution -------------------------------------------------------------------
+
+@st.composite
+def conv_configs(draw):
+    n = draw(st.sampled_from([1, 2, 4, 8]))
+    g_level = draw(st.sampled_from([4, 16]))
+    c = dict(
+        N=draw(st.integers(1, 2)), C=draw(st.integers(1, 4)), H=draw(st.integers(1, 9)), W=draw(st.integers(1, 9)),
+        P=draw(st.integers(1, 9)), kh=draw(st.integers(1, 3)), kw=draw(st.integers(1, 3)),
+        stride=(draw(st.integers(1, 2)), draw(st.integers(1, 2))),
+        padding=(draw(st.integers(0, 2)), draw(st.integers(0, 2))),
+        dilation=(draw(st.integers(1, 2)), draw(st.integers(1, 2))),
+        n=n, g_level=g_level, xw=draw(widths.filter(lambda w: sum(w) >= 2)), ww=draw(widths.filter(lambda w: max(w) <= int(np.log2(g_level)))),
+        xg=(draw(st.sampled_from([1, 3, 1000])), n * draw(st.sampled_from([1, 2, 1000]))),
+        wg=(n * draw(st.sampled_from([1, 3])), draw(st.sampled_from([1, 4, 1000]))),
+        bfp=draw(st.booleans()), rdac=draw(st.sampled_from([2, 16, 256])),
+        radc=draw(st.sampled_from([2, 16, 1024])), seed=draw(st.integers(0, 2 ** 32 - 1)),
+        scale=draw(st.sampled_from([1.0, 1e-3, 1e4])), zeros=draw(st.booleans()))
+    # the dilated kernel must fit the padded image
+    c["H"] = max(c["H"], c["dilation"][0] * (c["kh"] - 1) + 1 - 2 * c["padding"][0])
+    c["W"] = max(c["W"], c["dilation"][1] * (c["kw"] - 1) + 1 - 2 * c["padding"][1])
+    return c
+
+
+def conv_args(c, sigma=0.0, vnoise=0.0, cond=False, dequant=True):
+    rng = np.random.default_rng(c["seed"])
+    img = (rng.standard_normal((c["N"], c["C"], c["H"], c["W"])) * c["scale"]).astype(np.float32)
+    if c["zeros"]:
+        img[:, :1] = 0.0  # zero granules (INT divisor 1, scale 0)
+    K = c["C"] * c["kh"] * c["kw"]
+    mw = [2 ** w - 1 for w in reversed(c["ww"])]
+    wl = np.stack([rng.integers(0, m + 1, (K, c["P"])) for m in mw]).astype(np.uint8)
+    wsc = rng.random((-(-K // c["wg"][0]), -(-c["P"] // c["wg"][1]))).astype(np.float32)
+    wc = None
+    if cond:
+        QG = (HGS - LGS) / (c["g_level"] - 1)
+        wc = (wl * QG + LGS).astype(np.float32) * (1 + 0.02 * rng.standard_normal(wl.shape)).astype(np.float32)
+    sig = np.full(c["g_level"], sigma, np.float32) if sigma else None
+    return (img, (c["kh"], c["kw"]), c["stride"], c["padding"], c["dilation"], c["xg"], c["xw"], c["bfp"], wl, wc,
+            wsc, c["wg"], c["ww"], c["n"], c["rdac"], c["g_level"], [c["radc"]] * len(c["ww"]), HGS, LGS, sig,
+            vnoise, 7, 3, dequant)
+
+
+def conv_both(dev, args, **kw):
+    o1, d1 = _core.dpe_conv2d(*args)
+    o2, d2 = cl_dpe_conv2d(dev, *args, **kw)
+    return np.asarray(o1), np.asarray(o2), d1 if d1 is None else np.asarray(d1), d2 if d2 is None else np.asarray(d2)
+
+
+@given(conv_configs())
+@settings(max_examples=FEW, deadline=None)
+def test_conv2d_noise_free_is_bit_identical_to_the_cpu(dev, c):
+    o1, o2, d1, d2 = conv_both(dev, conv_args(c))
+    assert o2.shape == o1.shape and o2.dtype == np.float32
+    np.testing.assert_array_equal(o2, o1)
+    np.testing.assert_array_equal(d2, d1)
+
+
+@pytest.mark.skipif(not SIMD_NOISE, reason="bit-identical noise needs the CPU's AVX2 (SLEEF) noise path")
+@given(conv_configs(), st.sampled_from([0.0, 0.05]), st.sampled_from([0.0, 0.05]), st.booleans())
+@settings(max_examples=FEW, deadline=None)
+def test_conv2d_noisy_is_bit_identical_to_the_cpu(dev, c, sigma, vnoise, cond):
+    o1, o2, _, _ = conv_both(dev, conv_args(c, sigma, vnoise, cond, dequant=False))
+    np.testing.assert_array_equal(o2, o1)
+
+
+def test_conv2d_without_dequant_returns_none_and_accepts_a_weights_key(dev):
+    c = dict(N=2, C=3, H=7, W=6, P=4, kh=3, kw=3, stride=(1, 1), padding=(1, 1), dilation=(1, 1), n=9,
+             g_level=16, xw=(1, 1, 2, 2), ww=(1, 1, 2), xg=(1, 9), wg=(27, 4), bfp=False, rdac=16, radc=256,
+             seed=5, scale=1.0, zeros=False)
+    args = conv_args(c, dequant=False)
+    o1, o2, d1, d2 = conv_both(dev, args, weights_key=("conv", 1))
+    assert d1 is None and d2 is None
+    np.testing.assert_array_equal(o2, o1)
+    assert ("conv", 1) in dev.resident_weights
+    o3, _ = cl_dpe_conv2d(dev, *args, weights_key=("conv", 1))
+    np.testing.assert_array_equal(np.asarray(o3), o1)
+
+
+def test_conv2d_shares_host_memory_with_zero_copies(dev):
+    if not dev.zero_copy:
+        pytest.skip("device does not share host memory")
+    c = dict(N=2, C=4, H=8, W=8, P=8, kh=3, kw=3, stride=(1, 1), padding=(1, 1), dilation=(1, 1), n=4,
+             g_level=16, xw=(1, 1, 2, 2), ww=(1, 1, 2), xg=(1, 4), wg=(4, 8), bfp=True, rdac=16, radc=256,
+             seed=1, scale=1.0, zeros=False)
+    args = conv_args(c)
+    cl_dpe_conv2d(dev, *args)  # scratch grown outside the trace
+    with pyfastpim.memory.trace() as t:
+        cl_dpe_conv2d(dev, *args)
+    assert t.copies == 0 and t.copy_bytes == 0
+
+
+@pytest.mark.parametrize("change, exc, word", [
+    (lambda a: (a[0][..., 0],) + a[1:], ValueError, "input"),
+    (lambda a: (np.full((1, 1, 4, 4), np.nan, np.float32),) + a[1:], ValueError, "NaN"),
+    (lambda a: a[:1] + ((5, 5),) + a[2:], ValueError, "smaller than the dilated kernel"),
+    (lambda a: a[:2] + ((0, 1),) + a[3:], ValueError, "stride"),
+    (lambda a: a[:6] + ((1, 9, 2),) + a[7:], ValueError, "x_widths"),
+    (lambda a: a[:8] + (a[8][:, :5],) + a[9:], ValueError, "w_levels"),
+    (lambda a: a[:13] + (4,) + a[14:], ValueError, "'n'"),
+])
+def test_conv2d_bad_arguments_raise_as_on_the_cpu(dev, change, exc, word):
+    c = dict(N=1, C=1, H=4, W=4, P=3, kh=3, kw=3, stride=(1, 1), padding=(0, 0), dilation=(1, 1), n=9,
+             g_level=16, xw=(1, 1, 2), ww=(1, 1, 2), xg=(1, 9), wg=(9, 3), bfp=False, rdac=16, radc=256,
+             seed=1, scale=1.0, zeros=False)
+    args = change(conv_args(c))
+    with pytest.raises(exc, match=word):
+        _core.dpe_conv2d(*args)
+    with pytest.raises(exc, match=word):
+        cl_dpe_conv2d(dev, *args)
+
+
+def test_cl_dpe_conv2d_rejects_a_non_handle():
+    with pytest.raises(TypeError, match="handle"):
+        cl_dpe_conv2d("opencl", None)
+
+
+@pytest.mark.parametrize("noisy", [False, True])
+def test_engine_conv2d_on_opencl_equals_the_cpu_engine(noisy):
+    from pyfastpim.dpe import DPETensor
+    from pyfastpim.sliced import SlicedData
+    res = []
+    for device in ("cpu", "opencl"):
+        kw = {} if noisy else dict(write_variation=0, read_variation=0, vnoise=0)
+        eng = DPETensor(device=device, **kw)
+        rng = np.random.default_rng(0)
+        ws = SlicedData((1, 1, 2, 2), is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+        ws.slice_data_imp(eng, rng.standard_normal((27, 8)).astype(np.float32))
+        x = rng.standard_normal((2, 3, 10, 10)).astype(np.float32)
+        res.append(eng.forward_conv2d(x, ws, 3, padding=1, return_dequant=True))
+    if noisy and not SIMD_NOISE:
+        pytest.skip("bit-identical noise needs the CPU's AVX2 noise path")
+    np.testing.assert_array_equal(res[1][0], res[0][0])
+    np.testing.assert_array_equal(res[1][1], res[0][1])

@@ -8,6 +8,7 @@
  * with the GIL released, and the kernels run with the GIL released. */
 #include "array.h"
 #include "bindings.h"
+#include "bind_slicing.h"
 #include "dpe.h"
 #include "memory.h"
 #include "opencl.h"
@@ -776,6 +777,52 @@ done:
     return result;
 }
 
+/* ---- slicing: the arguments and results of _core.slice_quantize / program_conductance ---- */
+
+static PyObject *PfCLDevice_slice_quantize(PfCLDevice *self, PyObject *args, PyObject *kwds)
+{
+    pf_slice_call c;
+    if (pf_slice_call_parse(args, kwds, &c) < 0)
+        return NULL;
+    char err[PF_CL_ERRLEN] = "";
+    pf_status st;
+    lock_device(self);
+    Py_BEGIN_ALLOW_THREADS
+    st = pf_cl_slice_quantize(self->dev, (const float *)c.x->data, c.n, c.rows, c.cols, c.gran[0], c.gran[1], &c.sm,
+                              c.bfp, (uint8_t *)c.codes->data, (float *)c.gmax->data, (float *)c.gscale->data,
+                              c.gexp ? (int32_t *)c.gexp->data : NULL, c.dq ? (float *)c.dq->data : NULL, c.g_level,
+                              c.levels ? (uint8_t *)c.levels->data : NULL, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    unlock_device(self);
+    if (st != PF_OK && !(st == PF_EINVAL && strstr(err, "NaN"))) {
+        pf_slice_call_clear(&c);
+        return raise_cl(st, err, "slice_quantize on OpenCL");
+    }
+    return pf_slice_call_finish(&c, st);
+}
+
+static PyObject *PfCLDevice_program_conductance(PfCLDevice *self, PyObject *args, PyObject *kwds)
+{
+    PfArray *levels, *g;
+    pf_program_params p;
+    if (pf_program_call_parse(args, kwds, &levels, &g, &p) < 0)
+        return NULL;
+    char err[PF_CL_ERRLEN] = "";
+    pf_status st;
+    lock_device(self);
+    Py_BEGIN_ALLOW_THREADS
+    st = pf_cl_program_conductance(self->dev, (const uint8_t *)levels->data, levels->shape[0], levels->shape[1],
+                                   levels->shape[2], &p, (float *)g->data, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    unlock_device(self);
+    Py_DECREF(levels);
+    if (st != PF_OK) {
+        Py_DECREF(g);
+        return raise_cl(st, err, "program_conductance on OpenCL");
+    }
+    return (PyObject *)g;
+}
+
 static PyMethodDef PfCLDevice_methods[] = {
     {"build", (PyCFunction)PfCLDevice_build, METH_NOARGS,
      "build()\n--\n\nCompile the kernels for this device now (otherwise done at first use)."},
@@ -790,6 +837,13 @@ static PyMethodDef PfCLDevice_methods[] = {
      "return_dequant=False, weights_key=None)\n--\n\n"
      "_core.dpe_conv2d on this device (implicit im2col: granule max, quantize/slice/DAC in the packer, the fused "
      "MVM, the optional dequantized unfolded input); same results. weights_key as for dpe_mvm."},
+    {"slice_quantize", (PyCFunction)(void (*)(void))PfCLDevice_slice_quantize, METH_VARARGS | METH_KEYWORDS,
+     "slice_quantize(data, slice_method, paral_size, quant_gran=None, bw_e=None, dequant=False, g_level=None)\n--\n\n"
+     "_core.slice_quantize on this device: same arguments, errors and (bit-identical) results."},
+    {"program_conductance", (PyCFunction)(void (*)(void))PfCLDevice_program_conductance,
+     METH_VARARGS | METH_KEYWORDS,
+     "program_conductance(levels, g_level, HGS, LGS, write_variation=0, rate_stuck_HGS=0, rate_stuck_LGS=0, "
+     "seed=None)\n--\n\n_core.program_conductance on this device: same arguments, errors and results."},
     {"normals", (PyCFunction)PfCLDevice_normals, METH_VARARGS,
      "normals(seed, stream, call, idx0, count)\n--\n\nStandard normals of a Philox noise stream, drawn on the device."},
     {"release", (PyCFunction)PfCLDevice_release, METH_NOARGS,

@@ -19,6 +19,12 @@
 
 enum { SCR_A, SCR_RS, SCR_B, SCR_CS, SCR_COUNT };
 
+/* Every kernel of the program, created at build time. */
+enum { K_PACK_X, K_PACK_W, K_SCALES_W, K_MVM, K_NORMALS, K_GMAX, K_DEQUANT, K_SMAX, K_SSTATS, K_SQUANT, K_PCOND, K_COUNT };
+static const char *const kernel_names[K_COUNT] = {
+    "pf_dpe_pack_x", "pf_dpe_pack_w", "pf_dpe_scales_w", "pf_dpe_mvm", "pf_normals", "pf_im2col_gmax", "pf_im2col_dequant", "pf_slice_max", "pf_slice_stats", "pf_slice_quant", "pf_program_cond",
+};
+
 typedef struct {
     cl_mem mem;
     void *host; /* pf_alloc'd backing store on zero-copy devices */
@@ -34,7 +40,7 @@ struct pf_cl_device {
     cl_context ctx;
     cl_command_queue queue;
     cl_program program;
-    cl_kernel k_pack_x, k_pack_w, k_scales_w, k_mvm, k_normals, k_gmax, k_dequant;
+    cl_kernel k[K_COUNT];
     size_t pack_local;
     int profile;          /* PYFASTPIM_CL_PROFILE=1: kernel times on stderr */
     int built;
@@ -347,11 +353,9 @@ void pf_cl_close(pf_cl_device *dev)
     if (dev->queue)
         clFinish(dev->queue);
     pf_cl_release_scratch(dev);
-    cl_kernel ks[] = {dev->k_pack_x, dev->k_pack_w, dev->k_scales_w, dev->k_mvm, dev->k_normals, dev->k_gmax,
-                      dev->k_dequant};
-    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
-        if (ks[i])
-            clReleaseKernel(ks[i]);
+    for (int i = 0; i < K_COUNT; i++)
+        if (dev->k[i])
+            clReleaseKernel(dev->k[i]);
     if (dev->program)
         clReleaseProgram(dev->program);
     if (dev->queue)
@@ -481,23 +485,15 @@ pf_status pf_cl_build(pf_cl_device *dev, char *err, size_t errlen)
         st = PF_EDEVICE;
         goto fail;
     }
-    dev->k_pack_x = clCreateKernel(dev->program, "pf_dpe_pack_x", &rc);
-    CL_CHECK(rc, "clCreateKernel(pf_dpe_pack_x)");
-    dev->k_pack_w = clCreateKernel(dev->program, "pf_dpe_pack_w", &rc);
-    CL_CHECK(rc, "clCreateKernel(pf_dpe_pack_w)");
-    dev->k_scales_w = clCreateKernel(dev->program, "pf_dpe_scales_w", &rc);
-    CL_CHECK(rc, "clCreateKernel(pf_dpe_scales_w)");
-    dev->k_mvm = clCreateKernel(dev->program, "pf_dpe_mvm", &rc);
-    CL_CHECK(rc, "clCreateKernel(pf_dpe_mvm)");
-    dev->k_normals = clCreateKernel(dev->program, "pf_normals", &rc);
-    CL_CHECK(rc, "clCreateKernel(pf_normals)");
-    dev->k_gmax = clCreateKernel(dev->program, "pf_im2col_gmax", &rc);
-    CL_CHECK(rc, "clCreateKernel(pf_im2col_gmax)");
-    dev->k_dequant = clCreateKernel(dev->program, "pf_im2col_dequant", &rc);
-    CL_CHECK(rc, "clCreateKernel(pf_im2col_dequant)");
+    for (int i = 0; i < K_COUNT; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "clCreateKernel(%s)", kernel_names[i]);
+        dev->k[i] = clCreateKernel(dev->program, kernel_names[i], &rc);
+        CL_CHECK(rc, what);
+    }
     /* the pack kernels' work-groups must fit both of them */
     dev->pack_local = PF_CL_PACK_LOCAL;
-    cl_kernel packs[2] = {dev->k_pack_x, dev->k_pack_w};
+    cl_kernel packs[2] = {dev->k[K_PACK_X], dev->k[K_PACK_W]};
     for (int i = 0; i < 2; i++) {
         size_t pwg = 0;
         CL_CHECK(clGetKernelWorkGroupInfo(packs[i], dev->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof pwg, &pwg, NULL),
@@ -507,7 +503,7 @@ pf_status pf_cl_build(pf_cl_device *dev, char *err, size_t errlen)
     }
     /* the work-group must fit the compiled kernel: shrink y, then x */
     size_t kwg = 0;
-    CL_CHECK(clGetKernelWorkGroupInfo(dev->k_mvm, dev->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL),
+    CL_CHECK(clGetKernelWorkGroupInfo(dev->k[K_MVM], dev->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL),
              "clGetKernelWorkGroupInfo(pf_dpe_mvm)");
     size_t wi[3] = {1, 1, 1};
     if (clGetDeviceInfo(dev->device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof wi, wi, NULL) != CL_SUCCESS)
@@ -547,12 +543,10 @@ pf_status pf_cl_build(pf_cl_device *dev, char *err, size_t errlen)
     return PF_OK;
 fail:
     {
-        cl_kernel *ks[] = {&dev->k_pack_x, &dev->k_pack_w, &dev->k_scales_w, &dev->k_mvm, &dev->k_normals,
-                           &dev->k_gmax, &dev->k_dequant};
-        for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
-            if (*ks[i]) {
-                clReleaseKernel(*ks[i]);
-                *ks[i] = NULL;
+        for (int i = 0; i < K_COUNT; i++)
+            if (dev->k[i]) {
+                clReleaseKernel(dev->k[i]);
+                dev->k[i] = NULL;
             }
         if (dev->program)
             clReleaseProgram(dev->program);
@@ -885,7 +879,7 @@ pf_status pf_cl_im2col_granule_max(pf_cl_device *dev, const pf_im2col *c, int64_
     CL_CHECK(clEnqueueFillBuffer(dev->queue, mb, &bad, sizeof bad, 0, sizeof bad, 0, NULL, NULL),
              "clEnqueueFillBuffer(flag)");
     {
-        cl_kernel k = dev->k_gmax;
+        cl_kernel k = dev->k[K_GMAX];
         SET_ARG(k, 0, cl_mem, mi);
         SET_ARG(k, 1, cl_long16, im2col_geo(c));
         SET_ARG(k, 2, cl_mem, mg);
@@ -952,7 +946,7 @@ pf_status pf_cl_im2col_dequantize(pf_cl_device *dev, const pf_im2col *c, int64_t
         (st = buf_out(dev, out, b_out, &mo, &shared, err, errlen)) != PF_OK)
         goto fail;
     {
-        cl_kernel k = dev->k_dequant;
+        cl_kernel k = dev->k[K_DEQUANT];
         SET_ARG(k, 0, cl_mem, mi);
         SET_ARG(k, 1, cl_long16, im2col_geo(c));
         SET_ARG(k, 2, cl_mem, mg);
@@ -1211,7 +1205,7 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
             st = PF_EOVERFLOW;
             goto fail;
         }
-        cl_kernel k = dev->k_pack_w;
+        cl_kernel k = dev->k[K_PACK_W];
         SET_ARG(k, 0, cl_mem, wl);
         SET_ARG(k, 1, cl_mem, wc);
         SET_ARG(k, 2, cl_mem, m[M_SIG]);
@@ -1233,7 +1227,7 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
         size_t gws = round_up((total + 3) / 4, dev->pack_local), lws = dev->pack_local;
         if ((st = enqueue(dev, k, "pf_dpe_pack_w", 1, &gws, &lws, err, errlen)) != PF_OK)
             goto fail;
-        k = dev->k_scales_w;
+        k = dev->k[K_SCALES_W];
         SET_ARG(k, 0, cl_mem, ws);
         SET_ARG(k, 1, cl_mem, sCS);
         SET_ARG(k, 2, cl_ulong, P);
@@ -1247,7 +1241,7 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
             goto fail;
     }
     {
-        cl_kernel k = dev->k_pack_x;
+        cl_kernel k = dev->k[K_PACK_X];
         SET_ARG(k, 0, cl_mem, m[M_X]);
         SET_ARG(k, 1, cl_mem, m[M_XS]);
         SET_ARG(k, 2, cl_mem, m[M_DAC]);
@@ -1276,7 +1270,7 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
         SET_ARG(k, 27, cl_int, im2col ? a->x_method.total_bits : 0);
         SET_ARG(k, 28, cl_int, a->x_bfp != 0);
         SET_ARG(k, 29, cl_ulong, im2col ? slice_offsets(&a->x_method) : 0);
-        k = dev->k_mvm;
+        k = dev->k[K_MVM];
         SET_ARG(k, 0, cl_mem, sA);
         SET_ARG(k, 1, cl_mem, sB);
         SET_ARG(k, 2, cl_mem, sRS);
@@ -1299,15 +1293,15 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
     }
     for (size_t g0 = 0; g0 < G; g0 += Gc) {
         size_t rows = G - g0 < Gc ? G - g0 : Gc;
-        SET_ARG(dev->k_pack_x, 10, cl_ulong, g0);
-        SET_ARG(dev->k_pack_x, 11, cl_ulong, rows);
+        SET_ARG(dev->k[K_PACK_X], 10, cl_ulong, g0);
+        SET_ARG(dev->k[K_PACK_X], 11, cl_ulong, rows);
         size_t gx = round_up(rows * sx * K / 4 + 2, dev->pack_local), lx = dev->pack_local;
-        if ((st = enqueue(dev, dev->k_pack_x, "pf_dpe_pack_x", 1, &gx, &lx, err, errlen)) != PF_OK)
+        if ((st = enqueue(dev, dev->k[K_PACK_X], "pf_dpe_pack_x", 1, &gx, &lx, err, errlen)) != PF_OK)
             goto fail;
-        SET_ARG(dev->k_mvm, 8, cl_ulong, g0);
-        SET_ARG(dev->k_mvm, 9, cl_ulong, rows);
+        SET_ARG(dev->k[K_MVM], 8, cl_ulong, g0);
+        SET_ARG(dev->k[K_MVM], 9, cl_ulong, rows);
         size_t gm[2] = {Pp / (size_t)dev->tn, Gc / (size_t)dev->tm}, lm[2] = {dev->lx, dev->ly};
-        if ((st = enqueue(dev, dev->k_mvm, "pf_dpe_mvm", 2, gm, lm, err, errlen)) != PF_OK)
+        if ((st = enqueue(dev, dev->k[K_MVM], "pf_dpe_mvm", 2, gm, lm, err, errlen)) != PF_OK)
             goto fail;
     }
     st = buf_finish_out(dev, m[M_OUT], a->out, b_out, out_shared, err, errlen);
@@ -1336,7 +1330,7 @@ pf_status pf_cl_normals(pf_cl_device *dev, uint64_t seed, uint32_t stream, uint3
     int shared = 0;
     if ((st = buf_out(dev, out, bytes, &mo, &shared, err, errlen)) != PF_OK)
         return st;
-    cl_kernel k = dev->k_normals;
+    cl_kernel k = dev->k[K_NORMALS];
     SET_ARG(k, 0, cl_mem, mo);
     SET_ARG(k, 1, cl_ulong, seed);
     SET_ARG(k, 2, cl_uint, stream);
@@ -1354,5 +1348,213 @@ pf_status pf_cl_normals(pf_cl_device *dev, uint64_t seed, uint32_t stream, uint3
 fail:
     clFinish(dev->queue);
     clReleaseMemObject(mo);
+    return st;
+}
+
+/* ---- bit-slice/quantize and weight programming (kernels/slicing.cl) ---- */
+
+#define PF_CL_SLICE_SUB 256 /* columns per max-pass work-item */
+
+static int slice_method_ok(const pf_slice_method *sm)
+{
+    if (!sm || sm->n_slices < 1 || sm->n_slices > PF_MAX_SLICES || sm->total_bits < 2 ||
+        sm->total_bits > PF_MAX_TOTAL_BITS)
+        return 0;
+    int total = 0;
+    for (int s = 0; s < sm->n_slices; s++) {
+        if (sm->width[s] < 1 || sm->width[s] > PF_MAX_SLICE_WIDTH || sm->offset[s] != total)
+            return 0;
+        total += sm->width[s];
+    }
+    return total == sm->total_bits && sm->width[sm->n_slices - 1] == 1;
+}
+
+static void release_all(pf_cl_device *dev, cl_mem *m, int n)
+{
+    clFinish(dev->queue); /* nothing may still use host memory the caller frees */
+    release_mems(m, n);
+}
+
+pf_status pf_cl_slice_quantize(pf_cl_device *dev, const float *x, int64_t n, int64_t rows, int64_t cols,
+                               int64_t gran_rows, int64_t gran_cols, const pf_slice_method *sm, int bfp,
+                               uint8_t *codes, float *gran_max, float *gran_scale, int32_t *gran_exp, float *dequant,
+                               int g_level, uint8_t *levels, char *err, size_t errlen)
+{
+    if (n < 1 || rows < 1 || cols < 1 || gran_rows < 1 || gran_cols < 1 || !slice_method_ok(sm) || !x || !codes ||
+        !gran_max || !gran_scale || (bfp && !gran_exp) || (levels && (g_level < 2 || g_level > 256))) {
+        set_err(err, errlen, "slice_quantize: invalid arguments");
+        return PF_EINVAL;
+    }
+    if (levels)
+        for (int s = 0; s < sm->n_slices; s++)
+            if (sm->max_code[s] > g_level - 1) {
+                set_err(err, errlen, "slice_quantize: a weight slice needs more than g_level levels");
+                return PF_EINVAL;
+            }
+    const size_t NR = (size_t)n * (size_t)rows;
+    const size_t gr = (size_t)pf_ceil_div(rows, gran_rows) , gcn = (size_t)pf_ceil_div(cols, gran_cols);
+    const size_t qc = (size_t)gran_cols, sub = qc < PF_CL_SLICE_SUB ? qc : PF_CL_SLICE_SUB;
+    const size_t nsub = (qc + sub - 1) / sub;
+    size_t total, b_x, b_codes, ng, b_g, t;
+    if (pf_mul_size(NR, (size_t)cols, &total) || pf_mul_size(total, sizeof(float), &b_x) ||
+        pf_mul_size(total, (size_t)sm->n_slices, &b_codes) || pf_mul_size((size_t)n * gr, gcn, &ng) ||
+        pf_mul_size(ng, sizeof(float), &b_g) || pf_mul_size(gcn, nsub, &t))
+        return PF_EOVERFLOW;
+    pf_status st = pf_cl_build(dev, err, errlen);
+    if (st != PF_OK)
+        return st;
+    enum { X, GMAX, GSCALE, GEXP, CODES, DQ, LEV, BAD, COUNT };
+    cl_mem m[COUNT] = {0};
+    int sh[COUNT] = {0};
+    cl_int bad = 0;
+    if ((st = buf_in(dev, x, b_x, "data", &m[X], err, errlen)) != PF_OK ||
+        (st = buf_out(dev, gran_max, b_g, &m[GMAX], &sh[GMAX], err, errlen)) != PF_OK ||
+        (st = buf_out(dev, gran_scale, b_g, &m[GSCALE], &sh[GSCALE], err, errlen)) != PF_OK ||
+        (st = buf_out(dev, codes, b_codes, &m[CODES], &sh[CODES], err, errlen)) != PF_OK ||
+        (st = buf_out(dev, &bad, sizeof bad, &m[BAD], &sh[BAD], err, errlen)) != PF_OK ||
+        (gran_exp && (st = buf_out(dev, gran_exp, b_g, &m[GEXP], &sh[GEXP], err, errlen)) != PF_OK) ||
+        (dequant && (st = buf_out(dev, dequant, b_x, &m[DQ], &sh[DQ], err, errlen)) != PF_OK) ||
+        (levels && (st = buf_out(dev, levels, b_codes, &m[LEV], &sh[LEV], err, errlen)) != PF_OK))
+        goto fail;
+    /* kernels need a valid buffer in every argument: absent outputs get placeholders */
+    if ((!m[GEXP] && (st = buf_in(dev, NULL, 0, "", &m[GEXP], err, errlen)) != PF_OK) ||
+        (!m[DQ] && (st = buf_in(dev, NULL, 0, "", &m[DQ], err, errlen)) != PF_OK) ||
+        (!m[LEV] && (st = buf_in(dev, NULL, 0, "", &m[LEV], err, errlen)) != PF_OK))
+        goto fail;
+    {
+        const cl_uint zero = 0;
+        CL_CHECK(clEnqueueFillBuffer(dev->queue, m[GMAX], &zero, sizeof zero, 0, b_g, 0, NULL, NULL),
+                 "clEnqueueFillBuffer(gran_max)");
+        CL_CHECK(clEnqueueFillBuffer(dev->queue, m[BAD], &zero, sizeof zero, 0, sizeof zero, 0, NULL, NULL),
+                 "clEnqueueFillBuffer(flag)");
+        cl_kernel k = dev->k[K_SMAX];
+        SET_ARG(k, 0, cl_mem, m[X]);
+        SET_ARG(k, 1, cl_mem, m[GMAX]);
+        SET_ARG(k, 2, cl_ulong, NR);
+        SET_ARG(k, 3, cl_ulong, (cl_ulong)rows);
+        SET_ARG(k, 4, cl_ulong, (cl_ulong)cols);
+        SET_ARG(k, 5, cl_ulong, (cl_ulong)gran_rows);
+        SET_ARG(k, 6, cl_ulong, (cl_ulong)gran_cols);
+        SET_ARG(k, 7, cl_ulong, gr);
+        SET_ARG(k, 8, cl_ulong, gcn);
+        SET_ARG(k, 9, cl_ulong, nsub);
+        SET_ARG(k, 10, cl_ulong, sub);
+        size_t g2[2] = {NR, t};
+        if ((st = enqueue(dev, k, "pf_slice_max", 2, g2, NULL, err, errlen)) != PF_OK)
+            goto fail;
+        k = dev->k[K_SSTATS];
+        SET_ARG(k, 0, cl_mem, m[GMAX]);
+        SET_ARG(k, 1, cl_mem, m[GSCALE]);
+        SET_ARG(k, 2, cl_mem, m[GEXP]);
+        SET_ARG(k, 3, cl_mem, m[BAD]);
+        SET_ARG(k, 4, cl_ulong, ng);
+        SET_ARG(k, 5, cl_int, sm->total_bits);
+        SET_ARG(k, 6, cl_int, bfp != 0);
+        size_t g1 = round_up(ng, dev->pack_local), l1 = dev->pack_local;
+        if ((st = enqueue(dev, k, "pf_slice_stats", 1, &g1, &l1, err, errlen)) != PF_OK)
+            goto fail;
+        k = dev->k[K_SQUANT];
+        SET_ARG(k, 0, cl_mem, m[X]);
+        SET_ARG(k, 1, cl_mem, m[GMAX]);
+        SET_ARG(k, 2, cl_mem, m[CODES]);
+        SET_ARG(k, 3, cl_mem, m[DQ]);
+        SET_ARG(k, 4, cl_mem, m[LEV]);
+        SET_ARG(k, 5, cl_ulong, total);
+        SET_ARG(k, 6, cl_ulong, (cl_ulong)rows);
+        SET_ARG(k, 7, cl_ulong, (cl_ulong)cols);
+        SET_ARG(k, 8, cl_ulong, (cl_ulong)gran_rows);
+        SET_ARG(k, 9, cl_ulong, (cl_ulong)gran_cols);
+        SET_ARG(k, 10, cl_ulong, gr);
+        SET_ARG(k, 11, cl_ulong, gcn);
+        SET_ARG(k, 12, cl_int, sm->total_bits);
+        SET_ARG(k, 13, cl_int, bfp != 0);
+        SET_ARG(k, 14, cl_ulong, slice_offsets(sm));
+        SET_ARG(k, 15, cl_int, sm->n_slices);
+        SET_ARG(k, 16, cl_int, dequant != NULL);
+        SET_ARG(k, 17, cl_int, levels ? g_level : 0);
+        size_t gq = round_up(total, dev->pack_local), lq = dev->pack_local;
+        if ((st = enqueue(dev, k, "pf_slice_quant", 1, &gq, &lq, err, errlen)) != PF_OK)
+            goto fail;
+    }
+    if ((st = buf_finish_out(dev, m[BAD], &bad, sizeof bad, sh[BAD], err, errlen)) != PF_OK ||
+        (st = buf_finish_out(dev, m[GMAX], gran_max, b_g, sh[GMAX], err, errlen)) != PF_OK ||
+        (st = buf_finish_out(dev, m[GSCALE], gran_scale, b_g, sh[GSCALE], err, errlen)) != PF_OK ||
+        (st = buf_finish_out(dev, m[CODES], codes, b_codes, sh[CODES], err, errlen)) != PF_OK ||
+        (gran_exp && (st = buf_finish_out(dev, m[GEXP], gran_exp, b_g, sh[GEXP], err, errlen)) != PF_OK) ||
+        (dequant && (st = buf_finish_out(dev, m[DQ], dequant, b_x, sh[DQ], err, errlen)) != PF_OK) ||
+        (levels && (st = buf_finish_out(dev, m[LEV], levels, b_codes, sh[LEV], err, errlen)) != PF_OK))
+        goto fail;
+    release_mems(m, COUNT);
+    if (bad) {
+        set_err(err, errlen, "argument 'data': contains NaN or infinity; quantization needs finite values");
+        return PF_EINVAL;
+    }
+    return PF_OK;
+fail:
+    release_all(dev, m, COUNT);
+    return st;
+}
+
+/* smallest float >= t */
+static float float_ceil(double t)
+{
+    float f = (float)t;
+    if ((double)f < t)
+        f = nextafterf(f, INFINITY);
+    return f;
+}
+
+pf_status pf_cl_program_conductance(pf_cl_device *dev, const uint8_t *levels, int64_t n_slices, int64_t rows,
+                                    int64_t cols, const pf_program_params *p, float *conductance, char *err,
+                                    size_t errlen)
+{
+    if (!p || n_slices < 0 || rows < 0 || cols < 0 || p->g_level < 2 || !(p->lgs < p->hgs) ||
+        !(p->write_variation >= 0) || !(p->rate_stuck_hgs >= 0) || !(p->rate_stuck_lgs >= 0) ||
+        !(p->rate_stuck_hgs + p->rate_stuck_lgs <= 1.0)) {
+        set_err(err, errlen, "program_conductance: invalid parameters");
+        return PF_EINVAL;
+    }
+    size_t dims[3] = {(size_t)n_slices, (size_t)rows, (size_t)cols}, total, b_l, b_g;
+    if (pf_mul_sizes(dims, 3, &total) || pf_mul_size(total, sizeof(float), &b_g) || total > (size_t)INT64_MAX)
+        return PF_EOVERFLOW;
+    b_l = total;
+    if (total == 0)
+        return PF_OK;
+    if (!levels || !conductance) {
+        set_err(err, errlen, "program_conductance: missing arrays");
+        return PF_EINVAL;
+    }
+    pf_status st = pf_cl_build(dev, err, errlen);
+    if (st != PF_OK)
+        return st;
+    cl_mem m[2] = {0};
+    int shared = 0;
+    if ((st = buf_in(dev, levels, b_l, "levels", &m[0], err, errlen)) != PF_OK ||
+        (st = buf_out(dev, conductance, b_g, &m[1], &shared, err, errlen)) != PF_OK)
+        goto fail;
+    {
+        cl_kernel k = dev->k[K_PCOND];
+        SET_ARG(k, 0, cl_mem, m[0]);
+        SET_ARG(k, 1, cl_mem, m[1]);
+        SET_ARG(k, 2, cl_ulong, total);
+        SET_ARG(k, 3, cl_float, (float)((p->hgs - p->lgs) / (double)(p->g_level - 1)));
+        SET_ARG(k, 4, cl_float, (float)p->lgs);
+        SET_ARG(k, 5, cl_float, (float)p->hgs);
+        SET_ARG(k, 6, cl_float, (float)p->write_variation);
+        SET_ARG(k, 7, cl_int, p->write_variation > 0);
+        SET_ARG(k, 8, cl_int, p->rate_stuck_hgs > 0 || p->rate_stuck_lgs > 0);
+        SET_ARG(k, 9, cl_float, float_ceil(p->rate_stuck_hgs));
+        SET_ARG(k, 10, cl_float, float_ceil(p->rate_stuck_hgs + p->rate_stuck_lgs));
+        SET_ARG(k, 11, cl_ulong, p->seed);
+        size_t gws = round_up((total + 3) / 4, dev->pack_local), lws = dev->pack_local;
+        if ((st = enqueue(dev, k, "pf_program_cond", 1, &gws, &lws, err, errlen)) != PF_OK)
+            goto fail;
+    }
+    if ((st = buf_finish_out(dev, m[1], conductance, b_g, shared, err, errlen)) != PF_OK)
+        goto fail;
+    release_mems(m, 2);
+    return PF_OK;
+fail:
+    release_all(dev, m, 2);
     return st;
 }

@@ -21,6 +21,7 @@
 #define PF_OPENCL_H
 
 #include "dpe.h"
+#include "slicing.h"
 #include "pf_common.h"
 
 #include <stddef.h>
@@ -93,6 +94,16 @@ pf_status pf_cl_im2col_granule_max(pf_cl_device *dev, const pf_im2col *c, int64_
 pf_status pf_cl_im2col_dequantize(pf_cl_device *dev, const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc,
                                   const float *gran_max, int total_bits, int bfp, float *out, char *err,
                                   size_t errlen);
+
+/* Bit-slice/quantize (contract of pf_slice_quantize in slicing.h, same
+ * outputs bit for bit) and weight programming (pf_program_conductance). */
+pf_status pf_cl_slice_quantize(pf_cl_device *dev, const float *x, int64_t n, int64_t rows, int64_t cols,
+                               int64_t gran_rows, int64_t gran_cols, const pf_slice_method *sm, int bfp,
+                               uint8_t *codes, float *gran_max, float *gran_scale, int32_t *gran_exp, float *dequant,
+                               int g_level, uint8_t *levels, char *err, size_t errlen);
+pf_status pf_cl_program_conductance(pf_cl_device *dev, const uint8_t *levels, int64_t n_slices, int64_t rows,
+                                    int64_t cols, const pf_program_params *p, float *conductance, char *err,
+                                    size_t errlen);
 
 /* out[e] = standard normal of element idx0 + e of a Philox stream, on the device. */
 pf_status pf_cl_normals(pf_cl_device *dev, uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0,

@@ -2,6 +2,8 @@
 
 - implicit-im2col convolution: ``cl_dpe_conv2d`` vs ``_core.dpe_conv2d`` (bit-identical noise
   off; noise on, bit-identical where the CPU draws noise with its AVX2 path)
+- bit-slice/quantize and weight programming: ``OpenCLDevice.slice_quantize`` /
+  ``program_conductance`` vs ``_core.slice_quantize`` / ``program_conductance`` (bit-identical)
 
 Runs on whatever OpenCL device the ICD loader offers (PoCL in CI); skipped when there is none.
 """
@@ -162,3 +164,119 @@ def test_engine_conv2d_on_opencl_equals_the_cpu_engine(noisy):
         pytest.skip("bit-identical noise needs the CPU's AVX2 noise path")
     np.testing.assert_array_equal(res[1][0], res[0][0])
     np.testing.assert_array_equal(res[1][1], res[0][1])
+
+
+# ---- bit-slice/quantize and weight programming ------------------------------------------------------
+
+slice_methods = st.lists(st.integers(1, 4), min_size=1, max_size=4).map(lambda t: (1,) + tuple(t))
+
+
+@st.composite
+def slice_configs(draw):
+    weight = draw(st.booleans())
+    method = draw(slice_methods.filter(lambda m: not weight or max(m) <= 4))
+    shape = (draw(st.integers(1, 40)), draw(st.integers(1, 70)))
+    if not weight and draw(st.booleans()):
+        shape = (draw(st.integers(1, 3)),) + shape
+    paral = (draw(st.sampled_from([1, 2, 8, 32])), draw(st.sampled_from([1, 4, 32])))
+    gran = draw(st.one_of(st.none(), st.sampled_from(["per-matrix", "per-row", "per-col"]),
+                          st.tuples(st.integers(1, 50), st.integers(1, 80))))
+    return dict(shape=shape, method=method, paral=paral, gran=gran, bw_e=draw(st.sampled_from([None, 0, 8])),
+                dequant=draw(st.booleans()), g_level=draw(st.sampled_from([16, 256])) if weight else None,
+                scale=draw(st.sampled_from([1.0, 1e-6, 1e5])), zeros=draw(st.booleans()),
+                seed=draw(st.integers(0, 2 ** 32 - 1)))
+
+
+def slice_args(c):
+    rng = np.random.default_rng(c["seed"])
+    x = (rng.standard_normal(c["shape"]) * c["scale"]).astype(np.float32)
+    if c["zeros"]:
+        x[..., : x.shape[-1] // 2] = 0.0
+    return (x, c["method"], c["paral"], c["gran"], c["bw_e"], c["dequant"], c["g_level"])
+
+
+def assert_same_slices(a, b):
+    assert len(a) == len(b) == 7
+    for u, v in zip(a[:6], b[:6]):
+        assert (u is None) == (v is None)
+        if u is not None:
+            u, v = np.asarray(u), np.asarray(v)
+            assert u.dtype == v.dtype and u.shape == v.shape
+            np.testing.assert_array_equal(v, u)
+    assert tuple(a[6]) == tuple(b[6])
+
+
+@given(slice_configs())
+@settings(max_examples=FEW * 2, deadline=None)
+def test_slice_quantize_is_bit_identical_to_the_cpu(dev, c):
+    args = slice_args(c)
+    assert_same_slices(_core.slice_quantize(*args), dev.slice_quantize(*args))
+
+
+@given(st.integers(1, 5), st.integers(1, 30), st.integers(1, 50), st.sampled_from([2, 16, 256]),
+       st.sampled_from([0.0, 0.02, 0.3]), st.sampled_from([(0.0, 0.0), (0.1, 0.0), (0.05, 0.2), (1.0, 0.0)]),
+       st.integers(0, 2 ** 64 - 1))
+@settings(max_examples=FEW, deadline=None)
+def test_program_conductance_is_bit_identical_to_the_cpu(dev, S, R, C, g_level, wv, stuck, seed):
+    levels = np.random.default_rng(seed % 2 ** 32).integers(0, g_level, (S, R, C)).astype(np.uint8)
+    args = (levels, g_level, 1e-5, 1e-7, wv, stuck[0], stuck[1], seed)
+    np.testing.assert_array_equal(np.asarray(dev.program_conductance(*args)),
+                                  np.asarray(_core.program_conductance(*args)))
+
+
+def test_slicing_shares_host_memory_with_zero_copies(dev):
+    if not dev.zero_copy:
+        pytest.skip("device does not share host memory")
+    x = np.random.default_rng(0).standard_normal((64, 96)).astype(np.float32)
+    dev.slice_quantize(x, (1, 1, 2, 2), (32, 32), None, None, True, 16)
+    with pyfastpim.memory.trace() as t:
+        r = dev.slice_quantize(x, (1, 1, 2, 2), (32, 32), None, None, True, 16)
+        dev.program_conductance(np.asarray(r[5])[:, 0], 16, 1e-5, 1e-7, 0.02, 0.01, 0.01, 3)
+    assert t.copies == 0, t.by_kind
+
+
+@pytest.mark.parametrize("args, exc, word", [
+    ((np.array([[1.0, np.nan]], np.float32), (1, 2), (1, 1)), ValueError, "NaN or infinity"),
+    ((np.array([[1.0, np.inf]], np.float32), (1, 2), (1, 1), "per-matrix", 4), ValueError, "NaN or infinity"),
+    ((np.zeros((2, 2), np.float32), (2, 2), (1, 1)), ValueError, "slice_method"),
+    ((np.zeros((2, 2), np.float32), (1, 2), (0, 1)), ValueError, "paral_size"),
+    ((np.zeros((0, 2), np.float32), (1, 2), (1, 1)), ValueError, "empty"),
+    ((np.zeros((2, 2, 2, 2), np.float32), (1, 2), (1, 1)), ValueError, "data"),
+    ((np.zeros((2, 2), np.float32), (1, 2), (1, 1), "per-thing"), ValueError, "quant_gran"),
+    ((np.zeros((2, 2), np.float32), (1, 4), (1, 1), None, None, False, 4), ValueError, "g_level"),
+])
+def test_slice_quantize_errors_equal_the_cpu(dev, args, exc, word):
+    with pytest.raises(exc, match=word):
+        _core.slice_quantize(*args)
+    with pytest.raises(exc, match=word):
+        dev.slice_quantize(*args)
+
+
+@pytest.mark.parametrize("kw, word", [
+    (dict(HGS=1e-7, LGS=1e-5), "LGS"), (dict(write_variation=-1.0), "write_variation"),
+    (dict(rate_stuck_HGS=0.7, rate_stuck_LGS=0.7), "rate_stuck_LGS"), (dict(seed=-1), "seed"),
+])
+def test_program_conductance_errors_equal_the_cpu(dev, kw, word):
+    args = dict(levels=np.zeros((1, 2, 2), np.uint8), g_level=16, HGS=1e-5, LGS=1e-7)
+    args.update(kw)
+    with pytest.raises(ValueError, match=word):
+        _core.program_conductance(**args)
+    with pytest.raises(ValueError, match=word):
+        dev.program_conductance(**args)
+
+
+@pytest.mark.parametrize("is_weight", [False, True])
+def test_sliced_data_on_an_opencl_engine_equals_the_cpu_engine(is_weight):
+    from pyfastpim.dpe import DPETensor
+    from pyfastpim.sliced import SlicedData
+    x = np.random.default_rng(1).standard_normal((48, 40)).astype(np.float32)
+    res = []
+    for device in ("cpu", "opencl"):
+        s = SlicedData((1, 1, 2, 2), is_weight=is_weight, paral_size=(8, 8), quant_gran=(16, 8))
+        s.slice_data_imp(DPETensor(device=device), x)
+        res.append(s)
+    for name in ("_codes", "_gran_max", "_gran_scale", "_dequant", "_levels", "_conductance"):
+        u, v = getattr(res[0], name, None), getattr(res[1], name, None)
+        assert (u is None) == (v is None), name
+        if u is not None:
+            np.testing.assert_array_equal(v, u)

@@ -1354,6 +1354,7 @@ fail:
 /* ---- bit-slice/quantize and weight programming (kernels/slicing.cl) ---- */
 
 #define PF_CL_SLICE_SUB 256 /* columns per max-pass work-item */
+#define PF_CL_SQ_CHUNK 32   /* columns per quantize work-item (PF_SQ_CHUNK in slicing.cl) */
 
 static int slice_method_ok(const pf_slice_method *sm)
 {
@@ -1460,20 +1461,21 @@ pf_status pf_cl_slice_quantize(pf_cl_device *dev, const float *x, int64_t n, int
         SET_ARG(k, 3, cl_mem, m[DQ]);
         SET_ARG(k, 4, cl_mem, m[LEV]);
         SET_ARG(k, 5, cl_ulong, total);
-        SET_ARG(k, 6, cl_ulong, (cl_ulong)rows);
-        SET_ARG(k, 7, cl_ulong, (cl_ulong)cols);
-        SET_ARG(k, 8, cl_ulong, (cl_ulong)gran_rows);
-        SET_ARG(k, 9, cl_ulong, (cl_ulong)gran_cols);
-        SET_ARG(k, 10, cl_ulong, gr);
-        SET_ARG(k, 11, cl_ulong, gcn);
-        SET_ARG(k, 12, cl_int, sm->total_bits);
-        SET_ARG(k, 13, cl_int, bfp != 0);
-        SET_ARG(k, 14, cl_ulong, slice_offsets(sm));
-        SET_ARG(k, 15, cl_int, sm->n_slices);
-        SET_ARG(k, 16, cl_int, dequant != NULL);
-        SET_ARG(k, 17, cl_int, levels ? g_level : 0);
-        size_t gq = round_up(total, dev->pack_local), lq = dev->pack_local;
-        if ((st = enqueue(dev, k, "pf_slice_quant", 1, &gq, &lq, err, errlen)) != PF_OK)
+        SET_ARG(k, 6, cl_ulong, NR);
+        SET_ARG(k, 7, cl_ulong, (cl_ulong)rows);
+        SET_ARG(k, 8, cl_ulong, (cl_ulong)cols);
+        SET_ARG(k, 9, cl_ulong, (cl_ulong)gran_rows);
+        SET_ARG(k, 10, cl_ulong, (cl_ulong)gran_cols);
+        SET_ARG(k, 11, cl_ulong, gr);
+        SET_ARG(k, 12, cl_ulong, gcn);
+        SET_ARG(k, 13, cl_int, sm->total_bits);
+        SET_ARG(k, 14, cl_int, bfp != 0);
+        SET_ARG(k, 15, cl_ulong, slice_offsets(sm));
+        SET_ARG(k, 16, cl_int, sm->n_slices);
+        SET_ARG(k, 17, cl_int, dequant != NULL);
+        SET_ARG(k, 18, cl_int, levels ? g_level : 0);
+        size_t gq[2] = {NR, ((size_t)cols + PF_CL_SQ_CHUNK - 1) / PF_CL_SQ_CHUNK};
+        if ((st = enqueue(dev, k, "pf_slice_quant", 2, gq, NULL, err, errlen)) != PF_OK)
             goto fail;
     }
     if ((st = buf_finish_out(dev, m[BAD], &bad, sizeof bad, sh[BAD], err, errlen)) != PF_OK ||

@@ -182,6 +182,15 @@ typedef struct {
     int exponent, bfp;
 } pf_qgran;
 
+/* rint (round half to even) by the 2^23 trick, exact for every float (see
+ * pf_rint in dpe.cl): builtin rint is a library call on some runtimes (PoCL). */
+inline float pf_rintf(float x)
+{
+    const float ax = fabs(x);
+    const float r = copysign((ax + 8388608.0f) - 8388608.0f, x);
+    return ax < 8388608.0f ? r : x;
+}
+
 /* exact 2**e for e in [-149, 127] */
 inline float pf_pow2f(int e)
 {
@@ -228,8 +237,8 @@ inline pf_qgran pf_qgran_make(float max_abs, int total_bits, int bfp)
 inline int pf_quantize(float x, const pf_qgran *g)
 {
     if (!g->bfp)
-        return (int)rint(x / g->divisor * g->k);
-    float y = rint(x * g->inv_pow2e * g->pow2_bm2);
+        return (int)pf_rintf(x / g->divisor * g->k);
+    float y = pf_rintf(x * g->inv_pow2e * g->pow2_bm2);
     y = y < g->qmin ? g->qmin : y;
     y = y > g->qmax ? g->qmax : y;
     return (int)y;

@@ -9,7 +9,7 @@
  *                   at >= 0x7f800000). Max is exact: any order, same result.
  *   pf_slice_stats  global (N*gr*gc): bits -> gran_max, gran_scale, gran_exp;
  *                   *bad = 1 on NaN or infinity.
- *   pf_slice_quant  global (N*R*C): quantize, two's complement, slice codes,
+ *   pf_slice_quant  global (N*R, C/32): quantize, two's complement, slice codes,
  *                   optional dequantized value and programmed levels. */
 #pragma OPENCL FP_CONTRACT OFF
 
@@ -48,29 +48,94 @@ kernel void pf_slice_stats(global float *gmax, global float *gscale, global int 
         gexp[i] = g.exponent;
 }
 
-/* offs: bit offsets of the slices (pf_slice_code_packed); levels: g_level > 0 */
-kernel void pf_slice_quant(global const float *x, global const float *gmax, global uchar *codes, global float *dq,
-                           global uchar *levels, ulong total, ulong R, ulong C, ulong qr, ulong qc, ulong gr,
-                           ulong gcn, int total_bits, int bfp, ulong offs, int nslices, int want_dq, int g_level)
+/* global (N*R, ceil(C / PF_SQ_CHUNK)): PF_SQ_CHUNK consecutive elements of
+ * one row per work-item, the granule's parameters made once per granule run.
+ * offs: bit offsets of the slices (pf_slice_code_packed); lut: [s][256]
+ * programmed level of each code (pf_level_of_code, made by the host), read
+ * when want_levels. */
+#define PF_SQ_CHUNK 32
+
+inline float8 pf_rint8(float8 x)
 {
-    const ulong e = get_global_id(0);
-    if (e >= total)
-        return;
-    const ulong c = e % C, row = e / C;
-    const pf_qgran g = pf_qgran_make(gmax[((row / R) * gr + (row % R) / qr) * gcn + c / qc], total_bits, bfp);
-    const int q = pf_quantize(x[e], &g);
-    const int u = pf_twos_complement(q, total_bits);
+    const float8 ax = fabs(x);
+    const float8 r = copysign((ax + 8388608.0f) - 8388608.0f, x);
+    return select(x, r, ax < 8388608.0f);
+}
+
+/* Eight elements of one granule, the operations of pf_quantize / pf_dequantize /
+ * pf_level_of_code lane by lane (IEEE float ops: the same bits as scalar). */
+inline void pf_slice_quant8(global const float *x, ulong e, const pf_qgran *g, global uchar *codes,
+                            global float *dq, global uchar *levels, ulong total, int total_bits, ulong offs,
+                            int nslices, int want_dq, int g_level)
+{
+    const float8 v = vload8(0, x + e);
+    int8 qv;
+    if (!g->bfp) {
+        qv = convert_int8(pf_rint8(v / g->divisor * g->k));
+    } else {
+        float8 y = pf_rint8(v * g->inv_pow2e * g->pow2_bm2);
+        y = select(y, (float8)(g->qmin), y < g->qmin);
+        y = select(y, (float8)(g->qmax), y > g->qmax);
+        qv = convert_int8(y);
+    }
+    const int8 u = qv + select((int8)(0), (int8)(1 << total_bits), qv < 0);
     if (want_dq)
-        dq[e] = pf_dequantize(q, &g);
+        vstore8(g->bfp ? convert_float8(qv) * g->scale : convert_float8(qv) / g->k * g->divisor, 0, dq + e);
     for (int s = 0; s < nslices; s++) {
-        const uint code = pf_slice_code_packed(u, offs, s, nslices, total_bits);
-        codes[(ulong)s * total + e] = (uchar)code;
-        if (g_level > 0) {
-            const int off = (int)((offs >> (4 * s)) & 15);
-            const int next = s + 1 < nslices ? (int)((offs >> (4 * (s + 1))) & 15) : total_bits;
-            const float m = (float)((1 << (next - off)) - 1);
-            levels[(ulong)s * total + e] = (uchar)rint((float)code / m * (float)(g_level - 1));
+        const int off = (int)((offs >> (4 * s)) & 15);
+        const int next = s + 1 < nslices ? (int)((offs >> (4 * (s + 1))) & 15) : total_bits;
+        const int mask = (1 << (next - off)) - 1;
+        const int8 code = (u >> off) & mask;
+        vstore8(convert_uchar8(code), 0, codes + (ulong)s * total + e);
+        if (g_level > 0)
+            vstore8(convert_uchar8(convert_int8(pf_rint8(convert_float8(code) / (float)mask * (float)(g_level - 1)))),
+                    0, levels + (ulong)s * total + e);
+    }
+}
+
+/* global (N*R, ceil(C / PF_SQ_CHUNK)): PF_SQ_CHUNK consecutive elements of
+ * one row per work-item, the granule's parameters made once per granule run;
+ * runs of 8 inside one granule go through pf_slice_quant8. offs: bit offsets
+ * of the slices (pf_slice_code_packed); g_level > 0: programmed levels too. */
+kernel void pf_slice_quant(global const float *x, global const float *gmax, global uchar *codes, global float *dq,
+                           global uchar *levels, ulong total, ulong NR, ulong R, ulong C, ulong qr, ulong qc,
+                           ulong gr, ulong gcn, int total_bits, int bfp, ulong offs, int nslices, int want_dq,
+                           int g_level)
+{
+    const ulong row = get_global_id(0), c0 = get_global_id(1) * PF_SQ_CHUNK;
+    if (row >= NR || c0 >= C)
+        return;
+    const ulong c1 = min(c0 + PF_SQ_CHUNK, C);
+    global const float *gm = gmax + ((row / R) * gr + (row % R) / qr) * gcn;
+    ulong q = c0 / qc, next = (q + 1) * qc;
+    pf_qgran g = pf_qgran_make(gm[q], total_bits, bfp);
+    for (ulong c = c0; c < c1;) {
+        if (c == next) {
+            q++;
+            next += qc;
+            g = pf_qgran_make(gm[q], total_bits, bfp);
         }
+        const ulong e = row * C + c;
+        if (c + 8 <= min(next, c1) && e % 8 == 0) {
+            pf_slice_quant8(x, e, &g, codes, dq, levels, total, total_bits, offs, nslices, want_dq, g_level);
+            c += 8;
+            continue;
+        }
+        const int qv = pf_quantize(x[e], &g);
+        const int u = pf_twos_complement(qv, total_bits);
+        if (want_dq)
+            dq[e] = pf_dequantize(qv, &g);
+        for (int s = 0; s < nslices; s++) {
+            const uint code = pf_slice_code_packed(u, offs, s, nslices, total_bits);
+            codes[(ulong)s * total + e] = (uchar)code;
+            if (g_level > 0) {
+                const int off = (int)((offs >> (4 * s)) & 15);
+                const int nx = s + 1 < nslices ? (int)((offs >> (4 * (s + 1))) & 15) : total_bits;
+                levels[(ulong)s * total + e] = (uchar)pf_rintf((float)code / (float)((1 << (nx - off)) - 1) *
+                                                               (float)(g_level - 1));
+            }
+        }
+        c++;
     }
 }
 

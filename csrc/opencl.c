@@ -17,12 +17,13 @@
 #define PF_CL_A_CHUNK_BYTES ((size_t)64 << 20)
 #define PF_CL_PACK_LOCAL 64 /* work-group size of the pack kernels (at most; one noise group per item) */
 
-enum { SCR_A, SCR_RS, SCR_B, SCR_CS, SCR_COUNT };
+enum { SCR_A, SCR_RS, SCR_B, SCR_CS, SCR_Z, SCR_COUNT };
 
 /* Every kernel of the program, created at build time. */
-enum { K_PACK_X, K_PACK_W, K_SCALES_W, K_MVM, K_NORMALS, K_GMAX, K_DEQUANT, K_SMAX, K_SSTATS, K_SQUANT, K_PCOND, K_COUNT };
+enum { K_PACK_X, K_PACK_XI, K_PACK_W, K_SCALES_W, K_MVM, K_NORMALS, K_GMAX, K_DEQUANT, K_SMAX, K_SSTATS, K_SQUANT, K_PCOND, K_NRANGE, K_COUNT };
 static const char *const kernel_names[K_COUNT] = {
-    "pf_dpe_pack_x", "pf_dpe_pack_w", "pf_dpe_scales_w", "pf_dpe_mvm", "pf_normals", "pf_im2col_gmax", "pf_im2col_dequant", "pf_slice_max", "pf_slice_stats", "pf_slice_quant", "pf_program_cond",
+    "pf_dpe_pack_x", "pf_dpe_pack_x_im2col", "pf_dpe_pack_w", "pf_dpe_scales_w", "pf_dpe_mvm", "pf_normals", "pf_im2col_gmax", "pf_im2col_dequant", "pf_slice_max", "pf_slice_stats", "pf_slice_quant", "pf_program_cond",
+    "pf_normals_range",
 };
 
 typedef struct {
@@ -1099,6 +1100,16 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
         set_err(err, errlen, "dpe_mvm on OpenCL: inconsistent implicit im2col arguments");
         return PF_EINVAL;
     }
+    if (im2col) {
+        const pf_im2col *c = a->x_im2col;
+        const int64_t lim = INT32_MAX;
+        if (a->rows > lim || a->inner > lim || c->channels > lim || c->height > lim || c->width > lim ||
+            c->kh * c->kw > lim) {
+            set_err(err, errlen, "dpe_conv2d on OpenCL: image, patch and output sizes must be below 2**31");
+            return PF_EINVAL;
+        }
+    }
+    const int kx = im2col ? K_PACK_XI : K_PACK_X;
     const int out_nphw = a->so_p == a->rows && a->so_r == 1 && a->so_n == a->rows * a->cols;
     if (!out_nphw && (a->so_p != 1 || a->so_r != a->cols || a->so_n != a->rows * a->cols)) {
         set_err(err, errlen, "dpe_mvm on OpenCL: the output must be contiguous (N, R, P) or (N, P, R)");
@@ -1186,6 +1197,9 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
             goto fail;
     }
     cl_mem wl = w ? w->levels : m[M_WL], wc = w ? w->cond : m[M_WC], ws = w ? w->scale : m[M_WS];
+    cl_mem sZ = NULL; /* the chunk's voltage noise (implicit im2col with noise) */
+    if (im2col && (st = scratch_get(dev, SCR_Z, s.noise_x ? b_A : 64, "voltage noise", &sZ, err, errlen)) != PF_OK)
+        goto fail;
     if ((st = scratch_get(dev, SCR_A, b_A, "packed inputs", &sA, err, errlen)) != PF_OK ||
         (st = scratch_get(dev, SCR_RS, b_RS, "input scales", &sRS, err, errlen)) != PF_OK ||
         (st = scratch_get(dev, SCR_B, b_B, "packed weights", &sB, err, errlen)) != PF_OK ||
@@ -1241,7 +1255,7 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
             goto fail;
     }
     {
-        cl_kernel k = dev->k[K_PACK_X];
+        cl_kernel k = dev->k[kx];
         SET_ARG(k, 0, cl_mem, m[M_X]);
         SET_ARG(k, 1, cl_mem, m[M_XS]);
         SET_ARG(k, 2, cl_mem, m[M_DAC]);
@@ -1263,13 +1277,15 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
         SET_ARG(k, 20, cl_uint, a->call);
         SET_ARG(k, 21, cl_ulong, sx);
         SET_ARG(k, 22, cl_ulong, nbase);
-        SET_ARG(k, 23, cl_int, im2col);
-        SET_ARG(k, 24, cl_mem, m[M_IMG]);
-        SET_ARG(k, 25, cl_mem, m[M_GMAX]);
-        SET_ARG(k, 26, cl_long16, im2col_geo(im2col ? a->x_im2col : NULL));
-        SET_ARG(k, 27, cl_int, im2col ? a->x_method.total_bits : 0);
-        SET_ARG(k, 28, cl_int, a->x_bfp != 0);
-        SET_ARG(k, 29, cl_ulong, im2col ? slice_offsets(&a->x_method) : 0);
+        if (im2col) {
+            SET_ARG(k, 23, cl_mem, m[M_IMG]);
+            SET_ARG(k, 24, cl_mem, m[M_GMAX]);
+            SET_ARG(k, 25, cl_long16, im2col_geo(a->x_im2col));
+            SET_ARG(k, 26, cl_int, a->x_method.total_bits);
+            SET_ARG(k, 27, cl_int, a->x_bfp != 0);
+            SET_ARG(k, 28, cl_ulong, slice_offsets(&a->x_method));
+            SET_ARG(k, 29, cl_mem, sZ);
+        }
         k = dev->k[K_MVM];
         SET_ARG(k, 0, cl_mem, sA);
         SET_ARG(k, 1, cl_mem, sB);
@@ -1293,11 +1309,31 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
     }
     for (size_t g0 = 0; g0 < G; g0 += Gc) {
         size_t rows = G - g0 < Gc ? G - g0 : Gc;
-        SET_ARG(dev->k[K_PACK_X], 10, cl_ulong, g0);
-        SET_ARG(dev->k[K_PACK_X], 11, cl_ulong, rows);
-        size_t gx = round_up(rows * sx * K / 4 + 2, dev->pack_local), lx = dev->pack_local;
-        if ((st = enqueue(dev, dev->k[K_PACK_X], "pf_dpe_pack_x", 1, &gx, &lx, err, errlen)) != PF_OK)
-            goto fail;
+        SET_ARG(dev->k[kx], 10, cl_ulong, g0);
+        SET_ARG(dev->k[kx], 11, cl_ulong, rows);
+        if (im2col && s.noise_x) {
+            const cl_ulong zs = (nbase + g0) * sx * K, ze = zs + rows * sx * K;
+            cl_kernel kz = dev->k[K_NRANGE];
+            SET_ARG(kz, 0, cl_mem, sZ);
+            SET_ARG(kz, 1, cl_ulong, a->seed);
+            SET_ARG(kz, 2, cl_uint, 1u); /* PF_STREAM_VNOISE */
+            SET_ARG(kz, 3, cl_uint, a->call);
+            SET_ARG(kz, 4, cl_ulong, zs);
+            SET_ARG(kz, 5, cl_ulong, ze);
+            size_t gz = round_up(((ze + 3) / 4 - ((zs / 4) & ~(cl_ulong)7) + 7) / 8, dev->pack_local);
+            size_t lz = dev->pack_local;
+            if ((st = enqueue(dev, kz, "pf_normals_range", 1, &gz, &lz, err, errlen)) != PF_OK)
+                goto fail;
+        }
+        if (im2col) {
+            size_t gx[2] = {rows, (K + 3) / 4};
+            if ((st = enqueue(dev, dev->k[kx], "pf_dpe_pack_x_im2col", 2, gx, NULL, err, errlen)) != PF_OK)
+                goto fail;
+        } else {
+            size_t gx = round_up(rows * sx * K / 4 + 2, dev->pack_local), lx = dev->pack_local;
+            if ((st = enqueue(dev, dev->k[kx], "pf_dpe_pack_x", 1, &gx, &lx, err, errlen)) != PF_OK)
+                goto fail;
+        }
         SET_ARG(dev->k[K_MVM], 8, cl_ulong, g0);
         SET_ARG(dev->k[K_MVM], 9, cl_ulong, rows);
         size_t gm[2] = {Pp / (size_t)dev->tn, Gc / (size_t)dev->tm}, lm[2] = {dev->lx, dev->ly};

@@ -148,9 +148,7 @@ kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale
                           global float *A, global float *RS,
                           ulong G, ulong R, ulong K, ulong Kp, ulong Gc, ulong g0, ulong rows, ulong n,
                           ulong x_qr, ulong x_qc, ulong x_gr, ulong x_gc,
-                          int noise_x, float vnoise, ulong seed, uint call, ulong sx, ulong nbase,
-                          int im2col, global const float *img, global const float *gmax, long16 geo,
-                          int total_bits, int bfp, ulong offs)
+                          int noise_x, float vnoise, ulong seed, uint call, ulong sx, ulong nbase)
 {
     const ulong SK = sx * K;
     const ulong start = (nbase + g0) * SK, end = start + rows * SK;
@@ -173,25 +171,61 @@ kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale
         if (q * 4 + l >= end)
             break;
         const ulong gc = g - g0;
-        uint code;
-        if (im2col) {
-            /* the slicing stage's arithmetic on the unfolded element (g, k) */
-            const ulong item = g / R, r = g % R;
-            const float M = gmax[(item * x_gr + r / x_qr) * x_gc + k / x_qc];
-            const pf_qgran gq = pf_qgran_make(M, total_bits, bfp);
-            const int u = pf_twos_complement(pf_quantize(pf_im2col_at(img, geo, item, r, k), &gq), total_bits);
-            code = pf_slice_code_packed(u, offs, (int)i, (int)sx, total_bits);
-        } else {
-            code = codes[(i * G + g) * K + k];
-        }
-        float V = dac[i * 256 + code];
+        float V = dac[i * 256 + codes[(i * G + g) * K + k]];
         if (noise_x)
             V = V * (1.0f + vnoise * pf_lane(z, l));
         A[pf_a_index(i, k, gc, n, Kp / n, sx)] = V;
         if (i == 0 && k % n == 0) {
             const ulong item = g / R, r = g % R;
-            const ulong gi = (item * x_gr + r / x_qr) * x_gc + k / x_qc;
-            RS[(k / n) * Gc + gc] = im2col ? pf_qgran_make(gmax[gi], total_bits, bfp).scale : x_scale[gi];
+            RS[(k / n) * Gc + gc] = x_scale[(item * x_gr + r / x_qr) * x_gc + k / x_qc];
+        }
+    }
+}
+
+/* Inputs of the implicit im2col kind: pf_dpe_pack_x's contract (same
+ * arguments 0-22, same A, RS and noise) with the slice codes made on the fly,
+ * as pack_x_row_im2col in dpe.c: the unfolded element is quantized once with
+ * its granule (quantize.h arithmetic) and sliced for every slice. Global
+ * (rows, ceil(K / 4)): 4 consecutive columns of one row per work-item. With
+ * voltage noise, Z holds the chunk's normals (pf_normals_range over the
+ * chunk's contiguous noise range, 8 groups per work-item), element (gc, i, k)
+ * at (gc * sx + i) * K + k. Sizes below 2**31 (host checks):
+ * 32-bit divisions in the address arithmetic. */
+kernel void pf_dpe_pack_x_im2col(global const uchar *codes, global const float *x_scale, global const float *dac,
+                                 global float *A, global float *RS,
+                                 ulong G, ulong R, ulong K, ulong Kp, ulong Gc, ulong g0, ulong rows, ulong n,
+                                 ulong x_qr, ulong x_qc, ulong x_gr, ulong x_gc,
+                                 int noise_x, float vnoise, ulong seed, uint call, ulong sx, ulong nbase,
+                                 global const float *img, global const float *gmax, long16 geo, int total_bits,
+                                 int bfp, ulong offs, global const float *Z)
+{
+    const ulong gc = get_global_id(0), k0 = get_global_id(1) * 4;
+    if (gc >= rows || k0 >= K)
+        return;
+    const ulong g = g0 + gc, item = g / R;
+    const uint r = (uint)(g % R), Wo = (uint)geo.sc, kw = (uint)geo.s4, khw = (uint)(geo.s3 * geo.s4);
+    const uint qc = (uint)min(x_qc, K), qr = (uint)min(x_qr, R), nn = (uint)n;
+    const long oh = r / Wo, ow = r % Wo;
+    global const float *gm = gmax + (item * x_gr + r / qr) * x_gc;
+    const uint nk = (uint)min((ulong)4, K - k0);
+    int u[4] = {0, 0, 0, 0};
+    for (uint l = 0; l < nk; l++) {
+        const uint k = (uint)k0 + l, ci = k / khw, rem = k % khw, ki = rem / kw, kj = rem % kw;
+        const long ih = oh * geo.s5 - geo.s7 + (long)ki * geo.s9, iw = ow * geo.s6 - geo.s8 + (long)kj * geo.sa;
+        const float v = ih >= 0 && ih < geo.s1 && iw >= 0 && iw < geo.s2
+                            ? img[(((long)item * geo.s0 + ci) * geo.s1 + ih) * geo.s2 + iw] : 0.0f;
+        const pf_qgran gq = pf_qgran_make(gm[k / qc], total_bits, bfp);
+        u[l] = pf_twos_complement(pf_quantize(v, &gq), total_bits);
+        if (k % nn == 0)
+            RS[(k / nn) * Gc + gc] = gq.scale;
+    }
+    for (uint i = 0; i < (uint)sx; i++) {
+        global const float *z = Z + (gc * sx + i) * K + k0;
+        for (uint l = 0; l < nk; l++) {
+            float V = dac[i * 256 + pf_slice_code_packed(u[l], offs, (int)i, (int)sx, total_bits)];
+            if (noise_x)
+                V = V * (1.0f + vnoise * z[l]);
+            A[pf_a_index(i, k0 + l, gc, n, Kp / n, sx)] = V;
         }
     }
 }

@@ -17,7 +17,7 @@
 #define PF_CL_A_CHUNK_BYTES ((size_t)64 << 20)
 #define PF_CL_PACK_LOCAL 64 /* work-group size of the pack kernels (at most; one noise group per item) */
 
-enum { SCR_A, SCR_RS, SCR_B, SCR_CS, SCR_Z, SCR_COUNT };
+enum { SCR_A, SCR_RS, SCR_B, SCR_CS, SCR_Z, SCR_ZW, SCR_COUNT };
 
 /* Every kernel of the program, created at build time. */
 enum { K_PACK_X, K_PACK_XI, K_PACK_W, K_SCALES_W, K_MVM, K_NORMALS, K_GMAX, K_DEQUANT, K_SMAX, K_SSTATS, K_SQUANT, K_PCOND, K_NRANGE, K_COUNT };
@@ -811,6 +811,30 @@ int pf_cl_weights_match(const pf_cl_weights *w, const pf_dpe_args *a)
            w->w_gr == a->w_gr && w->w_gc == a->w_gc;
 }
 
+/* out[e - start] = normal of element e of a Philox stream, e in [start, end),
+ * drawn 8 groups per work-item (pf_normals_range in base.cl). */
+static pf_status normals_range(pf_cl_device *dev, cl_mem out, uint64_t seed, cl_uint stream, cl_uint call,
+                               cl_ulong start, cl_ulong end, char *err, size_t errlen)
+{
+    pf_status st = PF_OK;
+    if (end <= start)
+        return PF_OK;
+    cl_kernel k = dev->k[K_NRANGE];
+    SET_ARG(k, 0, cl_mem, out);
+    SET_ARG(k, 1, cl_ulong, seed);
+    SET_ARG(k, 2, cl_uint, stream);
+    SET_ARG(k, 3, cl_uint, call);
+    SET_ARG(k, 4, cl_ulong, start);
+    SET_ARG(k, 5, cl_ulong, end);
+    {
+        size_t gz = round_up(((end + 3) / 4 - ((start / 4) & ~(cl_ulong)7) + 7) / 8, dev->pack_local);
+        size_t lz = dev->pack_local;
+        return enqueue(dev, k, "pf_normals_range", 1, &gz, &lz, err, errlen);
+    }
+fail:
+    return st;
+}
+
 /* ---- implicit im2col (PF_DPE_X_IM2COL) ---- */
 
 /* Geometry as the kernels take it: (C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, 0, 0, 0). */
@@ -1197,8 +1221,17 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
             goto fail;
     }
     cl_mem wl = w ? w->levels : m[M_WL], wc = w ? w->cond : m[M_WC], ws = w ? w->scale : m[M_WS];
-    cl_mem sZ = NULL; /* the chunk's voltage noise (implicit im2col with noise) */
-    if (im2col && (st = scratch_get(dev, SCR_Z, s.noise_x ? b_A : 64, "voltage noise", &sZ, err, errlen)) != PF_OK)
+    /* normals drawn by pf_normals_range: the chunk's voltage noise, the weights' read noise */
+    cl_mem sZ = NULL, sZW = NULL;
+    const int read_noise = s.noise_w && a->read_sigma;
+    size_t b_zw;
+    size_t dzw[4] = {sw, K, P, sizeof(float)};
+    if (pf_mul_sizes(dzw, 4, &b_zw)) {
+        st = PF_EOVERFLOW;
+        goto fail;
+    }
+    if ((st = scratch_get(dev, SCR_Z, s.noise_x ? b_A : 64, "voltage noise", &sZ, err, errlen)) != PF_OK ||
+        (st = scratch_get(dev, SCR_ZW, read_noise ? b_zw : 64, "read noise", &sZW, err, errlen)) != PF_OK)
         goto fail;
     if ((st = scratch_get(dev, SCR_A, b_A, "packed inputs", &sA, err, errlen)) != PF_OK ||
         (st = scratch_get(dev, SCR_RS, b_RS, "input scales", &sRS, err, errlen)) != PF_OK ||
@@ -1219,6 +1252,9 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
             st = PF_EOVERFLOW;
             goto fail;
         }
+        if (read_noise && (st = normals_range(dev, sZW, a->seed, 0u /* PF_STREAM_READ */, a->call, 0, total, err,
+                                              errlen)) != PF_OK)
+            goto fail;
         cl_kernel k = dev->k[K_PACK_W];
         SET_ARG(k, 0, cl_mem, wl);
         SET_ARG(k, 1, cl_mem, wc);
@@ -1238,6 +1274,7 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
         SET_ARG(k, 15, cl_ulong, a->seed);
         SET_ARG(k, 16, cl_uint, a->call);
         SET_ARG(k, 17, cl_uint, (cl_uint)(a->g_level - 1));
+        SET_ARG(k, 18, cl_mem, sZW);
         size_t gws = round_up((total + 3) / 4, dev->pack_local), lws = dev->pack_local;
         if ((st = enqueue(dev, k, "pf_dpe_pack_w", 1, &gws, &lws, err, errlen)) != PF_OK)
             goto fail;
@@ -1284,8 +1321,8 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
             SET_ARG(k, 26, cl_int, a->x_method.total_bits);
             SET_ARG(k, 27, cl_int, a->x_bfp != 0);
             SET_ARG(k, 28, cl_ulong, slice_offsets(&a->x_method));
-            SET_ARG(k, 29, cl_mem, sZ);
         }
+        SET_ARG(k, im2col ? 29 : 23, cl_mem, sZ);
         k = dev->k[K_MVM];
         SET_ARG(k, 0, cl_mem, sA);
         SET_ARG(k, 1, cl_mem, sB);
@@ -1311,20 +1348,10 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
         size_t rows = G - g0 < Gc ? G - g0 : Gc;
         SET_ARG(dev->k[kx], 10, cl_ulong, g0);
         SET_ARG(dev->k[kx], 11, cl_ulong, rows);
-        if (im2col && s.noise_x) {
-            const cl_ulong zs = (nbase + g0) * sx * K, ze = zs + rows * sx * K;
-            cl_kernel kz = dev->k[K_NRANGE];
-            SET_ARG(kz, 0, cl_mem, sZ);
-            SET_ARG(kz, 1, cl_ulong, a->seed);
-            SET_ARG(kz, 2, cl_uint, 1u); /* PF_STREAM_VNOISE */
-            SET_ARG(kz, 3, cl_uint, a->call);
-            SET_ARG(kz, 4, cl_ulong, zs);
-            SET_ARG(kz, 5, cl_ulong, ze);
-            size_t gz = round_up(((ze + 3) / 4 - ((zs / 4) & ~(cl_ulong)7) + 7) / 8, dev->pack_local);
-            size_t lz = dev->pack_local;
-            if ((st = enqueue(dev, kz, "pf_normals_range", 1, &gz, &lz, err, errlen)) != PF_OK)
-                goto fail;
-        }
+        if (s.noise_x && (st = normals_range(dev, sZ, a->seed, 1u /* PF_STREAM_VNOISE */, a->call,
+                                             (nbase + g0) * sx * K, (nbase + g0 + rows) * sx * K, err, errlen)) !=
+                             PF_OK)
+            goto fail;
         if (im2col) {
             size_t gx[2] = {rows, (K + 3) / 4};
             if ((st = enqueue(dev, dev->k[kx], "pf_dpe_pack_x_im2col", 2, gx, NULL, err, errlen)) != PF_OK)

@@ -142,20 +142,22 @@ kernel void pf_im2col_dequant(global const float *img, long16 geo, global const 
  * the CPU (pf_vnoise_index in dpe.c), element (g, i, k) of slice i draws
  * noise index ((item0*R + g) * Sx + i) * K + k (independent of the batch
  * size; nbase = item0 * R): the rows of a chunk are one contiguous index
- * range. V = dac[v], times (1 + vnoise * z) with noise, for every code
+ * range, whose normals the host draws into Z first (pf_normals_range, 8
+ * Philox groups per work-item), Z[e - start] for noise index e. V = dac[v],
+ * times (1 + vnoise * z) with noise, for every code
  * (code 0 gives +-0, as the CPU's branch-free packing). Also writes RS. */
 kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale, global const float *dac,
                           global float *A, global float *RS,
                           ulong G, ulong R, ulong K, ulong Kp, ulong Gc, ulong g0, ulong rows, ulong n,
                           ulong x_qr, ulong x_qc, ulong x_gr, ulong x_gc,
-                          int noise_x, float vnoise, ulong seed, uint call, ulong sx, ulong nbase)
+                          int noise_x, float vnoise, ulong seed, uint call, ulong sx, ulong nbase,
+                          global const float *Z)
 {
     const ulong SK = sx * K;
     const ulong start = (nbase + g0) * SK, end = start + rows * SK;
     const ulong q = (start >> 2) + get_global_id(0);
     if (q * 4 >= end)
         return;
-    const float4 z = noise_x ? pf_normal4(seed, PF_STREAM_VNOISE, call, q) : (float4)(0.0f);
     const uint l0 = q * 4 < start ? (uint)(start - q * 4) : 0;
     /* decode the first lane, then step (k, i, g) without further divisions */
     const ulong e0 = q * 4 + l0 - nbase * SK, rem0 = e0 % SK;
@@ -173,7 +175,7 @@ kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale
         const ulong gc = g - g0;
         float V = dac[i * 256 + codes[(i * G + g) * K + k]];
         if (noise_x)
-            V = V * (1.0f + vnoise * pf_lane(z, l));
+            V = V * (1.0f + vnoise * Z[q * 4 + l - start]);
         A[pf_a_index(i, k, gc, n, Kp / n, sx)] = V;
         if (i == 0 && k % n == 0) {
             const ulong item = g / R, r = g % R;
@@ -236,12 +238,11 @@ kernel void pf_dpe_pack_x_im2col(global const uchar *codes, global const float *
 kernel void pf_dpe_pack_w(global const uchar *levels, global const float *cond, global const float *sigma,
                           global float *B, ulong K, ulong P, ulong Kp, ulong Pp, ulong n, ulong total,
                           int noise_w, int has_cond, int has_sigma, float QG, float lgs, ulong seed, uint call,
-                          uint top)
+                          uint top, global const float *Z)
 {
     const ulong q = get_global_id(0);
     if (q * 4 >= total)
         return;
-    const float4 z = (noise_w && has_sigma) ? pf_normal4(seed, PF_STREAM_READ, call, q) : (float4)(0.0f);
     const ulong tail = P & ~(ulong)7;
     /* decode the first lane, then step (p, k, j) without further divisions */
     const ulong row0 = (q * 4) / P;
@@ -264,7 +265,7 @@ kernel void pf_dpe_pack_w(global const uchar *levels, global const float *cond, 
         } else {
             float f = 1.0f;
             if (has_sigma) {
-                f = sigma[L < top ? L : top] * pf_lane(z, l); /* clamped as on the CPU */
+                f = sigma[L < top ? L : top] * Z[idx]; /* clamped as on the CPU */
                 /* the CPU's pf_exp_inplace: SLEEF on runs of 8, libm on the row's tail */
                 f = p < tail ? pf_sleef_expf(f) : pf_libm_expf(f);
             }

@@ -1416,8 +1416,8 @@ fail:
 
 /* ---- bit-slice/quantize and weight programming (kernels/slicing.cl) ---- */
 
-#define PF_CL_SLICE_SUB 256 /* columns per max-pass work-item */
-#define PF_CL_SQ_CHUNK 32   /* columns per quantize work-item (PF_SQ_CHUNK in slicing.cl) */
+#define PF_CL_SLICE_SUB 1024 /* columns per max-pass work-item */
+#define PF_CL_SQ_CHUNK 256  /* columns per quantize work-item (PF_SQ_CHUNK in slicing.cl) */
 
 static int slice_method_ok(const pf_slice_method *sm)
 {
@@ -1457,12 +1457,10 @@ pf_status pf_cl_slice_quantize(pf_cl_device *dev, const float *x, int64_t n, int
             }
     const size_t NR = (size_t)n * (size_t)rows;
     const size_t gr = (size_t)pf_ceil_div(rows, gran_rows) , gcn = (size_t)pf_ceil_div(cols, gran_cols);
-    const size_t qc = (size_t)gran_cols, sub = qc < PF_CL_SLICE_SUB ? qc : PF_CL_SLICE_SUB;
-    const size_t nsub = (qc + sub - 1) / sub;
-    size_t total, b_x, b_codes, ng, b_g, t;
+    size_t total, b_x, b_codes, ng, b_g;
     if (pf_mul_size(NR, (size_t)cols, &total) || pf_mul_size(total, sizeof(float), &b_x) ||
         pf_mul_size(total, (size_t)sm->n_slices, &b_codes) || pf_mul_size((size_t)n * gr, gcn, &ng) ||
-        pf_mul_size(ng, sizeof(float), &b_g) || pf_mul_size(gcn, nsub, &t))
+        pf_mul_size(ng, sizeof(float), &b_g))
         return PF_EOVERFLOW;
     pf_status st = pf_cl_build(dev, err, errlen);
     if (st != PF_OK)
@@ -1501,9 +1499,8 @@ pf_status pf_cl_slice_quantize(pf_cl_device *dev, const float *x, int64_t n, int
         SET_ARG(k, 6, cl_ulong, (cl_ulong)gran_cols);
         SET_ARG(k, 7, cl_ulong, gr);
         SET_ARG(k, 8, cl_ulong, gcn);
-        SET_ARG(k, 9, cl_ulong, nsub);
-        SET_ARG(k, 10, cl_ulong, sub);
-        size_t g2[2] = {NR, t};
+        SET_ARG(k, 9, cl_ulong, (cl_ulong)PF_CL_SLICE_SUB);
+        size_t g2[2] = {NR, ((size_t)cols + PF_CL_SLICE_SUB - 1) / PF_CL_SLICE_SUB};
         if ((st = enqueue(dev, k, "pf_slice_max", 2, g2, NULL, err, errlen)) != PF_OK)
             goto fail;
         k = dev->k[K_SSTATS];

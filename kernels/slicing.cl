@@ -2,9 +2,9 @@
  * of csrc/slicing.h (pf_slice_quantize, pf_program_conductance) with the
  * arithmetic of csrc/quantize.h (base.cl), so every output is bit-identical
  * to the CPU's. Stages of slice_quantize (the CPU's, split for the device):
- *   pf_slice_max    global (N*R, gc*nsub): max of the abs bit patterns of
- *                   one row segment (<= sub columns of one granule column),
- *                   merged with atomic_max into the granule's word (abs bits
+ *   pf_slice_max    global (N*R, ceil(C/span)): max of the abs bit patterns
+ *                   of each granule's part of one row span, merged with
+ *                   atomic_max into the granule's word (abs bits
  *                   of non-negative floats order as the floats; NaN/inf land
  *                   at >= 0x7f800000). Max is exact: any order, same result.
  *   pf_slice_stats  global (N*gr*gc): bits -> gran_max, gran_scale, gran_exp;
@@ -14,21 +14,24 @@
 #pragma OPENCL FP_CONTRACT OFF
 
 kernel void pf_slice_max(global const float *x, global uint *gbits, ulong NR, ulong R, ulong C, ulong qr, ulong qc,
-                         ulong gr, ulong gcn, ulong nsub, ulong sub)
+                         ulong gr, ulong gcn, ulong span)
 {
-    const ulong row = get_global_id(0), t = get_global_id(1);
-    if (row >= NR || t >= gcn * nsub)
+    const ulong row = get_global_id(0), c0 = get_global_id(1) * span;
+    if (row >= NR || c0 >= C)
         return;
-    const ulong q = t / nsub, c0 = q * qc + (t % nsub) * sub;
-    const ulong c1 = min(min(c0 + sub, (q + 1) * qc), C);
-    if (c0 >= c1)
-        return;
+    const ulong c1 = min(c0 + span, C);
     global const float *src = x + row * C;
-    uint m = 0;
-    for (ulong c = c0; c < c1; c++)
-        m = max(m, as_uint(src[c]) & 0x7fffffffu);
-    if (m)
-        atomic_max(&gbits[((row / R) * gr + (row % R) / qr) * gcn + q], m);
+    global uint *dst = gbits + ((row / R) * gr + (row % R) / qr) * gcn;
+    ulong q = c0 / qc, next = min((q + 1) * qc, c1);
+    for (ulong c = c0; c < c1;) {
+        uint m = 0;
+        for (; c < next; c++)
+            m = max(m, as_uint(src[c]) & 0x7fffffffu);
+        if (m)
+            atomic_max(&dst[q], m);
+        q++;
+        next = min(next + qc, c1);
+    }
 }
 
 kernel void pf_slice_stats(global float *gmax, global float *gscale, global int *gexp, global int *bad, ulong count,
@@ -53,7 +56,7 @@ kernel void pf_slice_stats(global float *gmax, global float *gscale, global int 
  * offs: bit offsets of the slices (pf_slice_code_packed); lut: [s][256]
  * programmed level of each code (pf_level_of_code, made by the host), read
  * when want_levels. */
-#define PF_SQ_CHUNK 32
+#define PF_SQ_CHUNK 256
 
 inline float8 pf_rint8(float8 x)
 {

@@ -20,10 +20,11 @@
 enum { SCR_A, SCR_RS, SCR_B, SCR_CS, SCR_Z, SCR_ZW, SCR_COUNT };
 
 /* Every kernel of the program, created at build time. */
-enum { K_PACK_X, K_PACK_XI, K_PACK_W, K_SCALES_W, K_MVM, K_NORMALS, K_GMAX, K_DEQUANT, K_SMAX, K_SSTATS, K_SQUANT, K_PCOND, K_NRANGE, K_COUNT };
+enum { K_PACK_X, K_PACK_XI, K_PACK_W, K_SCALES_W, K_MVM, K_NORMALS, K_GMAX, K_DEQUANT, K_SMAX, K_SSTATS, K_SQUANT, K_PCOND, K_NRANGE, K_ATANH, K_ACENTRE, K_AUPDATE, K_AMATMUL,
+       K_AEPI, K_COUNT };
 static const char *const kernel_names[K_COUNT] = {
     "pf_dpe_pack_x", "pf_dpe_pack_x_im2col", "pf_dpe_pack_w", "pf_dpe_scales_w", "pf_dpe_mvm", "pf_normals", "pf_im2col_gmax", "pf_im2col_dequant", "pf_slice_max", "pf_slice_stats", "pf_slice_quant", "pf_program_cond",
-    "pf_normals_range",
+    "pf_normals_range", "pf_attn_tanh", "pf_attn_centre", "pf_attn_update", "pf_attn_matmul", "pf_attn_epilogue",
 };
 
 typedef struct {
@@ -1613,6 +1614,188 @@ pf_status pf_cl_program_conductance(pf_cl_device *dev, const uint8_t *levels, in
             goto fail;
     }
     if ((st = buf_finish_out(dev, m[1], conductance, b_g, shared, err, errlen)) != PF_OK)
+        goto fail;
+    release_mems(m, 2);
+    return PF_OK;
+fail:
+    release_all(dev, m, 2);
+    return st;
+}
+
+/* ---- attention context (kernels/attention.cl) ---- */
+
+#define PF_ATTN_SAMPLES 32 /* as attention.c */
+
+pf_status pf_cl_attn_update(pf_cl_device *dev, float *outgoing, int64_t d, const float *x, int64_t ldx,
+                            const float *y, int64_t ldy, int64_t t, double rate, char *err, size_t errlen)
+{
+    if (!(rate > 0.0) || t <= 0 || d <= 0)
+        return PF_OK;
+    if (d > ldx || d > ldy) {
+        set_err(err, errlen, "attention update: D exceeds the rows' length");
+        return PF_EINVAL;
+    }
+    const int64_t n = t < PF_ATTN_SAMPLES ? t : PF_ATTN_SAMPLES, step = t / n > 1 ? t / n : 1;
+    size_t dd, b_o, b_x, b_y, b_s, t1;
+    if (pf_mul_size((size_t)d, (size_t)d, &dd) || pf_mul_size(dd, sizeof(float), &b_o) ||
+        pf_mul_size((size_t)((n - 1) * step), (size_t)ldx, &t1) || pf_add_size(t1, (size_t)d, &t1) ||
+        pf_mul_size(t1, sizeof(float), &b_x) || pf_mul_size((size_t)((n - 1) * step), (size_t)ldy, &t1) ||
+        pf_add_size(t1, (size_t)d, &t1) || pf_mul_size(t1, sizeof(float), &b_y) ||
+        pf_mul_size((size_t)n * sizeof(float), (size_t)d, &b_s))
+        return PF_EOVERFLOW;
+    pf_status st = pf_cl_build(dev, err, errlen);
+    if (st != PF_OK)
+        return st;
+    enum { MX, MY, MO, XS, YS, NX, NY, COUNT };
+    cl_mem m[COUNT] = {0};
+    int shared = 0;
+    cl_int rc;
+    if ((st = buf_in(dev, x, b_x, "x", &m[MX], err, errlen)) != PF_OK ||
+        (st = buf_in(dev, y, b_y, "y", &m[MY], err, errlen)) != PF_OK)
+        goto fail;
+    /* outgoing is read and written: shared in place, or written to the device once and read back */
+    shared = shareable(dev, outgoing);
+    m[MO] = clCreateBuffer(dev->ctx, CL_MEM_READ_WRITE | (shared ? CL_MEM_USE_HOST_PTR : 0), b_o,
+                           shared ? outgoing : NULL, &rc);
+    CL_CHECK(rc, "clCreateBuffer(outgoing)");
+    if (!shared) {
+        CL_CHECK(clEnqueueWriteBuffer(dev->queue, m[MO], CL_TRUE, 0, b_o, outgoing, 0, NULL, NULL),
+                 "clEnqueueWriteBuffer(outgoing)");
+        pf_record_copy(PF_COPY_HOST_TO_DEVICE, b_o);
+    }
+    {
+        const size_t bytes[4] = {b_s, b_s, (size_t)d * sizeof(float), (size_t)d * sizeof(float)};
+        for (int i = 0; i < 4; i++) {
+            m[XS + i] = clCreateBuffer(dev->ctx, CL_MEM_READ_WRITE, bytes[i], NULL, &rc);
+            CL_CHECK(rc, "clCreateBuffer(attention sample)");
+        }
+    }
+    for (int side = 0; side < 2; side++) {
+        cl_kernel k = dev->k[K_ACENTRE];
+        SET_ARG(k, 0, cl_mem, m[side ? MY : MX]);
+        SET_ARG(k, 1, cl_ulong, (cl_ulong)(side ? ldy : ldx));
+        SET_ARG(k, 2, cl_ulong, (cl_ulong)step);
+        SET_ARG(k, 3, cl_ulong, (cl_ulong)n);
+        SET_ARG(k, 4, cl_ulong, (cl_ulong)d);
+        SET_ARG(k, 5, cl_mem, m[side ? YS : XS]);
+        SET_ARG(k, 6, cl_mem, m[side ? NY : NX]);
+        size_t g = (size_t)d;
+        if ((st = enqueue(dev, k, "pf_attn_centre", 1, &g, NULL, err, errlen)) != PF_OK)
+            goto fail;
+    }
+    {
+        cl_kernel k = dev->k[K_AUPDATE];
+        SET_ARG(k, 0, cl_mem, m[MO]);
+        SET_ARG(k, 1, cl_mem, m[XS]);
+        SET_ARG(k, 2, cl_mem, m[YS]);
+        SET_ARG(k, 3, cl_mem, m[NX]);
+        SET_ARG(k, 4, cl_mem, m[NY]);
+        SET_ARG(k, 5, cl_ulong, (cl_ulong)n);
+        SET_ARG(k, 6, cl_ulong, (cl_ulong)d);
+        SET_ARG(k, 7, cl_float, (float)(1.0 - rate));
+        SET_ARG(k, 8, cl_float, (float)rate);
+        size_t g[2] = {(size_t)d, (size_t)d};
+        if ((st = enqueue(dev, k, "pf_attn_update", 2, g, NULL, err, errlen)) != PF_OK)
+            goto fail;
+    }
+    if ((st = buf_finish_out(dev, m[MO], outgoing, b_o, shared, err, errlen)) != PF_OK)
+        goto fail;
+    release_mems(m, COUNT);
+    return PF_OK;
+fail:
+    release_all(dev, m, COUNT);
+    return st;
+}
+
+pf_status pf_cl_attn_apply(pf_cl_device *dev, float *out, const float *x, const float *w, int64_t t, int64_t d,
+                           double s, char *err, size_t errlen)
+{
+    size_t n, nbytes, b_w;
+    if (t < 0 || d <= 0) {
+        set_err(err, errlen, "attention apply: invalid sizes");
+        return PF_EINVAL;
+    }
+    if (pf_mul_size((size_t)t, (size_t)d, &n) || pf_mul_size(n, sizeof(float), &nbytes) ||
+        pf_mul_size((size_t)d * sizeof(float), (size_t)d, &b_w))
+        return PF_EOVERFLOW;
+    if (n == 0)
+        return PF_OK;
+    pf_status st = pf_cl_build(dev, err, errlen);
+    if (st != PF_OK)
+        return st;
+    enum { MX, MW, MO, MP, COUNT };
+    cl_mem m[COUNT] = {0};
+    int shared = 0;
+    cl_int rc;
+    if ((st = buf_in(dev, x, nbytes, "x", &m[MX], err, errlen)) != PF_OK ||
+        (st = buf_in(dev, w, b_w, "incoming", &m[MW], err, errlen)) != PF_OK ||
+        (st = buf_out(dev, out, nbytes, &m[MO], &shared, err, errlen)) != PF_OK)
+        goto fail;
+    /* the product goes to the output unless the output is x itself (then to a device buffer) */
+    if (out == x) {
+        m[MP] = clCreateBuffer(dev->ctx, CL_MEM_READ_WRITE, nbytes, NULL, &rc);
+        CL_CHECK(rc, "clCreateBuffer(product)");
+    }
+    {
+        cl_mem prod = out == x ? m[MP] : m[MO];
+        cl_kernel k = dev->k[K_AMATMUL];
+        SET_ARG(k, 0, cl_mem, m[MX]);
+        SET_ARG(k, 1, cl_mem, m[MW]);
+        SET_ARG(k, 2, cl_mem, prod);
+        SET_ARG(k, 3, cl_ulong, (cl_ulong)t);
+        SET_ARG(k, 4, cl_ulong, (cl_ulong)d);
+        size_t g[2] = {(size_t)d, (size_t)t};
+        if ((st = enqueue(dev, k, "pf_attn_matmul", 2, g, NULL, err, errlen)) != PF_OK)
+            goto fail;
+        /* x as the output's buffer when out is x: on zero-copy devices both wrap the same memory */
+        k = dev->k[K_AEPI];
+        SET_ARG(k, 0, cl_mem, m[MO]);
+        SET_ARG(k, 1, cl_mem, out == x ? m[MO] : m[MX]);
+        SET_ARG(k, 2, cl_mem, prod);
+        SET_ARG(k, 3, cl_ulong, (cl_ulong)n);
+        SET_ARG(k, 4, cl_float, (float)(s / (double)d));
+        if (out == x && !shared) { /* the output buffer must start as x */
+            CL_CHECK(clEnqueueCopyBuffer(dev->queue, m[MX], m[MO], 0, 0, nbytes, 0, NULL, NULL),
+                     "clEnqueueCopyBuffer(x)");
+        }
+        size_t ge = round_up(n, dev->pack_local), le = dev->pack_local;
+        if ((st = enqueue(dev, k, "pf_attn_epilogue", 1, &ge, &le, err, errlen)) != PF_OK)
+            goto fail;
+    }
+    if ((st = buf_finish_out(dev, m[MO], out, nbytes, shared, err, errlen)) != PF_OK)
+        goto fail;
+    release_mems(m, COUNT);
+    return PF_OK;
+fail:
+    release_all(dev, m, COUNT);
+    return st;
+}
+
+pf_status pf_cl_attn_tanh(pf_cl_device *dev, float *out, const float *x, int64_t count, char *err, size_t errlen)
+{
+    size_t bytes;
+    if (count <= 0)
+        return PF_OK;
+    if (pf_mul_size((size_t)count, sizeof(float), &bytes))
+        return PF_EOVERFLOW;
+    pf_status st = pf_cl_build(dev, err, errlen);
+    if (st != PF_OK)
+        return st;
+    cl_mem m[2] = {0};
+    int shared = 0;
+    if ((st = buf_in(dev, x, bytes, "x", &m[0], err, errlen)) != PF_OK ||
+        (st = buf_out(dev, out, bytes, &m[1], &shared, err, errlen)) != PF_OK)
+        goto fail;
+    {
+        cl_kernel k = dev->k[K_ATANH];
+        SET_ARG(k, 0, cl_mem, m[0]);
+        SET_ARG(k, 1, cl_mem, m[1]);
+        SET_ARG(k, 2, cl_ulong, (cl_ulong)count);
+        size_t g = round_up((size_t)count, dev->pack_local), l = dev->pack_local;
+        if ((st = enqueue(dev, k, "pf_attn_tanh", 1, &g, &l, err, errlen)) != PF_OK)
+            goto fail;
+    }
+    if ((st = buf_finish_out(dev, m[1], out, bytes, shared, err, errlen)) != PF_OK)
         goto fail;
     release_mems(m, 2);
     return PF_OK;

@@ -105,6 +105,17 @@ pf_status pf_cl_program_conductance(pf_cl_device *dev, const uint8_t *levels, in
                                     int64_t cols, const pf_program_params *p, float *conductance, char *err,
                                     size_t errlen);
 
+/* Attention context (contract of attention.h): pf_attn_update (outgoing d x d
+ * updated in place) and pf_attn_apply (out may be x itself, else must not
+ * overlap x or w); the elementwise parts and the tanh bit-identical to the CPU,
+ * the products ordered sums (the CPU uses OpenBLAS sgemm). pf_cl_attn_tanh:
+ * the update's tanh, elementwise (non-finite inputs as 0). */
+pf_status pf_cl_attn_update(pf_cl_device *dev, float *outgoing, int64_t d, const float *x, int64_t ldx,
+                            const float *y, int64_t ldy, int64_t t, double rate, char *err, size_t errlen);
+pf_status pf_cl_attn_apply(pf_cl_device *dev, float *out, const float *x, const float *w, int64_t t, int64_t d,
+                           double s, char *err, size_t errlen);
+pf_status pf_cl_attn_tanh(pf_cl_device *dev, float *out, const float *x, int64_t count, char *err, size_t errlen);
+
 /* out[e] = standard normal of element idx0 + e of a Philox stream, on the device. */
 pf_status pf_cl_normals(pf_cl_device *dev, uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0,
                         int64_t count, float *out, char *err, size_t errlen);

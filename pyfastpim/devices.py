@@ -21,7 +21,8 @@ import threading
 
 from . import _core
 
-__all__ = ["devices", "resolve_device", "cl_dpe_mvm", "cl_dpe_conv2d", "OpenCLDevice"]
+__all__ = ["devices", "resolve_device", "cl_dpe_mvm", "cl_dpe_conv2d", "cl_attention_update", "cl_attention_apply",
+           "OpenCLDevice"]
 
 OpenCLDevice = _core.OpenCLDevice
 
@@ -138,3 +139,59 @@ def cl_dpe_conv2d(handle, *args, weights_key=None, **kwargs):
     """
     _check_handle(handle)
     return handle.dpe_conv2d(*args, weights_key=weights_key, **kwargs)
+
+
+def _rows(a, name):
+    import numpy as np
+    a = np.asarray(a, dtype=np.float32)
+    if a.ndim < 2:
+        raise ValueError("argument '%s': expected (T, D) rows (got %d dimensions); use update_outgoing_step for one "
+                         "vector" % (name, a.ndim))
+    if a.shape[-1] < 1:
+        raise ValueError("argument '%s': needs at least one column" % name)
+    return a.reshape(-1, a.shape[-1])
+
+
+def cl_attention_update(handle, ctx, x, y):
+    """``ctx.update_outgoing(x, y)`` with the update computed on the OpenCL device ``handle``.
+
+    Same rules as the CPU method (rows of x and y, D = min(columns, embed_dim), outgoing created
+    as zeros or required to be D x D, rate <= 0 a no-op). The context's outgoing matrix is updated
+    in place (shared with the device, zero copies, on host-memory devices). Results equal the CPU
+    within float32 rounding (the CPU's covariance is an OpenBLAS sgemm; the tanh is bit-identical).
+    """
+    import numpy as np
+    _check_handle(handle)
+    rate = ctx.update_rate
+    if not rate > 0:
+        return None
+    xr, yr = _rows(x, "x"), _rows(y, "y")
+    d = min(xr.shape[1], yr.shape[1])
+    if ctx.embed_dim is not None:
+        d = min(d, ctx.embed_dim)
+    if min(xr.shape[0], yr.shape[0]) == 0:
+        return None
+    o = ctx.outgoing
+    if o is None:
+        ctx.outgoing = np.zeros((d, d), np.float32)
+        o = ctx.outgoing
+    elif o.shape[0] != d:
+        raise ValueError("update_outgoing: the inputs give D = %d but outgoing is %d x %d (D = min(columns, "
+                         "embed_dim)); set outgoing = None to start a new context" % (d, o.shape[0], o.shape[0]))
+    handle.attn_update(o, xr, yr, rate)  # o is a view of the context's matrix: updated in place
+    return None
+
+
+def cl_attention_apply(handle, ctx, x, out=None):
+    """``ctx.apply(x, out)`` (no engine) on the OpenCL device ``handle``: x + (s/D) * (x @ incoming),
+    non-finite terms as 0; x returned unchanged (or copied into out) when the context has no
+    incoming matrix or strength 0. Equal to the CPU within float32 rounding (its product is sgemm)."""
+    import numpy as np
+    _check_handle(handle)
+    w = ctx.incoming
+    if w is None or ctx.strength == 0.0:
+        if out is None:
+            return x
+        np.copyto(np.asarray(out), np.asarray(x, dtype=np.float32))
+        return out
+    return handle.attn_apply(x, w, ctx.strength, out)

@@ -4,6 +4,8 @@
   off; noise on, bit-identical where the CPU draws noise with its AVX2 path)
 - bit-slice/quantize and weight programming: ``OpenCLDevice.slice_quantize`` /
   ``program_conductance`` vs ``_core.slice_quantize`` / ``program_conductance`` (bit-identical)
+- attention context update/apply: ``cl_attention_update`` / ``cl_attention_apply`` vs
+  ``AttentionContext.update_outgoing`` / ``apply`` (within 1e-5 relative; tanh bit-identical)
 
 Runs on whatever OpenCL device the ICD loader offers (PoCL in CI); skipped when there is none.
 """
@@ -280,3 +282,70 @@ def test_sliced_data_on_an_opencl_engine_equals_the_cpu_engine(is_weight):
         assert (u is None) == (v is None), name
         if u is not None:
             np.testing.assert_array_equal(v, u)
+
+
+# ---- attention context update / apply -----------------------------------------------------------------
+
+def test_attention_tanh_is_bit_identical(dev):
+    x = np.concatenate([np.random.default_rng(0).standard_normal(50000).astype(np.float32) * 6,
+                        np.array([0.0, -0.0, 0.625, -0.625, 20.0, -40.0, 1e30, np.inf, -np.inf, np.nan], np.float32)])
+    np.testing.assert_array_equal(np.asarray(dev.attn_tanh(x)), np.asarray(_core._attention_tanh(x)))
+
+
+@given(st.integers(1, 80), st.integers(1, 40), st.integers(0, 8), st.sampled_from([0.1, 0.5, 1.0]),
+       st.sampled_from([None, 8]), st.booleans(), st.integers(0, 2 ** 32 - 1))
+@settings(max_examples=FEW, deadline=None)
+def test_attention_update_and_apply_match_the_cpu(dev, T, D, extra, rate, embed, nonfinite, seed):
+    from pyfastpim.devices import cl_attention_apply, cl_attention_update
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((T, D + extra)).astype(np.float32)
+    y = rng.standard_normal((2, T, D)).astype(np.float32)
+    if nonfinite:
+        x[0, 0] = np.nan
+        y[0, -1, -1] = np.inf
+    cpu = _core.AttentionContext(update_rate=rate, strength=0.7, embed_dim=embed)
+    cl = _core.AttentionContext(update_rate=rate, strength=0.7, embed_dim=embed)
+    for _ in range(2):
+        cpu.update_outgoing(x, y)
+        cl_attention_update(dev, cl, x, y)
+    np.testing.assert_allclose(cl.outgoing, cpu.outgoing, rtol=1e-5, atol=1e-5)
+    d = cpu.outgoing.shape[0]
+    cpu.incoming = cl.incoming = cpu.outgoing
+    z = rng.standard_normal((3, 5, d)).astype(np.float32)
+    if nonfinite:
+        z[0, 0, 0] = np.inf
+    ref = np.asarray(cpu.apply(z))
+    got = np.asarray(cl_attention_apply(dev, cl, z))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(ref).max())))
+    z2 = z.copy()
+    cl_attention_apply(dev, cl, z2, out=z2)  # in place, as the CPU allows
+    np.testing.assert_allclose(z2, ref, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(ref).max())))
+
+
+def test_attention_update_is_zero_copy_and_in_place(dev):
+    from pyfastpim.devices import cl_attention_update
+    if not dev.zero_copy:
+        pytest.skip("device does not share host memory")
+    ctx = _core.AttentionContext(update_rate=0.5)
+    x = np.random.default_rng(0).standard_normal((40, 24)).astype(np.float32)
+    cl_attention_update(dev, ctx, x, x)
+    with pyfastpim.memory.trace() as t:
+        cl_attention_update(dev, ctx, x, x)
+    assert t.copies == 0, t.by_kind
+    assert np.abs(ctx.outgoing).max() > 0
+
+
+def test_attention_errors_name_the_argument(dev):
+    from pyfastpim.devices import cl_attention_update
+    ctx = _core.AttentionContext(update_rate=0.5)
+    with pytest.raises(ValueError, match="'x'"):
+        cl_attention_update(dev, ctx, np.zeros(4, np.float32), np.zeros((2, 4), np.float32))
+    with pytest.raises(ValueError, match="outgoing"):
+        dev.attn_update(np.zeros((5, 5), np.float32), np.zeros((3, 4), np.float32), np.zeros((3, 4), np.float32), 0.5)
+    with pytest.raises(ValueError, match="'x'"):
+        dev.attn_apply(np.zeros((2, 3), np.float32), np.zeros((4, 4), np.float32), 1.0)
+    with pytest.raises(ValueError, match="out"):
+        w = np.zeros((4, 4), np.float32)
+        dev.attn_apply(np.zeros((4, 4), np.float32), w, 1.0, out=w)
+    with pytest.raises(TypeError, match="handle"):
+        cl_attention_update("opencl", ctx, None, None)

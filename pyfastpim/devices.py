@@ -15,6 +15,16 @@ place, with zero copies; on discrete devices every transfer is explicit and coun
 
 Results: with noise off, bit-identical to the CPU path; with noise on, the same Philox streams
 and the same (SLEEF) math, so equal to the CPU's AVX2 path (see kernels/base.cl).
+
+Ops on a device handle (each the contract of the CPU op, kernels in kernels/*.cl):
+
+- :func:`cl_dpe_mvm` (``_core.dpe_mvm``) and :func:`cl_dpe_conv2d` (``_core.dpe_conv2d``, the
+  implicit-im2col convolution): the fused DAC -> crossbar -> ADC product.
+- ``handle.slice_quantize(...)`` / ``handle.program_conductance(...)``: bit-slicing and weight
+  programming, bit-identical (``SlicedData.slice_data_imp`` uses them for an engine on OpenCL).
+- :func:`cl_attention_update` / :func:`cl_attention_apply`: an ``AttentionContext``'s update and
+  apply on the device (the context's matrices shared in place); equal to the CPU within float32
+  rounding (its products are OpenBLAS sgemm), the tanh bit-identical.
 """
 import re
 import threading

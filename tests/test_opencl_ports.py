@@ -349,3 +349,38 @@ def test_attention_errors_name_the_argument(dev):
         dev.attn_apply(np.zeros((4, 4), np.float32), w, 1.0, out=w)
     with pytest.raises(TypeError, match="handle"):
         cl_attention_update("opencl", ctx, None, None)
+
+
+def test_every_port_matches_with_explicit_transfers(dev):
+    """The discrete-device path (zero_copy=False: counted transfers, device scratch) on the same device."""
+    from pyfastpim.devices import cl_attention_apply, cl_attention_update
+    d2 = _core.OpenCLDevice(dev.info["platform"], dev.info["device"], zero_copy=False)
+    assert not d2.zero_copy
+    c = dict(N=2, C=3, H=7, W=6, P=5, kh=3, kw=2, stride=(1, 2), padding=(1, 0), dilation=(1, 1), n=2,
+             g_level=16, xw=(1, 1, 2), ww=(1, 1, 2), xg=(2, 4), wg=(4, 2), bfp=True, rdac=16, radc=256,
+             seed=9, scale=1.0, zeros=True)
+    for noisy in (False, True):
+        args = conv_args(c, 0.05 if noisy else 0.0, 0.05 if noisy else 0.0)
+        o1, o2, dq1, dq2 = conv_both(d2, args)
+        if not noisy or SIMD_NOISE:
+            np.testing.assert_array_equal(o2, o1)
+        np.testing.assert_array_equal(dq2, dq1)
+    x = np.random.default_rng(2).standard_normal((33, 70)).astype(np.float32)
+    a = (x, (1, 1, 2, 2), (8, 8), (8, 16), None, True, 16)
+    with pyfastpim.memory.trace() as t:
+        r = d2.slice_quantize(*a)
+    assert t.copies > 0
+    assert_same_slices(_core.slice_quantize(*a), r)
+    lv = np.asarray(r[5])[:, 0]
+    np.testing.assert_array_equal(np.asarray(d2.program_conductance(lv, 16, 1e-5, 1e-7, 0.02, 0.01, 0.02, 4)),
+                                  np.asarray(_core.program_conductance(lv, 16, 1e-5, 1e-7, 0.02, 0.01, 0.02, 4)))
+    cpu, cl = _core.AttentionContext(update_rate=0.4, strength=0.3), _core.AttentionContext(update_rate=0.4, strength=0.3)
+    cpu.update_outgoing(x, x)
+    cl_attention_update(d2, cl, x, x)
+    np.testing.assert_allclose(cl.outgoing, cpu.outgoing, rtol=1e-5, atol=1e-6)
+    cpu.incoming = cl.incoming = cpu.outgoing
+    np.testing.assert_allclose(np.asarray(cl_attention_apply(d2, cl, x)), np.asarray(cpu.apply(x)), rtol=1e-5,
+                               atol=1e-5)
+    z = x.copy()
+    cl_attention_apply(d2, cl, z, out=z)
+    np.testing.assert_allclose(z, np.asarray(cpu.apply(x)), rtol=1e-5, atol=1e-5)

@@ -132,9 +132,11 @@ kernel void pf_im2col_dequant(global const float *img, long16 geo, global const 
     out[e] = pf_dequantize(pf_quantize(pf_im2col_at(img, geo, item, r, k), &gq), &gq);
 }
 
-/* Noise is drawn one Philox group (4 consecutive elements of the flat noise
- * index) per work-item, branch-free, so devices vectorize across work-items
- * (PoCL) or run one group per thread (GPUs). The pack kernels write only the
+/* Noise: the host first draws the normals a pack kernel needs into a buffer Z
+ * (pf_normals_range in base.cl: 8 Philox groups per work-item in 8-lane
+ * vectors, the CPU's noise_avx2.c layout), so the pack kernels only read it;
+ * each still handles one group of 4 consecutive noise indices per work-item,
+ * branch-free. The pack kernels write only the
  * valid region; the host zeroes the padding of A and B when their geometry
  * changes (the padding is never written afterwards).
  *
@@ -233,7 +235,7 @@ kernel void pf_dpe_pack_x_im2col(global const uchar *codes, global const float *
 }
 
 /* Weights: global (ceil(Sw*K*P / 4)). Cell (j, k, p) is noise element
- * (j*K + k)*P + p. val = L without noise; with noise, as pack_w in dpe.c:
+ * (j*K + k)*P + p, its read-noise normal Z[(j*K + k)*P + p]. val = L without noise; with noise, as pack_w in dpe.c:
  * f = exp(sigma[min(L, g_level - 1)] * z) (or 1), val = (G / QG) * f - lgs or (L + lgs) * f - lgs. */
 kernel void pf_dpe_pack_w(global const uchar *levels, global const float *cond, global const float *sigma,
                           global float *B, ulong K, ulong P, ulong Kp, ulong Pp, ulong n, ulong total,

@@ -72,3 +72,92 @@ def test_opencl_device(benchmark, operands, noise):
     # CPU) the OpenCL kernels should stay within 2x of the hand-written AVX2 path
     benchmark.extra_info["targets"] = {"speedup_vs_reference": 0.5}
     benchmark(lambda: pyfastpim.cl_dpe_mvm(dev, *a, out=out, weights_key=key))
+
+
+# ---- convolution (implicit im2col): x (2, 64, 56, 56), 64 -> 64, 3x3, padding 1 ---------------------
+
+CONV_GROUP = "opencl conv2d (2,64,56,56) 64->64 3x3"
+
+
+@pytest.fixture(scope="module")
+def conv_operands():
+    rng = np.random.default_rng(0)
+    img = rng.standard_normal((2, 64, 56, 56)).astype(np.float32)
+    K, P = 64 * 9, 64
+    m = [2 ** w - 1 for w in reversed(WIDTHS)]
+    ws = np.stack([rng.integers(0, mi + 1, (K, P)) for mi in m])
+    wl = np.stack([np.rint(ws[j] / m[j] * (G_LEVEL - 1)) for j in range(len(m))]).astype(np.uint8)
+    wsc = rng.random((K // N_XBAR, P // N_XBAR)).astype(np.float32)
+    return img, wl, wsc
+
+
+def conv_args(ops, noise):
+    img, wl, wsc = ops
+    sig = np.full(G_LEVEL, 0.05, np.float32) if noise else None
+    return (img, (3, 3), (1, 1), (1, 1), (1, 1), (1, N_XBAR), WIDTHS, False, wl, None, wsc, (N_XBAR, N_XBAR), WIDTHS,
+            N_XBAR, RDAC, G_LEVEL, [RADC] * len(WIDTHS), HGS, LGS, sig, 0.05 if noise else 0.0, 1, 0)
+
+
+@pytest.mark.parametrize("noise", [True, False], ids=["noise_on", "noise_off"])
+def test_opencl_conv_cpu_path(benchmark, conv_operands, noise):
+    a = conv_args(conv_operands, noise)
+    benchmark.group = CONV_GROUP + (" noise on" if noise else " noise off")
+    benchmark.extra_info["role"] = "reference"
+    benchmark(lambda: _core.dpe_conv2d(*a))
+
+
+@pytest.mark.parametrize("noise", [True, False], ids=["noise_on", "noise_off"])
+def test_opencl_conv_device(benchmark, conv_operands, noise):
+    from pyfastpim.devices import cl_dpe_conv2d
+    dev = pyfastpim.resolve_device("opencl")
+    a = conv_args(conv_operands, noise)
+    key = ("bench-conv-weights", 1)
+    out, _ = cl_dpe_conv2d(dev, *a, weights_key=key)  # warm-up
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(_core.dpe_conv2d(*a)[0]))
+    benchmark.group = CONV_GROUP + (" noise on" if noise else " noise off")
+    benchmark.extra_info["role"] = "subject"
+    device_info(benchmark, dev)
+    benchmark.extra_info["targets"] = {"speedup_vs_reference": 0.5}
+    benchmark(lambda: cl_dpe_conv2d(dev, *a, weights_key=key))
+
+
+# ---- slicing a (4096, 4096) matrix, slices (1, 1, 2, 2) ----------------------------------------------
+
+SLICE_CASES = {
+    "input": dict(paral_size=(1, 32), quant_gran=(1, 32), g_level=None),
+    "weight": dict(paral_size=(32, 32), quant_gran=(32, 32), g_level=16),
+}
+
+
+@pytest.fixture(scope="module")
+def slice_data():
+    return np.random.default_rng(0).standard_normal((4096, 4096)).astype(np.float32)
+
+
+def _slice_args(x, case):
+    c = SLICE_CASES[case]
+    return (x, WIDTHS, c["paral_size"], c["quant_gran"], None, False, c["g_level"])
+
+
+@pytest.mark.parametrize("case", sorted(SLICE_CASES))
+def test_opencl_slicing_cpu_path(benchmark, slice_data, case):
+    a = _slice_args(slice_data, case)
+    benchmark.group = "opencl slice 4096x4096 " + case
+    benchmark.extra_info["role"] = "reference"
+    benchmark(lambda: _core.slice_quantize(*a))
+
+
+@pytest.mark.parametrize("case", sorted(SLICE_CASES))
+def test_opencl_slicing_device(benchmark, slice_data, case):
+    dev = pyfastpim.resolve_device("opencl")
+    a = _slice_args(slice_data, case)
+    r = dev.slice_quantize(*a)  # warm-up
+    ref = _core.slice_quantize(*a)
+    for u, v in zip(ref[:6], r[:6]):
+        if u is not None:
+            np.testing.assert_array_equal(np.asarray(v), np.asarray(u))
+    benchmark.group = "opencl slice 4096x4096 " + case
+    benchmark.extra_info["role"] = "subject"
+    device_info(benchmark, dev)
+    benchmark.extra_info["targets"] = {"speedup_vs_reference": 0.5}
+    benchmark(lambda: dev.slice_quantize(*a))

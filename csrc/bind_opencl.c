@@ -8,6 +8,7 @@
  * with the GIL released, and the kernels run with the GIL released. */
 #include "array.h"
 #include "bindings.h"
+#include "bind_slicing.h"
 #include "dpe.h"
 #include "memory.h"
 #include "opencl.h"
@@ -416,6 +417,153 @@ static int resident_weights(PfCLDevice *self, PyObject *key, const pf_dpe_args *
     return 0;
 }
 
+/* Arrays a call keeps alive while the kernels run. */
+typedef struct {
+    PfArray *xc, *xs, *wl, *wc, *ws, *sig, *out, *img, *gmax, *dq;
+} call_refs;
+
+static void refs_release(call_refs *r)
+{
+    PfArray *all[] = {r->xc, r->xs, r->wl, r->wc, r->ws, r->sig, r->out, r->img, r->gmax, r->dq};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        Py_XDECREF(all[i]);
+}
+
+/* Weights and device arguments shared by dpe_mvm and dpe_conv2d (the rules
+ * and messages of bind_dpe.c); a->inner, x_qr, x_qc must be set. Returns 0 or
+ * -1 with an exception naming the argument. */
+static int parse_weights_and_device(pf_dpe_args *a, call_refs *refs, PyObject *owl, PyObject *owc, PyObject *ows,
+                                    PyObject *owg, PyObject *oww, long long n, int rdac, int g_level, PyObject *oradc,
+                                    double HGS, double LGS, PyObject *osig, double vnoise, long long seed,
+                                    unsigned long call)
+{
+    if ((a->sw = parse_widths(oww, "w_widths", a->w_max, a->w_weight)) < 0)
+        return -1;
+    if (parse_pair(owg, "w_granule", &a->w_qr, &a->w_qc) < 0)
+        return -1;
+    if (n <= 0 || n > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "argument 'n': crossbar rows must be positive");
+        return -1;
+    }
+    if (a->x_qc % n || a->w_qr % n) {
+        PyErr_Format(PyExc_ValueError, "argument 'n': granules (x columns %lld, weight rows %lld) must be multiples "
+                     "of the crossbar rows %lld", (long long)a->x_qc, (long long)a->w_qr, n);
+        return -1;
+    }
+    if (rdac < 2 || g_level < 2 || g_level > PF_MAX_LEVELS) {
+        PyErr_SetString(PyExc_ValueError, "arguments 'rdac'/'g_level': rdac >= 2 and 2 <= g_level <= 65536 required");
+        return -1;
+    }
+    if (!(HGS > LGS) || !(LGS >= 0)) {
+        PyErr_SetString(PyExc_ValueError, "arguments 'HGS'/'LGS': 0 <= LGS < HGS required");
+        return -1;
+    }
+    if (!(vnoise >= 0) || !isfinite(vnoise)) {
+        PyErr_SetString(PyExc_ValueError, "argument 'vnoise': must be finite and >= 0");
+        return -1;
+    }
+    PyObject *rseq = PySequence_Fast(oradc, "argument 'radc': expected a sequence");
+    if (!rseq)
+        return -1;
+    if (PySequence_Fast_GET_SIZE(rseq) != a->sw) {
+        Py_DECREF(rseq);
+        PyErr_Format(PyExc_ValueError, "argument 'radc': %d values needed (one per weight slice)", a->sw);
+        return -1;
+    }
+    for (int j = 0; j < a->sw; j++) {
+        a->radc[j] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(rseq, j));
+        if (a->radc[j] < 2) {
+            Py_DECREF(rseq);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "argument 'radc': every ADC resolution must be >= 2");
+            return -1;
+        }
+    }
+    Py_DECREF(rseq);
+    for (int j = 0; j < a->sw; j++)
+        if (a->w_max[j] > g_level - 1) {
+            PyErr_Format(PyExc_ValueError, "argument 'w_widths': weight slice maximum %d exceeds g_level - 1 = %d",
+                         a->w_max[j], g_level - 1);
+            return -1;
+        }
+    int64_t D = (int64_t)(rdac - 1) * (g_level - 1) * n;
+    if (D >= ((int64_t)1 << 24)) {
+        PyErr_Format(PyExc_ValueError, "arguments 'rdac', 'g_level', 'n': (rdac-1)*(g_level-1)*n = %lld must be "
+                     "below 2**24 for exact crossbar sums", (long long)D);
+        return -1;
+    }
+    if (!(refs->wl = pf_array_from_object(owl, PF_DT_U8, 0, "w_levels")))
+        return -1;
+    int64_t shp_l[3] = {a->sw, a->inner, -1};
+    if (check_shape(refs->wl, "w_levels", 3, shp_l) < 0)
+        return -1;
+    a->cols = refs->wl->shape[2];
+    a->w_gr = pf_ceil_div(a->inner, a->w_qr);
+    a->w_gc = pf_ceil_div(a->cols, a->w_qc);
+    if (owc != Py_None) {
+        if (!(refs->wc = pf_array_from_object(owc, PF_DT_F32, 0, "w_conductance")))
+            return -1;
+        int64_t shp[3] = {a->sw, a->inner, a->cols};
+        if (check_shape(refs->wc, "w_conductance", 3, shp) < 0)
+            return -1;
+        a->w_conductance = (const float *)refs->wc->data;
+    }
+    if (!(refs->ws = pf_array_from_object(ows, PF_DT_F32, 0, "w_scale")))
+        return -1;
+    int64_t shp_s[2] = {a->w_gr, a->w_gc};
+    if (check_shape(refs->ws, "w_scale", 2, shp_s) < 0)
+        return -1;
+    if (osig != Py_None) {
+        if (!(refs->sig = pf_array_from_object(osig, PF_DT_F32, 0, "read_sigma")))
+            return -1;
+        int64_t shp[1] = {g_level};
+        if (check_shape(refs->sig, "read_sigma", 1, shp) < 0)
+            return -1;
+        const float *sv = (const float *)refs->sig->data;
+        for (int l = 0; l < g_level; l++)
+            if (!(sv[l] >= 0.0f) || !isfinite(sv[l])) {
+                PyErr_SetString(PyExc_ValueError, "argument 'read_sigma': must be finite and >= 0");
+                return -1;
+            }
+        a->read_sigma = sv;
+    }
+    a->w_levels = (const uint8_t *)refs->wl->data;
+    a->w_scale = (const float *)refs->ws->data;
+    a->rdac = rdac;
+    a->g_level = g_level;
+    a->HGS = HGS;
+    a->LGS = LGS;
+    a->vnoise = vnoise;
+    a->seed = (uint64_t)seed;
+    a->call = (uint32_t)call;
+    a->n = n;
+    return 0;
+}
+
+/* Runs the MVM on the device with the resident weights of okey (device lock
+ * taken here). Returns 0 or -1 with an exception. */
+static int run_mvm(PfCLDevice *self, pf_dpe_args *a, call_refs *refs, PyObject *okey, const char *what)
+{
+    char err[PF_CL_ERRLEN] = "";
+    pf_status st = PF_OK;
+    pf_cl_weights *w = NULL;
+    lock_device(self);
+    int empty = a->batch == 0 || a->rows == 0 || a->cols == 0 || a->inner == 0;
+    if (!empty && resident_weights(self, okey, a, refs->wl, refs->wc, refs->ws, &w) < 0) {
+        unlock_device(self);
+        return -1;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    st = pf_cl_dpe_mvm(self->dev, a, w, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    unlock_device(self);
+    if (st != PF_OK) {
+        raise_cl(st, err, what);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *PfCLDevice_dpe_mvm(PfCLDevice *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"x_codes", "x_scale", "x_granule", "x_widths", "w_levels", "w_conductance", "w_scale",
@@ -438,178 +586,395 @@ static PyObject *PfCLDevice_dpe_mvm(PfCLDevice *self, PyObject *args, PyObject *
     memset(&a, 0, sizeof a);
     a.x_kind = PF_DPE_X_CODES;
     a.x_item0 = item0;
+    call_refs refs = {0};
     PyObject *result = NULL;
-    PfArray *xc = NULL, *xs = NULL, *wl = NULL, *wc = NULL, *ws = NULL, *out = NULL, *sig = NULL;
-
     if ((a.sx = parse_widths(oxw, "x_widths", a.x_max, a.x_weight)) < 0 ||
-        (a.sw = parse_widths(oww, "w_widths", a.w_max, a.w_weight)) < 0)
+        parse_pair(oxg, "x_granule", &a.x_qr, &a.x_qc) < 0)
         return NULL;
-    if (parse_pair(oxg, "x_granule", &a.x_qr, &a.x_qc) < 0 || parse_pair(owg, "w_granule", &a.w_qr, &a.w_qc) < 0)
-        return NULL;
-    if (n <= 0 || n > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "argument 'n': crossbar rows must be positive");
-        return NULL;
-    }
-    if (a.x_qc % n || a.w_qr % n) {
-        PyErr_Format(PyExc_ValueError, "argument 'n': granules (x columns %lld, weight rows %lld) must be multiples "
-                     "of the crossbar rows %lld", (long long)a.x_qc, (long long)a.w_qr, n);
-        return NULL;
-    }
-    if (rdac < 2 || g_level < 2 || g_level > PF_MAX_LEVELS) {
-        PyErr_SetString(PyExc_ValueError, "arguments 'rdac'/'g_level': rdac >= 2 and 2 <= g_level <= 65536 required");
-        return NULL;
-    }
-    if (!(HGS > LGS) || !(LGS >= 0)) {
-        PyErr_SetString(PyExc_ValueError, "arguments 'HGS'/'LGS': 0 <= LGS < HGS required");
-        return NULL;
-    }
-    if (!(vnoise >= 0)) {
-        PyErr_SetString(PyExc_ValueError, "argument 'vnoise': must be >= 0");
-        return NULL;
-    }
-    PyObject *rseq = PySequence_Fast(oradc, "argument 'radc': expected a sequence");
-    if (!rseq)
-        return NULL;
-    if (PySequence_Fast_GET_SIZE(rseq) != a.sw) {
-        Py_DECREF(rseq);
-        PyErr_Format(PyExc_ValueError, "argument 'radc': %d values needed (one per weight slice)", a.sw);
-        return NULL;
-    }
-    for (int j = 0; j < a.sw; j++) {
-        a.radc[j] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(rseq, j));
-        if (a.radc[j] < 2) {
-            Py_DECREF(rseq);
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_ValueError, "argument 'radc': every ADC resolution must be >= 2");
-            return NULL;
-        }
-    }
-    Py_DECREF(rseq);
-    for (int j = 0; j < a.sw; j++)
-        if (a.w_max[j] > g_level - 1) {
-            PyErr_Format(PyExc_ValueError, "argument 'w_widths': weight slice maximum %d exceeds g_level - 1 = %d",
-                         a.w_max[j], g_level - 1);
-            return NULL;
-        }
-
-    xc = pf_array_from_object(ox, PF_DT_U8, 0, "x_codes");
-    if (!xc) goto done;
-    if (xc->ndim != 4 || xc->shape[0] != a.sx) {
+    if (!(refs.xc = pf_array_from_object(ox, PF_DT_U8, 0, "x_codes")))
+        goto done;
+    if (refs.xc->ndim != 4 || refs.xc->shape[0] != a.sx) {
         PyErr_Format(PyExc_ValueError, "argument 'x_codes': expected shape (%d, N, R, K)", a.sx);
         goto done;
     }
-    a.batch = xc->shape[1];
-    a.rows = xc->shape[2];
-    a.inner = xc->shape[3];
+    a.batch = refs.xc->shape[1];
+    a.rows = refs.xc->shape[2];
+    a.inner = refs.xc->shape[3];
     a.x_gr = pf_ceil_div(a.rows, a.x_qr);
     a.x_gc = pf_ceil_div(a.inner, a.x_qc);
-    xs = pf_array_from_object(oxs, PF_DT_F32, 0, "x_scale");
-    if (!xs) goto done;
+    if (!(refs.xs = pf_array_from_object(oxs, PF_DT_F32, 0, "x_scale")))
+        goto done;
     {
         int64_t shp[3] = {a.batch, a.x_gr, a.x_gc};
-        if (check_shape(xs, "x_scale", 3, shp) < 0) goto done;
+        if (check_shape(refs.xs, "x_scale", 3, shp) < 0)
+            goto done;
     }
-    wl = pf_array_from_object(owl, PF_DT_U8, 0, "w_levels");
-    if (!wl) goto done;
-    {
-        int64_t shp[3] = {a.sw, a.inner, -1};
-        if (check_shape(wl, "w_levels", 3, shp) < 0) goto done;
-    }
-    a.cols = wl->shape[2];
-    a.w_gr = pf_ceil_div(a.inner, a.w_qr);
-    a.w_gc = pf_ceil_div(a.cols, a.w_qc);
-    if (owc != Py_None) {
-        wc = pf_array_from_object(owc, PF_DT_F32, 0, "w_conductance");
-        if (!wc) goto done;
-        int64_t shp[3] = {a.sw, a.inner, a.cols};
-        if (check_shape(wc, "w_conductance", 3, shp) < 0) goto done;
-        a.w_conductance = (const float *)wc->data;
-    }
-    ws = pf_array_from_object(ows, PF_DT_F32, 0, "w_scale");
-    if (!ws) goto done;
-    {
-        int64_t shp[2] = {a.w_gr, a.w_gc};
-        if (check_shape(ws, "w_scale", 2, shp) < 0) goto done;
-    }
-    if (osig != Py_None) {
-        sig = pf_array_from_object(osig, PF_DT_F32, 0, "read_sigma");
-        if (!sig) goto done;
-        int64_t shp[1] = {g_level};
-        if (check_shape(sig, "read_sigma", 1, shp) < 0) goto done;
-        const float *sv = (const float *)sig->data;
-        for (int l = 0; l < g_level; l++)
-            if (!(sv[l] >= 0.0f) || !isfinite(sv[l])) {
-                PyErr_SetString(PyExc_ValueError, "argument 'read_sigma': must be finite and >= 0");
-                goto done;
-            }
-        a.read_sigma = sv;
-    }
+    if (parse_weights_and_device(&a, &refs, owl, owc, ows, owg, oww, n, rdac, g_level, oradc, HGS, LGS, osig, vnoise,
+                                 seed_ll, call) < 0)
+        goto done;
     {
         Py_ssize_t oshape[3] = {(Py_ssize_t)a.batch, (Py_ssize_t)a.rows, (Py_ssize_t)a.cols};
         if (oout == Py_None) {
-            out = pf_array_new(PF_DT_F32, 3, oshape);
-            if (!out) goto done;
+            if (!(refs.out = pf_array_new(PF_DT_F32, 3, oshape)))
+                goto done;
         } else {
-            out = pf_array_from_object(oout, PF_DT_F32, 1, "out");
-            if (!out) goto done;
+            if (!(refs.out = pf_array_from_object(oout, PF_DT_F32, 1, "out")))
+                goto done;
             int64_t shp[3] = {a.batch, a.rows, a.cols};
-            if (check_shape(out, "out", 3, shp) < 0) goto done;
+            if (check_shape(refs.out, "out", 3, shp) < 0)
+                goto done;
         }
     }
-    a.x_codes = (const uint8_t *)xc->data;
-    a.x_scale = (const float *)xs->data;
-    a.w_levels = (const uint8_t *)wl->data;
-    a.w_scale = (const float *)ws->data;
-    a.rdac = rdac;
-    a.g_level = g_level;
-    a.HGS = HGS;
-    a.LGS = LGS;
-    a.vnoise = vnoise;
-    a.seed = (uint64_t)seed_ll;
-    a.call = (uint32_t)call;
-    a.n = n;
-    a.out = (float *)out->data;
+    a.x_codes = (const uint8_t *)refs.xc->data;
+    a.x_scale = (const float *)refs.xs->data;
+    a.out = (float *)refs.out->data;
     a.so_n = a.rows * a.cols;
     a.so_r = a.cols;
     a.so_p = 1;
+    if (run_mvm(self, &a, &refs, okey, "dpe_mvm on OpenCL") < 0)
+        goto done;
+    result = Py_NewRef((PyObject *)refs.out);
+done:
+    refs_release(&refs);
+    return result;
+}
+
+static int parse_conv_pair(PyObject *obj, const char *argname, int64_t *a, int64_t *b, int64_t minimum)
+{
+    if (!PyArg_ParseTuple(obj, "LL", a, b)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "argument '%s': expected a pair of ints", argname);
+        return -1;
+    }
+    if (*a < minimum || *b < minimum || *a > INT32_MAX || *b > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': values must be in %lld..2**31-1", argname, (long long)minimum);
+        return -1;
+    }
+    return 0;
+}
+
+/* dpe_conv2d: the arguments, checks and results of _core.dpe_conv2d
+ * (bind_dpe.c), every stage on the device: granule max, fused MVM with the
+ * implicit im2col input, optional dequantized unfolded input. */
+static PyObject *PfCLDevice_dpe_conv2d(PfCLDevice *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"image", "kernel_size", "stride", "padding", "dilation", "x_granule", "x_widths", "bfp",
+                             "w_levels", "w_conductance", "w_scale", "w_granule", "w_widths", "n", "rdac", "g_level",
+                             "radc", "HGS", "LGS", "read_sigma", "vnoise", "seed", "call", "return_dequant",
+                             "weights_key", NULL};
+    PyObject *oimg, *oks, *ost, *opad, *odil, *oxg, *oxw, *owl, *owc, *ows, *owg, *oww, *oradc, *osig;
+    PyObject *okey = Py_None;
+    long long n, seed_ll;
+    unsigned long call;
+    int rdac, g_level, bfp, want_dq = 0;
+    double HGS, LGS, vnoise;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOpOOOOOLiiOddOdLk|pO:dpe_conv2d", kwlist, &oimg, &oks, &ost,
+                                     &opad, &odil, &oxg, &oxw, &bfp, &owl, &owc, &ows, &owg, &oww, &n, &rdac,
+                                     &g_level, &oradc, &HGS, &LGS, &osig, &vnoise, &seed_ll, &call, &want_dq, &okey))
+        return NULL;
+    pf_dpe_args a;
+    memset(&a, 0, sizeof a);
+    call_refs refs = {0};
+    PyObject *result = NULL;
+    pf_im2col c;
+    memset(&c, 0, sizeof c);
+    int widths[PF_MAX_SLICES];
+    if ((a.sx = parse_widths(oxw, "x_widths", a.x_max, a.x_weight)) < 0)
+        return NULL;
+    for (int s2 = 0; s2 < a.sx; s2++)
+        widths[a.sx - 1 - s2] = __builtin_ctz((unsigned)a.x_max[s2] + 1);
+    if (pf_slice_method_init(&a.x_method, widths, a.sx) < 0) {
+        PyErr_SetString(PyExc_ValueError, "argument 'x_widths': slices of 1..8 bits, 2..16 bits in total");
+        return NULL;
+    }
+    if (parse_pair(oxg, "x_granule", &a.x_qr, &a.x_qc) < 0 || parse_conv_pair(oks, "kernel_size", &c.kh, &c.kw, 1) < 0 ||
+        parse_conv_pair(ost, "stride", &c.sh, &c.sw, 1) < 0 || parse_conv_pair(opad, "padding", &c.ph, &c.pw, 0) < 0 ||
+        parse_conv_pair(odil, "dilation", &c.dh, &c.dw, 1) < 0)
+        return NULL;
+    if (!(refs.img = pf_array_from_object(oimg, PF_DT_F32, 0, "input")))
+        goto done;
+    if (refs.img->ndim != 4) {
+        PyErr_Format(PyExc_ValueError, "argument 'input': expected a 4-D (N, C, H, W) tensor, got %d dimensions",
+                     refs.img->ndim);
+        goto done;
+    }
+    c.image = (const float *)refs.img->data;
+    c.channels = refs.img->shape[1];
+    c.height = refs.img->shape[2];
+    c.width = refs.img->shape[3];
+    if (c.height + 2 * c.ph < c.dh * (c.kh - 1) + 1 || c.width + 2 * c.pw < c.dw * (c.kw - 1) + 1) {
+        PyErr_Format(PyExc_ValueError, "argument 'input': the (padded) image %lldx%lld is smaller than the dilated "
+                     "kernel", (long long)(c.height + 2 * c.ph), (long long)(c.width + 2 * c.pw));
+        goto done;
+    }
+    c.out_h = (c.height + 2 * c.ph - c.dh * (c.kh - 1) - 1) / c.sh + 1;
+    c.out_w = (c.width + 2 * c.pw - c.dw * (c.kw - 1) - 1) / c.sw + 1;
+    a.x_kind = PF_DPE_X_IM2COL;
+    a.x_im2col = &c;
+    a.batch = refs.img->shape[0];
+    if (__builtin_mul_overflow(c.out_h, c.out_w, &a.rows) || __builtin_mul_overflow(c.kh, c.kw, &a.inner) ||
+        __builtin_mul_overflow(c.channels, a.inner, &a.inner)) {
+        PyErr_SetString(PyExc_ValueError, "argument 'input': sizes overflow");
+        goto done;
+    }
+    a.x_gr = pf_ceil_div(a.rows, a.x_qr);
+    a.x_gc = pf_ceil_div(a.inner, a.x_qc);
+    if (parse_weights_and_device(&a, &refs, owl, owc, ows, owg, oww, n, rdac, g_level, oradc, HGS, LGS, osig, vnoise,
+                                 seed_ll, call) < 0)
+        goto done;
     {
-        int64_t D = (int64_t)(rdac - 1) * (g_level - 1) * n;
-        if (D >= ((int64_t)1 << 24)) {
-            PyErr_Format(PyExc_ValueError, "arguments 'rdac', 'g_level', 'n': (rdac-1)*(g_level-1)*n = %lld must be "
-                         "below 2**24 for exact crossbar sums", (long long)D);
+        Py_ssize_t gshape[3] = {(Py_ssize_t)a.batch, (Py_ssize_t)a.x_gr, (Py_ssize_t)a.x_gc};
+        if (!(refs.gmax = pf_array_new(PF_DT_F32, 3, gshape)))
             goto done;
+        Py_ssize_t oshape[4] = {(Py_ssize_t)a.batch, (Py_ssize_t)a.cols, (Py_ssize_t)c.out_h, (Py_ssize_t)c.out_w};
+        if (!(refs.out = pf_array_new(PF_DT_F32, 4, oshape)))
+            goto done;
+        if (want_dq) {
+            Py_ssize_t dshape[3] = {(Py_ssize_t)a.batch, (Py_ssize_t)a.rows, (Py_ssize_t)a.inner};
+            if (!(refs.dq = pf_array_new(PF_DT_F32, 3, dshape)))
+                goto done;
         }
     }
     {
         char err[PF_CL_ERRLEN] = "";
-        pf_status st = PF_OK;
-        pf_cl_weights *w = NULL;
+        pf_status st;
         lock_device(self);
-        int empty = a.batch == 0 || a.rows == 0 || a.cols == 0 || a.inner == 0;
-        if (!empty && resident_weights(self, okey, &a, wl, wc, ws, &w) < 0) {
-            unlock_device(self);
-            goto done;
-        }
         Py_BEGIN_ALLOW_THREADS
-        st = pf_cl_dpe_mvm(self->dev, &a, w, err, sizeof err);
+        st = pf_cl_im2col_granule_max(self->dev, &c, a.batch, a.x_qr, a.x_qc, (float *)refs.gmax->data, err,
+                                      sizeof err);
         Py_END_ALLOW_THREADS
         unlock_device(self);
         if (st != PF_OK) {
-            raise_cl(st, err, "dpe_mvm on OpenCL");
+            raise_cl(st, err, "dpe_conv2d on OpenCL");
             goto done;
         }
     }
-    result = (PyObject *)out;
-    Py_INCREF(result);
+    a.x_gran_max = (const float *)refs.gmax->data;
+    a.x_bfp = bfp;
+    a.out = (float *)refs.out->data;
+    a.so_n = a.cols * a.rows;
+    a.so_r = 1;
+    a.so_p = a.rows;
+    if (run_mvm(self, &a, &refs, okey, "dpe_conv2d on OpenCL") < 0)
+        goto done;
+    if (want_dq) {
+        char err[PF_CL_ERRLEN] = "";
+        pf_status st;
+        lock_device(self);
+        Py_BEGIN_ALLOW_THREADS
+        st = pf_cl_im2col_dequantize(self->dev, &c, a.batch, a.x_qr, a.x_qc, (const float *)refs.gmax->data,
+                                     a.x_method.total_bits, bfp, (float *)refs.dq->data, err, sizeof err);
+        Py_END_ALLOW_THREADS
+        unlock_device(self);
+        if (st != PF_OK) {
+            raise_cl(st, err, "dpe_conv2d on OpenCL");
+            goto done;
+        }
+    }
+    result = Py_BuildValue("(OO)", (PyObject *)refs.out, refs.dq ? (PyObject *)refs.dq : Py_None);
 done:
-    Py_XDECREF(xc);
-    Py_XDECREF(xs);
-    Py_XDECREF(wl);
-    Py_XDECREF(wc);
-    Py_XDECREF(ws);
-    Py_XDECREF(sig);
-    Py_XDECREF(out);
+    refs_release(&refs);
     return result;
+}
+
+/* ---- slicing: the arguments and results of _core.slice_quantize / program_conductance ---- */
+
+static PyObject *PfCLDevice_slice_quantize(PfCLDevice *self, PyObject *args, PyObject *kwds)
+{
+    pf_slice_call c;
+    if (pf_slice_call_parse(args, kwds, &c) < 0)
+        return NULL;
+    char err[PF_CL_ERRLEN] = "";
+    pf_status st;
+    lock_device(self);
+    Py_BEGIN_ALLOW_THREADS
+    st = pf_cl_slice_quantize(self->dev, (const float *)c.x->data, c.n, c.rows, c.cols, c.gran[0], c.gran[1], &c.sm,
+                              c.bfp, (uint8_t *)c.codes->data, (float *)c.gmax->data, (float *)c.gscale->data,
+                              c.gexp ? (int32_t *)c.gexp->data : NULL, c.dq ? (float *)c.dq->data : NULL, c.g_level,
+                              c.levels ? (uint8_t *)c.levels->data : NULL, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    unlock_device(self);
+    if (st != PF_OK && !(st == PF_EINVAL && strstr(err, "NaN"))) {
+        pf_slice_call_clear(&c);
+        return raise_cl(st, err, "slice_quantize on OpenCL");
+    }
+    return pf_slice_call_finish(&c, st);
+}
+
+static PyObject *PfCLDevice_program_conductance(PfCLDevice *self, PyObject *args, PyObject *kwds)
+{
+    PfArray *levels, *g;
+    pf_program_params p;
+    if (pf_program_call_parse(args, kwds, &levels, &g, &p) < 0)
+        return NULL;
+    char err[PF_CL_ERRLEN] = "";
+    pf_status st;
+    lock_device(self);
+    Py_BEGIN_ALLOW_THREADS
+    st = pf_cl_program_conductance(self->dev, (const uint8_t *)levels->data, levels->shape[0], levels->shape[1],
+                                   levels->shape[2], &p, (float *)g->data, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    unlock_device(self);
+    Py_DECREF(levels);
+    if (st != PF_OK) {
+        Py_DECREF(g);
+        return raise_cl(st, err, "program_conductance on OpenCL");
+    }
+    return (PyObject *)g;
+}
+
+/* ---- attention context ops (the contract of attention.h on the device) ---- */
+
+/* Rows of a float32 (..., D) array: leading dimensions flattened. */
+static int attn_rows(PfArray *a, const char *name, int64_t *t, int64_t *d)
+{
+    if (a->ndim < 2 || a->shape[a->ndim - 1] < 1) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': expected (T, D) rows with D >= 1", name);
+        return -1;
+    }
+    *d = a->shape[a->ndim - 1];
+    *t = (int64_t)(pf_array_size(a) / (size_t)*d);
+    return 0;
+}
+
+static PyObject *PfCLDevice_attn_update(PfCLDevice *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"outgoing", "x", "y", "rate", NULL};
+    PyObject *oo, *xo, *yo;
+    double rate;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOd:attn_update", kwlist, &oo, &xo, &yo, &rate))
+        return NULL;
+    PfArray *o = NULL, *x = NULL, *y = NULL;
+    PyObject *ret = NULL;
+    int64_t tx, dx, ty, dy;
+    if (!(o = pf_array_from_object(oo, PF_DT_F32, 1, "outgoing")) || !(x = pf_array_from_object(xo, PF_DT_F32, 0, "x")) ||
+        !(y = pf_array_from_object(yo, PF_DT_F32, 0, "y")))
+        goto done;
+    if (o->ndim != 2 || o->shape[0] != o->shape[1] || o->shape[0] < 1) {
+        PyErr_SetString(PyExc_ValueError, "argument 'outgoing': expected a square (D, D) float32 matrix, D >= 1");
+        goto done;
+    }
+    if (attn_rows(x, "x", &tx, &dx) < 0 || attn_rows(y, "y", &ty, &dy) < 0)
+        goto done;
+    const int64_t d = o->shape[0];
+    if (d > dx || d > dy) {
+        PyErr_Format(PyExc_ValueError, "argument 'outgoing': D = %lld exceeds the rows of 'x' (%lld) or 'y' (%lld)",
+                     (long long)d, (long long)dx, (long long)dy);
+        goto done;
+    }
+    if (!isfinite(rate)) {
+        PyErr_SetString(PyExc_ValueError, "argument 'rate': must be finite");
+        goto done;
+    }
+    {
+        char err[PF_CL_ERRLEN] = "";
+        pf_status st;
+        lock_device(self);
+        Py_BEGIN_ALLOW_THREADS
+        st = pf_cl_attn_update(self->dev, (float *)o->data, d, (const float *)x->data, dx, (const float *)y->data, dy,
+                               tx < ty ? tx : ty, rate, err, sizeof err);
+        Py_END_ALLOW_THREADS
+        unlock_device(self);
+        if (st != PF_OK) {
+            raise_cl(st, err, "attention update on OpenCL");
+            goto done;
+        }
+    }
+    ret = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(o);
+    Py_XDECREF(x);
+    Py_XDECREF(y);
+    return ret;
+}
+
+static PyObject *PfCLDevice_attn_apply(PfCLDevice *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"x", "incoming", "strength", "out", NULL};
+    PyObject *xo, *wo, *outo = Py_None;
+    double s;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOd|O:attn_apply", kwlist, &xo, &wo, &s, &outo))
+        return NULL;
+    PfArray *x = NULL, *w = NULL, *out = NULL;
+    PyObject *ret = NULL;
+    if (!(x = pf_array_from_object(xo, PF_DT_F32, 0, "x")) || !(w = pf_array_from_object(wo, PF_DT_F32, 0, "incoming")))
+        goto done;
+    if (w->ndim != 2 || w->shape[0] != w->shape[1] || w->shape[0] < 1) {
+        PyErr_SetString(PyExc_ValueError, "argument 'incoming': expected a square (D, D) matrix, D >= 1");
+        goto done;
+    }
+    if (x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[0]) {
+        PyErr_Format(PyExc_ValueError, "argument 'x': last dimension must be D = %zd", w->shape[0]);
+        goto done;
+    }
+    if (!isfinite(s)) {
+        PyErr_SetString(PyExc_ValueError, "argument 'strength': must be finite");
+        goto done;
+    }
+    if (outo == Py_None) {
+        if (!(out = pf_array_new(PF_DT_F32, x->ndim, x->shape)))
+            goto done;
+    } else {
+        if (!(out = pf_array_from_object(outo, PF_DT_F32, 1, "out")))
+            goto done;
+        if (out->ndim != x->ndim || pf_array_size(out) != pf_array_size(x)) {
+            PyErr_SetString(PyExc_ValueError, "argument 'out': expected the shape of 'x'");
+            goto done;
+        }
+        const char *ob = out->data, *xb = x->data, *wb = w->data;
+        const size_t on = pf_array_nbytes(out), xn = pf_array_nbytes(x), wn = pf_array_nbytes(w);
+        if ((ob != xb && ob < xb + xn && xb < ob + on) || (ob < wb + wn && wb < ob + on)) {
+            PyErr_SetString(PyExc_ValueError, "argument 'out': must not overlap 'incoming' or partially overlap 'x'");
+            goto done;
+        }
+    }
+    {
+        const int64_t d = w->shape[0], t = (int64_t)(pf_array_size(x) / (size_t)d);
+        char err[PF_CL_ERRLEN] = "";
+        pf_status st;
+        lock_device(self);
+        Py_BEGIN_ALLOW_THREADS
+        st = pf_cl_attn_apply(self->dev, (float *)out->data, (const float *)x->data, (const float *)w->data, t, d, s,
+                              err, sizeof err);
+        Py_END_ALLOW_THREADS
+        unlock_device(self);
+        if (st != PF_OK) {
+            raise_cl(st, err, "attention apply on OpenCL");
+            goto done;
+        }
+    }
+    ret = outo == Py_None ? Py_NewRef((PyObject *)out) : Py_NewRef(outo);
+done:
+    Py_XDECREF(x);
+    Py_XDECREF(w);
+    Py_XDECREF(out);
+    return ret;
+}
+
+static PyObject *PfCLDevice_attn_tanh(PfCLDevice *self, PyObject *arg)
+{
+    PfArray *x = pf_array_from_object(arg, PF_DT_F32, 0, "x");
+    if (!x)
+        return NULL;
+    PfArray *out = pf_array_new(PF_DT_F32, x->ndim, x->shape);
+    if (!out) {
+        Py_DECREF(x);
+        return NULL;
+    }
+    char err[PF_CL_ERRLEN] = "";
+    pf_status st;
+    lock_device(self);
+    Py_BEGIN_ALLOW_THREADS
+    st = pf_cl_attn_tanh(self->dev, (float *)out->data, (const float *)x->data, (int64_t)pf_array_size(x), err,
+                         sizeof err);
+    Py_END_ALLOW_THREADS
+    unlock_device(self);
+    Py_DECREF(x);
+    if (st != PF_OK) {
+        Py_DECREF(out);
+        return raise_cl(st, err, "attention tanh on OpenCL");
+    }
+    return (PyObject *)out;
 }
 
 static PyMethodDef PfCLDevice_methods[] = {
@@ -620,6 +985,27 @@ static PyMethodDef PfCLDevice_methods[] = {
      "g_level, radc, HGS, LGS, read_sigma, vnoise, seed, call, out=None, item0=0, weights_key=None)\n--\n\n"
      "_core.dpe_mvm on this device. weights_key (hashable, e.g. (id(sliced), sliced._version)) keeps the weights "
      "resident on the device between calls; an entry whose key changes is released."},
+    {"dpe_conv2d", (PyCFunction)(void (*)(void))PfCLDevice_dpe_conv2d, METH_VARARGS | METH_KEYWORDS,
+     "dpe_conv2d(image, kernel_size, stride, padding, dilation, x_granule, x_widths, bfp, w_levels, w_conductance, "
+     "w_scale, w_granule, w_widths, n, rdac, g_level, radc, HGS, LGS, read_sigma, vnoise, seed, call, "
+     "return_dequant=False, weights_key=None)\n--\n\n"
+     "_core.dpe_conv2d on this device (implicit im2col: granule max, quantize/slice/DAC in the packer, the fused "
+     "MVM, the optional dequantized unfolded input); same results. weights_key as for dpe_mvm."},
+    {"slice_quantize", (PyCFunction)(void (*)(void))PfCLDevice_slice_quantize, METH_VARARGS | METH_KEYWORDS,
+     "slice_quantize(data, slice_method, paral_size, quant_gran=None, bw_e=None, dequant=False, g_level=None)\n--\n\n"
+     "_core.slice_quantize on this device: same arguments, errors and (bit-identical) results."},
+    {"program_conductance", (PyCFunction)(void (*)(void))PfCLDevice_program_conductance,
+     METH_VARARGS | METH_KEYWORDS,
+     "program_conductance(levels, g_level, HGS, LGS, write_variation=0, rate_stuck_HGS=0, rate_stuck_LGS=0, "
+     "seed=None)\n--\n\n_core.program_conductance on this device: same arguments, errors and results."},
+    {"attn_update", (PyCFunction)(void (*)(void))PfCLDevice_attn_update, METH_VARARGS | METH_KEYWORDS,
+     "attn_update(outgoing, x, y, rate)\n--\n\nThe attention context's sampled update (pf_attn_update) on this "
+     "device: outgoing (D, D) float32 is updated in place from the rows of x and y (their first D columns)."},
+    {"attn_apply", (PyCFunction)(void (*)(void))PfCLDevice_attn_apply, METH_VARARGS | METH_KEYWORDS,
+     "attn_apply(x, incoming, strength, out=None)\n--\n\nx + (strength / D) * (x @ incoming) on this device "
+     "(pf_attn_apply: non-finite terms as 0; out may be x itself)."},
+    {"attn_tanh", (PyCFunction)PfCLDevice_attn_tanh, METH_O,
+     "attn_tanh(x)\n--\n\nThe attention update's float32 tanh on this device (as _core._attention_tanh)."},
     {"normals", (PyCFunction)PfCLDevice_normals, METH_VARARGS,
      "normals(seed, stream, call, idx0, count)\n--\n\nStandard normals of a Philox noise stream, drawn on the device."},
     {"release", (PyCFunction)PfCLDevice_release, METH_NOARGS,

@@ -18,6 +18,7 @@
 #include "pf_common.h"
 #include "philox_noise.h"
 #include "slicing.h"
+#include "bind_slicing.h"
 
 /* slice_method: a sequence of Python ints, most significant first. */
 static int parse_slice_method(PyObject *obj, pf_slice_method *sm)
@@ -205,98 +206,107 @@ static int parse_g_level(PyObject *obj, const pf_slice_method *sm, int *g_level)
     return 0;
 }
 
-static PyObject *none_or(PfArray *a)
+void pf_slice_call_clear(pf_slice_call *c)
 {
-    if (a)
-        return (PyObject *)a;
-    Py_RETURN_NONE;
+    Py_CLEAR(c->x);
+    Py_CLEAR(c->codes);
+    Py_CLEAR(c->gmax);
+    Py_CLEAR(c->gscale);
+    Py_CLEAR(c->gexp);
+    Py_CLEAR(c->dq);
+    Py_CLEAR(c->levels);
+}
+
+int pf_slice_call_parse(PyObject *args, PyObject *kwds, pf_slice_call *c)
+{
+    static char *kwlist[] = {"data", "slice_method", "paral_size", "quant_gran", "bw_e", "dequant", "g_level", NULL};
+    PyObject *data_obj, *method_obj, *paral_obj, *gran_obj = Py_None, *bw_e_obj = Py_None, *g_level_obj = Py_None;
+    int want_dequant = 0;
+    memset(c, 0, sizeof *c);
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OOpO:slice_quantize", kwlist, &data_obj, &method_obj,
+                                     &paral_obj, &gran_obj, &bw_e_obj, &want_dequant, &g_level_obj))
+        return -1;
+    int64_t paral[2];
+    if (parse_slice_method(method_obj, &c->sm) < 0 || parse_pair(paral_obj, "paral_size", paral) < 0 ||
+        parse_bw_e(bw_e_obj, &c->bfp) < 0)
+        return -1;
+    if (g_level_obj != Py_None && parse_g_level(g_level_obj, &c->sm, &c->g_level) < 0)
+        return -1;
+
+    if (!(c->x = pf_array_from_object(data_obj, PF_DT_F32, 0, "data")))
+        return -1;
+    PfArray *x = c->x;
+    if (x->ndim != 2 && x->ndim != 3) {
+        PyErr_Format(PyExc_ValueError, "argument 'data': expected a 2-D (rows, cols) or 3-D (batch, rows, cols) "
+                     "array, got %d dimensions", x->ndim);
+        goto fail;
+    }
+    if (g_level_obj != Py_None && x->ndim != 2) {
+        PyErr_Format(PyExc_ValueError, "argument 'data': weights must be 2-D (rows, cols), got %d dimensions", x->ndim);
+        goto fail;
+    }
+    c->n = x->ndim == 3 ? x->shape[0] : 1;
+    c->rows = x->shape[x->ndim - 2];
+    c->cols = x->shape[x->ndim - 1];
+    if (c->n == 0 || c->rows == 0 || c->cols == 0) {
+        PyErr_SetString(PyExc_ValueError, "argument 'data': the array is empty");
+        goto fail;
+    }
+    if (resolve_granule(gran_obj, paral, c->rows, c->cols, c->gran) < 0)
+        goto fail;
+
+    Py_ssize_t code_shape[4] = {c->sm.n_slices, c->n, c->rows, c->cols};
+    /* ceil without a + b - 1, which overflows for huge granules */
+    Py_ssize_t grid_shape[3] = {c->n, c->rows / c->gran[0] + (c->rows % c->gran[0] != 0),
+                                c->cols / c->gran[1] + (c->cols % c->gran[1] != 0)};
+    Py_ssize_t data_shape[3] = {c->n, c->rows, c->cols};
+    if (!(c->codes = pf_array_new(PF_DT_U8, 4, code_shape)) || !(c->gmax = pf_array_new(PF_DT_F32, 3, grid_shape)) ||
+        !(c->gscale = pf_array_new(PF_DT_F32, 3, grid_shape)))
+        goto fail;
+    if (c->bfp && !(c->gexp = pf_array_new(PF_DT_I32, 3, grid_shape)))
+        goto fail;
+    if (want_dequant && !(c->dq = pf_array_new(PF_DT_F32, 3, data_shape)))
+        goto fail;
+    if (c->g_level && !(c->levels = pf_array_new(PF_DT_U8, 4, code_shape)))
+        goto fail;
+    return 0;
+fail:
+    pf_slice_call_clear(c);
+    return -1;
+}
+
+PyObject *pf_slice_call_finish(pf_slice_call *c, int status)
+{
+    PyObject *result = NULL;
+    if (status == PF_EINVAL) {
+        /* every argument was validated by the parser: the max pass found NaN or inf */
+        PyErr_SetString(PyExc_ValueError, "argument 'data': contains NaN or infinity; quantization needs finite values");
+    } else if (status != PF_OK) {
+        pf_raise_status(status, "slice_quantize");
+    } else {
+        result = Py_BuildValue("(OOOOOO(LL))", (PyObject *)c->codes, (PyObject *)c->gmax, (PyObject *)c->gscale,
+                               c->gexp ? (PyObject *)c->gexp : Py_None, c->dq ? (PyObject *)c->dq : Py_None,
+                               c->levels ? (PyObject *)c->levels : Py_None, (long long)c->gran[0],
+                               (long long)c->gran[1]);
+    }
+    pf_slice_call_clear(c);
+    return result;
 }
 
 static PyObject *py_slice_quantize(PyObject *self, PyObject *args, PyObject *kwds)
 {
     PF_UNUSED(self);
-    static char *kwlist[] = {"data", "slice_method", "paral_size", "quant_gran", "bw_e", "dequant", "g_level", NULL};
-    PyObject *data_obj, *method_obj, *paral_obj, *gran_obj = Py_None, *bw_e_obj = Py_None, *g_level_obj = Py_None;
-    int want_dequant = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OOpO:slice_quantize", kwlist, &data_obj, &method_obj,
-                                     &paral_obj, &gran_obj, &bw_e_obj, &want_dequant, &g_level_obj))
+    pf_slice_call c;
+    if (pf_slice_call_parse(args, kwds, &c) < 0)
         return NULL;
-    pf_slice_method sm;
-    int64_t paral[2], gran[2];
-    int bfp, g_level = 0;
-    if (parse_slice_method(method_obj, &sm) < 0 || parse_pair(paral_obj, "paral_size", paral) < 0 ||
-        parse_bw_e(bw_e_obj, &bfp) < 0)
-        return NULL;
-    if (g_level_obj != Py_None && parse_g_level(g_level_obj, &sm, &g_level) < 0)
-        return NULL;
-
-    PfArray *x = pf_array_from_object(data_obj, PF_DT_F32, 0, "data");
-    if (!x)
-        return NULL;
-    PfArray *codes = NULL, *gmax = NULL, *gscale = NULL, *gexp = NULL, *dq = NULL, *levels = NULL;
-    PyObject *result = NULL;
-    if (x->ndim != 2 && x->ndim != 3) {
-        PyErr_Format(PyExc_ValueError, "argument 'data': expected a 2-D (rows, cols) or 3-D (batch, rows, cols) "
-                     "array, got %d dimensions", x->ndim);
-        goto done;
-    }
-    if (g_level_obj != Py_None && x->ndim != 2) {
-        PyErr_Format(PyExc_ValueError, "argument 'data': weights must be 2-D (rows, cols), got %d dimensions", x->ndim);
-        goto done;
-    }
-    int64_t n = x->ndim == 3 ? x->shape[0] : 1;
-    int64_t rows = x->shape[x->ndim - 2], cols = x->shape[x->ndim - 1];
-    if (n == 0 || rows == 0 || cols == 0) {
-        PyErr_SetString(PyExc_ValueError, "argument 'data': the array is empty");
-        goto done;
-    }
-    if (resolve_granule(gran_obj, paral, rows, cols, gran) < 0)
-        goto done;
-
-    Py_ssize_t code_shape[4] = {sm.n_slices, n, rows, cols};
-    /* ceil without a + b - 1, which overflows for huge granules */
-    Py_ssize_t grid_shape[3] = {n, rows / gran[0] + (rows % gran[0] != 0), cols / gran[1] + (cols % gran[1] != 0)};
-    Py_ssize_t data_shape[3] = {n, rows, cols};
-    codes = pf_array_new(PF_DT_U8, 4, code_shape);
-    gmax = codes ? pf_array_new(PF_DT_F32, 3, grid_shape) : NULL;
-    gscale = gmax ? pf_array_new(PF_DT_F32, 3, grid_shape) : NULL;
-    if (!gscale)
-        goto done;
-    if (bfp && !(gexp = pf_array_new(PF_DT_I32, 3, grid_shape)))
-        goto done;
-    if (want_dequant && !(dq = pf_array_new(PF_DT_F32, 3, data_shape)))
-        goto done;
-    if (g_level && !(levels = pf_array_new(PF_DT_U8, 4, code_shape)))
-        goto done;
-
     int status;
     Py_BEGIN_ALLOW_THREADS
-    status = pf_slice_quantize((const float *)x->data, n, rows, cols, gran[0], gran[1], &sm, bfp,
-                               (uint8_t *)codes->data, (float *)gmax->data, (float *)gscale->data,
-                               gexp ? (int32_t *)gexp->data : NULL, dq ? (float *)dq->data : NULL, g_level,
-                               levels ? (uint8_t *)levels->data : NULL);
+    status = pf_slice_quantize((const float *)c.x->data, c.n, c.rows, c.cols, c.gran[0], c.gran[1], &c.sm, c.bfp,
+                               (uint8_t *)c.codes->data, (float *)c.gmax->data, (float *)c.gscale->data,
+                               c.gexp ? (int32_t *)c.gexp->data : NULL, c.dq ? (float *)c.dq->data : NULL, c.g_level,
+                               c.levels ? (uint8_t *)c.levels->data : NULL);
     Py_END_ALLOW_THREADS
-    if (status == PF_EINVAL) {
-        /* every argument was validated above: the max pass found NaN or inf */
-        PyErr_SetString(PyExc_ValueError, "argument 'data': contains NaN or infinity; quantization needs finite values");
-        goto done;
-    }
-    if (status != PF_OK) {
-        pf_raise_status(status, "slice_quantize");
-        goto done;
-    }
-    result = Py_BuildValue("(NNNNNN(LL))", (PyObject *)codes, (PyObject *)gmax, (PyObject *)gscale, none_or(gexp),
-                           none_or(dq), none_or(levels), (long long)gran[0], (long long)gran[1]);
-    codes = gmax = gscale = gexp = dq = levels = NULL; /* references stolen ("N") */
-done:
-    Py_XDECREF(codes);
-    Py_XDECREF(gmax);
-    Py_XDECREF(gscale);
-    Py_XDECREF(gexp);
-    Py_XDECREF(dq);
-    Py_XDECREF(levels);
-    Py_DECREF(x);
-    return result;
+    return pf_slice_call_finish(&c, status);
 }
 
 static PyObject *py_program_levels(PyObject *self, PyObject *args, PyObject *kwds)
@@ -352,74 +362,86 @@ static int parse_rate(double v, const char *argname)
     return 0;
 }
 
-static PyObject *py_program_conductance(PyObject *self, PyObject *args, PyObject *kwds)
+int pf_program_call_parse(PyObject *args, PyObject *kwds, PfArray **levels_out, PfArray **out, pf_program_params *pp)
 {
-    PF_UNUSED(self);
     static char *kwlist[] = {"levels", "g_level", "HGS", "LGS", "write_variation", "rate_stuck_HGS",
                              "rate_stuck_LGS", "seed", NULL};
     PyObject *levels_obj, *g_level_obj, *seed_obj = Py_None;
     pf_program_params p = {0};
+    *levels_out = *out = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOdd|dddO:program_conductance", kwlist, &levels_obj, &g_level_obj,
                                      &p.hgs, &p.lgs, &p.write_variation, &p.rate_stuck_hgs, &p.rate_stuck_lgs,
                                      &seed_obj))
-        return NULL;
+        return -1;
     if (parse_g_level(g_level_obj, NULL, &p.g_level) < 0)
-        return NULL;
+        return -1;
     if (!(p.lgs < p.hgs) || !isfinite(p.hgs) || !isfinite(p.lgs)) {
         PyErr_Format(PyExc_ValueError, "argument 'LGS': must be finite and below HGS (LGS=%g, HGS=%g)", p.lgs, p.hgs);
-        return NULL;
+        return -1;
     }
     if (!(p.write_variation >= 0.0) || !isfinite(p.write_variation)) {
         PyErr_Format(PyExc_ValueError, "argument 'write_variation': must be finite and >= 0, got %g",
                      p.write_variation);
-        return NULL;
+        return -1;
     }
     if (parse_rate(p.rate_stuck_hgs, "rate_stuck_HGS") < 0 || parse_rate(p.rate_stuck_lgs, "rate_stuck_LGS") < 0)
-        return NULL;
+        return -1;
     if (!(p.rate_stuck_hgs + p.rate_stuck_lgs <= 1.0)) {
         PyErr_SetString(PyExc_ValueError, "argument 'rate_stuck_LGS': rate_stuck_HGS + rate_stuck_LGS exceeds 1");
-        return NULL;
+        return -1;
     }
     p.seed = PF_DEFAULT_SEED;
     if (seed_obj != Py_None) {
         if (!PyLong_Check(seed_obj) || PyBool_Check(seed_obj)) {
             PyErr_Format(PyExc_TypeError, "argument 'seed': expected an int, got %s", Py_TYPE(seed_obj)->tp_name);
-            return NULL;
+            return -1;
         }
         unsigned long long s = PyLong_AsUnsignedLongLong(seed_obj);
         if (s == (unsigned long long)-1 && PyErr_Occurred()) {
             PyErr_Clear();
             PyErr_SetString(PyExc_ValueError, "argument 'seed': must be an int in [0, 2**64)");
-            return NULL;
+            return -1;
         }
         p.seed = (uint64_t)s;
     }
     PfArray *levels = pf_array_from_object(levels_obj, PF_DT_U8, 0, "levels");
     if (!levels)
-        return NULL;
-    PfArray *g = NULL;
+        return -1;
     if (levels->ndim != 3) {
         PyErr_Format(PyExc_ValueError, "argument 'levels': expected 3-D (slices, rows, cols), got %d dimensions",
                      levels->ndim);
-        goto fail;
+        Py_DECREF(levels);
+        return -1;
     }
-    if (!(g = pf_array_new(PF_DT_F32, 3, levels->shape)))
-        goto fail;
+    PfArray *g = pf_array_new(PF_DT_F32, 3, levels->shape);
+    if (!g) {
+        Py_DECREF(levels);
+        return -1;
+    }
+    *levels_out = levels;
+    *out = g;
+    *pp = p;
+    return 0;
+}
+
+static PyObject *py_program_conductance(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    PF_UNUSED(self);
+    PfArray *levels, *g;
+    pf_program_params p;
+    if (pf_program_call_parse(args, kwds, &levels, &g, &p) < 0)
+        return NULL;
     int status;
     Py_BEGIN_ALLOW_THREADS
     status = pf_program_conductance((const uint8_t *)levels->data, levels->shape[0], levels->shape[1],
                                     levels->shape[2], &p, (float *)g->data);
     Py_END_ALLOW_THREADS
+    Py_DECREF(levels);
     if (status != PF_OK) {
-        pf_raise_status(status, "program_conductance");
-        goto fail;
+        Py_DECREF(g);
+        return pf_raise_status(status, "program_conductance");
     }
-    Py_DECREF(levels);
     return (PyObject *)g;
-fail:
-    Py_XDECREF(g);
-    Py_DECREF(levels);
-    return NULL;
 }
 
 static PyMethodDef slicing_methods[] = {

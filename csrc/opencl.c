@@ -17,7 +17,15 @@
 #define PF_CL_A_CHUNK_BYTES ((size_t)64 << 20)
 #define PF_CL_PACK_LOCAL 64 /* work-group size of the pack kernels (at most; one noise group per item) */
 
-enum { SCR_A, SCR_RS, SCR_B, SCR_CS, SCR_COUNT };
+enum { SCR_A, SCR_RS, SCR_B, SCR_CS, SCR_Z, SCR_ZW, SCR_COUNT };
+
+/* Every kernel of the program, created at build time. */
+enum { K_PACK_X, K_PACK_XI, K_PACK_W, K_SCALES_W, K_MVM, K_NORMALS, K_GMAX, K_DEQUANT, K_SMAX, K_SSTATS, K_SQUANT, K_PCOND, K_NRANGE, K_ATANH, K_ACENTRE, K_AUPDATE, K_AMATMUL,
+       K_AEPI, K_COUNT };
+static const char *const kernel_names[K_COUNT] = {
+    "pf_dpe_pack_x", "pf_dpe_pack_x_im2col", "pf_dpe_pack_w", "pf_dpe_scales_w", "pf_dpe_mvm", "pf_normals", "pf_im2col_gmax", "pf_im2col_dequant", "pf_slice_max", "pf_slice_stats", "pf_slice_quant", "pf_program_cond",
+    "pf_normals_range", "pf_attn_tanh", "pf_attn_centre", "pf_attn_update", "pf_attn_matmul", "pf_attn_epilogue",
+};
 
 typedef struct {
     cl_mem mem;
@@ -34,7 +42,7 @@ struct pf_cl_device {
     cl_context ctx;
     cl_command_queue queue;
     cl_program program;
-    cl_kernel k_pack_x, k_pack_w, k_scales_w, k_mvm, k_normals;
+    cl_kernel k[K_COUNT];
     size_t pack_local;
     int profile;          /* PYFASTPIM_CL_PROFILE=1: kernel times on stderr */
     int built;
@@ -347,10 +355,9 @@ void pf_cl_close(pf_cl_device *dev)
     if (dev->queue)
         clFinish(dev->queue);
     pf_cl_release_scratch(dev);
-    cl_kernel ks[] = {dev->k_pack_x, dev->k_pack_w, dev->k_scales_w, dev->k_mvm, dev->k_normals};
-    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
-        if (ks[i])
-            clReleaseKernel(ks[i]);
+    for (int i = 0; i < K_COUNT; i++)
+        if (dev->k[i])
+            clReleaseKernel(dev->k[i]);
     if (dev->program)
         clReleaseProgram(dev->program);
     if (dev->queue)
@@ -480,19 +487,15 @@ pf_status pf_cl_build(pf_cl_device *dev, char *err, size_t errlen)
         st = PF_EDEVICE;
         goto fail;
     }
-    dev->k_pack_x = clCreateKernel(dev->program, "pf_dpe_pack_x", &rc);
-    CL_CHECK(rc, "clCreateKernel(pf_dpe_pack_x)");
-    dev->k_pack_w = clCreateKernel(dev->program, "pf_dpe_pack_w", &rc);
-    CL_CHECK(rc, "clCreateKernel(pf_dpe_pack_w)");
-    dev->k_scales_w = clCreateKernel(dev->program, "pf_dpe_scales_w", &rc);
-    CL_CHECK(rc, "clCreateKernel(pf_dpe_scales_w)");
-    dev->k_mvm = clCreateKernel(dev->program, "pf_dpe_mvm", &rc);
-    CL_CHECK(rc, "clCreateKernel(pf_dpe_mvm)");
-    dev->k_normals = clCreateKernel(dev->program, "pf_normals", &rc);
-    CL_CHECK(rc, "clCreateKernel(pf_normals)");
+    for (int i = 0; i < K_COUNT; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "clCreateKernel(%s)", kernel_names[i]);
+        dev->k[i] = clCreateKernel(dev->program, kernel_names[i], &rc);
+        CL_CHECK(rc, what);
+    }
     /* the pack kernels' work-groups must fit both of them */
     dev->pack_local = PF_CL_PACK_LOCAL;
-    cl_kernel packs[2] = {dev->k_pack_x, dev->k_pack_w};
+    cl_kernel packs[2] = {dev->k[K_PACK_X], dev->k[K_PACK_W]};
     for (int i = 0; i < 2; i++) {
         size_t pwg = 0;
         CL_CHECK(clGetKernelWorkGroupInfo(packs[i], dev->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof pwg, &pwg, NULL),
@@ -502,7 +505,7 @@ pf_status pf_cl_build(pf_cl_device *dev, char *err, size_t errlen)
     }
     /* the work-group must fit the compiled kernel: shrink y, then x */
     size_t kwg = 0;
-    CL_CHECK(clGetKernelWorkGroupInfo(dev->k_mvm, dev->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL),
+    CL_CHECK(clGetKernelWorkGroupInfo(dev->k[K_MVM], dev->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL),
              "clGetKernelWorkGroupInfo(pf_dpe_mvm)");
     size_t wi[3] = {1, 1, 1};
     if (clGetDeviceInfo(dev->device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof wi, wi, NULL) != CL_SUCCESS)
@@ -542,11 +545,10 @@ pf_status pf_cl_build(pf_cl_device *dev, char *err, size_t errlen)
     return PF_OK;
 fail:
     {
-        cl_kernel *ks[] = {&dev->k_pack_x, &dev->k_pack_w, &dev->k_scales_w, &dev->k_mvm, &dev->k_normals};
-        for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
-            if (*ks[i]) {
-                clReleaseKernel(*ks[i]);
-                *ks[i] = NULL;
+        for (int i = 0; i < K_COUNT; i++)
+            if (dev->k[i]) {
+                clReleaseKernel(dev->k[i]);
+                dev->k[i] = NULL;
             }
         if (dev->program)
             clReleaseProgram(dev->program);
@@ -810,6 +812,200 @@ int pf_cl_weights_match(const pf_cl_weights *w, const pf_dpe_args *a)
            w->w_gr == a->w_gr && w->w_gc == a->w_gc;
 }
 
+/* out[e - start] = normal of element e of a Philox stream, e in [start, end),
+ * drawn 8 groups per work-item (pf_normals_range in base.cl). */
+static pf_status normals_range(pf_cl_device *dev, cl_mem out, uint64_t seed, cl_uint stream, cl_uint call,
+                               cl_ulong start, cl_ulong end, char *err, size_t errlen)
+{
+    pf_status st = PF_OK;
+    if (end <= start)
+        return PF_OK;
+    cl_kernel k = dev->k[K_NRANGE];
+    SET_ARG(k, 0, cl_mem, out);
+    SET_ARG(k, 1, cl_ulong, seed);
+    SET_ARG(k, 2, cl_uint, stream);
+    SET_ARG(k, 3, cl_uint, call);
+    SET_ARG(k, 4, cl_ulong, start);
+    SET_ARG(k, 5, cl_ulong, end);
+    {
+        size_t gz = round_up(((end + 3) / 4 - ((start / 4) & ~(cl_ulong)7) + 7) / 8, dev->pack_local);
+        size_t lz = dev->pack_local;
+        return enqueue(dev, k, "pf_normals_range", 1, &gz, &lz, err, errlen);
+    }
+fail:
+    return st;
+}
+
+/* ---- implicit im2col (PF_DPE_X_IM2COL) ---- */
+
+/* Geometry as the kernels take it: (C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, 0, 0, 0). */
+static cl_long16 im2col_geo(const pf_im2col *c)
+{
+    cl_long16 g;
+    memset(&g, 0, sizeof g);
+    if (c) {
+        const int64_t v[13] = {c->channels, c->height, c->width, c->kh, c->kw, c->sh, c->sw,
+                               c->ph, c->pw, c->dh, c->dw, c->out_h, c->out_w};
+        for (int i = 0; i < 13; i++)
+            g.s[i] = v[i];
+    }
+    return g;
+}
+
+/* Bytes of the (N, C, H, W) image; PF_EOVERFLOW when they overflow or a size is negative. */
+static pf_status im2col_bytes(const pf_im2col *c, int64_t batch, size_t *bytes)
+{
+    if (batch < 0 || c->channels < 0 || c->height < 0 || c->width < 0 || c->kh < 1 || c->kw < 1 || c->sh < 1 ||
+        c->sw < 1 || c->dh < 1 || c->dw < 1 || c->ph < 0 || c->pw < 0 || c->out_h < 0 || c->out_w < 0)
+        return PF_EOVERFLOW;
+    size_t d[5] = {(size_t)batch, (size_t)c->channels, (size_t)c->height, (size_t)c->width, sizeof(float)};
+    size_t t;
+    if (pf_mul_sizes(d, 5, bytes) || pf_mul_size((size_t)c->out_h, (size_t)c->out_w, &t) ||
+        pf_mul_size(t, (size_t)c->channels * (size_t)c->kh, &t) || pf_mul_size(t, (size_t)c->kw, &t))
+        return PF_EOVERFLOW;
+    return PF_OK;
+}
+
+/* Bit offsets of the slices, 4 bits each (pf_slice_code_packed in base.cl). */
+static cl_ulong slice_offsets(const pf_slice_method *sm)
+{
+    cl_ulong offs = 0;
+    for (int i = 0; i < sm->n_slices && i < 16; i++)
+        offs |= (cl_ulong)(sm->offset[i] & 15) << (4 * i);
+    return offs;
+}
+
+pf_status pf_cl_im2col_granule_max(pf_cl_device *dev, const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc,
+                                   float *gran_max, char *err, size_t errlen)
+{
+    if (qr <= 0 || qc <= 0 || !c || !c->image) {
+        set_err(err, errlen, "im2col granule max: invalid arguments");
+        return PF_EINVAL;
+    }
+    size_t b_img, ng, b_g;
+    if (im2col_bytes(c, batch, &b_img) != PF_OK)
+        return PF_EOVERFLOW;
+    const int64_t R = c->out_h * c->out_w, K = c->channels * c->kh * c->kw;
+    const int64_t gr = pf_ceil_div(R, qr), gcn = pf_ceil_div(K, qc);
+    size_t dg[3] = {(size_t)batch, (size_t)gr, (size_t)gcn};
+    if (pf_mul_sizes(dg, 3, &ng) || pf_mul_size(ng, sizeof(float), &b_g))
+        return PF_EOVERFLOW;
+    if (ng == 0)
+        return PF_OK;
+    pf_status st = pf_cl_build(dev, err, errlen);
+    if (st != PF_OK)
+        return st;
+    cl_int bad = 0;
+    cl_mem mi = NULL, mg = NULL, mb = NULL;
+    int g_shared = 0, b_shared = 0;
+    if ((st = buf_in(dev, c->image, b_img, "input", &mi, err, errlen)) != PF_OK ||
+        (st = buf_out(dev, gran_max, b_g, &mg, &g_shared, err, errlen)) != PF_OK ||
+        (st = buf_out(dev, &bad, sizeof bad, &mb, &b_shared, err, errlen)) != PF_OK)
+        goto fail;
+    CL_CHECK(clEnqueueFillBuffer(dev->queue, mb, &bad, sizeof bad, 0, sizeof bad, 0, NULL, NULL),
+             "clEnqueueFillBuffer(flag)");
+    {
+        cl_kernel k = dev->k[K_GMAX];
+        SET_ARG(k, 0, cl_mem, mi);
+        SET_ARG(k, 1, cl_long16, im2col_geo(c));
+        SET_ARG(k, 2, cl_mem, mg);
+        SET_ARG(k, 3, cl_mem, mb);
+        SET_ARG(k, 4, cl_ulong, (cl_ulong)batch);
+        SET_ARG(k, 5, cl_ulong, (cl_ulong)R);
+        SET_ARG(k, 6, cl_ulong, (cl_ulong)K);
+        SET_ARG(k, 7, cl_ulong, (cl_ulong)qr);
+        SET_ARG(k, 8, cl_ulong, (cl_ulong)qc);
+        SET_ARG(k, 9, cl_ulong, (cl_ulong)gr);
+        SET_ARG(k, 10, cl_ulong, (cl_ulong)gcn);
+        size_t gws = round_up(ng, dev->pack_local), lws = dev->pack_local;
+        if ((st = enqueue(dev, k, "pf_im2col_gmax", 1, &gws, &lws, err, errlen)) != PF_OK)
+            goto fail;
+    }
+    if ((st = buf_finish_out(dev, mg, gran_max, b_g, g_shared, err, errlen)) != PF_OK ||
+        (st = buf_finish_out(dev, mb, &bad, sizeof bad, b_shared, err, errlen)) != PF_OK)
+        goto fail;
+    clReleaseMemObject(mi);
+    clReleaseMemObject(mg);
+    clReleaseMemObject(mb);
+    if (bad) {
+        set_err(err, errlen, "argument 'input': contains NaN or infinity");
+        return PF_EINVAL;
+    }
+    return PF_OK;
+fail:
+    clFinish(dev->queue);
+    if (mi)
+        clReleaseMemObject(mi);
+    if (mg)
+        clReleaseMemObject(mg);
+    if (mb)
+        clReleaseMemObject(mb);
+    return st;
+}
+
+pf_status pf_cl_im2col_dequantize(pf_cl_device *dev, const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc,
+                                  const float *gran_max, int total_bits, int bfp, float *out, char *err,
+                                  size_t errlen)
+{
+    if (qr <= 0 || qc <= 0 || !c || !c->image || total_bits < 2 || total_bits > PF_MAX_TOTAL_BITS) {
+        set_err(err, errlen, "im2col dequantize: invalid arguments");
+        return PF_EINVAL;
+    }
+    size_t b_img, total, b_out, ng, b_g;
+    if (im2col_bytes(c, batch, &b_img) != PF_OK)
+        return PF_EOVERFLOW;
+    const int64_t R = c->out_h * c->out_w, K = c->channels * c->kh * c->kw;
+    const int64_t gr = pf_ceil_div(R, qr), gcn = pf_ceil_div(K, qc);
+    size_t d[3] = {(size_t)batch, (size_t)R, (size_t)K}, dg[3] = {(size_t)batch, (size_t)gr, (size_t)gcn};
+    if (pf_mul_sizes(d, 3, &total) || pf_mul_size(total, sizeof(float), &b_out) || pf_mul_sizes(dg, 3, &ng) ||
+        pf_mul_size(ng, sizeof(float), &b_g))
+        return PF_EOVERFLOW;
+    if (total == 0)
+        return PF_OK;
+    pf_status st = pf_cl_build(dev, err, errlen);
+    if (st != PF_OK)
+        return st;
+    cl_mem mi = NULL, mg = NULL, mo = NULL;
+    int shared = 0;
+    if ((st = buf_in(dev, c->image, b_img, "input", &mi, err, errlen)) != PF_OK ||
+        (st = buf_in(dev, gran_max, b_g, "x_gran_max", &mg, err, errlen)) != PF_OK ||
+        (st = buf_out(dev, out, b_out, &mo, &shared, err, errlen)) != PF_OK)
+        goto fail;
+    {
+        cl_kernel k = dev->k[K_DEQUANT];
+        SET_ARG(k, 0, cl_mem, mi);
+        SET_ARG(k, 1, cl_long16, im2col_geo(c));
+        SET_ARG(k, 2, cl_mem, mg);
+        SET_ARG(k, 3, cl_mem, mo);
+        SET_ARG(k, 4, cl_ulong, (cl_ulong)total);
+        SET_ARG(k, 5, cl_ulong, (cl_ulong)R);
+        SET_ARG(k, 6, cl_ulong, (cl_ulong)K);
+        SET_ARG(k, 7, cl_ulong, (cl_ulong)qr);
+        SET_ARG(k, 8, cl_ulong, (cl_ulong)qc);
+        SET_ARG(k, 9, cl_ulong, (cl_ulong)gr);
+        SET_ARG(k, 10, cl_ulong, (cl_ulong)gcn);
+        SET_ARG(k, 11, cl_int, total_bits);
+        SET_ARG(k, 12, cl_int, bfp != 0);
+        size_t gws = round_up(total, dev->pack_local), lws = dev->pack_local;
+        if ((st = enqueue(dev, k, "pf_im2col_dequant", 1, &gws, &lws, err, errlen)) != PF_OK)
+            goto fail;
+    }
+    st = buf_finish_out(dev, mo, out, b_out, shared, err, errlen);
+    clReleaseMemObject(mi);
+    clReleaseMemObject(mg);
+    clReleaseMemObject(mo);
+    return st;
+fail:
+    clFinish(dev->queue);
+    if (mi)
+        clReleaseMemObject(mi);
+    if (mg)
+        clReleaseMemObject(mg);
+    if (mo)
+        clReleaseMemObject(mo);
+    return st;
+}
+
 /* ---- fused DPE MVM ---- */
 
 /* Per-call constants, computed exactly as setup_init in dpe.c. */
@@ -912,12 +1108,36 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
             set_err(err, errlen, "dpe_mvm: invalid ADC resolution or weight slice range");
             return PF_EINVAL;
         }
-    if (a->x_kind != PF_DPE_X_CODES) {
-        set_err(err, errlen, "dpe_mvm on OpenCL: only slice-code inputs are supported (not implicit im2col)");
+    for (int i = 0; i < a->sx; i++)
+        if (a->x_max[i] < 1 || a->x_max[i] > 255) {
+            set_err(err, errlen, "dpe_mvm: input slices must be 1 to 8 bits (codes are uint8)");
+            return PF_EINVAL;
+        }
+    const int im2col = a->x_kind == PF_DPE_X_IM2COL;
+    if (a->x_kind != PF_DPE_X_CODES && !im2col) {
+        set_err(err, errlen, "dpe_mvm on OpenCL: unknown input kind %d", (int)a->x_kind);
         return PF_EINVAL;
     }
-    if (a->so_p != 1 || a->so_r != a->cols || a->so_n != a->rows * a->cols) {
-        set_err(err, errlen, "dpe_mvm on OpenCL: the output must be contiguous (N, R, P)");
+    if (im2col && (!a->x_im2col || !a->x_gran_max || !a->x_im2col->image ||
+                   a->x_im2col->out_h * a->x_im2col->out_w != a->rows ||
+                   a->x_im2col->channels * a->x_im2col->kh * a->x_im2col->kw != a->inner ||
+                   a->x_method.n_slices != a->sx)) {
+        set_err(err, errlen, "dpe_mvm on OpenCL: inconsistent implicit im2col arguments");
+        return PF_EINVAL;
+    }
+    if (im2col) {
+        const pf_im2col *c = a->x_im2col;
+        const int64_t lim = INT32_MAX;
+        if (a->rows > lim || a->inner > lim || c->channels > lim || c->height > lim || c->width > lim ||
+            c->kh * c->kw > lim) {
+            set_err(err, errlen, "dpe_conv2d on OpenCL: image, patch and output sizes must be below 2**31");
+            return PF_EINVAL;
+        }
+    }
+    const int kx = im2col ? K_PACK_XI : K_PACK_X;
+    const int out_nphw = a->so_p == a->rows && a->so_r == 1 && a->so_n == a->rows * a->cols;
+    if (!out_nphw && (a->so_p != 1 || a->so_r != a->cols || a->so_n != a->rows * a->cols)) {
+        set_err(err, errlen, "dpe_mvm on OpenCL: the output must be contiguous (N, R, P) or (N, P, R)");
         return PF_EINVAL;
     }
     if (w && !pf_cl_weights_match(w, a)) {
@@ -945,7 +1165,7 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
     const size_t K = (size_t)a->inner, P = (size_t)a->cols, R = (size_t)a->rows;
     const size_t nb = (K + n - 1) / n;
     size_t Kp, G, unit_r, unit_c, Pp, a_row, cap_rows, Gc;
-    size_t b_x, b_xs, b_out, b_A, b_RS, b_B, b_CS, b_sig, t1;
+    size_t b_x, b_xs, b_out, b_A, b_RS, b_B, b_CS, b_sig, t1, b_img = 0;
     size_t nbase, t2;
     if (pf_mul_size(nb, n, &Kp) || pf_mul_size((size_t)a->batch, R, &G) || nb > INT32_MAX ||
         pf_mul_size((size_t)a->x_item0, R, &nbase) || pf_add_size(nbase, G, &t2) || pf_mul_size(t2, sx * K, &t2))
@@ -971,17 +1191,21 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
             pf_mul_sizes(dA, 3, &b_A) || pf_mul_sizes(dRS, 3, &b_RS) || pf_mul_sizes(dB, 4, &b_B) ||
             pf_mul_sizes(dCS, 3, &b_CS) || pf_mul_size((size_t)a->g_level, sizeof(float), &b_sig))
             return PF_EOVERFLOW;
+        if (im2col && im2col_bytes(a->x_im2col, a->batch, &b_img) != PF_OK)
+            return PF_EOVERFLOW;
     }
 
     cl_setup s;
     if ((st = setup_init(a, &s)) != PF_OK)
         return st;
-    enum { M_X, M_XS, M_WL, M_WC, M_WS, M_SIG, M_FP, M_DAC, M_TAB, M_TI, M_OUT, M_COUNT };
+    enum { M_X, M_XS, M_IMG, M_GMAX, M_WL, M_WC, M_WS, M_SIG, M_FP, M_DAC, M_TAB, M_TI, M_OUT, M_COUNT };
     cl_mem m[M_COUNT] = {0};
     cl_mem sA, sRS, sB, sCS;
     int out_shared = 0;
-    if ((st = buf_in(dev, a->x_codes, b_x, "x_codes", &m[M_X], err, errlen)) != PF_OK ||
-        (st = buf_in(dev, a->x_scale, b_xs, "x_scale", &m[M_XS], err, errlen)) != PF_OK ||
+    if ((st = buf_in(dev, im2col ? NULL : a->x_codes, b_x, "x_codes", &m[M_X], err, errlen)) != PF_OK ||
+        (st = buf_in(dev, im2col ? NULL : a->x_scale, b_xs, "x_scale", &m[M_XS], err, errlen)) != PF_OK ||
+        (st = buf_in(dev, im2col ? a->x_im2col->image : NULL, b_img, "input", &m[M_IMG], err, errlen)) != PF_OK ||
+        (st = buf_in(dev, im2col ? a->x_gran_max : NULL, b_xs, "x_gran_max", &m[M_GMAX], err, errlen)) != PF_OK ||
         (st = buf_in(dev, a->read_sigma, a->read_sigma ? b_sig : 0, "read_sigma", &m[M_SIG], err, errlen)) != PF_OK ||
         (st = buf_in(dev, s.fparams, (sx * sw + sw) * sizeof(float), "parameters", &m[M_FP], err, errlen)) != PF_OK ||
         (st = buf_in(dev, s.dac, sx * 256 * sizeof(float), "DAC table", &m[M_DAC], err, errlen)) != PF_OK ||
@@ -998,6 +1222,18 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
             goto fail;
     }
     cl_mem wl = w ? w->levels : m[M_WL], wc = w ? w->cond : m[M_WC], ws = w ? w->scale : m[M_WS];
+    /* normals drawn by pf_normals_range: the chunk's voltage noise, the weights' read noise */
+    cl_mem sZ = NULL, sZW = NULL;
+    const int read_noise = s.noise_w && a->read_sigma;
+    size_t b_zw;
+    size_t dzw[4] = {sw, K, P, sizeof(float)};
+    if (pf_mul_sizes(dzw, 4, &b_zw)) {
+        st = PF_EOVERFLOW;
+        goto fail;
+    }
+    if ((st = scratch_get(dev, SCR_Z, s.noise_x ? b_A : 64, "voltage noise", &sZ, err, errlen)) != PF_OK ||
+        (st = scratch_get(dev, SCR_ZW, read_noise ? b_zw : 64, "read noise", &sZW, err, errlen)) != PF_OK)
+        goto fail;
     if ((st = scratch_get(dev, SCR_A, b_A, "packed inputs", &sA, err, errlen)) != PF_OK ||
         (st = scratch_get(dev, SCR_RS, b_RS, "input scales", &sRS, err, errlen)) != PF_OK ||
         (st = scratch_get(dev, SCR_B, b_B, "packed weights", &sB, err, errlen)) != PF_OK ||
@@ -1017,7 +1253,10 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
             st = PF_EOVERFLOW;
             goto fail;
         }
-        cl_kernel k = dev->k_pack_w;
+        if (read_noise && (st = normals_range(dev, sZW, a->seed, 0u /* PF_STREAM_READ */, a->call, 0, total, err,
+                                              errlen)) != PF_OK)
+            goto fail;
+        cl_kernel k = dev->k[K_PACK_W];
         SET_ARG(k, 0, cl_mem, wl);
         SET_ARG(k, 1, cl_mem, wc);
         SET_ARG(k, 2, cl_mem, m[M_SIG]);
@@ -1036,10 +1275,11 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
         SET_ARG(k, 15, cl_ulong, a->seed);
         SET_ARG(k, 16, cl_uint, a->call);
         SET_ARG(k, 17, cl_uint, (cl_uint)(a->g_level - 1));
+        SET_ARG(k, 18, cl_mem, sZW);
         size_t gws = round_up((total + 3) / 4, dev->pack_local), lws = dev->pack_local;
         if ((st = enqueue(dev, k, "pf_dpe_pack_w", 1, &gws, &lws, err, errlen)) != PF_OK)
             goto fail;
-        k = dev->k_scales_w;
+        k = dev->k[K_SCALES_W];
         SET_ARG(k, 0, cl_mem, ws);
         SET_ARG(k, 1, cl_mem, sCS);
         SET_ARG(k, 2, cl_ulong, P);
@@ -1053,7 +1293,7 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
             goto fail;
     }
     {
-        cl_kernel k = dev->k_pack_x;
+        cl_kernel k = dev->k[kx];
         SET_ARG(k, 0, cl_mem, m[M_X]);
         SET_ARG(k, 1, cl_mem, m[M_XS]);
         SET_ARG(k, 2, cl_mem, m[M_DAC]);
@@ -1075,7 +1315,16 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
         SET_ARG(k, 20, cl_uint, a->call);
         SET_ARG(k, 21, cl_ulong, sx);
         SET_ARG(k, 22, cl_ulong, nbase);
-        k = dev->k_mvm;
+        if (im2col) {
+            SET_ARG(k, 23, cl_mem, m[M_IMG]);
+            SET_ARG(k, 24, cl_mem, m[M_GMAX]);
+            SET_ARG(k, 25, cl_long16, im2col_geo(a->x_im2col));
+            SET_ARG(k, 26, cl_int, a->x_method.total_bits);
+            SET_ARG(k, 27, cl_int, a->x_bfp != 0);
+            SET_ARG(k, 28, cl_ulong, slice_offsets(&a->x_method));
+        }
+        SET_ARG(k, im2col ? 29 : 23, cl_mem, sZ);
+        k = dev->k[K_MVM];
         SET_ARG(k, 0, cl_mem, sA);
         SET_ARG(k, 1, cl_mem, sB);
         SET_ARG(k, 2, cl_mem, sRS);
@@ -1093,18 +1342,30 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
         SET_ARG(k, 16, cl_int, a->sx);
         SET_ARG(k, 17, cl_int, a->sw);
         SET_ARG(k, 18, cl_int, s.any_table);
+        SET_ARG(k, 19, cl_ulong, R);
+        SET_ARG(k, 20, cl_int, out_nphw);
     }
     for (size_t g0 = 0; g0 < G; g0 += Gc) {
         size_t rows = G - g0 < Gc ? G - g0 : Gc;
-        SET_ARG(dev->k_pack_x, 10, cl_ulong, g0);
-        SET_ARG(dev->k_pack_x, 11, cl_ulong, rows);
-        size_t gx = round_up(rows * sx * K / 4 + 2, dev->pack_local), lx = dev->pack_local;
-        if ((st = enqueue(dev, dev->k_pack_x, "pf_dpe_pack_x", 1, &gx, &lx, err, errlen)) != PF_OK)
+        SET_ARG(dev->k[kx], 10, cl_ulong, g0);
+        SET_ARG(dev->k[kx], 11, cl_ulong, rows);
+        if (s.noise_x && (st = normals_range(dev, sZ, a->seed, 1u /* PF_STREAM_VNOISE */, a->call,
+                                             (nbase + g0) * sx * K, (nbase + g0 + rows) * sx * K, err, errlen)) !=
+                             PF_OK)
             goto fail;
-        SET_ARG(dev->k_mvm, 8, cl_ulong, g0);
-        SET_ARG(dev->k_mvm, 9, cl_ulong, rows);
+        if (im2col) {
+            size_t gx[2] = {rows, (K + 3) / 4};
+            if ((st = enqueue(dev, dev->k[kx], "pf_dpe_pack_x_im2col", 2, gx, NULL, err, errlen)) != PF_OK)
+                goto fail;
+        } else {
+            size_t gx = round_up(rows * sx * K / 4 + 2, dev->pack_local), lx = dev->pack_local;
+            if ((st = enqueue(dev, dev->k[kx], "pf_dpe_pack_x", 1, &gx, &lx, err, errlen)) != PF_OK)
+                goto fail;
+        }
+        SET_ARG(dev->k[K_MVM], 8, cl_ulong, g0);
+        SET_ARG(dev->k[K_MVM], 9, cl_ulong, rows);
         size_t gm[2] = {Pp / (size_t)dev->tn, Gc / (size_t)dev->tm}, lm[2] = {dev->lx, dev->ly};
-        if ((st = enqueue(dev, dev->k_mvm, "pf_dpe_mvm", 2, gm, lm, err, errlen)) != PF_OK)
+        if ((st = enqueue(dev, dev->k[K_MVM], "pf_dpe_mvm", 2, gm, lm, err, errlen)) != PF_OK)
             goto fail;
     }
     st = buf_finish_out(dev, m[M_OUT], a->out, b_out, out_shared, err, errlen);
@@ -1133,7 +1394,7 @@ pf_status pf_cl_normals(pf_cl_device *dev, uint64_t seed, uint32_t stream, uint3
     int shared = 0;
     if ((st = buf_out(dev, out, bytes, &mo, &shared, err, errlen)) != PF_OK)
         return st;
-    cl_kernel k = dev->k_normals;
+    cl_kernel k = dev->k[K_NORMALS];
     SET_ARG(k, 0, cl_mem, mo);
     SET_ARG(k, 1, cl_ulong, seed);
     SET_ARG(k, 2, cl_uint, stream);
@@ -1151,5 +1412,394 @@ pf_status pf_cl_normals(pf_cl_device *dev, uint64_t seed, uint32_t stream, uint3
 fail:
     clFinish(dev->queue);
     clReleaseMemObject(mo);
+    return st;
+}
+
+/* ---- bit-slice/quantize and weight programming (kernels/slicing.cl) ---- */
+
+#define PF_CL_SLICE_SUB 1024 /* columns per max-pass work-item */
+#define PF_CL_SQ_CHUNK 256  /* columns per quantize work-item (PF_SQ_CHUNK in slicing.cl) */
+
+static int slice_method_ok(const pf_slice_method *sm)
+{
+    if (!sm || sm->n_slices < 1 || sm->n_slices > PF_MAX_SLICES || sm->total_bits < 2 ||
+        sm->total_bits > PF_MAX_TOTAL_BITS)
+        return 0;
+    int total = 0;
+    for (int s = 0; s < sm->n_slices; s++) {
+        if (sm->width[s] < 1 || sm->width[s] > PF_MAX_SLICE_WIDTH || sm->offset[s] != total)
+            return 0;
+        total += sm->width[s];
+    }
+    return total == sm->total_bits && sm->width[sm->n_slices - 1] == 1;
+}
+
+static void release_all(pf_cl_device *dev, cl_mem *m, int n)
+{
+    clFinish(dev->queue); /* nothing may still use host memory the caller frees */
+    release_mems(m, n);
+}
+
+pf_status pf_cl_slice_quantize(pf_cl_device *dev, const float *x, int64_t n, int64_t rows, int64_t cols,
+                               int64_t gran_rows, int64_t gran_cols, const pf_slice_method *sm, int bfp,
+                               uint8_t *codes, float *gran_max, float *gran_scale, int32_t *gran_exp, float *dequant,
+                               int g_level, uint8_t *levels, char *err, size_t errlen)
+{
+    if (n < 1 || rows < 1 || cols < 1 || gran_rows < 1 || gran_cols < 1 || !slice_method_ok(sm) || !x || !codes ||
+        !gran_max || !gran_scale || (bfp && !gran_exp) || (levels && (g_level < 2 || g_level > 256))) {
+        set_err(err, errlen, "slice_quantize: invalid arguments");
+        return PF_EINVAL;
+    }
+    if (levels)
+        for (int s = 0; s < sm->n_slices; s++)
+            if (sm->max_code[s] > g_level - 1) {
+                set_err(err, errlen, "slice_quantize: a weight slice needs more than g_level levels");
+                return PF_EINVAL;
+            }
+    const size_t NR = (size_t)n * (size_t)rows;
+    const size_t gr = (size_t)pf_ceil_div(rows, gran_rows) , gcn = (size_t)pf_ceil_div(cols, gran_cols);
+    size_t total, b_x, b_codes, ng, b_g;
+    if (pf_mul_size(NR, (size_t)cols, &total) || pf_mul_size(total, sizeof(float), &b_x) ||
+        pf_mul_size(total, (size_t)sm->n_slices, &b_codes) || pf_mul_size((size_t)n * gr, gcn, &ng) ||
+        pf_mul_size(ng, sizeof(float), &b_g))
+        return PF_EOVERFLOW;
+    pf_status st = pf_cl_build(dev, err, errlen);
+    if (st != PF_OK)
+        return st;
+    enum { X, GMAX, GSCALE, GEXP, CODES, DQ, LEV, BAD, COUNT };
+    cl_mem m[COUNT] = {0};
+    int sh[COUNT] = {0};
+    cl_int bad = 0;
+    if ((st = buf_in(dev, x, b_x, "data", &m[X], err, errlen)) != PF_OK ||
+        (st = buf_out(dev, gran_max, b_g, &m[GMAX], &sh[GMAX], err, errlen)) != PF_OK ||
+        (st = buf_out(dev, gran_scale, b_g, &m[GSCALE], &sh[GSCALE], err, errlen)) != PF_OK ||
+        (st = buf_out(dev, codes, b_codes, &m[CODES], &sh[CODES], err, errlen)) != PF_OK ||
+        (st = buf_out(dev, &bad, sizeof bad, &m[BAD], &sh[BAD], err, errlen)) != PF_OK ||
+        (gran_exp && (st = buf_out(dev, gran_exp, b_g, &m[GEXP], &sh[GEXP], err, errlen)) != PF_OK) ||
+        (dequant && (st = buf_out(dev, dequant, b_x, &m[DQ], &sh[DQ], err, errlen)) != PF_OK) ||
+        (levels && (st = buf_out(dev, levels, b_codes, &m[LEV], &sh[LEV], err, errlen)) != PF_OK))
+        goto fail;
+    /* kernels need a valid buffer in every argument: absent outputs get placeholders */
+    if ((!m[GEXP] && (st = buf_in(dev, NULL, 0, "", &m[GEXP], err, errlen)) != PF_OK) ||
+        (!m[DQ] && (st = buf_in(dev, NULL, 0, "", &m[DQ], err, errlen)) != PF_OK) ||
+        (!m[LEV] && (st = buf_in(dev, NULL, 0, "", &m[LEV], err, errlen)) != PF_OK))
+        goto fail;
+    {
+        const cl_uint zero = 0;
+        CL_CHECK(clEnqueueFillBuffer(dev->queue, m[GMAX], &zero, sizeof zero, 0, b_g, 0, NULL, NULL),
+                 "clEnqueueFillBuffer(gran_max)");
+        CL_CHECK(clEnqueueFillBuffer(dev->queue, m[BAD], &zero, sizeof zero, 0, sizeof zero, 0, NULL, NULL),
+                 "clEnqueueFillBuffer(flag)");
+        cl_kernel k = dev->k[K_SMAX];
+        SET_ARG(k, 0, cl_mem, m[X]);
+        SET_ARG(k, 1, cl_mem, m[GMAX]);
+        SET_ARG(k, 2, cl_ulong, NR);
+        SET_ARG(k, 3, cl_ulong, (cl_ulong)rows);
+        SET_ARG(k, 4, cl_ulong, (cl_ulong)cols);
+        SET_ARG(k, 5, cl_ulong, (cl_ulong)gran_rows);
+        SET_ARG(k, 6, cl_ulong, (cl_ulong)gran_cols);
+        SET_ARG(k, 7, cl_ulong, gr);
+        SET_ARG(k, 8, cl_ulong, gcn);
+        SET_ARG(k, 9, cl_ulong, (cl_ulong)PF_CL_SLICE_SUB);
+        size_t g2[2] = {NR, ((size_t)cols + PF_CL_SLICE_SUB - 1) / PF_CL_SLICE_SUB};
+        if ((st = enqueue(dev, k, "pf_slice_max", 2, g2, NULL, err, errlen)) != PF_OK)
+            goto fail;
+        k = dev->k[K_SSTATS];
+        SET_ARG(k, 0, cl_mem, m[GMAX]);
+        SET_ARG(k, 1, cl_mem, m[GSCALE]);
+        SET_ARG(k, 2, cl_mem, m[GEXP]);
+        SET_ARG(k, 3, cl_mem, m[BAD]);
+        SET_ARG(k, 4, cl_ulong, ng);
+        SET_ARG(k, 5, cl_int, sm->total_bits);
+        SET_ARG(k, 6, cl_int, bfp != 0);
+        size_t g1 = round_up(ng, dev->pack_local), l1 = dev->pack_local;
+        if ((st = enqueue(dev, k, "pf_slice_stats", 1, &g1, &l1, err, errlen)) != PF_OK)
+            goto fail;
+        k = dev->k[K_SQUANT];
+        SET_ARG(k, 0, cl_mem, m[X]);
+        SET_ARG(k, 1, cl_mem, m[GMAX]);
+        SET_ARG(k, 2, cl_mem, m[CODES]);
+        SET_ARG(k, 3, cl_mem, m[DQ]);
+        SET_ARG(k, 4, cl_mem, m[LEV]);
+        SET_ARG(k, 5, cl_ulong, total);
+        SET_ARG(k, 6, cl_ulong, NR);
+        SET_ARG(k, 7, cl_ulong, (cl_ulong)rows);
+        SET_ARG(k, 8, cl_ulong, (cl_ulong)cols);
+        SET_ARG(k, 9, cl_ulong, (cl_ulong)gran_rows);
+        SET_ARG(k, 10, cl_ulong, (cl_ulong)gran_cols);
+        SET_ARG(k, 11, cl_ulong, gr);
+        SET_ARG(k, 12, cl_ulong, gcn);
+        SET_ARG(k, 13, cl_int, sm->total_bits);
+        SET_ARG(k, 14, cl_int, bfp != 0);
+        SET_ARG(k, 15, cl_ulong, slice_offsets(sm));
+        SET_ARG(k, 16, cl_int, sm->n_slices);
+        SET_ARG(k, 17, cl_int, dequant != NULL);
+        SET_ARG(k, 18, cl_int, levels ? g_level : 0);
+        size_t gq[2] = {NR, ((size_t)cols + PF_CL_SQ_CHUNK - 1) / PF_CL_SQ_CHUNK};
+        if ((st = enqueue(dev, k, "pf_slice_quant", 2, gq, NULL, err, errlen)) != PF_OK)
+            goto fail;
+    }
+    if ((st = buf_finish_out(dev, m[BAD], &bad, sizeof bad, sh[BAD], err, errlen)) != PF_OK ||
+        (st = buf_finish_out(dev, m[GMAX], gran_max, b_g, sh[GMAX], err, errlen)) != PF_OK ||
+        (st = buf_finish_out(dev, m[GSCALE], gran_scale, b_g, sh[GSCALE], err, errlen)) != PF_OK ||
+        (st = buf_finish_out(dev, m[CODES], codes, b_codes, sh[CODES], err, errlen)) != PF_OK ||
+        (gran_exp && (st = buf_finish_out(dev, m[GEXP], gran_exp, b_g, sh[GEXP], err, errlen)) != PF_OK) ||
+        (dequant && (st = buf_finish_out(dev, m[DQ], dequant, b_x, sh[DQ], err, errlen)) != PF_OK) ||
+        (levels && (st = buf_finish_out(dev, m[LEV], levels, b_codes, sh[LEV], err, errlen)) != PF_OK))
+        goto fail;
+    release_mems(m, COUNT);
+    if (bad) {
+        set_err(err, errlen, "argument 'data': contains NaN or infinity; quantization needs finite values");
+        return PF_EINVAL;
+    }
+    return PF_OK;
+fail:
+    release_all(dev, m, COUNT);
+    return st;
+}
+
+/* smallest float >= t */
+static float float_ceil(double t)
+{
+    float f = (float)t;
+    if ((double)f < t)
+        f = nextafterf(f, INFINITY);
+    return f;
+}
+
+pf_status pf_cl_program_conductance(pf_cl_device *dev, const uint8_t *levels, int64_t n_slices, int64_t rows,
+                                    int64_t cols, const pf_program_params *p, float *conductance, char *err,
+                                    size_t errlen)
+{
+    if (!p || n_slices < 0 || rows < 0 || cols < 0 || p->g_level < 2 || !(p->lgs < p->hgs) ||
+        !(p->write_variation >= 0) || !(p->rate_stuck_hgs >= 0) || !(p->rate_stuck_lgs >= 0) ||
+        !(p->rate_stuck_hgs + p->rate_stuck_lgs <= 1.0)) {
+        set_err(err, errlen, "program_conductance: invalid parameters");
+        return PF_EINVAL;
+    }
+    size_t dims[3] = {(size_t)n_slices, (size_t)rows, (size_t)cols}, total, b_l, b_g;
+    if (pf_mul_sizes(dims, 3, &total) || pf_mul_size(total, sizeof(float), &b_g) || total > (size_t)INT64_MAX)
+        return PF_EOVERFLOW;
+    b_l = total;
+    if (total == 0)
+        return PF_OK;
+    if (!levels || !conductance) {
+        set_err(err, errlen, "program_conductance: missing arrays");
+        return PF_EINVAL;
+    }
+    pf_status st = pf_cl_build(dev, err, errlen);
+    if (st != PF_OK)
+        return st;
+    cl_mem m[2] = {0};
+    int shared = 0;
+    if ((st = buf_in(dev, levels, b_l, "levels", &m[0], err, errlen)) != PF_OK ||
+        (st = buf_out(dev, conductance, b_g, &m[1], &shared, err, errlen)) != PF_OK)
+        goto fail;
+    {
+        cl_kernel k = dev->k[K_PCOND];
+        SET_ARG(k, 0, cl_mem, m[0]);
+        SET_ARG(k, 1, cl_mem, m[1]);
+        SET_ARG(k, 2, cl_ulong, total);
+        SET_ARG(k, 3, cl_float, (float)((p->hgs - p->lgs) / (double)(p->g_level - 1)));
+        SET_ARG(k, 4, cl_float, (float)p->lgs);
+        SET_ARG(k, 5, cl_float, (float)p->hgs);
+        SET_ARG(k, 6, cl_float, (float)p->write_variation);
+        SET_ARG(k, 7, cl_int, p->write_variation > 0);
+        SET_ARG(k, 8, cl_int, p->rate_stuck_hgs > 0 || p->rate_stuck_lgs > 0);
+        SET_ARG(k, 9, cl_float, float_ceil(p->rate_stuck_hgs));
+        SET_ARG(k, 10, cl_float, float_ceil(p->rate_stuck_hgs + p->rate_stuck_lgs));
+        SET_ARG(k, 11, cl_ulong, p->seed);
+        size_t gws = round_up((total + 3) / 4, dev->pack_local), lws = dev->pack_local;
+        if ((st = enqueue(dev, k, "pf_program_cond", 1, &gws, &lws, err, errlen)) != PF_OK)
+            goto fail;
+    }
+    if ((st = buf_finish_out(dev, m[1], conductance, b_g, shared, err, errlen)) != PF_OK)
+        goto fail;
+    release_mems(m, 2);
+    return PF_OK;
+fail:
+    release_all(dev, m, 2);
+    return st;
+}
+
+/* ---- attention context (kernels/attention.cl) ---- */
+
+#define PF_ATTN_SAMPLES 32 /* as attention.c */
+
+pf_status pf_cl_attn_update(pf_cl_device *dev, float *outgoing, int64_t d, const float *x, int64_t ldx,
+                            const float *y, int64_t ldy, int64_t t, double rate, char *err, size_t errlen)
+{
+    if (!(rate > 0.0) || t <= 0 || d <= 0)
+        return PF_OK;
+    if (d > ldx || d > ldy) {
+        set_err(err, errlen, "attention update: D exceeds the rows' length");
+        return PF_EINVAL;
+    }
+    const int64_t n = t < PF_ATTN_SAMPLES ? t : PF_ATTN_SAMPLES, step = t / n > 1 ? t / n : 1;
+    size_t dd, b_o, b_x, b_y, b_s, t1;
+    if (pf_mul_size((size_t)d, (size_t)d, &dd) || pf_mul_size(dd, sizeof(float), &b_o) ||
+        pf_mul_size((size_t)((n - 1) * step), (size_t)ldx, &t1) || pf_add_size(t1, (size_t)d, &t1) ||
+        pf_mul_size(t1, sizeof(float), &b_x) || pf_mul_size((size_t)((n - 1) * step), (size_t)ldy, &t1) ||
+        pf_add_size(t1, (size_t)d, &t1) || pf_mul_size(t1, sizeof(float), &b_y) ||
+        pf_mul_size((size_t)n * sizeof(float), (size_t)d, &b_s))
+        return PF_EOVERFLOW;
+    pf_status st = pf_cl_build(dev, err, errlen);
+    if (st != PF_OK)
+        return st;
+    enum { MX, MY, MO, XS, YS, NX, NY, COUNT };
+    cl_mem m[COUNT] = {0};
+    int shared = 0;
+    cl_int rc;
+    if ((st = buf_in(dev, x, b_x, "x", &m[MX], err, errlen)) != PF_OK ||
+        (st = buf_in(dev, y, b_y, "y", &m[MY], err, errlen)) != PF_OK)
+        goto fail;
+    /* outgoing is read and written: shared in place, or written to the device once and read back */
+    shared = shareable(dev, outgoing);
+    m[MO] = clCreateBuffer(dev->ctx, CL_MEM_READ_WRITE | (shared ? CL_MEM_USE_HOST_PTR : 0), b_o,
+                           shared ? outgoing : NULL, &rc);
+    CL_CHECK(rc, "clCreateBuffer(outgoing)");
+    if (!shared) {
+        CL_CHECK(clEnqueueWriteBuffer(dev->queue, m[MO], CL_TRUE, 0, b_o, outgoing, 0, NULL, NULL),
+                 "clEnqueueWriteBuffer(outgoing)");
+        pf_record_copy(PF_COPY_HOST_TO_DEVICE, b_o);
+    }
+    {
+        const size_t bytes[4] = {b_s, b_s, (size_t)d * sizeof(float), (size_t)d * sizeof(float)};
+        for (int i = 0; i < 4; i++) {
+            m[XS + i] = clCreateBuffer(dev->ctx, CL_MEM_READ_WRITE, bytes[i], NULL, &rc);
+            CL_CHECK(rc, "clCreateBuffer(attention sample)");
+        }
+    }
+    for (int side = 0; side < 2; side++) {
+        cl_kernel k = dev->k[K_ACENTRE];
+        SET_ARG(k, 0, cl_mem, m[side ? MY : MX]);
+        SET_ARG(k, 1, cl_ulong, (cl_ulong)(side ? ldy : ldx));
+        SET_ARG(k, 2, cl_ulong, (cl_ulong)step);
+        SET_ARG(k, 3, cl_ulong, (cl_ulong)n);
+        SET_ARG(k, 4, cl_ulong, (cl_ulong)d);
+        SET_ARG(k, 5, cl_mem, m[side ? YS : XS]);
+        SET_ARG(k, 6, cl_mem, m[side ? NY : NX]);
+        size_t g = (size_t)d;
+        if ((st = enqueue(dev, k, "pf_attn_centre", 1, &g, NULL, err, errlen)) != PF_OK)
+            goto fail;
+    }
+    {
+        cl_kernel k = dev->k[K_AUPDATE];
+        SET_ARG(k, 0, cl_mem, m[MO]);
+        SET_ARG(k, 1, cl_mem, m[XS]);
+        SET_ARG(k, 2, cl_mem, m[YS]);
+        SET_ARG(k, 3, cl_mem, m[NX]);
+        SET_ARG(k, 4, cl_mem, m[NY]);
+        SET_ARG(k, 5, cl_ulong, (cl_ulong)n);
+        SET_ARG(k, 6, cl_ulong, (cl_ulong)d);
+        SET_ARG(k, 7, cl_float, (float)(1.0 - rate));
+        SET_ARG(k, 8, cl_float, (float)rate);
+        size_t g[2] = {(size_t)d, (size_t)d};
+        if ((st = enqueue(dev, k, "pf_attn_update", 2, g, NULL, err, errlen)) != PF_OK)
+            goto fail;
+    }
+    if ((st = buf_finish_out(dev, m[MO], outgoing, b_o, shared, err, errlen)) != PF_OK)
+        goto fail;
+    release_mems(m, COUNT);
+    return PF_OK;
+fail:
+    release_all(dev, m, COUNT);
+    return st;
+}
+
+pf_status pf_cl_attn_apply(pf_cl_device *dev, float *out, const float *x, const float *w, int64_t t, int64_t d,
+                           double s, char *err, size_t errlen)
+{
+    size_t n, nbytes, b_w;
+    if (t < 0 || d <= 0) {
+        set_err(err, errlen, "attention apply: invalid sizes");
+        return PF_EINVAL;
+    }
+    if (pf_mul_size((size_t)t, (size_t)d, &n) || pf_mul_size(n, sizeof(float), &nbytes) ||
+        pf_mul_size((size_t)d * sizeof(float), (size_t)d, &b_w))
+        return PF_EOVERFLOW;
+    if (n == 0)
+        return PF_OK;
+    pf_status st = pf_cl_build(dev, err, errlen);
+    if (st != PF_OK)
+        return st;
+    enum { MX, MW, MO, MP, COUNT };
+    cl_mem m[COUNT] = {0};
+    int shared = 0;
+    cl_int rc;
+    if ((st = buf_in(dev, x, nbytes, "x", &m[MX], err, errlen)) != PF_OK ||
+        (st = buf_in(dev, w, b_w, "incoming", &m[MW], err, errlen)) != PF_OK ||
+        (st = buf_out(dev, out, nbytes, &m[MO], &shared, err, errlen)) != PF_OK)
+        goto fail;
+    /* the product goes to the output unless the output is x itself (then to a device buffer) */
+    if (out == x) {
+        m[MP] = clCreateBuffer(dev->ctx, CL_MEM_READ_WRITE, nbytes, NULL, &rc);
+        CL_CHECK(rc, "clCreateBuffer(product)");
+    }
+    {
+        cl_mem prod = out == x ? m[MP] : m[MO];
+        cl_kernel k = dev->k[K_AMATMUL];
+        SET_ARG(k, 0, cl_mem, m[MX]);
+        SET_ARG(k, 1, cl_mem, m[MW]);
+        SET_ARG(k, 2, cl_mem, prod);
+        SET_ARG(k, 3, cl_ulong, (cl_ulong)t);
+        SET_ARG(k, 4, cl_ulong, (cl_ulong)d);
+        size_t g[2] = {(size_t)d, (size_t)t};
+        if ((st = enqueue(dev, k, "pf_attn_matmul", 2, g, NULL, err, errlen)) != PF_OK)
+            goto fail;
+        /* x as the output's buffer when out is x: on zero-copy devices both wrap the same memory */
+        k = dev->k[K_AEPI];
+        SET_ARG(k, 0, cl_mem, m[MO]);
+        SET_ARG(k, 1, cl_mem, out == x ? m[MO] : m[MX]);
+        SET_ARG(k, 2, cl_mem, prod);
+        SET_ARG(k, 3, cl_ulong, (cl_ulong)n);
+        SET_ARG(k, 4, cl_float, (float)(s / (double)d));
+        if (out == x && !shared) { /* the output buffer must start as x */
+            CL_CHECK(clEnqueueCopyBuffer(dev->queue, m[MX], m[MO], 0, 0, nbytes, 0, NULL, NULL),
+                     "clEnqueueCopyBuffer(x)");
+        }
+        size_t ge = round_up(n, dev->pack_local), le = dev->pack_local;
+        if ((st = enqueue(dev, k, "pf_attn_epilogue", 1, &ge, &le, err, errlen)) != PF_OK)
+            goto fail;
+    }
+    if ((st = buf_finish_out(dev, m[MO], out, nbytes, shared, err, errlen)) != PF_OK)
+        goto fail;
+    release_mems(m, COUNT);
+    return PF_OK;
+fail:
+    release_all(dev, m, COUNT);
+    return st;
+}
+
+pf_status pf_cl_attn_tanh(pf_cl_device *dev, float *out, const float *x, int64_t count, char *err, size_t errlen)
+{
+    size_t bytes;
+    if (count <= 0)
+        return PF_OK;
+    if (pf_mul_size((size_t)count, sizeof(float), &bytes))
+        return PF_EOVERFLOW;
+    pf_status st = pf_cl_build(dev, err, errlen);
+    if (st != PF_OK)
+        return st;
+    cl_mem m[2] = {0};
+    int shared = 0;
+    if ((st = buf_in(dev, x, bytes, "x", &m[0], err, errlen)) != PF_OK ||
+        (st = buf_out(dev, out, bytes, &m[1], &shared, err, errlen)) != PF_OK)
+        goto fail;
+    {
+        cl_kernel k = dev->k[K_ATANH];
+        SET_ARG(k, 0, cl_mem, m[0]);
+        SET_ARG(k, 1, cl_mem, m[1]);
+        SET_ARG(k, 2, cl_ulong, (cl_ulong)count);
+        size_t g = round_up((size_t)count, dev->pack_local), l = dev->pack_local;
+        if ((st = enqueue(dev, k, "pf_attn_tanh", 1, &g, &l, err, errlen)) != PF_OK)
+            goto fail;
+    }
+    if ((st = buf_finish_out(dev, m[1], out, bytes, shared, err, errlen)) != PF_OK)
+        goto fail;
+    release_mems(m, 2);
+    return PF_OK;
+fail:
+    release_all(dev, m, 2);
     return st;
 }

@@ -21,6 +21,7 @@
 #define PF_OPENCL_H
 
 #include "dpe.h"
+#include "slicing.h"
 #include "pf_common.h"
 
 #include <stddef.h>
@@ -78,9 +79,42 @@ size_t pf_cl_weights_bytes(const pf_cl_weights *w);
 /* 1 when w holds exactly a's weights (same pointers and shapes). */
 int pf_cl_weights_match(const pf_cl_weights *w, const pf_dpe_args *a);
 
-/* One fused MVM call (contract of pf_dpe_mvm; out is contiguous (N, R, P)).
+/* One fused MVM call (contract of pf_dpe_mvm; out is contiguous (N, R, P), or
+ * (N, P, R) as a convolution writes it; x_kind codes or implicit im2col).
  * w: resident weights for a, or NULL to transfer them for this call only. */
 pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_weights *w, char *err, size_t errlen);
+
+/* Implicit im2col (PF_DPE_X_IM2COL), the contract of dpe.h on the device:
+ * pf_cl_im2col_granule_max fills gran_max (N, ceil(R/qr), ceil(K/qc)) (PF_EINVAL
+ * naming 'input' when it holds NaN or infinity); pf_cl_dpe_mvm then takes
+ * x_kind = PF_DPE_X_IM2COL with that gran_max, and pf_cl_im2col_dequantize
+ * writes the dequantized unfolded input (N, R, K). */
+pf_status pf_cl_im2col_granule_max(pf_cl_device *dev, const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc,
+                                   float *gran_max, char *err, size_t errlen);
+pf_status pf_cl_im2col_dequantize(pf_cl_device *dev, const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc,
+                                  const float *gran_max, int total_bits, int bfp, float *out, char *err,
+                                  size_t errlen);
+
+/* Bit-slice/quantize (contract of pf_slice_quantize in slicing.h, same
+ * outputs bit for bit) and weight programming (pf_program_conductance). */
+pf_status pf_cl_slice_quantize(pf_cl_device *dev, const float *x, int64_t n, int64_t rows, int64_t cols,
+                               int64_t gran_rows, int64_t gran_cols, const pf_slice_method *sm, int bfp,
+                               uint8_t *codes, float *gran_max, float *gran_scale, int32_t *gran_exp, float *dequant,
+                               int g_level, uint8_t *levels, char *err, size_t errlen);
+pf_status pf_cl_program_conductance(pf_cl_device *dev, const uint8_t *levels, int64_t n_slices, int64_t rows,
+                                    int64_t cols, const pf_program_params *p, float *conductance, char *err,
+                                    size_t errlen);
+
+/* Attention context (contract of attention.h): pf_attn_update (outgoing d x d
+ * updated in place) and pf_attn_apply (out may be x itself, else must not
+ * overlap x or w); the elementwise parts and the tanh bit-identical to the CPU,
+ * the products ordered sums (the CPU uses OpenBLAS sgemm). pf_cl_attn_tanh:
+ * the update's tanh, elementwise (non-finite inputs as 0). */
+pf_status pf_cl_attn_update(pf_cl_device *dev, float *outgoing, int64_t d, const float *x, int64_t ldx,
+                            const float *y, int64_t ldy, int64_t t, double rate, char *err, size_t errlen);
+pf_status pf_cl_attn_apply(pf_cl_device *dev, float *out, const float *x, const float *w, int64_t t, int64_t d,
+                           double s, char *err, size_t errlen);
+pf_status pf_cl_attn_tanh(pf_cl_device *dev, float *out, const float *x, int64_t count, char *err, size_t errlen);
 
 /* out[e] = standard normal of element idx0 + e of a Philox stream, on the device. */
 pf_status pf_cl_normals(pf_cl_device *dev, uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0,

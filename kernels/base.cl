@@ -168,6 +168,220 @@ inline float pf_lane(float4 v, uint lane)
     return lane == 0 ? v.s0 : lane == 1 ? v.s1 : lane == 2 ? v.s2 : v.s3;
 }
 
+/* ---- csrc/quantize.h transcribed (spec sections 3-5) ----
+ * Float32 in the spec's order, rint = round half to even, no contraction, the
+ * division correctly rounded (host build option): the same codes as the CPU's
+ * slicing stage and fused im2col packer. */
+#define PF_BFP_EPS 1e-10f
+
+typedef struct {
+    float divisor, k;            /* INT: M (1 when M == 0), 2**(B-1) - 1 */
+    float inv_pow2e, pow2_bm2;   /* BFP: 2**-e, 2**(B-2) */
+    float qmin, qmax;            /* BFP clip */
+    float scale;                 /* INT M / K (0 when M == 0), BFP 2**(e+2-B) */
+    int exponent, bfp;
+} pf_qgran;
+
+/* rint (round half to even) by the 2^23 trick, exact for every float (see
+ * pf_rint in dpe.cl): builtin rint is a library call on some runtimes (PoCL). */
+inline float pf_rintf(float x)
+{
+    const float ax = fabs(x);
+    const float r = copysign((ax + 8388608.0f) - 8388608.0f, x);
+    return ax < 8388608.0f ? r : x;
+}
+
+/* exact 2**e for e in [-149, 127] */
+inline float pf_pow2f(int e)
+{
+    return e < -126 ? ldexp(1.0f, e) : as_float((uint)(e + 127) << 23);
+}
+
+/* e = floor(log2(M + 1e-10)) by frexp (exact) */
+inline int pf_bfp_exponent(float max_abs)
+{
+    int ex;
+    (void)frexp(max_abs + PF_BFP_EPS, &ex);
+    return ex - 1;
+}
+
+inline pf_qgran pf_qgran_bfp(int e, int total_bits)
+{
+    pf_qgran g;
+    g.bfp = 1;
+    g.exponent = e;
+    g.divisor = 1.0f;
+    g.k = 0.0f;
+    g.inv_pow2e = pf_pow2f(-e);
+    g.pow2_bm2 = pf_pow2f(total_bits - 2);
+    g.qmin = -pf_pow2f(total_bits - 1);
+    g.qmax = pf_pow2f(total_bits - 1) - 1.0f;
+    g.scale = pf_pow2f(e + 2 - total_bits);
+    return g;
+}
+
+inline pf_qgran pf_qgran_make(float max_abs, int total_bits, int bfp)
+{
+    if (bfp)
+        return pf_qgran_bfp(pf_bfp_exponent(max_abs), total_bits);
+    pf_qgran g;
+    g.bfp = 0;
+    g.exponent = 0;
+    g.inv_pow2e = g.pow2_bm2 = g.qmin = g.qmax = 0.0f;
+    g.k = (float)((1 << (total_bits - 1)) - 1);
+    g.divisor = max_abs > 0.0f ? max_abs : 1.0f;
+    g.scale = max_abs > 0.0f ? max_abs / g.k : 0.0f;
+    return g;
+}
+
+inline int pf_quantize(float x, const pf_qgran *g)
+{
+    if (!g->bfp)
+        return (int)pf_rintf(x / g->divisor * g->k);
+    float y = pf_rintf(x * g->inv_pow2e * g->pow2_bm2);
+    y = y < g->qmin ? g->qmin : y;
+    y = y > g->qmax ? g->qmax : y;
+    return (int)y;
+}
+
+inline float pf_dequantize(int q, const pf_qgran *g)
+{
+    return g->bfp ? (float)q * g->scale : (float)q / g->k * g->divisor;
+}
+
+inline int pf_twos_complement(int q, int total_bits)
+{
+    return q < 0 ? q + (1 << total_bits) : q;
+}
+
+/* Code of slice s when the bit offsets of the slices are packed 4 bits each
+ * into offs (slice s at bits 4s..4s+3) and total_bits closes the last one. */
+inline uint pf_slice_code_packed(int u, ulong offs, int s, int nslices, int total_bits)
+{
+    const int off = (int)((offs >> (4 * s)) & 15);
+    const int next = s + 1 < nslices ? (int)((offs >> (4 * (s + 1))) & 15) : total_bits;
+    return (uint)((u >> off) & ((1 << (next - off)) - 1));
+}
+
+/* ---- eight Philox groups at once (32 normals), as csrc/noise_avx2.c ----
+ * The same operations lane by lane as pf_philox_group / pf_sleef_logf /
+ * pf_sleef_sincosf / pf_normal4, on 8-lane vectors, for the arguments the
+ * generator produces: u01 values in (0, 1) (normal floats, so logf's special
+ * cases never apply) and angles in (0, 2 pi) (never -0). Bit-identical to the
+ * scalar path; PoCL and GPUs run the vector code without relying on
+ * work-item vectorization. */
+inline void pf_philox8(ulong seed, uint stream, uint call, ulong group0, uint8 *o0, uint8 *o1, uint8 *o2, uint8 *o3)
+{
+    const ulong8 g = (ulong8)(group0) + (ulong8)(0, 1, 2, 3, 4, 5, 6, 7);
+    uint8 c0 = convert_uint8(g), c1 = convert_uint8(g >> 32), c2 = (uint8)(call), c3 = (uint8)(stream);
+    uint k0 = (uint)seed, k1 = (uint)(seed >> 32);
+    for (int round = 0; round < 10; round++) {
+        if (round > 0) {
+            k0 += PF_PHILOX_W0;
+            k1 += PF_PHILOX_W1;
+        }
+        const uint8 hi0 = mul_hi((uint8)(PF_PHILOX_M0), c0), lo0 = (uint8)(PF_PHILOX_M0) * c0;
+        const uint8 hi1 = mul_hi((uint8)(PF_PHILOX_M1), c2), lo1 = (uint8)(PF_PHILOX_M1) * c2;
+        const uint8 n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+        c0 = n0;
+        c1 = lo1;
+        c2 = n2;
+        c3 = lo0;
+    }
+    *o0 = c0;
+    *o1 = c1;
+    *o2 = c2;
+    *o3 = c3;
+}
+
+inline float8 pf_u01_8(uint8 w) { return (convert_float8(w >> 8) + 0.5f) * (1.0f / 16777216.0f); }
+
+/* pf_sleef_logf for normal d in (0, 1) */
+inline float8 pf_sleef_logf8(float8 d)
+{
+    const int8 e = ((as_int8(d * 0x1.555556p+0f) >> 23) & 0xff) - 0x7f;
+    const float8 m = as_float8(as_int8(d) + ((-e) << 23));
+    float8 x = (m - 1.0f) / (1.0f + m);
+    const float8 x2 = x * x;
+    float8 t = (float8)(0.2392828464508056640625f);
+    t = fma(t, x2, (float8)(0.28518211841583251953125f));
+    t = fma(t, x2, (float8)(0.400005877017974853515625f));
+    t = fma(t, x2, (float8)(0.666666686534881591796875f));
+    t = fma(t, x2, (float8)(2.0f));
+    return fma(x, t, 0.693147180559945286226764f * convert_float8(e));
+}
+
+/* pf_sleef_sincosf for d in (0, 2 pi): *s = sin, *c = cos */
+inline void pf_sleef_sincosf8(float8 d, float8 *sn, float8 *cs)
+{
+    const int8 q = convert_int8_rte(d * (float)0.636619772367581343075535053490057448);
+    float8 u = convert_float8(q);
+    float8 s = fma(u, (float8)(-3.1414794921875f * 0.5f), d);
+    s = fma(u, (float8)(-0.00011315941810607910156f * 0.5f), s);
+    s = fma(u, (float8)(-1.9841872589410058936e-09f * 0.5f), s);
+    const float8 t = s;
+    s = s * s;
+    u = (float8)(-0.000195169282960705459117889f);
+    u = fma(u, s, (float8)(0.00833215750753879547119141f));
+    u = fma(u, s, (float8)(-0.166666537523269653320312f));
+    const float8 rx = fma(u * s, t, t);
+    u = (float8)(-2.71811842367242206819355e-07f);
+    u = fma(u, s, (float8)(2.47990446951007470488548e-05f));
+    u = fma(u, s, (float8)(-0.00138888787478208541870117f));
+    u = fma(u, s, (float8)(0.0416666641831398010253906f));
+    u = fma(u, s, (float8)(-0.5f));
+    const float8 ry = fma(s, u, (float8)(1.0f));
+    const int8 odd = (q & 1) != 0;
+    const float8 a = select(rx, ry, odd), b = select(ry, rx, odd);
+    *sn = as_float8(as_int8(a) ^ ((q & 2) << 30));
+    *cs = as_float8(as_int8(b) ^ (((q + 1) & 2) << 30));
+}
+
+/* Normals of groups group0 .. group0 + 7: lane j of n0..n3 is element 4 (group0 + j) + 0..3. */
+inline void pf_normal8x4(ulong seed, uint stream, uint call, ulong group0, float8 *n0, float8 *n1, float8 *n2,
+                         float8 *n3)
+{
+    uint8 w0, w1, w2, w3;
+    pf_philox8(seed, stream, call, group0, &w0, &w1, &w2, &w3);
+    const float two_pi = 6.283185307179586f;
+    const float8 r0 = sqrt(-2.0f * pf_sleef_logf8(pf_u01_8(w0)));
+    const float8 r1 = sqrt(-2.0f * pf_sleef_logf8(pf_u01_8(w2)));
+    float8 s0, c0, s1, c1;
+    pf_sleef_sincosf8(two_pi * pf_u01_8(w1), &s0, &c0);
+    pf_sleef_sincosf8(two_pi * pf_u01_8(w3), &s1, &c1);
+    *n0 = r0 * c0;
+    *n1 = r0 * s0;
+    *n2 = r1 * c1;
+    *n3 = r1 * s1;
+}
+
+/* out[e - start] = normal of element e for e in [start, end): global (ceil over
+ * 32-element blocks from (start >> 2) & ~7 groups). */
+kernel void pf_normals_range(global float *out, ulong seed, uint stream, uint call, ulong start, ulong end)
+{
+    const ulong group0 = ((start >> 2) & ~(ulong)7) + get_global_id(0) * 8;
+    if (group0 * 4 >= end)
+        return;
+    float8 n[4];
+    pf_normal8x4(seed, stream, call, group0, &n[0], &n[1], &n[2], &n[3]);
+    float v[32];
+    for (int j = 0; j < 4; j++) {
+        float tmp[8];
+        vstore8(n[j], 0, tmp);
+        for (int g = 0; g < 8; g++)
+            v[g * 4 + j] = tmp[g];
+    }
+    const ulong e0 = group0 * 4;
+    if (e0 >= start && e0 + 32 <= end) {
+        for (int q = 0; q < 4; q++)
+            vstore8(vload8(q, v), 0, out + (e0 - start) + q * 8);
+        return;
+    }
+    for (int l = 0; l < 32; l++)
+        if (e0 + l >= start && e0 + l < end)
+            out[e0 + l - start] = v[l];
+}
+
 /* out[e] = standard normal of element idx0 + e (tests and cross-device checks). */
 kernel void pf_normals(global float *out, ulong seed, uint stream, uint call, ulong idx0, ulong count)
 {

@@ -82,9 +82,61 @@ inline pf_vec pf_rint(pf_vec x)
     return ax < 8388608.0f ? r : x;
 }
 
-/* Noise is drawn one Philox group (4 consecutive elements of the flat noise
- * index) per work-item, branch-free, so devices vectorize across work-items
- * (PoCL) or run one group per thread (GPUs). The pack kernels write only the
+/* ---- implicit im2col input (PF_DPE_X_IM2COL, contract in dpe.h) ----
+ * geo = (C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, 0, 0, 0). Element
+ * (item, r, k) of the unfolded matrix, torch's unfold order (pf_im2col_row). */
+inline float pf_im2col_at(global const float *img, long16 geo, ulong item, ulong r, ulong k)
+{
+    const long khw = geo.s3 * geo.s4;
+    const long oh = (long)r / geo.sc, ow = (long)r % geo.sc;
+    const long ci = (long)k / khw, rem = (long)k % khw, ki = rem / geo.s4, kj = rem % geo.s4;
+    const long ih = oh * geo.s5 - geo.s7 + ki * geo.s9, iw = ow * geo.s6 - geo.s8 + kj * geo.sa;
+    return ih >= 0 && ih < geo.s1 && iw >= 0 && iw < geo.s2
+               ? img[(((long)item * geo.s0 + ci) * geo.s1 + ih) * geo.s2 + iw] : 0.0f;
+}
+
+/* Max-abs of every granule (qr, qc) of the unfolded matrix (N, R, K), one
+ * work-item per granule: global (N*gr*gc). *bad = 1 on NaN or infinity
+ * (pf_im2col_granule_max). Max is exact, so the order never matters. */
+kernel void pf_im2col_gmax(global const float *img, long16 geo, global float *gmax, global int *bad,
+                           ulong N, ulong R, ulong K, ulong qr, ulong qc, ulong gr, ulong gcn)
+{
+    const ulong id = get_global_id(0);
+    if (id >= N * gr * gcn)
+        return;
+    const ulong item = id / (gr * gcn), g = (id / gcn) % gr, q = id % gcn;
+    const ulong r1 = min((g + 1) * qr, R), c1 = min((q + 1) * qc, K);
+    float mx = 0.0f;
+    int nonfinite = 0;
+    for (ulong r = g * qr; r < r1; r++)
+        for (ulong k = q * qc; k < c1; k++) {
+            const float v = fabs(pf_im2col_at(img, geo, item, r, k));
+            nonfinite |= !(v <= FLT_MAX);
+            mx = v > mx ? v : mx;
+        }
+    gmax[id] = mx;
+    if (nonfinite)
+        *bad = 1;
+}
+
+/* Dequantized unfolded input (N, R, K) (pf_im2col_dequantize): global (N*R*K). */
+kernel void pf_im2col_dequant(global const float *img, long16 geo, global const float *gmax, global float *out,
+                              ulong total, ulong R, ulong K, ulong qr, ulong qc, ulong gr, ulong gcn,
+                              int total_bits, int bfp)
+{
+    const ulong e = get_global_id(0);
+    if (e >= total)
+        return;
+    const ulong k = e % K, g = e / K, item = g / R, r = g % R;
+    const pf_qgran gq = pf_qgran_make(gmax[(item * gr + r / qr) * gcn + k / qc], total_bits, bfp);
+    out[e] = pf_dequantize(pf_quantize(pf_im2col_at(img, geo, item, r, k), &gq), &gq);
+}
+
+/* Noise: the host first draws the normals a pack kernel needs into a buffer Z
+ * (pf_normals_range in base.cl: 8 Philox groups per work-item in 8-lane
+ * vectors, the CPU's noise_avx2.c layout), so the pack kernels only read it;
+ * each still handles one group of 4 consecutive noise indices per work-item,
+ * branch-free. The pack kernels write only the
  * valid region; the host zeroes the padding of A and B when their geometry
  * changes (the padding is never written afterwards).
  *
@@ -92,20 +144,22 @@ inline pf_vec pf_rint(pf_vec x)
  * the CPU (pf_vnoise_index in dpe.c), element (g, i, k) of slice i draws
  * noise index ((item0*R + g) * Sx + i) * K + k (independent of the batch
  * size; nbase = item0 * R): the rows of a chunk are one contiguous index
- * range. V = dac[v], times (1 + vnoise * z) with noise, for every code
+ * range, whose normals the host draws into Z first (pf_normals_range, 8
+ * Philox groups per work-item), Z[e - start] for noise index e. V = dac[v],
+ * times (1 + vnoise * z) with noise, for every code
  * (code 0 gives +-0, as the CPU's branch-free packing). Also writes RS. */
 kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale, global const float *dac,
                           global float *A, global float *RS,
                           ulong G, ulong R, ulong K, ulong Kp, ulong Gc, ulong g0, ulong rows, ulong n,
                           ulong x_qr, ulong x_qc, ulong x_gr, ulong x_gc,
-                          int noise_x, float vnoise, ulong seed, uint call, ulong sx, ulong nbase)
+                          int noise_x, float vnoise, ulong seed, uint call, ulong sx, ulong nbase,
+                          global const float *Z)
 {
     const ulong SK = sx * K;
     const ulong start = (nbase + g0) * SK, end = start + rows * SK;
     const ulong q = (start >> 2) + get_global_id(0);
     if (q * 4 >= end)
         return;
-    const float4 z = noise_x ? pf_normal4(seed, PF_STREAM_VNOISE, call, q) : (float4)(0.0f);
     const uint l0 = q * 4 < start ? (uint)(start - q * 4) : 0;
     /* decode the first lane, then step (k, i, g) without further divisions */
     const ulong e0 = q * 4 + l0 - nbase * SK, rem0 = e0 % SK;
@@ -123,7 +177,7 @@ kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale
         const ulong gc = g - g0;
         float V = dac[i * 256 + codes[(i * G + g) * K + k]];
         if (noise_x)
-            V = V * (1.0f + vnoise * pf_lane(z, l));
+            V = V * (1.0f + vnoise * Z[q * 4 + l - start]);
         A[pf_a_index(i, k, gc, n, Kp / n, sx)] = V;
         if (i == 0 && k % n == 0) {
             const ulong item = g / R, r = g % R;
@@ -132,18 +186,65 @@ kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale
     }
 }
 
+/* Inputs of the implicit im2col kind: pf_dpe_pack_x's contract (same
+ * arguments 0-22, same A, RS and noise) with the slice codes made on the fly,
+ * as pack_x_row_im2col in dpe.c: the unfolded element is quantized once with
+ * its granule (quantize.h arithmetic) and sliced for every slice. Global
+ * (rows, ceil(K / 4)): 4 consecutive columns of one row per work-item. With
+ * voltage noise, Z holds the chunk's normals (pf_normals_range over the
+ * chunk's contiguous noise range, 8 groups per work-item), element (gc, i, k)
+ * at (gc * sx + i) * K + k. Sizes below 2**31 (host checks):
+ * 32-bit divisions in the address arithmetic. */
+kernel void pf_dpe_pack_x_im2col(global const uchar *codes, global const float *x_scale, global const float *dac,
+                                 global float *A, global float *RS,
+                                 ulong G, ulong R, ulong K, ulong Kp, ulong Gc, ulong g0, ulong rows, ulong n,
+                                 ulong x_qr, ulong x_qc, ulong x_gr, ulong x_gc,
+                                 int noise_x, float vnoise, ulong seed, uint call, ulong sx, ulong nbase,
+                                 global const float *img, global const float *gmax, long16 geo, int total_bits,
+                                 int bfp, ulong offs, global const float *Z)
+{
+    const ulong gc = get_global_id(0), k0 = get_global_id(1) * 4;
+    if (gc >= rows || k0 >= K)
+        return;
+    const ulong g = g0 + gc, item = g / R;
+    const uint r = (uint)(g % R), Wo = (uint)geo.sc, kw = (uint)geo.s4, khw = (uint)(geo.s3 * geo.s4);
+    const uint qc = (uint)min(x_qc, K), qr = (uint)min(x_qr, R), nn = (uint)n;
+    const long oh = r / Wo, ow = r % Wo;
+    global const float *gm = gmax + (item * x_gr + r / qr) * x_gc;
+    const uint nk = (uint)min((ulong)4, K - k0);
+    int u[4] = {0, 0, 0, 0};
+    for (uint l = 0; l < nk; l++) {
+        const uint k = (uint)k0 + l, ci = k / khw, rem = k % khw, ki = rem / kw, kj = rem % kw;
+        const long ih = oh * geo.s5 - geo.s7 + (long)ki * geo.s9, iw = ow * geo.s6 - geo.s8 + (long)kj * geo.sa;
+        const float v = ih >= 0 && ih < geo.s1 && iw >= 0 && iw < geo.s2
+                            ? img[(((long)item * geo.s0 + ci) * geo.s1 + ih) * geo.s2 + iw] : 0.0f;
+        const pf_qgran gq = pf_qgran_make(gm[k / qc], total_bits, bfp);
+        u[l] = pf_twos_complement(pf_quantize(v, &gq), total_bits);
+        if (k % nn == 0)
+            RS[(k / nn) * Gc + gc] = gq.scale;
+    }
+    for (uint i = 0; i < (uint)sx; i++) {
+        global const float *z = Z + (gc * sx + i) * K + k0;
+        for (uint l = 0; l < nk; l++) {
+            float V = dac[i * 256 + pf_slice_code_packed(u[l], offs, (int)i, (int)sx, total_bits)];
+            if (noise_x)
+                V = V * (1.0f + vnoise * z[l]);
+            A[pf_a_index(i, k0 + l, gc, n, Kp / n, sx)] = V;
+        }
+    }
+}
+
 /* Weights: global (ceil(Sw*K*P / 4)). Cell (j, k, p) is noise element
- * (j*K + k)*P + p. val = L without noise; with noise, as pack_w in dpe.c:
+ * (j*K + k)*P + p, its read-noise normal Z[(j*K + k)*P + p]. val = L without noise; with noise, as pack_w in dpe.c:
  * f = exp(sigma[min(L, g_level - 1)] * z) (or 1), val = (G / QG) * f - lgs or (L + lgs) * f - lgs. */
 kernel void pf_dpe_pack_w(global const uchar *levels, global const float *cond, global const float *sigma,
                           global float *B, ulong K, ulong P, ulong Kp, ulong Pp, ulong n, ulong total,
                           int noise_w, int has_cond, int has_sigma, float QG, float lgs, ulong seed, uint call,
-                          uint top)
+                          uint top, global const float *Z)
 {
     const ulong q = get_global_id(0);
     if (q * 4 >= total)
         return;
-    const float4 z = (noise_w && has_sigma) ? pf_normal4(seed, PF_STREAM_READ, call, q) : (float4)(0.0f);
     const ulong tail = P & ~(ulong)7;
     /* decode the first lane, then step (p, k, j) without further divisions */
     const ulong row0 = (q * 4) / P;
@@ -166,7 +267,7 @@ kernel void pf_dpe_pack_w(global const uchar *levels, global const float *cond, 
         } else {
             float f = 1.0f;
             if (has_sigma) {
-                f = sigma[L < top ? L : top] * pf_lane(z, l); /* clamped as on the CPU */
+                f = sigma[L < top ? L : top] * Z[idx]; /* clamped as on the CPU */
                 /* the CPU's pf_exp_inplace: SLEEF on runs of 8, libm on the row's tail */
                 f = p < tail ? pf_sleef_expf(f) : pf_libm_expf(f);
             }
@@ -197,7 +298,7 @@ kernel void pf_dpe_mvm(global const float *A, global const float *B, global cons
                        global const float *CS, global const float *fparams, global const float *tables,
                        global const int *tab_info, global float *out,
                        ulong g0, ulong rows_valid, ulong Gc, ulong Kp, ulong Pp, ulong P,
-                       int n, int nb, int sx, int sw, int use_table)
+                       int n, int nb, int sx, int sw, int use_table, ulong R, int out_nphw)
 {
     const ulong cb = get_global_id(0) * PF_TN, rb = get_global_id(1) * PF_TM;
     if (cb >= Pp || rb >= Gc)
@@ -259,10 +360,17 @@ kernel void pf_dpe_mvm(global const float *A, global const float *B, global cons
     for (int r = 0; r < PF_TM; r++) {
         if (rb + r >= rows_valid)
             break;
-        global float *dst = out + (g0 + rb + r) * P + cb;
         float v[PF_TN];
         PF_VSTORE(o[r], v);
-        for (int c = 0; c < PF_TN && cb + c < P; c++)
-            dst[c] = v[c];
+        const ulong g = g0 + rb + r;
+        if (out_nphw) { /* (N, P, R): a convolution's (N, C_out, H_out, W_out) */
+            global float *dst = out + ((g / R) * P + cb) * R + g % R;
+            for (int c = 0; c < PF_TN && cb + c < P; c++)
+                dst[(ulong)c * R] = v[c];
+        } else {
+            global float *dst = out + g * P + cb;
+            for (int c = 0; c < PF_TN && cb + c < P; c++)
+                dst[c] = v[c];
+        }
     }
 }

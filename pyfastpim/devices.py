@@ -15,13 +15,24 @@ place, with zero copies; on discrete devices every transfer is explicit and coun
 
 Results: with noise off, bit-identical to the CPU path; with noise on, the same Philox streams
 and the same (SLEEF) math, so equal to the CPU's AVX2 path (see kernels/base.cl).
+
+Ops on a device handle (each the contract of the CPU op, kernels in kernels/*.cl):
+
+- :func:`cl_dpe_mvm` (``_core.dpe_mvm``) and :func:`cl_dpe_conv2d` (``_core.dpe_conv2d``, the
+  implicit-im2col convolution): the fused DAC -> crossbar -> ADC product.
+- ``handle.slice_quantize(...)`` / ``handle.program_conductance(...)``: bit-slicing and weight
+  programming, bit-identical (``SlicedData.slice_data_imp`` uses them for an engine on OpenCL).
+- :func:`cl_attention_update` / :func:`cl_attention_apply`: an ``AttentionContext``'s update and
+  apply on the device (the context's matrices shared in place); equal to the CPU within float32
+  rounding (its products are OpenBLAS sgemm), the tanh bit-identical.
 """
 import re
 import threading
 
 from . import _core
 
-__all__ = ["devices", "resolve_device", "cl_dpe_mvm", "OpenCLDevice"]
+__all__ = ["devices", "resolve_device", "cl_dpe_mvm", "cl_dpe_conv2d", "cl_attention_update", "cl_attention_apply",
+           "OpenCLDevice"]
 
 OpenCLDevice = _core.OpenCLDevice
 
@@ -119,3 +130,78 @@ def cl_dpe_mvm(handle, *args, weights_key=None, **kwargs):
         raise TypeError("argument 'handle': expected an OpenCL device from pyfastpim.resolve_device(), got %s"
                         % type(handle).__name__)
     return handle.dpe_mvm(*args, weights_key=weights_key, **kwargs)
+
+
+def _check_handle(handle):
+    if not isinstance(handle, OpenCLDevice):
+        raise TypeError("argument 'handle': expected an OpenCL device from pyfastpim.resolve_device(), got %s"
+                        % type(handle).__name__)
+
+
+def cl_dpe_conv2d(handle, *args, weights_key=None, **kwargs):
+    """``_core.dpe_conv2d(*args, **kwargs)`` on the OpenCL device ``handle``: the implicit-im2col
+    convolution (granule max, on-the-fly quantize/slice/DAC, fused MVM, optional dequantized
+    unfolded input), all on the device.
+
+    Same arguments, validation, errors and results as the CPU (bit-identical with noise off; with
+    noise, equal to the CPU's AVX2 path). Returns ``(out (N, P, Ho, Wo), dequant or None)``.
+    ``weights_key`` as for :func:`cl_dpe_mvm`.
+    """
+    _check_handle(handle)
+    return handle.dpe_conv2d(*args, weights_key=weights_key, **kwargs)
+
+
+def _rows(a, name):
+    import numpy as np
+    a = np.asarray(a, dtype=np.float32)
+    if a.ndim < 2:
+        raise ValueError("argument '%s': expected (T, D) rows (got %d dimensions); use update_outgoing_step for one "
+                         "vector" % (name, a.ndim))
+    if a.shape[-1] < 1:
+        raise ValueError("argument '%s': needs at least one column" % name)
+    return a.reshape(-1, a.shape[-1])
+
+
+def cl_attention_update(handle, ctx, x, y):
+    """``ctx.update_outgoing(x, y)`` with the update computed on the OpenCL device ``handle``.
+
+    Same rules as the CPU method (rows of x and y, D = min(columns, embed_dim), outgoing created
+    as zeros or required to be D x D, rate <= 0 a no-op). The context's outgoing matrix is updated
+    in place (shared with the device, zero copies, on host-memory devices). Results equal the CPU
+    within float32 rounding (the CPU's covariance is an OpenBLAS sgemm; the tanh is bit-identical).
+    """
+    import numpy as np
+    _check_handle(handle)
+    rate = ctx.update_rate
+    if not rate > 0:
+        return None
+    xr, yr = _rows(x, "x"), _rows(y, "y")
+    d = min(xr.shape[1], yr.shape[1])
+    if ctx.embed_dim is not None:
+        d = min(d, ctx.embed_dim)
+    if min(xr.shape[0], yr.shape[0]) == 0:
+        return None
+    o = ctx.outgoing
+    if o is None:
+        ctx.outgoing = np.zeros((d, d), np.float32)
+        o = ctx.outgoing
+    elif o.shape[0] != d:
+        raise ValueError("update_outgoing: the inputs give D = %d but outgoing is %d x %d (D = min(columns, "
+                         "embed_dim)); set outgoing = None to start a new context" % (d, o.shape[0], o.shape[0]))
+    handle.attn_update(o, xr, yr, rate)  # o is a view of the context's matrix: updated in place
+    return None
+
+
+def cl_attention_apply(handle, ctx, x, out=None):
+    """``ctx.apply(x, out)`` (no engine) on the OpenCL device ``handle``: x + (s/D) * (x @ incoming),
+    non-finite terms as 0; x returned unchanged (or copied into out) when the context has no
+    incoming matrix or strength 0. Equal to the CPU within float32 rounding (its product is sgemm)."""
+    import numpy as np
+    _check_handle(handle)
+    w = ctx.incoming
+    if w is None or ctx.strength == 0.0:
+        if out is None:
+            return x
+        np.copyto(np.asarray(out), np.asarray(x, dtype=np.float32))
+        return out
+    return handle.attn_apply(x, w, ctx.strength, out)

@@ -1,0 +1,196 @@
+/* Bit-slice/quantize and weight programming on OpenCL devices: the contract
+ * of csrc/slicing.h (pf_slice_quantize, pf_program_conductance) with the
+ * arithmetic of csrc/quantize.h (base.cl), so every output is bit-identical
+ * to the CPU's. Stages of slice_quantize (the CPU's, split for the device):
+ *   pf_slice_max    global (N*R, ceil(C/span)): max of the abs bit patterns
+ *                   of each granule's part of one row span, merged with
+ *                   atomic_max into the granule's word (abs bits
+ *                   of non-negative floats order as the floats; NaN/inf land
+ *                   at >= 0x7f800000). Max is exact: any order, same result.
+ *   pf_slice_stats  global (N*gr*gc): bits -> gran_max, gran_scale, gran_exp;
+ *                   *bad = 1 on NaN or infinity.
+ *   pf_slice_quant  global (N*R, C/32): quantize, two's complement, slice codes,
+ *                   optional dequantized value and programmed levels. */
+#pragma OPENCL FP_CONTRACT OFF
+
+kernel void pf_slice_max(global const float *x, global uint *gbits, ulong NR, ulong R, ulong C, ulong qr, ulong qc,
+                         ulong gr, ulong gcn, ulong span)
+{
+    const ulong row = get_global_id(0), c0 = get_global_id(1) * span;
+    if (row >= NR || c0 >= C)
+        return;
+    const ulong c1 = min(c0 + span, C);
+    global const float *src = x + row * C;
+    global uint *dst = gbits + ((row / R) * gr + (row % R) / qr) * gcn;
+    ulong q = c0 / qc, next = min((q + 1) * qc, c1);
+    for (ulong c = c0; c < c1;) {
+        uint m = 0;
+        for (; c < next; c++)
+            m = max(m, as_uint(src[c]) & 0x7fffffffu);
+        if (m)
+            atomic_max(&dst[q], m);
+        q++;
+        next = min(next + qc, c1);
+    }
+}
+
+kernel void pf_slice_stats(global float *gmax, global float *gscale, global int *gexp, global int *bad, ulong count,
+                           int total_bits, int bfp)
+{
+    const ulong i = get_global_id(0);
+    if (i >= count)
+        return;
+    const uint bits = as_uint(gmax[i]);
+    if (bits >= 0x7f800000u) {
+        *bad = 1;
+        return;
+    }
+    const pf_qgran g = pf_qgran_make(as_float(bits), total_bits, bfp);
+    gscale[i] = g.scale;
+    if (bfp)
+        gexp[i] = g.exponent;
+}
+
+/* global (N*R, ceil(C / PF_SQ_CHUNK)): PF_SQ_CHUNK consecutive elements of
+ * one row per work-item, the granule's parameters made once per granule run.
+ * offs: bit offsets of the slices (pf_slice_code_packed); lut: [s][256]
+ * programmed level of each code (pf_level_of_code, made by the host), read
+ * when want_levels. */
+#define PF_SQ_CHUNK 256
+
+inline float8 pf_rint8(float8 x)
+{
+    const float8 ax = fabs(x);
+    const float8 r = copysign((ax + 8388608.0f) - 8388608.0f, x);
+    return select(x, r, ax < 8388608.0f);
+}
+
+/* Eight elements of one granule, the operations of pf_quantize / pf_dequantize /
+ * pf_level_of_code lane by lane (IEEE float ops: the same bits as scalar). */
+inline void pf_slice_quant8(global const float *x, ulong e, const pf_qgran *g, global uchar *codes,
+                            global float *dq, global uchar *levels, ulong total, int total_bits, ulong offs,
+                            int nslices, int want_dq, int g_level)
+{
+    const float8 v = vload8(0, x + e);
+    int8 qv;
+    if (!g->bfp) {
+        qv = convert_int8(pf_rint8(v / g->divisor * g->k));
+    } else {
+        float8 y = pf_rint8(v * g->inv_pow2e * g->pow2_bm2);
+        y = select(y, (float8)(g->qmin), y < g->qmin);
+        y = select(y, (float8)(g->qmax), y > g->qmax);
+        qv = convert_int8(y);
+    }
+    const int8 u = qv + select((int8)(0), (int8)(1 << total_bits), qv < 0);
+    if (want_dq)
+        vstore8(g->bfp ? convert_float8(qv) * g->scale : convert_float8(qv) / g->k * g->divisor, 0, dq + e);
+    for (int s = 0; s < nslices; s++) {
+        const int off = (int)((offs >> (4 * s)) & 15);
+        const int next = s + 1 < nslices ? (int)((offs >> (4 * (s + 1))) & 15) : total_bits;
+        const int mask = (1 << (next - off)) - 1;
+        const int8 code = (u >> off) & mask;
+        vstore8(convert_uchar8(code), 0, codes + (ulong)s * total + e);
+        if (g_level > 0)
+            vstore8(convert_uchar8(convert_int8(pf_rint8(convert_float8(code) / (float)mask * (float)(g_level - 1)))),
+                    0, levels + (ulong)s * total + e);
+    }
+}
+
+/* global (N*R, ceil(C / PF_SQ_CHUNK)): PF_SQ_CHUNK consecutive elements of
+ * one row per work-item, the granule's parameters made once per granule run;
+ * runs of 8 inside one granule go through pf_slice_quant8. offs: bit offsets
+ * of the slices (pf_slice_code_packed); g_level > 0: programmed levels too. */
+kernel void pf_slice_quant(global const float *x, global const float *gmax, global uchar *codes, global float *dq,
+                           global uchar *levels, ulong total, ulong NR, ulong R, ulong C, ulong qr, ulong qc,
+                           ulong gr, ulong gcn, int total_bits, int bfp, ulong offs, int nslices, int want_dq,
+                           int g_level)
+{
+    const ulong row = get_global_id(0), c0 = get_global_id(1) * PF_SQ_CHUNK;
+    if (row >= NR || c0 >= C)
+        return;
+    const ulong c1 = min(c0 + PF_SQ_CHUNK, C);
+    global const float *gm = gmax + ((row / R) * gr + (row % R) / qr) * gcn;
+    ulong q = c0 / qc, next = (q + 1) * qc;
+    pf_qgran g = pf_qgran_make(gm[q], total_bits, bfp);
+    for (ulong c = c0; c < c1;) {
+        if (c == next) {
+            q++;
+            next += qc;
+            g = pf_qgran_make(gm[q], total_bits, bfp);
+        }
+        const ulong e = row * C + c;
+        if (c + 8 <= min(next, c1) && e % 8 == 0) {
+            pf_slice_quant8(x, e, &g, codes, dq, levels, total, total_bits, offs, nslices, want_dq, g_level);
+            c += 8;
+            continue;
+        }
+        const int qv = pf_quantize(x[e], &g);
+        const int u = pf_twos_complement(qv, total_bits);
+        if (want_dq)
+            dq[e] = pf_dequantize(qv, &g);
+        for (int s = 0; s < nslices; s++) {
+            const uint code = pf_slice_code_packed(u, offs, s, nslices, total_bits);
+            codes[(ulong)s * total + e] = (uchar)code;
+            if (g_level > 0) {
+                const int off = (int)((offs >> (4 * s)) & 15);
+                const int nx = s + 1 < nslices ? (int)((offs >> (4 * (s + 1))) & 15) : total_bits;
+                levels[(ulong)s * total + e] = (uchar)pf_rintf((float)code / (float)((1 << (nx - off)) - 1) *
+                                                               (float)(g_level - 1));
+            }
+        }
+        c++;
+    }
+}
+
+/* Standard normals of one group as the CPU's scalar pf_normal4
+ * (csrc/philox_noise.h): log, sqrt, sin and cos in double, as C's <math.h>
+ * evaluates them there (float builtins without fp64: equal up to an ulp). */
+inline float4 pf_normal4_scalar(ulong seed, uint stream, uint call, ulong group)
+{
+    const uint4 r = pf_philox_group(seed, stream, call, group);
+    const float two_pi = 6.283185307179586f;
+#ifdef PF_HAVE_FP64
+    const float r0 = (float)sqrt(-2.0 * log((double)pf_u01(r.s0)));
+    const float t0 = two_pi * pf_u01(r.s1);
+    const float r1 = (float)sqrt(-2.0 * log((double)pf_u01(r.s2)));
+    const float t1 = two_pi * pf_u01(r.s3);
+    return (float4)((float)((double)r0 * cos((double)t0)), (float)((double)r0 * sin((double)t0)),
+                    (float)((double)r1 * cos((double)t1)), (float)((double)r1 * sin((double)t1)));
+#else
+    const float r0 = sqrt(-2.0f * log(pf_u01(r.s0)));
+    const float t0 = two_pi * pf_u01(r.s1);
+    const float r1 = sqrt(-2.0f * log(pf_u01(r.s2)));
+    const float t1 = two_pi * pf_u01(r.s3);
+    return (float4)(r0 * cos(t0), r0 * sin(t0), r1 * cos(t1), r1 * sin(t1));
+#endif
+}
+
+/* Programmed conductances (pf_program_conductance): one Philox group (4
+ * cells) per work-item, global (ceil(total / 4)). th_hgs, th_any: the
+ * smallest floats >= the double thresholds, so r < th equals the CPU's
+ * double comparison for every float r. */
+kernel void pf_program_cond(global const uchar *levels, global float *G, ulong total, float q_g, float lgs, float hgs,
+                            float wv, int noisy, int stuck, float th_hgs, float th_any, ulong seed)
+{
+    const ulong q = get_global_id(0);
+    if (q * 4 >= total)
+        return;
+    const float4 z = noisy ? pf_normal4_scalar(seed, PF_STREAM_WRITE, 0, q) : (float4)(0.0f);
+    const uint4 w = stuck ? pf_philox_group(seed, PF_STREAM_STUCK, 0, q) : (uint4)(0);
+    for (uint l = 0; l < 4; l++) {
+        const ulong idx = q * 4 + l;
+        if (idx >= total)
+            break;
+        float g = (float)levels[idx] * q_g + lgs;
+        if (noisy)
+            g = g + g * (wv * pf_lane(z, l));
+        if (stuck) {
+            const float r = pf_u01(l == 0 ? w.s0 : l == 1 ? w.s1 : l == 2 ? w.s2 : w.s3);
+            if (r < th_hgs)
+                g = hgs;
+            else if (r < th_any)
+                g = lgs;
+        }
+        G[idx] = g;
+    }
+}

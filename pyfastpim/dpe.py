@@ -104,7 +104,7 @@ class DPETensor:
         rate_stuck_HGS, rate_stuck_LGS: probabilities of cells stuck at HGS / LGS.
         device: None or "cpu" (the CPU kernels), "opencl" (first GPU, else first OpenCL device) or
             "opencl:P:D" (see pyfastpim.devices()): the same results on any device. On OpenCL, MVMs
-            (MapReduceDot, forward_linear) run on the device; forward_conv2d stays on the CPU.
+            (MapReduceDot, forward_linear) and convolutions (forward_conv2d) run on the device.
         seed: engine seed (int in [0, 2**64)); None uses ``DEFAULT_SEED``. It keys the read and
             voltage noise (with the call counter) and weight programming.
 
@@ -347,12 +347,16 @@ class DPETensor:
         is_torch = _is_torch(x)
         if is_torch and x.requires_grad:
             x = x.detach()
-        out, dq = _core.dpe_conv2d(
-            x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), granule, _widths(input_slice), bw_e is not None,
-            w_sliced._levels, w_sliced._conductance, w_sliced._gran_scale[0], w_sliced._granule, w_sliced._widths,
-            input_paral_size[1], self.rdac, self.g_level, radc, self.HGS, self.LGS,
-            self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed, self.calls % 2 ** 32,
-            bool(return_dequant))
+        args = (x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), granule, _widths(input_slice), bw_e is not None,
+                w_sliced._levels, w_sliced._conductance, w_sliced._gran_scale[0], w_sliced._granule, w_sliced._widths,
+                input_paral_size[1], self.rdac, self.g_level, radc, self.HGS, self.LGS,
+                self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed, self.calls % 2 ** 32,
+                bool(return_dequant))
+        if self._cl is None:
+            out, dq = _core.dpe_conv2d(*args)
+        else:
+            from .devices import cl_dpe_conv2d  # weights stay resident while (object, version) is unchanged
+            out, dq = cl_dpe_conv2d(self._cl, *args, weights_key=(id(w_sliced), w_sliced._version))
         self.calls += 1
         if is_torch:
             return out.to_torch(), (dq.to_torch() if dq is not None else None)

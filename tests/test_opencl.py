@@ -373,3 +373,24 @@ def test_engine_on_opencl_equals_the_cpu_engine(noisy):
         assert rel(yb.numpy(), ya.numpy()) < 1e-5
     else:
         assert torch.equal(ya, yb)
+
+
+def test_attention_context_device_option_matches_the_cpu():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((80, 48)).astype(np.float32)
+    y = rng.standard_normal((80, 48)).astype(np.float32)
+    cpu = pyfastpim.AttentionContext(update_rate=0.5, strength=2.0)
+    cl = pyfastpim.AttentionContext(update_rate=0.5, strength=2.0, device="opencl")
+    assert cpu.device == "cpu" and cl.device == "opencl"
+    for _ in range(2):
+        cpu.update_outgoing(x, y)
+        cl.update_outgoing(x, y)
+    assert rel(cl.outgoing, cpu.outgoing) < 1e-5
+    cpu.incoming = cpu.outgoing
+    cl.incoming = cl.outgoing
+    out = np.empty_like(x)
+    r = cl.apply(x, out=out)
+    assert np.asarray(r).ctypes.data == out.ctypes.data
+    assert rel(out, np.asarray(cpu.apply(x))) < 1e-5
+    with pytest.raises((ValueError, RuntimeError), match="device"):
+        pyfastpim.AttentionContext(device="opencl:99:0")

@@ -1,6 +1,7 @@
 /* Python binding of the fused DPE MVM: validation and argument parsing only;
  * the kernel (dpe.c) sees plain pointers. */
 #include "array.h"
+#include "bind_dpe.h"
 #include "bindings.h"
 #include "dpe.h"
 #include "memory.h"
@@ -9,7 +10,7 @@
 
 /* Parses a slice-method tuple (most significant first) into m[s], w[s]
  * indexed least significant first. Returns the slice count or -1. */
-static int parse_widths(PyObject *obj, const char *argname, int *m, int64_t *w)
+int pf_dpe_parse_widths(PyObject *obj, const char *argname, int *m, int64_t *w)
 {
     PyObject *seq = PySequence_Fast(obj, "");
     if (!seq) {
@@ -55,7 +56,7 @@ static int parse_widths(PyObject *obj, const char *argname, int *m, int64_t *w)
     return (int)S;
 }
 
-static int parse_pair(PyObject *obj, const char *argname, int64_t *a, int64_t *b)
+int pf_dpe_parse_pair(PyObject *obj, const char *argname, int64_t *a, int64_t *b)
 {
     if (!PyArg_ParseTuple(obj, "LL", a, b)) {
         PyErr_Clear();
@@ -69,7 +70,7 @@ static int parse_pair(PyObject *obj, const char *argname, int64_t *a, int64_t *b
     return 0;
 }
 
-static int check_shape(PfArray *a, const char *argname, int ndim, const int64_t *shape)
+int pf_dpe_check_shape(PfArray *a, const char *argname, int ndim, const int64_t *shape)
 {
     if (a->ndim != ndim) {
         PyErr_Format(PyExc_ValueError, "argument '%s': expected %d dimensions, got %d", argname, ndim, a->ndim);
@@ -84,36 +85,26 @@ static int check_shape(PfArray *a, const char *argname, int ndim, const int64_t 
     return 0;
 }
 
-/* Arrays a call keeps alive while the kernel runs. */
-typedef struct {
-    PfArray *xc, *xs, *wl, *wc, *ws, *sig, *out, *img;
-} call_refs;
-
-static void refs_release(call_refs *r)
+void pf_dpe_refs_release(pf_dpe_refs *r)
 {
-    Py_XDECREF(r->xc);
-    Py_XDECREF(r->xs);
-    Py_XDECREF(r->wl);
-    Py_XDECREF(r->wc);
-    Py_XDECREF(r->ws);
-    Py_XDECREF(r->sig);
-    Py_XDECREF(r->out);
-    Py_XDECREF(r->img);
+    PfArray *all[] = {r->xc, r->xs, r->wl, r->wc, r->ws, r->sig, r->out, r->img, r->gmax, r->dq};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        Py_XDECREF(all[i]);
 }
 
 /* Weights and device arguments shared by every entry point; a->inner must be
  * set. Returns 0 or -1 with an exception naming the argument. */
-static int parse_weights_and_device(pf_dpe_args *a, call_refs *refs, PyObject *owl, PyObject *owc, PyObject *ows,
+int pf_dpe_parse_weights_and_device(pf_dpe_args *a, pf_dpe_refs *refs, PyObject *owl, PyObject *owc, PyObject *ows,
                                     PyObject *owg, PyObject *oww, long long n, int rdac, int g_level, PyObject *oradc,
                                     double HGS, double LGS, PyObject *osig, double vnoise, long long seed,
                                     unsigned long call)
 {
-    if ((a->sw = parse_widths(oww, "w_widths", a->w_max, a->w_weight)) < 0)
+    if ((a->sw = pf_dpe_parse_widths(oww, "w_widths", a->w_max, a->w_weight)) < 0)
         return -1;
-    if (parse_pair(owg, "w_granule", &a->w_qr, &a->w_qc) < 0)
+    if (pf_dpe_parse_pair(owg, "w_granule", &a->w_qr, &a->w_qc) < 0)
         return -1;
-    if (n <= 0) {
-        PyErr_SetString(PyExc_ValueError, "argument 'n': crossbar rows must be positive");
+    if (n <= 0 || n > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "argument 'n': crossbar rows must be in 1..2**31-1");
         return -1;
     }
     if (a->x_qc % n || a->w_qr % n) {
@@ -167,7 +158,7 @@ static int parse_weights_and_device(pf_dpe_args *a, call_refs *refs, PyObject *o
     if (!(refs->wl = pf_array_from_object(owl, PF_DT_U8, 0, "w_levels")))
         return -1;
     int64_t shp_l[3] = {a->sw, a->inner, -1};
-    if (check_shape(refs->wl, "w_levels", 3, shp_l) < 0)
+    if (pf_dpe_check_shape(refs->wl, "w_levels", 3, shp_l) < 0)
         return -1;
     a->cols = refs->wl->shape[2];
     a->w_gr = pf_ceil_div(a->inner, a->w_qr);
@@ -176,20 +167,20 @@ static int parse_weights_and_device(pf_dpe_args *a, call_refs *refs, PyObject *o
         if (!(refs->wc = pf_array_from_object(owc, PF_DT_F32, 0, "w_conductance")))
             return -1;
         int64_t shp[3] = {a->sw, a->inner, a->cols};
-        if (check_shape(refs->wc, "w_conductance", 3, shp) < 0)
+        if (pf_dpe_check_shape(refs->wc, "w_conductance", 3, shp) < 0)
             return -1;
         a->w_conductance = (const float *)refs->wc->data;
     }
     if (!(refs->ws = pf_array_from_object(ows, PF_DT_F32, 0, "w_scale")))
         return -1;
     int64_t shp_s[2] = {a->w_gr, a->w_gc};
-    if (check_shape(refs->ws, "w_scale", 2, shp_s) < 0)
+    if (pf_dpe_check_shape(refs->ws, "w_scale", 2, shp_s) < 0)
         return -1;
     if (osig != Py_None) {
         if (!(refs->sig = pf_array_from_object(osig, PF_DT_F32, 0, "read_sigma")))
             return -1;
         int64_t shp[1] = {g_level};
-        if (check_shape(refs->sig, "read_sigma", 1, shp) < 0)
+        if (pf_dpe_check_shape(refs->sig, "read_sigma", 1, shp) < 0)
             return -1;
         const float *sv = (const float *)refs->sig->data;
         for (int l = 0; l < g_level; l++)
@@ -246,12 +237,12 @@ static PyObject *py_dpe_mvm(PyObject *self, PyObject *args, PyObject *kwds)
     }
     pf_dpe_args a;
     memset(&a, 0, sizeof a);
-    call_refs refs = {0};
+    pf_dpe_refs refs = {0};
     PyObject *result = NULL;
     a.x_kind = PF_DPE_X_CODES;
     a.x_item0 = item0;
-    if ((a.sx = parse_widths(oxw, "x_widths", a.x_max, a.x_weight)) < 0 ||
-        parse_pair(oxg, "x_granule", &a.x_qr, &a.x_qc) < 0)
+    if ((a.sx = pf_dpe_parse_widths(oxw, "x_widths", a.x_max, a.x_weight)) < 0 ||
+        pf_dpe_parse_pair(oxg, "x_granule", &a.x_qr, &a.x_qc) < 0)
         return NULL;
     if (!(refs.xc = pf_array_from_object(ox, PF_DT_U8, 0, "x_codes")))
         goto done;
@@ -268,10 +259,10 @@ static PyObject *py_dpe_mvm(PyObject *self, PyObject *args, PyObject *kwds)
         goto done;
     {
         int64_t shp[3] = {a.batch, a.x_gr, a.x_gc};
-        if (check_shape(refs.xs, "x_scale", 3, shp) < 0)
+        if (pf_dpe_check_shape(refs.xs, "x_scale", 3, shp) < 0)
             goto done;
     }
-    if (parse_weights_and_device(&a, &refs, owl, owc, ows, owg, oww, n, rdac, g_level, oradc, HGS, LGS, osig, vnoise,
+    if (pf_dpe_parse_weights_and_device(&a, &refs, owl, owc, ows, owg, oww, n, rdac, g_level, oradc, HGS, LGS, osig, vnoise,
                                  seed_ll, call) < 0)
         goto done;
     {
@@ -283,7 +274,7 @@ static PyObject *py_dpe_mvm(PyObject *self, PyObject *args, PyObject *kwds)
             if (!(refs.out = pf_array_from_object(oout, PF_DT_F32, 1, "out")))
                 goto done;
             int64_t shp[3] = {a.batch, a.rows, a.cols};
-            if (check_shape(refs.out, "out", 3, shp) < 0)
+            if (pf_dpe_check_shape(refs.out, "out", 3, shp) < 0)
                 goto done;
         }
     }
@@ -298,19 +289,19 @@ static PyObject *py_dpe_mvm(PyObject *self, PyObject *args, PyObject *kwds)
     result = (PyObject *)refs.out;
     Py_INCREF(result);
 done:
-    refs_release(&refs);
+    pf_dpe_refs_release(&refs);
     return result;
 }
 
-static int parse_conv_pair(PyObject *obj, const char *argname, int64_t *a, int64_t *b, int64_t minimum)
+int pf_dpe_parse_conv_pair(PyObject *obj, const char *argname, int64_t *a, int64_t *b, int64_t minimum)
 {
     if (!PyArg_ParseTuple(obj, "LL", a, b)) {
         PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "argument '%s': expected a pair of ints", argname);
         return -1;
     }
-    if (*a < minimum || *b < minimum) {
-        PyErr_Format(PyExc_ValueError, "argument '%s': values must be >= %lld", argname, (long long)minimum);
+    if (*a < minimum || *b < minimum || *a > INT32_MAX || *b > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': values must be in %lld..2**31-1", argname, (long long)minimum);
         return -1;
     }
     return 0;
@@ -333,13 +324,13 @@ static PyObject *py_dpe_conv2d(PyObject *self, PyObject *args, PyObject *kwds)
         return NULL;
     pf_dpe_args a;
     memset(&a, 0, sizeof a);
-    call_refs refs = {0};
+    pf_dpe_refs refs = {0};
     PyObject *result = NULL;
     PfArray *dq = NULL, *gmax = NULL;
     pf_im2col c;
     memset(&c, 0, sizeof c);
     int widths[PF_MAX_SLICES];
-    if ((a.sx = parse_widths(oxw, "x_widths", a.x_max, a.x_weight)) < 0)
+    if ((a.sx = pf_dpe_parse_widths(oxw, "x_widths", a.x_max, a.x_weight)) < 0)
         return NULL;
     for (int s2 = 0; s2 < a.sx; s2++)
         widths[a.sx - 1 - s2] = __builtin_ctz((unsigned)a.x_max[s2] + 1);
@@ -347,9 +338,9 @@ static PyObject *py_dpe_conv2d(PyObject *self, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_ValueError, "argument 'x_widths': slices of 1..8 bits, 2..16 bits in total");
         return NULL;
     }
-    if (parse_pair(oxg, "x_granule", &a.x_qr, &a.x_qc) < 0 || parse_conv_pair(oks, "kernel_size", &c.kh, &c.kw, 1) < 0 ||
-        parse_conv_pair(ost, "stride", &c.sh, &c.sw, 1) < 0 || parse_conv_pair(opad, "padding", &c.ph, &c.pw, 0) < 0 ||
-        parse_conv_pair(odil, "dilation", &c.dh, &c.dw, 1) < 0)
+    if (pf_dpe_parse_pair(oxg, "x_granule", &a.x_qr, &a.x_qc) < 0 || pf_dpe_parse_conv_pair(oks, "kernel_size", &c.kh, &c.kw, 1) < 0 ||
+        pf_dpe_parse_conv_pair(ost, "stride", &c.sh, &c.sw, 1) < 0 || pf_dpe_parse_conv_pair(opad, "padding", &c.ph, &c.pw, 0) < 0 ||
+        pf_dpe_parse_conv_pair(odil, "dilation", &c.dh, &c.dw, 1) < 0)
         return NULL;
     if (!(refs.img = pf_array_from_object(oimg, PF_DT_F32, 0, "input")))
         goto done;
@@ -379,7 +370,7 @@ static PyObject *py_dpe_conv2d(PyObject *self, PyObject *args, PyObject *kwds)
     }
     a.x_gr = pf_ceil_div(a.rows, a.x_qr);
     a.x_gc = pf_ceil_div(a.inner, a.x_qc);
-    if (parse_weights_and_device(&a, &refs, owl, owc, ows, owg, oww, n, rdac, g_level, oradc, HGS, LGS, osig, vnoise,
+    if (pf_dpe_parse_weights_and_device(&a, &refs, owl, owc, ows, owg, oww, n, rdac, g_level, oradc, HGS, LGS, osig, vnoise,
                                  seed_ll, call) < 0)
         goto done;
     {
@@ -421,7 +412,7 @@ static PyObject *py_dpe_conv2d(PyObject *self, PyObject *args, PyObject *kwds)
 done:
     Py_XDECREF(dq);
     Py_XDECREF(gmax);
-    refs_release(&refs);
+    pf_dpe_refs_release(&refs);
     return result;
 }
 

@@ -7,6 +7,7 @@
  * Threading: one lock per handle serializes its calls; it is always taken
  * with the GIL released, and the kernels run with the GIL released. */
 #include "array.h"
+#include "bind_dpe.h"
 #include "bindings.h"
 #include "bind_slicing.h"
 #include "dpe.h"
@@ -275,80 +276,6 @@ static PyObject *PfCLDevice_normals(PfCLDevice *self, PyObject *args)
 
 /* ---- dpe_mvm: the arguments of _core.dpe_mvm (bind_dpe.c), same checks ---- */
 
-static int parse_widths(PyObject *obj, const char *argname, int *m, int64_t *w)
-{
-    PyObject *seq = PySequence_Fast(obj, "");
-    if (!seq) {
-        PyErr_Format(PyExc_TypeError, "argument '%s': expected a sequence of slice widths", argname);
-        return -1;
-    }
-    Py_ssize_t S = PySequence_Fast_GET_SIZE(seq);
-    if (S < 1 || S > PF_MAX_SLICES) {
-        Py_DECREF(seq);
-        PyErr_Format(PyExc_ValueError, "argument '%s': 1 to %d slices are supported, got %zd", argname, PF_MAX_SLICES, S);
-        return -1;
-    }
-    int widths[PF_MAX_SLICES], total = 0;
-    for (Py_ssize_t t = 0; t < S; t++) {
-        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, t));
-        if (v == -1 && PyErr_Occurred()) {
-            Py_DECREF(seq);
-            return -1;
-        }
-        if (v <= 0 || v > 16) {
-            Py_DECREF(seq);
-            PyErr_Format(PyExc_ValueError, "argument '%s': slice widths must be in 1..16, got %ld", argname, v);
-            return -1;
-        }
-        widths[t] = (int)v;
-        total += (int)v;
-    }
-    Py_DECREF(seq);
-    if (widths[0] != 1 || total > 16) {
-        PyErr_Format(PyExc_ValueError, "argument '%s': the first (sign) width must be 1 and the total at most 16 bits",
-                     argname);
-        return -1;
-    }
-    int off = 0;
-    for (int s = 0; s < S; s++) {
-        int width = widths[S - 1 - s];
-        m[s] = (1 << width) - 1;
-        w[s] = (int64_t)1 << off;
-        off += width;
-    }
-    w[S - 1] = -((int64_t)1 << (total - 1));
-    return (int)S;
-}
-
-static int parse_pair(PyObject *obj, const char *argname, int64_t *a, int64_t *b)
-{
-    if (!PyArg_ParseTuple(obj, "LL", a, b)) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "argument '%s': expected a pair of ints", argname);
-        return -1;
-    }
-    if (*a <= 0 || *b <= 0) {
-        PyErr_Format(PyExc_ValueError, "argument '%s': sizes must be positive", argname);
-        return -1;
-    }
-    return 0;
-}
-
-static int check_shape(PfArray *a, const char *argname, int ndim, const int64_t *shape)
-{
-    if (a->ndim != ndim) {
-        PyErr_Format(PyExc_ValueError, "argument '%s': expected %d dimensions, got %d", argname, ndim, a->ndim);
-        return -1;
-    }
-    for (int i = 0; i < ndim; i++)
-        if (shape[i] >= 0 && a->shape[i] != shape[i]) {
-            PyErr_Format(PyExc_ValueError, "argument '%s': dimension %d is %zd, expected %lld", argname, i,
-                         a->shape[i], (long long)shape[i]);
-            return -1;
-        }
-    return 0;
-}
-
 /* Finds or makes the resident weights for weights_key (device lock held).
  * Returns 0 with *w set (NULL: no key, transfer per call) or -1 with an
  * exception. */
@@ -417,132 +344,9 @@ static int resident_weights(PfCLDevice *self, PyObject *key, const pf_dpe_args *
     return 0;
 }
 
-/* Arrays a call keeps alive while the kernels run. */
-typedef struct {
-    PfArray *xc, *xs, *wl, *wc, *ws, *sig, *out, *img, *gmax, *dq;
-} call_refs;
-
-static void refs_release(call_refs *r)
-{
-    PfArray *all[] = {r->xc, r->xs, r->wl, r->wc, r->ws, r->sig, r->out, r->img, r->gmax, r->dq};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        Py_XDECREF(all[i]);
-}
-
-/* Weights and device arguments shared by dpe_mvm and dpe_conv2d (the rules
- * and messages of bind_dpe.c); a->inner, x_qr, x_qc must be set. Returns 0 or
- * -1 with an exception naming the argument. */
-static int parse_weights_and_device(pf_dpe_args *a, call_refs *refs, PyObject *owl, PyObject *owc, PyObject *ows,
-                                    PyObject *owg, PyObject *oww, long long n, int rdac, int g_level, PyObject *oradc,
-                                    double HGS, double LGS, PyObject *osig, double vnoise, long long seed,
-                                    unsigned long call)
-{
-    if ((a->sw = parse_widths(oww, "w_widths", a->w_max, a->w_weight)) < 0)
-        return -1;
-    if (parse_pair(owg, "w_granule", &a->w_qr, &a->w_qc) < 0)
-        return -1;
-    if (n <= 0 || n > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "argument 'n': crossbar rows must be positive");
-        return -1;
-    }
-    if (a->x_qc % n || a->w_qr % n) {
-        PyErr_Format(PyExc_ValueError, "argument 'n': granules (x columns %lld, weight rows %lld) must be multiples "
-                     "of the crossbar rows %lld", (long long)a->x_qc, (long long)a->w_qr, n);
-        return -1;
-    }
-    if (rdac < 2 || g_level < 2 || g_level > PF_MAX_LEVELS) {
-        PyErr_SetString(PyExc_ValueError, "arguments 'rdac'/'g_level': rdac >= 2 and 2 <= g_level <= 65536 required");
-        return -1;
-    }
-    if (!(HGS > LGS) || !(LGS >= 0)) {
-        PyErr_SetString(PyExc_ValueError, "arguments 'HGS'/'LGS': 0 <= LGS < HGS required");
-        return -1;
-    }
-    if (!(vnoise >= 0) || !isfinite(vnoise)) {
-        PyErr_SetString(PyExc_ValueError, "argument 'vnoise': must be finite and >= 0");
-        return -1;
-    }
-    PyObject *rseq = PySequence_Fast(oradc, "argument 'radc': expected a sequence");
-    if (!rseq)
-        return -1;
-    if (PySequence_Fast_GET_SIZE(rseq) != a->sw) {
-        Py_DECREF(rseq);
-        PyErr_Format(PyExc_ValueError, "argument 'radc': %d values needed (one per weight slice)", a->sw);
-        return -1;
-    }
-    for (int j = 0; j < a->sw; j++) {
-        a->radc[j] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(rseq, j));
-        if (a->radc[j] < 2) {
-            Py_DECREF(rseq);
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_ValueError, "argument 'radc': every ADC resolution must be >= 2");
-            return -1;
-        }
-    }
-    Py_DECREF(rseq);
-    for (int j = 0; j < a->sw; j++)
-        if (a->w_max[j] > g_level - 1) {
-            PyErr_Format(PyExc_ValueError, "argument 'w_widths': weight slice maximum %d exceeds g_level - 1 = %d",
-                         a->w_max[j], g_level - 1);
-            return -1;
-        }
-    int64_t D = (int64_t)(rdac - 1) * (g_level - 1) * n;
-    if (D >= ((int64_t)1 << 24)) {
-        PyErr_Format(PyExc_ValueError, "arguments 'rdac', 'g_level', 'n': (rdac-1)*(g_level-1)*n = %lld must be "
-                     "below 2**24 for exact crossbar sums", (long long)D);
-        return -1;
-    }
-    if (!(refs->wl = pf_array_from_object(owl, PF_DT_U8, 0, "w_levels")))
-        return -1;
-    int64_t shp_l[3] = {a->sw, a->inner, -1};
-    if (check_shape(refs->wl, "w_levels", 3, shp_l) < 0)
-        return -1;
-    a->cols = refs->wl->shape[2];
-    a->w_gr = pf_ceil_div(a->inner, a->w_qr);
-    a->w_gc = pf_ceil_div(a->cols, a->w_qc);
-    if (owc != Py_None) {
-        if (!(refs->wc = pf_array_from_object(owc, PF_DT_F32, 0, "w_conductance")))
-            return -1;
-        int64_t shp[3] = {a->sw, a->inner, a->cols};
-        if (check_shape(refs->wc, "w_conductance", 3, shp) < 0)
-            return -1;
-        a->w_conductance = (const float *)refs->wc->data;
-    }
-    if (!(refs->ws = pf_array_from_object(ows, PF_DT_F32, 0, "w_scale")))
-        return -1;
-    int64_t shp_s[2] = {a->w_gr, a->w_gc};
-    if (check_shape(refs->ws, "w_scale", 2, shp_s) < 0)
-        return -1;
-    if (osig != Py_None) {
-        if (!(refs->sig = pf_array_from_object(osig, PF_DT_F32, 0, "read_sigma")))
-            return -1;
-        int64_t shp[1] = {g_level};
-        if (check_shape(refs->sig, "read_sigma", 1, shp) < 0)
-            return -1;
-        const float *sv = (const float *)refs->sig->data;
-        for (int l = 0; l < g_level; l++)
-            if (!(sv[l] >= 0.0f) || !isfinite(sv[l])) {
-                PyErr_SetString(PyExc_ValueError, "argument 'read_sigma': must be finite and >= 0");
-                return -1;
-            }
-        a->read_sigma = sv;
-    }
-    a->w_levels = (const uint8_t *)refs->wl->data;
-    a->w_scale = (const float *)refs->ws->data;
-    a->rdac = rdac;
-    a->g_level = g_level;
-    a->HGS = HGS;
-    a->LGS = LGS;
-    a->vnoise = vnoise;
-    a->seed = (uint64_t)seed;
-    a->call = (uint32_t)call;
-    a->n = n;
-    return 0;
-}
-
 /* Runs the MVM on the device with the resident weights of okey (device lock
  * taken here). Returns 0 or -1 with an exception. */
-static int run_mvm(PfCLDevice *self, pf_dpe_args *a, call_refs *refs, PyObject *okey, const char *what)
+static int run_mvm(PfCLDevice *self, pf_dpe_args *a, pf_dpe_refs *refs, PyObject *okey, const char *what)
 {
     char err[PF_CL_ERRLEN] = "";
     pf_status st = PF_OK;
@@ -586,10 +390,10 @@ static PyObject *PfCLDevice_dpe_mvm(PfCLDevice *self, PyObject *args, PyObject *
     memset(&a, 0, sizeof a);
     a.x_kind = PF_DPE_X_CODES;
     a.x_item0 = item0;
-    call_refs refs = {0};
+    pf_dpe_refs refs = {0};
     PyObject *result = NULL;
-    if ((a.sx = parse_widths(oxw, "x_widths", a.x_max, a.x_weight)) < 0 ||
-        parse_pair(oxg, "x_granule", &a.x_qr, &a.x_qc) < 0)
+    if ((a.sx = pf_dpe_parse_widths(oxw, "x_widths", a.x_max, a.x_weight)) < 0 ||
+        pf_dpe_parse_pair(oxg, "x_granule", &a.x_qr, &a.x_qc) < 0)
         return NULL;
     if (!(refs.xc = pf_array_from_object(ox, PF_DT_U8, 0, "x_codes")))
         goto done;
@@ -606,10 +410,10 @@ static PyObject *PfCLDevice_dpe_mvm(PfCLDevice *self, PyObject *args, PyObject *
         goto done;
     {
         int64_t shp[3] = {a.batch, a.x_gr, a.x_gc};
-        if (check_shape(refs.xs, "x_scale", 3, shp) < 0)
+        if (pf_dpe_check_shape(refs.xs, "x_scale", 3, shp) < 0)
             goto done;
     }
-    if (parse_weights_and_device(&a, &refs, owl, owc, ows, owg, oww, n, rdac, g_level, oradc, HGS, LGS, osig, vnoise,
+    if (pf_dpe_parse_weights_and_device(&a, &refs, owl, owc, ows, owg, oww, n, rdac, g_level, oradc, HGS, LGS, osig, vnoise,
                                  seed_ll, call) < 0)
         goto done;
     {
@@ -621,7 +425,7 @@ static PyObject *PfCLDevice_dpe_mvm(PfCLDevice *self, PyObject *args, PyObject *
             if (!(refs.out = pf_array_from_object(oout, PF_DT_F32, 1, "out")))
                 goto done;
             int64_t shp[3] = {a.batch, a.rows, a.cols};
-            if (check_shape(refs.out, "out", 3, shp) < 0)
+            if (pf_dpe_check_shape(refs.out, "out", 3, shp) < 0)
                 goto done;
         }
     }
@@ -635,22 +439,8 @@ static PyObject *PfCLDevice_dpe_mvm(PfCLDevice *self, PyObject *args, PyObject *
         goto done;
     result = Py_NewRef((PyObject *)refs.out);
 done:
-    refs_release(&refs);
+    pf_dpe_refs_release(&refs);
     return result;
-}
-
-static int parse_conv_pair(PyObject *obj, const char *argname, int64_t *a, int64_t *b, int64_t minimum)
-{
-    if (!PyArg_ParseTuple(obj, "LL", a, b)) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "argument '%s': expected a pair of ints", argname);
-        return -1;
-    }
-    if (*a < minimum || *b < minimum || *a > INT32_MAX || *b > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "argument '%s': values must be in %lld..2**31-1", argname, (long long)minimum);
-        return -1;
-    }
-    return 0;
 }
 
 /* dpe_conv2d: the arguments, checks and results of _core.dpe_conv2d
@@ -674,12 +464,12 @@ static PyObject *PfCLDevice_dpe_conv2d(PfCLDevice *self, PyObject *args, PyObjec
         return NULL;
     pf_dpe_args a;
     memset(&a, 0, sizeof a);
-    call_refs refs = {0};
+    pf_dpe_refs refs = {0};
     PyObject *result = NULL;
     pf_im2col c;
     memset(&c, 0, sizeof c);
     int widths[PF_MAX_SLICES];
-    if ((a.sx = parse_widths(oxw, "x_widths", a.x_max, a.x_weight)) < 0)
+    if ((a.sx = pf_dpe_parse_widths(oxw, "x_widths", a.x_max, a.x_weight)) < 0)
         return NULL;
     for (int s2 = 0; s2 < a.sx; s2++)
         widths[a.sx - 1 - s2] = __builtin_ctz((unsigned)a.x_max[s2] + 1);
@@ -687,9 +477,9 @@ static PyObject *PfCLDevice_dpe_conv2d(PfCLDevice *self, PyObject *args, PyObjec
         PyErr_SetString(PyExc_ValueError, "argument 'x_widths': slices of 1..8 bits, 2..16 bits in total");
         return NULL;
     }
-    if (parse_pair(oxg, "x_granule", &a.x_qr, &a.x_qc) < 0 || parse_conv_pair(oks, "kernel_size", &c.kh, &c.kw, 1) < 0 ||
-        parse_conv_pair(ost, "stride", &c.sh, &c.sw, 1) < 0 || parse_conv_pair(opad, "padding", &c.ph, &c.pw, 0) < 0 ||
-        parse_conv_pair(odil, "dilation", &c.dh, &c.dw, 1) < 0)
+    if (pf_dpe_parse_pair(oxg, "x_granule", &a.x_qr, &a.x_qc) < 0 || pf_dpe_parse_conv_pair(oks, "kernel_size", &c.kh, &c.kw, 1) < 0 ||
+        pf_dpe_parse_conv_pair(ost, "stride", &c.sh, &c.sw, 1) < 0 || pf_dpe_parse_conv_pair(opad, "padding", &c.ph, &c.pw, 0) < 0 ||
+        pf_dpe_parse_conv_pair(odil, "dilation", &c.dh, &c.dw, 1) < 0)
         return NULL;
     if (!(refs.img = pf_array_from_object(oimg, PF_DT_F32, 0, "input")))
         goto done;
@@ -719,7 +509,7 @@ static PyObject *PfCLDevice_dpe_conv2d(PfCLDevice *self, PyObject *args, PyObjec
     }
     a.x_gr = pf_ceil_div(a.rows, a.x_qr);
     a.x_gc = pf_ceil_div(a.inner, a.x_qc);
-    if (parse_weights_and_device(&a, &refs, owl, owc, ows, owg, oww, n, rdac, g_level, oradc, HGS, LGS, osig, vnoise,
+    if (pf_dpe_parse_weights_and_device(&a, &refs, owl, owc, ows, owg, oww, n, rdac, g_level, oradc, HGS, LGS, osig, vnoise,
                                  seed_ll, call) < 0)
         goto done;
     {
@@ -773,7 +563,7 @@ static PyObject *PfCLDevice_dpe_conv2d(PfCLDevice *self, PyObject *args, PyObjec
     }
     result = Py_BuildValue("(OO)", (PyObject *)refs.out, refs.dq ? (PyObject *)refs.dq : Py_None);
 done:
-    refs_release(&refs);
+    pf_dpe_refs_release(&refs);
     return result;
 }
 

@@ -20,16 +20,6 @@
  * panels pass. Peak memory is one block per thread, whatever the batch. */
 #define PF_DPE_A_BLOCK_BYTES ((size_t)192 << 10)
 
-typedef struct {
-    int noise_x;                  /* DAC voltage noise on */
-    int noise_w;                  /* any conductance noise on */
-    float coef[PF_MAX_SLICES * PF_MAX_SLICES];
-    float alpha[PF_MAX_SLICES];
-    float *adc_table[PF_MAX_SLICES];   /* exact codes, only where rint(acc*alpha) is not exact */
-    int32_t adc_table_max[PF_MAX_SLICES];
-    float dac[PF_MAX_SLICES][256];     /* DAC code per slice value (codes are uint8) */
-    int64_t nb;                   /* inner blocks */
-} dpe_setup;
 
 /* round-half-even(num / den) for num >= 0, den > 0, exactly in integers */
 static int64_t rint_ratio(int64_t num, int64_t den)
@@ -76,7 +66,7 @@ static float dac_code(int slice_value, int m, int rdac)
     return nearbyintf((float)slice_value / (float)m * (float)(rdac - 1));
 }
 
-static void setup_free(dpe_setup *s)
+void pf_dpe_consts_free(pf_dpe_consts *s)
 {
     for (int j = 0; j < PF_MAX_SLICES; j++) {
         pf_free(s->adc_table[j]);
@@ -84,7 +74,7 @@ static void setup_free(dpe_setup *s)
     }
 }
 
-static pf_status setup_init(const pf_dpe_args *a, dpe_setup *s)
+pf_status pf_dpe_consts_init(const pf_dpe_args *a, pf_dpe_consts *s)
 {
     memset(s, 0, sizeof *s);
     s->nb = pf_ceil_div(a->inner, a->n);
@@ -114,7 +104,7 @@ static pf_status setup_init(const pf_dpe_args *a, dpe_setup *s)
             continue;
         float *tab = pf_alloc((size_t)(D + 1) * sizeof(float));
         if (!tab) {
-            setup_free(s);
+            pf_dpe_consts_free(s);
             return PF_ENOMEM;
         }
         for (int64_t acc = 0; acc <= D; acc++)
@@ -139,7 +129,7 @@ static inline uint64_t pf_vnoise_index(const pf_dpe_args *a, int64_t item, int64
 /* DAC voltages of one input row from its slice codes (one plane per slice),
  * into row rr of a packed panel. z: scratch of K floats when voltage noise is
  * on, else NULL. */
-static void pack_x_row(const pf_dpe_args *a, const dpe_setup *s, const uint8_t *const *plane, uint64_t noise_base,
+static void pack_x_row(const pf_dpe_args *a, const pf_dpe_consts *s, const uint8_t *const *plane, uint64_t noise_base,
                        int rr, float *P, float *z)
 {
     const int64_t n = a->n, K = a->inner;
@@ -169,7 +159,7 @@ static void pack_x_row(const pf_dpe_args *a, const dpe_setup *s, const uint8_t *
  * arithmetic) and slice it into per-slice code planes, then pack as codes.
  * Noise indices are those of the equivalent slice-code tensor, so fused and
  * pre-sliced inputs see the same noise. xrow: K floats; codes: sx*K bytes. */
-static void pack_x_row_im2col(const pf_dpe_args *a, const dpe_setup *s, int64_t item, int64_t r, int rr, float *P,
+static void pack_x_row_im2col(const pf_dpe_args *a, const pf_dpe_consts *s, int64_t item, int64_t r, int rr, float *P,
                               float *xrow, uint8_t *codes, float *z)
 {
     const int64_t K = a->inner;
@@ -254,7 +244,7 @@ typedef struct {
     uint8_t *codes;   /* sx * K codes of an unfolded row (im2col) */
 } pack_scratch;
 
-static int scratch_init(const pf_dpe_args *a, const dpe_setup *s, pack_scratch *sc)
+static int scratch_init(const pf_dpe_args *a, const pf_dpe_consts *s, pack_scratch *sc)
 {
     const int im2col = a->x_kind == PF_DPE_X_IM2COL;
     sc->z = s->noise_x ? pf_alloc((size_t)a->inner * sizeof(float)) : NULL;
@@ -272,7 +262,7 @@ static void scratch_free(pack_scratch *sc)
 
 /* Packs row panel rp of the flattened (N*R) input rows into P (DAC voltages)
  * and S (row scales per block). */
-static void pack_x_panel(const pf_dpe_args *a, const dpe_setup *s, int64_t rp, float *P, float *S,
+static void pack_x_panel(const pf_dpe_args *a, const pf_dpe_consts *s, int64_t rp, float *P, float *S,
                          const pack_scratch *sc)
 {
     const int64_t n = a->n, nb = s->nb, K = a->inner, R = a->rows, N = a->batch;
@@ -306,7 +296,7 @@ static void pack_x_panel(const pf_dpe_args *a, const dpe_setup *s, int64_t rp, f
 /* Packs all column panels of the weights for this call, one weight row at a
  * time: conductances in units of Q_G above LGS, read noise applied. Bp and Bs
  * must be zeroed by the caller (padding). */
-static pf_status pack_w(const pf_dpe_args *a, const dpe_setup *s, float *Bp, float *Bs)
+static pf_status pack_w(const pf_dpe_args *a, const pf_dpe_consts *s, float *Bp, float *Bs)
 {
     const int64_t n = a->n, nb = s->nb, K = a->inner, P = a->cols;
     const int64_t ncp = pf_ceil_div(P, NR);
@@ -441,8 +431,8 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
     if (D >= ((int64_t)1 << 24))
         return PF_EINVAL; /* acc would leave float32's exact integer range */
 
-    dpe_setup s;
-    pf_status st = setup_init(a, &s);
+    pf_dpe_consts s;
+    pf_status st = pf_dpe_consts_init(a, &s);
     if (st != PF_OK)
         return st;
 
@@ -452,7 +442,7 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
     if (pf_mul_size((size_t)nb * a->sw, (size_t)a->n * NR, &b_panel) ||
         pf_mul_size(b_panel, (size_t)ncp * sizeof(float), &b_bytes) ||
         pf_mul_size((size_t)nb * a->sx, (size_t)a->n * MR * sizeof(float), &a_panel)) {
-        setup_free(&s);
+        pf_dpe_consts_free(&s);
         return PF_EOVERFLOW;
     }
     /* Rows are processed in blocks of a few packed panels that stay in L2
@@ -472,7 +462,7 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
     float *Bs = pf_calloc((size_t)ncp * nb * NR, sizeof(float));
     if (!Bp || !Bs) {
         pf_free(Bp); pf_free(Bs);
-        setup_free(&s);
+        pf_dpe_consts_free(&s);
         return PF_ENOMEM;
     }
     st = pack_w(a, &s, Bp, Bs);
@@ -554,6 +544,6 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
     if (failed && st == PF_OK)
         st = PF_ENOMEM;
     pf_free(Bp); pf_free(Bs);
-    setup_free(&s);
+    pf_dpe_consts_free(&s);
     return st;
 }

@@ -126,6 +126,24 @@ typedef struct {
     int64_t so_n, so_r, so_p;
 } pf_dpe_args;
 
+/* Per-call constants, the same for every backend (CPU, OpenCL): scale-back
+ * coefficients coef[i*sw + j], ADC gains alpha[j], DAC codes dac[i][slice value]
+ * (0 past the slice maximum) and, for noise-free slices whose fast rint is not
+ * exact, tables of exact ADC codes adc_table[j][0..adc_table_max[j]]. */
+typedef struct {
+    int noise_x;                       /* DAC voltage noise on */
+    int noise_w;                       /* any conductance noise on */
+    float coef[PF_MAX_SLICES * PF_MAX_SLICES];
+    float alpha[PF_MAX_SLICES];
+    float *adc_table[PF_MAX_SLICES];
+    int32_t adc_table_max[PF_MAX_SLICES];
+    float dac[PF_MAX_SLICES][256];
+    int64_t nb;                        /* inner blocks */
+} pf_dpe_consts;
+
+pf_status pf_dpe_consts_init(const pf_dpe_args *a, pf_dpe_consts *c);
+void pf_dpe_consts_free(pf_dpe_consts *c);
+
 /* Runs one MVM call. PF_EINVAL for inconsistent arguments (the binding
  * validates first; this re-checks what memory safety depends on). */
 pf_status pf_dpe_mvm(const pf_dpe_args *a);

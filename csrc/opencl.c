@@ -1008,7 +1008,7 @@ fail:
 
 /* ---- fused DPE MVM ---- */
 
-/* Per-call constants, computed exactly as setup_init in dpe.c. */
+/* Per-call constants in the device's layout (from pf_dpe_consts_init). */
 typedef struct {
     int noise_x, noise_w, any_table;
     float *fparams;      /* coef[sx*sw], alpha[sw] */
@@ -1018,14 +1018,6 @@ typedef struct {
     int32_t tab_info[2 * PF_MAX_SLICES]; /* [2j] offset in tables or -1, [2j+1] last index */
 } cl_setup;
 
-static int64_t rint_ratio(int64_t num, int64_t den)
-{
-    int64_t q = num / den, r = num % den;
-    if (2 * r > den || (2 * r == den && (q & 1)))
-        q++;
-    return q;
-}
-
 static void setup_free(cl_setup *s)
 {
     pf_free(s->fparams);
@@ -1034,64 +1026,53 @@ static void setup_free(cl_setup *s)
     memset(s, 0, sizeof *s);
 }
 
+/* The CPU path's constants (pf_dpe_consts_init), laid out for the device:
+ * coef and alpha in one buffer, the DAC codes, the exact ADC tables
+ * concatenated. */
 static pf_status setup_init(const pf_dpe_args *a, cl_setup *s)
 {
     memset(s, 0, sizeof *s);
-    s->noise_x = a->vnoise > 0.0;
-    s->noise_w = a->w_conductance != NULL;
-    if (a->read_sigma)
-        for (int l = 0; l < a->g_level; l++)
-            if (a->read_sigma[l] > 0.0f)
-                s->noise_w = 1;
-    const int64_t D = (int64_t)(a->rdac - 1) * (a->g_level - 1) * a->n;
+    pf_dpe_consts c;
+    pf_status st = pf_dpe_consts_init(a, &c);
+    if (st != PF_OK)
+        return st;
+    s->noise_x = c.noise_x;
+    s->noise_w = c.noise_w;
     s->fparams = pf_calloc((size_t)(a->sx * a->sw + a->sw), sizeof(float));
     s->dac = pf_calloc((size_t)a->sx * 256, sizeof(float));
     if (!s->fparams || !s->dac) {
+        pf_dpe_consts_free(&c);
         setup_free(s);
         return PF_ENOMEM;
     }
+    memcpy(s->fparams, c.coef, (size_t)(a->sx * a->sw) * sizeof(float));
+    memcpy(s->fparams + a->sx * a->sw, c.alpha, (size_t)a->sw * sizeof(float));
     for (int i = 0; i < a->sx; i++)
-        for (int j = 0; j < a->sw; j++) {
-            double num = (double)(a->n * (int64_t)a->x_max[i] * a->w_max[j] * a->x_weight[i] * a->w_weight[j]);
-            s->fparams[i * a->sw + j] = (float)(num / (double)(a->radc[j] - 1));
-        }
-    /* codes are uint8, so values 0..255 cover every input */
-    for (int i = 0; i < a->sx; i++)
-        for (int v = 0; v < 256; v++)
-            s->dac[i * 256 + v] = nearbyintf((float)v / (float)a->x_max[i] * (float)(a->rdac - 1));
-    int need[PF_MAX_SLICES] = {0};
+        memcpy(s->dac + i * 256, c.dac[i], 256 * sizeof(float));
     for (int j = 0; j < a->sw; j++) {
-        float alpha = (float)((double)(a->radc[j] - 1) / (double)D);
-        s->fparams[a->sx * a->sw + j] = alpha;
         s->tab_info[2 * j] = -1;
         s->tab_info[2 * j + 1] = 0;
-        if (s->noise_x || s->noise_w)
-            continue;
-        for (int64_t acc = 0; acc <= D && !need[j]; acc++)
-            if ((int64_t)nearbyintf((float)acc * alpha) != rint_ratio(acc * (a->radc[j] - 1), D))
-                need[j] = 1;
-        if (need[j]) {
+        if (c.adc_table[j]) {
             s->tab_info[2 * j] = (int32_t)s->table_floats;
-            s->tab_info[2 * j + 1] = (int32_t)D;
-            s->table_floats += (size_t)(D + 1);
+            s->tab_info[2 * j + 1] = c.adc_table_max[j];
+            s->table_floats += (size_t)c.adc_table_max[j] + 1;
             s->any_table = 1;
         }
     }
     if (s->any_table) {
-        if (s->table_floats > INT32_MAX) {
-            setup_free(s);
-            return PF_EOVERFLOW;
-        }
-        s->tables = pf_alloc(s->table_floats * sizeof(float));
+        s->tables = s->table_floats <= INT32_MAX ? pf_alloc(s->table_floats * sizeof(float)) : NULL;
         if (!s->tables) {
+            st = s->table_floats > INT32_MAX ? PF_EOVERFLOW : PF_ENOMEM;
+            pf_dpe_consts_free(&c);
             setup_free(s);
-            return PF_ENOMEM;
+            return st;
         }
         for (int j = 0; j < a->sw; j++)
-            if (need[j])
-                for (int64_t acc = 0; acc <= D; acc++)
-                    s->tables[s->tab_info[2 * j] + acc] = (float)rint_ratio(acc * (a->radc[j] - 1), D);
+            if (c.adc_table[j])
+                memcpy(s->tables + s->tab_info[2 * j], c.adc_table[j],
+                       ((size_t)c.adc_table_max[j] + 1) * sizeof(float));
     }
+    pf_dpe_consts_free(&c);
     return PF_OK;
 }
 

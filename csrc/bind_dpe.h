@@ -29,4 +29,15 @@ int pf_dpe_parse_weights_and_device(pf_dpe_args *a, pf_dpe_refs *refs, PyObject 
                                     double HGS, double LGS, PyObject *osig, double vnoise, long long seed,
                                     unsigned long call);
 
+/* A whole dpe_mvm call (the arguments of _core.dpe_mvm, plus a trailing
+ * weights_key when key is not NULL) into *a, ready to run: operands, output
+ * (given or new) and strides. 0, or -1 with an exception; the caller releases
+ * refs either way. */
+int pf_dpe_parse_mvm(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs *refs, PyObject **key);
+/* A whole dpe_conv2d call into *a and the im2col geometry *c (which *a points
+ * to), with refs->gmax (to be filled by the backend's granule-max pass before
+ * the MVM), refs->out and, when *want_dq, refs->dq allocated. */
+int pf_dpe_parse_conv2d(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs *refs, pf_im2col *c,
+                        int *want_dq, PyObject **key);
+
 #endif

@@ -370,75 +370,11 @@ static int run_mvm(PfCLDevice *self, pf_dpe_args *a, pf_dpe_refs *refs, PyObject
 
 static PyObject *PfCLDevice_dpe_mvm(PfCLDevice *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"x_codes", "x_scale", "x_granule", "x_widths", "w_levels", "w_conductance", "w_scale",
-                             "w_granule", "w_widths", "n", "rdac", "g_level", "radc", "HGS", "LGS", "read_sigma",
-                             "vnoise", "seed", "call", "out", "item0", "weights_key", NULL};
-    PyObject *ox, *oxs, *oxg, *oxw, *owl, *owc, *ows, *owg, *oww, *oradc, *osig, *oout = Py_None, *okey = Py_None;
-    long long n, seed_ll, item0 = 0;
-    unsigned long call;
-    int rdac, g_level;
-    double HGS, LGS, vnoise;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOOLiiOddOdLk|OLO:dpe_mvm", kwlist, &ox, &oxs, &oxg, &oxw,
-                                     &owl, &owc, &ows, &owg, &oww, &n, &rdac, &g_level, &oradc, &HGS, &LGS, &osig,
-                                     &vnoise, &seed_ll, &call, &oout, &item0, &okey))
-        return NULL;
-    if (item0 < 0) {
-        PyErr_SetString(PyExc_ValueError, "argument 'item0': must be >= 0");
-        return NULL;
-    }
     pf_dpe_args a;
-    memset(&a, 0, sizeof a);
-    a.x_kind = PF_DPE_X_CODES;
-    a.x_item0 = item0;
     pf_dpe_refs refs = {0};
-    PyObject *result = NULL;
-    if ((a.sx = pf_dpe_parse_widths(oxw, "x_widths", a.x_max, a.x_weight)) < 0 ||
-        pf_dpe_parse_pair(oxg, "x_granule", &a.x_qr, &a.x_qc) < 0)
-        return NULL;
-    if (!(refs.xc = pf_array_from_object(ox, PF_DT_U8, 0, "x_codes")))
-        goto done;
-    if (refs.xc->ndim != 4 || refs.xc->shape[0] != a.sx) {
-        PyErr_Format(PyExc_ValueError, "argument 'x_codes': expected shape (%d, N, R, K)", a.sx);
-        goto done;
-    }
-    a.batch = refs.xc->shape[1];
-    a.rows = refs.xc->shape[2];
-    a.inner = refs.xc->shape[3];
-    a.x_gr = pf_ceil_div(a.rows, a.x_qr);
-    a.x_gc = pf_ceil_div(a.inner, a.x_qc);
-    if (!(refs.xs = pf_array_from_object(oxs, PF_DT_F32, 0, "x_scale")))
-        goto done;
-    {
-        int64_t shp[3] = {a.batch, a.x_gr, a.x_gc};
-        if (pf_dpe_check_shape(refs.xs, "x_scale", 3, shp) < 0)
-            goto done;
-    }
-    if (pf_dpe_parse_weights_and_device(&a, &refs, owl, owc, ows, owg, oww, n, rdac, g_level, oradc, HGS, LGS, osig, vnoise,
-                                 seed_ll, call) < 0)
-        goto done;
-    {
-        Py_ssize_t oshape[3] = {(Py_ssize_t)a.batch, (Py_ssize_t)a.rows, (Py_ssize_t)a.cols};
-        if (oout == Py_None) {
-            if (!(refs.out = pf_array_new(PF_DT_F32, 3, oshape)))
-                goto done;
-        } else {
-            if (!(refs.out = pf_array_from_object(oout, PF_DT_F32, 1, "out")))
-                goto done;
-            int64_t shp[3] = {a.batch, a.rows, a.cols};
-            if (pf_dpe_check_shape(refs.out, "out", 3, shp) < 0)
-                goto done;
-        }
-    }
-    a.x_codes = (const uint8_t *)refs.xc->data;
-    a.x_scale = (const float *)refs.xs->data;
-    a.out = (float *)refs.out->data;
-    a.so_n = a.rows * a.cols;
-    a.so_r = a.cols;
-    a.so_p = 1;
-    if (run_mvm(self, &a, &refs, okey, "dpe_mvm on OpenCL") < 0)
-        goto done;
-    result = Py_NewRef((PyObject *)refs.out);
-done:
+    PyObject *okey = Py_None, *result = NULL;
+    if (pf_dpe_parse_mvm(args, kwds, &a, &refs, &okey) == 0 && run_mvm(self, &a, &refs, okey, "dpe_mvm on OpenCL") == 0)
+        result = Py_NewRef((PyObject *)refs.out);
     pf_dpe_refs_release(&refs);
     return result;
 }
@@ -448,83 +384,13 @@ done:
  * implicit im2col input, optional dequantized unfolded input. */
 static PyObject *PfCLDevice_dpe_conv2d(PfCLDevice *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"image", "kernel_size", "stride", "padding", "dilation", "x_granule", "x_widths", "bfp",
-                             "w_levels", "w_conductance", "w_scale", "w_granule", "w_widths", "n", "rdac", "g_level",
-                             "radc", "HGS", "LGS", "read_sigma", "vnoise", "seed", "call", "return_dequant",
-                             "weights_key", NULL};
-    PyObject *oimg, *oks, *ost, *opad, *odil, *oxg, *oxw, *owl, *owc, *ows, *owg, *oww, *oradc, *osig;
-    PyObject *okey = Py_None;
-    long long n, seed_ll;
-    unsigned long call;
-    int rdac, g_level, bfp, want_dq = 0;
-    double HGS, LGS, vnoise;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOpOOOOOLiiOddOdLk|pO:dpe_conv2d", kwlist, &oimg, &oks, &ost,
-                                     &opad, &odil, &oxg, &oxw, &bfp, &owl, &owc, &ows, &owg, &oww, &n, &rdac,
-                                     &g_level, &oradc, &HGS, &LGS, &osig, &vnoise, &seed_ll, &call, &want_dq, &okey))
-        return NULL;
     pf_dpe_args a;
-    memset(&a, 0, sizeof a);
     pf_dpe_refs refs = {0};
-    PyObject *result = NULL;
     pf_im2col c;
-    memset(&c, 0, sizeof c);
-    int widths[PF_MAX_SLICES];
-    if ((a.sx = pf_dpe_parse_widths(oxw, "x_widths", a.x_max, a.x_weight)) < 0)
-        return NULL;
-    for (int s2 = 0; s2 < a.sx; s2++)
-        widths[a.sx - 1 - s2] = __builtin_ctz((unsigned)a.x_max[s2] + 1);
-    if (pf_slice_method_init(&a.x_method, widths, a.sx) < 0) {
-        PyErr_SetString(PyExc_ValueError, "argument 'x_widths': slices of 1..8 bits, 2..16 bits in total");
-        return NULL;
-    }
-    if (pf_dpe_parse_pair(oxg, "x_granule", &a.x_qr, &a.x_qc) < 0 || pf_dpe_parse_conv_pair(oks, "kernel_size", &c.kh, &c.kw, 1) < 0 ||
-        pf_dpe_parse_conv_pair(ost, "stride", &c.sh, &c.sw, 1) < 0 || pf_dpe_parse_conv_pair(opad, "padding", &c.ph, &c.pw, 0) < 0 ||
-        pf_dpe_parse_conv_pair(odil, "dilation", &c.dh, &c.dw, 1) < 0)
-        return NULL;
-    if (!(refs.img = pf_array_from_object(oimg, PF_DT_F32, 0, "input")))
+    int want_dq;
+    PyObject *okey = Py_None, *result = NULL;
+    if (pf_dpe_parse_conv2d(args, kwds, &a, &refs, &c, &want_dq, &okey) < 0)
         goto done;
-    if (refs.img->ndim != 4) {
-        PyErr_Format(PyExc_ValueError, "argument 'input': expected a 4-D (N, C, H, W) tensor, got %d dimensions",
-                     refs.img->ndim);
-        goto done;
-    }
-    c.image = (const float *)refs.img->data;
-    c.channels = refs.img->shape[1];
-    c.height = refs.img->shape[2];
-    c.width = refs.img->shape[3];
-    if (c.height + 2 * c.ph < c.dh * (c.kh - 1) + 1 || c.width + 2 * c.pw < c.dw * (c.kw - 1) + 1) {
-        PyErr_Format(PyExc_ValueError, "argument 'input': the (padded) image %lldx%lld is smaller than the dilated "
-                     "kernel", (long long)(c.height + 2 * c.ph), (long long)(c.width + 2 * c.pw));
-        goto done;
-    }
-    c.out_h = (c.height + 2 * c.ph - c.dh * (c.kh - 1) - 1) / c.sh + 1;
-    c.out_w = (c.width + 2 * c.pw - c.dw * (c.kw - 1) - 1) / c.sw + 1;
-    a.x_kind = PF_DPE_X_IM2COL;
-    a.x_im2col = &c;
-    a.batch = refs.img->shape[0];
-    if (__builtin_mul_overflow(c.out_h, c.out_w, &a.rows) || __builtin_mul_overflow(c.kh, c.kw, &a.inner) ||
-        __builtin_mul_overflow(c.channels, a.inner, &a.inner)) {
-        PyErr_SetString(PyExc_ValueError, "argument 'input': sizes overflow");
-        goto done;
-    }
-    a.x_gr = pf_ceil_div(a.rows, a.x_qr);
-    a.x_gc = pf_ceil_div(a.inner, a.x_qc);
-    if (pf_dpe_parse_weights_and_device(&a, &refs, owl, owc, ows, owg, oww, n, rdac, g_level, oradc, HGS, LGS, osig, vnoise,
-                                 seed_ll, call) < 0)
-        goto done;
-    {
-        Py_ssize_t gshape[3] = {(Py_ssize_t)a.batch, (Py_ssize_t)a.x_gr, (Py_ssize_t)a.x_gc};
-        if (!(refs.gmax = pf_array_new(PF_DT_F32, 3, gshape)))
-            goto done;
-        Py_ssize_t oshape[4] = {(Py_ssize_t)a.batch, (Py_ssize_t)a.cols, (Py_ssize_t)c.out_h, (Py_ssize_t)c.out_w};
-        if (!(refs.out = pf_array_new(PF_DT_F32, 4, oshape)))
-            goto done;
-        if (want_dq) {
-            Py_ssize_t dshape[3] = {(Py_ssize_t)a.batch, (Py_ssize_t)a.rows, (Py_ssize_t)a.inner};
-            if (!(refs.dq = pf_array_new(PF_DT_F32, 3, dshape)))
-                goto done;
-        }
-    }
     {
         char err[PF_CL_ERRLEN] = "";
         pf_status st;
@@ -539,12 +405,6 @@ static PyObject *PfCLDevice_dpe_conv2d(PfCLDevice *self, PyObject *args, PyObjec
             goto done;
         }
     }
-    a.x_gran_max = (const float *)refs.gmax->data;
-    a.x_bfp = bfp;
-    a.out = (float *)refs.out->data;
-    a.so_n = a.cols * a.rows;
-    a.so_r = 1;
-    a.so_p = a.rows;
     if (run_mvm(self, &a, &refs, okey, "dpe_conv2d on OpenCL") < 0)
         goto done;
     if (want_dq) {
@@ -553,7 +413,7 @@ static PyObject *PfCLDevice_dpe_conv2d(PfCLDevice *self, PyObject *args, PyObjec
         lock_device(self);
         Py_BEGIN_ALLOW_THREADS
         st = pf_cl_im2col_dequantize(self->dev, &c, a.batch, a.x_qr, a.x_qc, (const float *)refs.gmax->data,
-                                     a.x_method.total_bits, bfp, (float *)refs.dq->data, err, sizeof err);
+                                     a.x_method.total_bits, a.x_bfp, (float *)refs.dq->data, err, sizeof err);
         Py_END_ALLOW_THREADS
         unlock_device(self);
         if (st != PF_OK) {

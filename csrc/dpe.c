@@ -78,6 +78,7 @@ pf_status pf_dpe_consts_init(const pf_dpe_args *a, pf_dpe_consts *s)
 {
     memset(s, 0, sizeof *s);
     s->nb = pf_ceil_div(a->inner, a->n);
+    s->nk = s->nb == 1 ? a->inner : a->n;
     s->noise_x = a->vnoise > 0.0;
     s->noise_w = a->w_conductance != NULL;
     if (a->read_sigma)
@@ -132,7 +133,7 @@ static inline uint64_t pf_vnoise_index(const pf_dpe_args *a, int64_t item, int64
 static void pack_x_row(const pf_dpe_args *a, const pf_dpe_consts *s, const uint8_t *const *plane, uint64_t noise_base,
                        int rr, float *P, float *z)
 {
-    const int64_t n = a->n, K = a->inner;
+    const int64_t n = a->n, nk = s->nk, K = a->inner;
     for (int i = 0; i < a->sx; i++) {
         const uint8_t *codes = plane[i];
         if (z)
@@ -141,7 +142,7 @@ static void pack_x_row(const pf_dpe_args *a, const pf_dpe_consts *s, const uint8
         const float *dac = s->dac[i];
         const float vn = (float)a->vnoise;
         for (int64_t b = 0, col = 0; col < K; b++) {
-            float *dst = P + (b * a->sx + i) * n * MR + rr;
+            float *dst = P + (b * a->sx + i) * nk * MR + rr;
             const int64_t kn = pf_min64(n, K - col);
             if (z)
                 for (int64_t k = 0; k < kn; k++)
@@ -266,7 +267,7 @@ static void pack_x_panel(const pf_dpe_args *a, const pf_dpe_consts *s, int64_t r
                          const pack_scratch *sc)
 {
     const int64_t n = a->n, nb = s->nb, K = a->inner, R = a->rows, N = a->batch;
-    memset(P, 0, (size_t)(nb * a->sx * n * MR) * sizeof(float));
+    memset(P, 0, (size_t)(nb * a->sx * s->nk * MR) * sizeof(float));
     memset(S, 0, (size_t)(nb * MR) * sizeof(float));
     for (int rr = 0; rr < MR; rr++) {
         int64_t g = rp * MR + rr;
@@ -300,7 +301,7 @@ static pf_status pack_w(const pf_dpe_args *a, const pf_dpe_consts *s, float *Bp,
 {
     const int64_t n = a->n, nb = s->nb, K = a->inner, P = a->cols;
     const int64_t ncp = pf_ceil_div(P, NR);
-    const int64_t panel = nb * a->sw * n * NR;
+    const int64_t panel = nb * a->sw * s->nk * NR;
     const float QG = (float)((a->HGS - a->LGS) / (a->g_level - 1));
     const float lgs = (float)(a->LGS / ((a->HGS - a->LGS) / (a->g_level - 1)));
     for (int64_t cp = 0; cp < ncp; cp++) {
@@ -346,7 +347,7 @@ static pf_status pack_w(const pf_dpe_args *a, const pf_dpe_consts *s, float *Bp,
                         val[p] = ((float)L[p] + lgs) * f[p] - lgs;
                 }
             }
-            float *dst = Bp + ((kk / n * a->sw + j) * n + kk % n) * NR;
+            float *dst = Bp + ((kk / n * a->sw + j) * s->nk + kk % n) * NR;
             for (int64_t cp = 0; cp < ncp; cp++) {
                 int64_t c0 = cp * NR, cw = pf_min64(NR, P - c0);
                 memcpy(dst + cp * panel, val + c0, (size_t)cw * sizeof(float));
@@ -439,9 +440,9 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
     const int64_t nb = s.nb, rows_total = a->batch * a->rows;
     const int64_t ncp = pf_ceil_div(a->cols, NR), nrp_total = pf_ceil_div(rows_total, MR);
     size_t b_panel, b_bytes, a_panel;
-    if (pf_mul_size((size_t)nb * a->sw, (size_t)a->n * NR, &b_panel) ||
+    if (pf_mul_size((size_t)nb * a->sw, (size_t)s.nk * NR, &b_panel) ||
         pf_mul_size(b_panel, (size_t)ncp * sizeof(float), &b_bytes) ||
-        pf_mul_size((size_t)nb * a->sx, (size_t)a->n * MR * sizeof(float), &a_panel)) {
+        pf_mul_size((size_t)nb * a->sx, (size_t)s.nk * MR * sizeof(float), &a_panel)) {
         pf_dpe_consts_free(&s);
         return PF_EOVERFLOW;
     }
@@ -507,7 +508,7 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
                     t.row_scale = As + rp * nb * MR;
                     t.col_scale = Bs + cp * nb * NR;
                     t.nb = nb;
-                    t.n = (int)a->n;
+                    t.n = (int)s.nk;
                     t.sx = a->sx;
                     t.sw = a->sw;
                     t.nr_valid = (int)pf_min64(NR, a->cols - cp * NR);

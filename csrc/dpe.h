@@ -139,6 +139,8 @@ typedef struct {
     int32_t adc_table_max[PF_MAX_SLICES];
     float dac[PF_MAX_SLICES][256];
     int64_t nb;                        /* inner blocks */
+    int64_t nk;                        /* rows stored per block: n, or K when one block holds all K < n rows
+                                          (the rows past K are zeros: packing them would only cost memory) */
 } pf_dpe_consts;
 
 pf_status pf_dpe_consts_init(const pf_dpe_args *a, pf_dpe_consts *c);

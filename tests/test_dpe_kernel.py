@@ -223,3 +223,18 @@ def test_out_argument_is_written_in_place_without_allocation():
     assert np.asarray(r).ctypes.data == out.ctypes.data
     assert t.copies == 0 and t.allocated_bytes == 0
     np.testing.assert_array_equal(out, run(*args))
+
+
+def test_tall_crossbar_with_few_rows_packs_only_the_rows_present():
+    # n = 2**20 crossbar rows but K = 3: the zero rows past K are never packed
+    n, K = 2 ** 20, 3
+    rng = np.random.default_rng(9)
+    xs = rng.integers(0, 2, (1, 1, 5, K)).astype(np.uint8)
+    wl = rng.integers(0, 2, (1, K, 7)).astype(np.uint8)
+    xsc, wsc = np.ones((1, 5, 1), np.float32), np.ones((1, 1), np.float32)
+    args = (xs, xsc, (1, n), (1,), wl, wsc, (n, 7), (1,), n, 2, 2, [2 ** 8])
+    with pyfastpim.memory.trace() as t:
+        got = run(*args)
+    np.testing.assert_array_equal(got, mvm_exact(*args))
+    # the exact ADC table of D + 1 = 2**20 + 1 codes (4 MiB) is all; full packed blocks would be 88+ MiB
+    assert t.peak_bytes < 8 << 20, t.peak_bytes

@@ -1401,20 +1401,6 @@ fail:
 #define PF_CL_SLICE_SUB 1024 /* columns per max-pass work-item */
 #define PF_CL_SQ_CHUNK 256  /* columns per quantize work-item (PF_SQ_CHUNK in slicing.cl) */
 
-static int slice_method_ok(const pf_slice_method *sm)
-{
-    if (!sm || sm->n_slices < 1 || sm->n_slices > PF_MAX_SLICES || sm->total_bits < 2 ||
-        sm->total_bits > PF_MAX_TOTAL_BITS)
-        return 0;
-    int total = 0;
-    for (int s = 0; s < sm->n_slices; s++) {
-        if (sm->width[s] < 1 || sm->width[s] > PF_MAX_SLICE_WIDTH || sm->offset[s] != total)
-            return 0;
-        total += sm->width[s];
-    }
-    return total == sm->total_bits && sm->width[sm->n_slices - 1] == 1;
-}
-
 static void release_all(pf_cl_device *dev, cl_mem *m, int n)
 {
     clFinish(dev->queue); /* nothing may still use host memory the caller frees */
@@ -1426,7 +1412,7 @@ pf_status pf_cl_slice_quantize(pf_cl_device *dev, const float *x, int64_t n, int
                                uint8_t *codes, float *gran_max, float *gran_scale, int32_t *gran_exp, float *dequant,
                                int g_level, uint8_t *levels, char *err, size_t errlen)
 {
-    if (n < 1 || rows < 1 || cols < 1 || gran_rows < 1 || gran_cols < 1 || !slice_method_ok(sm) || !x || !codes ||
+    if (n < 1 || rows < 1 || cols < 1 || gran_rows < 1 || gran_cols < 1 || !pf_slice_method_valid(sm) || !x || !codes ||
         !gran_max || !gran_scale || (bfp && !gran_exp) || (levels && (g_level < 2 || g_level > 256))) {
         set_err(err, errlen, "slice_quantize: invalid arguments");
         return PF_EINVAL;

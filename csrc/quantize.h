@@ -83,6 +83,22 @@ static inline int pf_slice_method_init(pf_slice_method *sm, const int *widths, i
     return 0;
 }
 
+/* Whether *sm is a slice method pf_slice_method_init could have built (the
+ * kernels re-check what memory safety depends on). */
+static inline int pf_slice_method_valid(const pf_slice_method *sm)
+{
+    if (!sm || sm->n_slices < 1 || sm->n_slices > PF_MAX_SLICES || sm->total_bits < 2 ||
+        sm->total_bits > PF_MAX_TOTAL_BITS)
+        return 0;
+    int total = 0;
+    for (int s = 0; s < sm->n_slices; s++) {
+        if (sm->width[s] < 1 || sm->width[s] > PF_MAX_SLICE_WIDTH || sm->offset[s] != total)
+            return 0;
+        total += sm->width[s];
+    }
+    return total == sm->total_bits && sm->width[sm->n_slices - 1] == 1;
+}
+
 /* Exact 2**e as a float for e in [-149, 127] (normals by their bits, the
  * few subnormals through ldexpf): cheaper than ldexpf per granule. */
 static inline float pf_pow2f(int e)

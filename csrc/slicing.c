@@ -293,20 +293,6 @@ static slice_ops select_ops(void)
 
 /* ---- drivers ---- */
 
-static int method_ok(const pf_slice_method *sm)
-{
-    if (!sm || sm->n_slices < 1 || sm->n_slices > PF_MAX_SLICES || sm->total_bits < 2 ||
-        sm->total_bits > PF_MAX_TOTAL_BITS)
-        return 0;
-    int total = 0;
-    for (int s = 0; s < sm->n_slices; s++) {
-        if (sm->width[s] < 1 || sm->width[s] > PF_MAX_SLICE_WIDTH || sm->offset[s] != total)
-            return 0;
-        total += sm->width[s];
-    }
-    return total == sm->total_bits && sm->width[sm->n_slices - 1] == 1;
-}
-
 static int levels_ok(const pf_slice_method *sm, int g_level)
 {
     if (g_level < 2 || g_level > 256)
@@ -321,7 +307,7 @@ int pf_slice_quantize(const float *x, int64_t n, int64_t rows, int64_t cols, int
                       const pf_slice_method *sm, int bfp, uint8_t *codes, float *gran_max, float *gran_scale,
                       int32_t *gran_exp, float *dequant, int g_level, uint8_t *levels)
 {
-    if (n < 1 || rows < 1 || cols < 1 || gran_rows < 1 || gran_cols < 1 || !method_ok(sm) || !x || !codes ||
+    if (n < 1 || rows < 1 || cols < 1 || gran_rows < 1 || gran_cols < 1 || !pf_slice_method_valid(sm) || !x || !codes ||
         !gran_max || !gran_scale || (bfp && !gran_exp) || (levels && !levels_ok(sm, g_level)))
         return PF_EINVAL;
     size_t dims[3] = {(size_t)n, (size_t)rows, (size_t)cols}, plane, all;
@@ -381,7 +367,7 @@ int pf_slice_quantize(const float *x, int64_t n, int64_t rows, int64_t cols, int
 int pf_program_levels(const uint8_t *codes, int64_t cells_per_slice, const pf_slice_method *sm, int g_level,
                       uint8_t *levels)
 {
-    if (cells_per_slice < 0 || !method_ok(sm) || !levels_ok(sm, g_level) || (cells_per_slice > 0 && (!codes || !levels)))
+    if (cells_per_slice < 0 || !pf_slice_method_valid(sm) || !levels_ok(sm, g_level) || (cells_per_slice > 0 && (!codes || !levels)))
         return PF_EINVAL;
     size_t total;
     if (pf_mul_size((size_t)cells_per_slice, (size_t)sm->n_slices, &total) != PF_OK)

@@ -61,7 +61,7 @@ static void unlock_device(PfCLDevice *self) { PyThread_release_lock(self->lock);
 
 static PyObject *info_dict(const pf_cl_device_info *d)
 {
-    return Py_BuildValue("{s:i,s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:O,s:K,s:K,s:I,s:n}", "platform", d->platform,
+    PyObject *r = Py_BuildValue("{s:i,s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:O,s:K,s:K,s:I,s:n}", "platform", d->platform,
                          "device", d->device, "platform_name", d->platform_name, "platform_version",
                          d->platform_version, "name", d->name, "vendor", d->vendor, "version", d->version, "driver",
                          d->driver, "type", d->type, "host_unified_memory",
@@ -69,6 +69,17 @@ static PyObject *info_dict(const pf_cl_device_info *d)
                          (unsigned long long)d->global_mem_bytes, "max_alloc_bytes",
                          (unsigned long long)d->max_alloc_bytes, "compute_units", d->compute_units,
                          "max_work_group_size", (Py_ssize_t)d->max_work_group_size);
+    /* what GPU portability depends on: local memory (the tiled MVM kernel), float semantics (bit-identity) */
+    PyObject *extra = r ? Py_BuildValue("{s:K,s:O,s:O,s:O}", "local_mem_bytes", (unsigned long long)d->local_mem_bytes,
+                                        "local_mem_dedicated", d->local_mem_dedicated ? Py_True : Py_False,
+                                        "fp32_denormals", d->fp32_denormals ? Py_True : Py_False,
+                                        "fp32_correctly_rounded_divide_sqrt",
+                                        d->fp32_correct_divsqrt ? Py_True : Py_False)
+                        : NULL;
+    if (!extra || PyDict_Update(r, extra) < 0)
+        Py_CLEAR(r);
+    Py_XDECREF(extra);
+    return r;
 }
 
 static PyObject *py_cl_devices(PyObject *self, PyObject *noargs)
@@ -206,8 +217,49 @@ static PyObject *PfCLDevice_get_tile(PfCLDevice *self, void *closure)
     int tm, tn;
     size_t lx, ly;
     pf_cl_tile(self->dev, &tm, &tn, &lx, &ly);
-    return Py_BuildValue("{s:i,s:i,s:n,s:n}", "rows", tm, "cols", tn, "local_x", (Py_ssize_t)lx, "local_y",
-                         (Py_ssize_t)ly);
+    return Py_BuildValue("{s:i,s:i,s:n,s:n,s:i}", "rows", tm, "cols", tn, "local_x", (Py_ssize_t)lx, "local_y",
+                         (Py_ssize_t)ly, "k_chunk", pf_cl_mvm_kt_max(self->dev));
+}
+
+static PyObject *PfCLDevice_get_mvm_kernel(PfCLDevice *self, void *closure)
+{
+    (void)closure;
+    return PyUnicode_FromString(pf_cl_mvm_mode_name(pf_cl_get_mvm_mode(self->dev)));
+}
+
+static int PfCLDevice_set_mvm_kernel(PfCLDevice *self, PyObject *value, void *closure)
+{
+    (void)closure;
+    const char *name = value && PyUnicode_Check(value) ? PyUnicode_AsUTF8(value) : NULL;
+    const int mode = name ? pf_cl_mvm_mode_parse(name) : -1;
+    if (mode < 0) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "argument 'mvm_kernel': expected 'auto', 'tiled' or 'untiled', got %R",
+                         value ? value : Py_None);
+        return -1;
+    }
+    lock_device(self);
+    pf_cl_set_mvm_mode(self->dev, mode);
+    unlock_device(self);
+    return 0;
+}
+
+static PyObject *PfCLDevice_mvm_uses_tiled(PfCLDevice *self, PyObject *arg)
+{
+    const long long n = PyLong_AsLongLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 1) {
+        PyErr_SetString(PyExc_ValueError, "argument 'n': must be >= 1");
+        return NULL;
+    }
+    if (ensure_built(self) < 0)
+        return NULL;
+    int kt;
+    lock_device(self);
+    const int tiled = pf_cl_mvm_uses_tiled(self->dev, (int64_t)n, &kt);
+    unlock_device(self);
+    return PyBool_FromLong(tiled && kt >= 1);
 }
 
 static PyObject *PfCLDevice_get_scratch_bytes(PfCLDevice *self, void *closure)
@@ -658,6 +710,9 @@ static PyMethodDef PfCLDevice_methods[] = {
      "attn_tanh(x)\n--\n\nThe attention update's float32 tanh on this device (as _core._attention_tanh)."},
     {"normals", (PyCFunction)PfCLDevice_normals, METH_VARARGS,
      "normals(seed, stream, call, idx0, count)\n--\n\nStandard normals of a Philox noise stream, drawn on the device."},
+    {"mvm_uses_tiled", (PyCFunction)PfCLDevice_mvm_uses_tiled, METH_O,
+     "mvm_uses_tiled(n)\n--\n\nWhether a product with crossbar size n runs the local-memory tiled MVM kernel "
+     "(pf_dpe_mvm_tiled) under the current mvm_kernel mode."},
     {"release", (PyCFunction)PfCLDevice_release, METH_NOARGS,
      "release()\n--\n\nRelease resident weights and scratch buffers (the kernels stay built)."},
     {NULL, NULL, 0, NULL},
@@ -667,7 +722,12 @@ static PyGetSetDef PfCLDevice_getset[] = {
     {"info", (getter)PfCLDevice_info, NULL, "dict describing the device (as pyfastpim.devices() lists it)", NULL},
     {"zero_copy", (getter)PfCLDevice_get_zero_copy, NULL,
      "True when operands are shared with the device in place (builds the kernels if needed)", NULL},
-    {"tile", (getter)PfCLDevice_get_tile, NULL, "register tile and work-group shape of the MVM kernel", NULL},
+    {"tile", (getter)PfCLDevice_get_tile, NULL,
+     "register tile and work-group shape of the MVM kernels; k_chunk: crossbar rows per local-memory chunk of the "
+     "tiled kernel (0: the device's local memory cannot hold its tiles)", NULL},
+    {"mvm_kernel", (getter)PfCLDevice_get_mvm_kernel, (setter)PfCLDevice_set_mvm_kernel,
+     "MVM tile kernel: 'auto' (default; PYFASTPIM_CL_MVM overrides it at open), 'tiled' (local-memory tiles, "
+     "pf_dpe_mvm_tiled) or 'untiled' (pf_dpe_mvm); the results are bit-identical", NULL},
     {"scratch_bytes", (getter)PfCLDevice_get_scratch_bytes, NULL, "bytes of scratch buffers held", NULL},
     {"resident_weights", (getter)PfCLDevice_get_resident, NULL, "{weights_key: bytes} of resident weights", NULL},
     {NULL, NULL, NULL, NULL, NULL},

@@ -21,10 +21,11 @@ enum { SCR_A, SCR_RS, SCR_B, SCR_CS, SCR_Z, SCR_ZW, SCR_COUNT };
 
 /* Every kernel of the program, created at build time. */
 enum { K_PACK_X, K_PACK_XI, K_PACK_W, K_SCALES_W, K_MVM, K_NORMALS, K_GMAX, K_DEQUANT, K_SMAX, K_SSTATS, K_SQUANT, K_PCOND, K_NRANGE, K_ATANH, K_ACENTRE, K_AUPDATE, K_AMATMUL,
-       K_AEPI, K_COUNT };
+       K_AEPI, K_MVM_TILED, K_COUNT };
 static const char *const kernel_names[K_COUNT] = {
     "pf_dpe_pack_x", "pf_dpe_pack_x_im2col", "pf_dpe_pack_w", "pf_dpe_scales_w", "pf_dpe_mvm", "pf_normals", "pf_im2col_gmax", "pf_im2col_dequant", "pf_slice_max", "pf_slice_stats", "pf_slice_quant", "pf_program_cond",
     "pf_normals_range", "pf_attn_tanh", "pf_attn_centre", "pf_attn_update", "pf_attn_matmul", "pf_attn_epilogue",
+    "pf_dpe_mvm_tiled",
 };
 
 typedef struct {
@@ -53,6 +54,13 @@ struct pf_cl_device {
     int fp64;             /* cl_khr_fp64 (libm-equivalent expf on row tails) */
     int tm, tn, b_panel;
     size_t lx, ly;
+    /* MVM kernel choice (PF_CL_MVM_*): pf_dpe_mvm_tiled where it pays
+     * (auto: GPUs and accelerators with dedicated local memory) */
+    int mvm_mode;
+    int local_dedicated;  /* CL_DEVICE_LOCAL_MEM_TYPE == CL_LOCAL */
+    uint64_t local_mem;   /* CL_DEVICE_LOCAL_MEM_SIZE */
+    uint64_t tiled_static; /* CL_KERNEL_LOCAL_MEM_SIZE of pf_dpe_mvm_tiled without its buffers */
+    int kt_max;           /* crossbar rows per local-memory chunk (0: the tiles do not fit) */
     pf_cl_scratch scratch[SCR_COUNT];
 };
 
@@ -209,6 +217,18 @@ static pf_status fill_info(cl_platform_id p, cl_device_id d, int pi, int di, pf_
     inf->max_alloc_bytes = ma;
     inf->compute_units = cu;
     inf->max_work_group_size = wg;
+    cl_ulong lm = 0;
+    cl_device_local_mem_type lt = CL_GLOBAL;
+    cl_device_fp_config fp = 0;
+    CL_CHECK(clGetDeviceInfo(d, CL_DEVICE_LOCAL_MEM_SIZE, sizeof lm, &lm, NULL), "clGetDeviceInfo(LOCAL_MEM_SIZE)");
+    if (clGetDeviceInfo(d, CL_DEVICE_LOCAL_MEM_TYPE, sizeof lt, &lt, NULL) != CL_SUCCESS)
+        lt = CL_GLOBAL;
+    if (clGetDeviceInfo(d, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL) != CL_SUCCESS)
+        fp = 0;
+    inf->local_mem_bytes = lm;
+    inf->local_mem_dedicated = lt == CL_LOCAL;
+    inf->fp32_denormals = (fp & CL_FP_DENORM) != 0;
+    inf->fp32_correct_divsqrt = (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) != 0;
     return PF_OK;
 fail:
     return st;
@@ -305,6 +325,16 @@ pf_status pf_cl_open(int platform, int device, int allow_zero_copy, pf_cl_device
     st = fill_info(dev->platform, dev->device, platform, device, &dev->info, err, errlen);
     if (st != PF_OK)
         goto fail;
+    {
+        const char *mv = getenv("PYFASTPIM_CL_MVM");
+        dev->mvm_mode = mv && *mv ? pf_cl_mvm_mode_parse(mv) : PF_CL_MVM_AUTO;
+        if (dev->mvm_mode < 0) {
+            set_err(err, errlen, "environment variable PYFASTPIM_CL_MVM: expected 'auto', 'tiled' or 'untiled', got "
+                    "'%.64s'", mv);
+            st = PF_EINVAL;
+            goto fail;
+        }
+    }
     cl_int rc;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)dev->platform, 0};
     dev->ctx = clCreateContext(props, 1, &dev->device, NULL, NULL, &rc);
@@ -368,6 +398,36 @@ void pf_cl_close(pf_cl_device *dev)
 }
 
 const pf_cl_device_info *pf_cl_info(const pf_cl_device *dev) { return &dev->info; }
+
+int pf_cl_mvm_mode_parse(const char *name)
+{
+    static const char *const names[] = {"auto", "tiled", "untiled"};
+    for (int i = 0; i < 3; i++)
+        if (name && strcmp(name, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+const char *pf_cl_mvm_mode_name(int mode)
+{
+    return mode == PF_CL_MVM_TILED ? "tiled" : mode == PF_CL_MVM_UNTILED ? "untiled" : "auto";
+}
+
+void pf_cl_set_mvm_mode(pf_cl_device *dev, int mode) { dev->mvm_mode = mode; }
+int pf_cl_get_mvm_mode(const pf_cl_device *dev) { return dev->mvm_mode; }
+int pf_cl_mvm_kt_max(const pf_cl_device *dev) { return dev->kt_max; }
+
+int pf_cl_mvm_uses_tiled(const pf_cl_device *dev, int64_t n, int *kt)
+{
+    *kt = dev->kt_max < n ? dev->kt_max : (int)n;
+    if (dev->mvm_mode == PF_CL_MVM_TILED)
+        return 1; /* forced: the caller reports kt_max == 0 as an error */
+    if (dev->mvm_mode == PF_CL_MVM_UNTILED || dev->kt_max == 0)
+        return 0;
+    /* auto: where local memory is a separate, fast memory and holds chunks of
+     * at least 8 crossbar rows (or the whole crossbar) */
+    return strcmp(dev->info.type, "cpu") != 0 && dev->info.local_mem_dedicated && (dev->kt_max >= 8 || *kt == n);
+}
 int pf_cl_zero_copy(const pf_cl_device *dev) { return dev->zero_copy; }
 
 void pf_cl_tile(const pf_cl_device *dev, int *tm, int *tn, size_t *lx, size_t *ly)
@@ -451,6 +511,30 @@ fail:
     return st;
 }
 
+#define PF_CL_KT_MAX 32 /* crossbar rows per local-memory chunk of pf_dpe_mvm_tiled, at most */
+
+/* Largest chunk kt of crossbar rows whose tiles ((TM*ly + TN*lx) floats per
+ * row) fit the local memory CL_DEVICE_LOCAL_MEM_SIZE leaves beside the
+ * kernel's own (CL_KERNEL_LOCAL_MEM_SIZE), keeping half of it free so more
+ * than one work-group fits a compute unit; 0 when not even one row fits. */
+static pf_status mvm_tiled_chunk(pf_cl_device *dev, char *err, size_t errlen)
+{
+    pf_status st = PF_OK;
+    cl_ulong used = 0;
+    CL_CHECK(clGetKernelWorkGroupInfo(dev->k[K_MVM_TILED], dev->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof used, &used,
+                                      NULL), "clGetKernelWorkGroupInfo(CL_KERNEL_LOCAL_MEM_SIZE)");
+    dev->tiled_static = used;
+    const uint64_t per_row = ((uint64_t)dev->tm * dev->ly + (uint64_t)dev->tn * dev->lx) * sizeof(float);
+    const uint64_t avail = dev->info.local_mem_bytes > used ? dev->info.local_mem_bytes - used : 0;
+    uint64_t kt = avail / 2 / per_row;
+    if (kt == 0 && avail >= per_row)
+        kt = 1;
+    dev->kt_max = kt > PF_CL_KT_MAX ? PF_CL_KT_MAX : (int)kt;
+    return PF_OK;
+fail:
+    return st;
+}
+
 pf_status pf_cl_build(pf_cl_device *dev, char *err, size_t errlen)
 {
     if (dev->built)
@@ -493,23 +577,34 @@ pf_status pf_cl_build(pf_cl_device *dev, char *err, size_t errlen)
         dev->k[i] = clCreateKernel(dev->program, kernel_names[i], &rc);
         CL_CHECK(rc, what);
     }
-    /* the pack kernels' work-groups must fit both of them */
-    dev->pack_local = PF_CL_PACK_LOCAL;
-    cl_kernel packs[2] = {dev->k[K_PACK_X], dev->k[K_PACK_W]};
-    for (int i = 0; i < 2; i++) {
-        size_t pwg = 0;
-        CL_CHECK(clGetKernelWorkGroupInfo(packs[i], dev->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof pwg, &pwg, NULL),
-                 "clGetKernelWorkGroupInfo(pack)");
-        while (dev->pack_local > pwg && dev->pack_local > 1)
-            dev->pack_local /= 2;
-    }
-    /* the work-group must fit the compiled kernel: shrink y, then x */
-    size_t kwg = 0;
-    CL_CHECK(clGetKernelWorkGroupInfo(dev->k[K_MVM], dev->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL),
-             "clGetKernelWorkGroupInfo(pf_dpe_mvm)");
     size_t wi[3] = {1, 1, 1};
     if (clGetDeviceInfo(dev->device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof wi, wi, NULL) != CL_SUCCESS)
         wi[0] = wi[1] = 1;
+    /* pack_local is the 1-D work-group of every kernel but the MVMs (enqueue()
+     * also uses it for the launches that name no work-group): it must fit each
+     * compiled kernel (CL_KERNEL_WORK_GROUP_SIZE, which a GPU lowers for kernels
+     * that use many registers) and the device's first work-item dimension */
+    dev->pack_local = PF_CL_PACK_LOCAL;
+    while (dev->pack_local > wi[0] && dev->pack_local > 1)
+        dev->pack_local /= 2;
+    for (int i = 0; i < K_COUNT; i++) {
+        if (i == K_MVM || i == K_MVM_TILED)
+            continue;
+        size_t pwg = 0;
+        CL_CHECK(clGetKernelWorkGroupInfo(dev->k[i], dev->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof pwg, &pwg, NULL),
+                 "clGetKernelWorkGroupInfo(CL_KERNEL_WORK_GROUP_SIZE)");
+        while (dev->pack_local > pwg && dev->pack_local > 1)
+            dev->pack_local /= 2;
+    }
+    /* the MVM work-group must fit both compiled MVM kernels (they share it):
+     * shrink y, then x */
+    size_t kwg = 0, kwg_t = 0;
+    CL_CHECK(clGetKernelWorkGroupInfo(dev->k[K_MVM], dev->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg, &kwg, NULL),
+             "clGetKernelWorkGroupInfo(pf_dpe_mvm)");
+    CL_CHECK(clGetKernelWorkGroupInfo(dev->k[K_MVM_TILED], dev->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof kwg_t,
+                                      &kwg_t, NULL), "clGetKernelWorkGroupInfo(pf_dpe_mvm_tiled)");
+    if (kwg_t < kwg)
+        kwg = kwg_t;
     while (dev->lx * dev->ly > kwg || dev->ly > wi[1]) {
         if (dev->ly > 1)
             dev->ly /= 2;
@@ -520,6 +615,8 @@ pf_status pf_cl_build(pf_cl_device *dev, char *err, size_t errlen)
     }
     while (dev->lx > wi[0] && dev->lx > 1)
         dev->lx /= 2;
+    if ((st = mvm_tiled_chunk(dev, err, errlen)) != PF_OK)
+        goto fail;
     /* zero copy only where the device demonstrably shares host memory */
     dev->zero_copy = 0;
     dev->zc_align = 0;
@@ -625,7 +722,9 @@ static pf_status buf_out(pf_cl_device *dev, void *host, size_t bytes, cl_mem *ou
     if ((st = check_alloc_size(dev, bytes, "the output", err, errlen)) != PF_OK)
         return st;
     *shared = shareable(dev, host);
-    *out = clCreateBuffer(dev->ctx, CL_MEM_WRITE_ONLY | (*shared ? CL_MEM_USE_HOST_PTR : 0), bytes,
+    /* READ_WRITE, not WRITE_ONLY: some kernels read what they write (pf_slice_max's atomic_max, the
+     * attention epilogue on out == x); reading a WRITE_ONLY buffer is undefined on GPUs */
+    *out = clCreateBuffer(dev->ctx, CL_MEM_READ_WRITE | (*shared ? CL_MEM_USE_HOST_PTR : 0), bytes,
                           *shared ? host : NULL, &rc);
     CL_CHECK(rc, "clCreateBuffer(output)");
     return PF_OK;
@@ -695,13 +794,30 @@ fail:
     return st;
 }
 
-/* Enqueues kernel `k`; with profiling on, waits for it and prints its time. */
+/* Enqueues kernel `k`; with profiling on, waits for it and prints its time.
+ * lws NULL: a work-group of pack_local x 1 x 1 (fits every such kernel, see
+ * pf_cl_build) with the global size rounded up to it (every kernel checks its
+ * bounds), not a runtime-chosen group, which for an awkward global size (a
+ * prime row count) can be a single work-item on a GPU. */
 static pf_status enqueue(pf_cl_device *dev, cl_kernel k, const char *name, cl_uint dims, const size_t *gws,
                          const size_t *lws, char *err, size_t errlen)
 {
     pf_status st = PF_OK;
     cl_event ev = NULL;
     char what[96];
+    size_t g_up[3], l_up[3] = {1, 1, 1};
+    if (!lws && dims >= 1 && dims <= 3) {
+        l_up[0] = dev->pack_local ? dev->pack_local : 1;
+        for (cl_uint d = 0; d < dims; d++) {
+            if (gws[d] > SIZE_MAX - l_up[d]) {
+                set_err(err, errlen, "%s: global size %zu too large", name, gws[d]);
+                return PF_EOVERFLOW;
+            }
+            g_up[d] = (gws[d] + l_up[d] - 1) / l_up[d] * l_up[d];
+        }
+        gws = g_up;
+        lws = l_up;
+    }
     snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", name);
     CL_CHECK(clEnqueueNDRangeKernel(dev->queue, k, dims, NULL, gws, lws, 0, NULL, dev->profile ? &ev : NULL), what);
     if (ev) {
@@ -1076,6 +1192,21 @@ static pf_status setup_init(const pf_dpe_args *a, cl_setup *s)
     return PF_OK;
 }
 
+/* pf_dpe_mvm_tiled's arguments beyond pf_dpe_mvm's: the chunk kt and the two
+ * local tiles, lA [kt][TM*ly] and lB [kt][TN*lx] */
+static pf_status mvm_tiled_args(pf_cl_device *dev, cl_kernel k, int kt, char *err, size_t errlen)
+{
+    pf_status st = PF_OK;
+    const size_t a_bytes = (size_t)kt * (size_t)dev->tm * dev->ly * sizeof(float);
+    const size_t b_bytes = (size_t)kt * (size_t)dev->tn * dev->lx * sizeof(float);
+    SET_ARG(k, 21, cl_int, kt);
+    CL_CHECK(clSetKernelArg(k, 22, a_bytes, NULL), "clSetKernelArg(pf_dpe_mvm_tiled, local inputs)");
+    CL_CHECK(clSetKernelArg(k, 23, b_bytes, NULL), "clSetKernelArg(pf_dpe_mvm_tiled, local weights)");
+    return PF_OK;
+fail:
+    return st;
+}
+
 pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_weights *w, char *err, size_t errlen)
 {
     if (a->n <= 0 || a->sx <= 0 || a->sw <= 0 || a->sx > PF_MAX_SLICES || a->sw > PF_MAX_SLICES || a->rdac < 2 ||
@@ -1140,6 +1271,14 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
     pf_status st = pf_cl_build(dev, err, errlen);
     if (st != PF_OK)
         return st;
+    int kt = 0;
+    const int tiled = pf_cl_mvm_uses_tiled(dev, a->n, &kt);
+    const int km = tiled ? K_MVM_TILED : K_MVM;
+    if (tiled && kt < 1) {
+        set_err(err, errlen, "dpe_mvm on OpenCL: the tiled MVM kernel was requested but %s has too little local "
+                "memory (%llu bytes) for its tiles", dev->info.name, (unsigned long long)dev->info.local_mem_bytes);
+        return PF_EDEVICE;
+    }
 
     /* geometry, every size overflow-checked */
     const size_t n = (size_t)a->n, sx = (size_t)a->sx, sw = (size_t)a->sw;
@@ -1305,7 +1444,9 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
             SET_ARG(k, 28, cl_ulong, slice_offsets(&a->x_method));
         }
         SET_ARG(k, im2col ? 29 : 23, cl_mem, sZ);
-        k = dev->k[K_MVM];
+        k = dev->k[km];
+        if (tiled && (st = mvm_tiled_args(dev, k, kt, err, errlen)) != PF_OK)
+            goto fail;
         SET_ARG(k, 0, cl_mem, sA);
         SET_ARG(k, 1, cl_mem, sB);
         SET_ARG(k, 2, cl_mem, sRS);
@@ -1343,10 +1484,10 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
             if ((st = enqueue(dev, dev->k[kx], "pf_dpe_pack_x", 1, &gx, &lx, err, errlen)) != PF_OK)
                 goto fail;
         }
-        SET_ARG(dev->k[K_MVM], 8, cl_ulong, g0);
-        SET_ARG(dev->k[K_MVM], 9, cl_ulong, rows);
+        SET_ARG(dev->k[km], 8, cl_ulong, g0);
+        SET_ARG(dev->k[km], 9, cl_ulong, rows);
         size_t gm[2] = {Pp / (size_t)dev->tn, Gc / (size_t)dev->tm}, lm[2] = {dev->lx, dev->ly};
-        if ((st = enqueue(dev, dev->k[K_MVM], "pf_dpe_mvm", 2, gm, lm, err, errlen)) != PF_OK)
+        if ((st = enqueue(dev, dev->k[km], kernel_names[km], 2, gm, lm, err, errlen)) != PF_OK)
             goto fail;
     }
     st = buf_finish_out(dev, m[M_OUT], a->out, b_out, out_shared, err, errlen);

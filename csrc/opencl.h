@@ -38,6 +38,11 @@ typedef struct {
     uint64_t global_mem_bytes, max_alloc_bytes;
     unsigned compute_units;
     size_t max_work_group_size;
+    uint64_t local_mem_bytes;             /* CL_DEVICE_LOCAL_MEM_SIZE */
+    int local_mem_dedicated;              /* CL_DEVICE_LOCAL_MEM_TYPE == CL_LOCAL (GPUs) */
+    /* CL_DEVICE_SINGLE_FP_CONFIG: bit-identity with the CPU needs both (float
+     * subnormals, e.g. tiny BFP scales; correctly rounded division and sqrt) */
+    int fp32_denormals, fp32_correct_divsqrt;
 } pf_cl_device_info;
 
 /* Name of an OpenCL error code, e.g. "CL_OUT_OF_RESOURCES". */
@@ -62,6 +67,22 @@ pf_status pf_cl_build(pf_cl_device *dev, char *err, size_t errlen);
 int pf_cl_zero_copy(const pf_cl_device *dev);
 /* Tile sizes and work-group shape of the MVM kernel (after pf_cl_build). */
 void pf_cl_tile(const pf_cl_device *dev, int *tm, int *tn, size_t *lx, size_t *ly);
+/* The fused MVM's tile kernel: pf_dpe_mvm (each work-item reads its operands
+ * from global memory) or pf_dpe_mvm_tiled (work-groups stage them in local
+ * memory; bit-identical results). Mode PF_CL_MVM_AUTO (the default, or
+ * PYFASTPIM_CL_MVM=auto|tiled|untiled at open) picks the tiled kernel on GPUs
+ * and accelerators with dedicated local memory big enough for the tiles. */
+enum { PF_CL_MVM_AUTO = 0, PF_CL_MVM_TILED = 1, PF_CL_MVM_UNTILED = 2 };
+/* Mode from its name ("auto", "tiled", "untiled"); -1 for anything else. */
+int pf_cl_mvm_mode_parse(const char *name);
+const char *pf_cl_mvm_mode_name(int mode);
+void pf_cl_set_mvm_mode(pf_cl_device *dev, int mode);
+int pf_cl_get_mvm_mode(const pf_cl_device *dev);
+/* After pf_cl_build: whether a product with crossbar size n runs the tiled
+ * kernel under the current mode (*kt: crossbar rows per local-memory chunk),
+ * and the largest chunk the device's local memory takes (0: tiling impossible). */
+int pf_cl_mvm_uses_tiled(const pf_cl_device *dev, int64_t n, int *kt);
+int pf_cl_mvm_kt_max(const pf_cl_device *dev);
 /* Releases the cached scratch buffers (they are kept between calls). */
 void pf_cl_release_scratch(pf_cl_device *dev);
 /* Bytes of scratch currently held. */

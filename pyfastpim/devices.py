@@ -3,7 +3,10 @@
 Device strings:
 
 - ``"cpu"`` (or None): the C kernels on the host (the default).
-- ``"opencl"``: the first GPU of any OpenCL platform, else the first OpenCL device.
+- ``"opencl"``: the device named by the environment variable ``PYFASTPIM_OPENCL_DEVICE``
+  (``"opencl:P:D"`` or ``"P:D"``) when it is set, else the first GPU of any OpenCL platform,
+  else the first OpenCL device. The variable lets a whole program, or the test suite, run on a
+  chosen device without code changes (``PYFASTPIM_OPENCL_DEVICE=opencl:1:0 make test``).
 - ``"opencl:P:D"``: device ``D`` of platform ``P``, numbered as :func:`devices` lists them.
 
 An OpenCL device compiles the kernels (embedded in the module) at first use and keeps them,
@@ -26,6 +29,7 @@ Ops on a device handle (each the contract of the CPU op, kernels in kernels/*.cl
   apply on the device (the context's matrices shared in place); equal to the CPU within float32
   rounding (its products are OpenBLAS sgemm), the tanh bit-identical.
 """
+import os
 import re
 import threading
 
@@ -39,6 +43,20 @@ OpenCLDevice = _core.OpenCLDevice
 _handles = {}
 _lock = threading.Lock()
 _DEVICE_RE = re.compile(r"^opencl(?::(\d+):(\d+))?$")
+_ENV_DEVICE = "PYFASTPIM_OPENCL_DEVICE"
+_ENV_RE = re.compile(r"^(?:opencl:)?(\d+):(\d+)$")
+
+
+def _env_device():
+    """(platform, device) from PYFASTPIM_OPENCL_DEVICE, or None when it is unset or empty."""
+    raw = os.environ.get(_ENV_DEVICE, "").strip()
+    if not raw:
+        return None
+    m = _ENV_RE.match(raw.lower())
+    if not m:
+        raise ValueError("environment variable %s: expected 'opencl:P:D' or 'P:D' (platform and device numbers "
+                         "as pyfastpim.devices() lists them), got %r" % (_ENV_DEVICE, raw))
+    return int(m.group(1)), int(m.group(2))
 
 
 def devices():
@@ -94,7 +112,16 @@ def resolve_device(device):
     if spec is None or isinstance(spec, OpenCLDevice):
         return spec
     nplat, cl = _core.cl_devices()
-    if spec == "default":
+    env = _env_device() if spec == "default" else None
+    if env is not None:
+        if nplat == 0:
+            raise _no_platform_error("device 'opencl' (%s=%s)" % (_ENV_DEVICE, os.environ[_ENV_DEVICE]))
+        if not any((d["platform"], d["device"]) == env for d in cl):
+            have = ", ".join("opencl:%d:%d (%s)" % (d["platform"], d["device"], d["name"]) for d in cl) or "none"
+            raise RuntimeError("device 'opencl': %s=%s names no OpenCL device (no device %d on platform %d); "
+                               "available: %s" % (_ENV_DEVICE, os.environ[_ENV_DEVICE], env[1], env[0], have))
+        key = env
+    elif spec == "default":
         if not cl:
             if nplat == 0:
                 raise _no_platform_error("device 'opencl'")

@@ -1,0 +1,136 @@
+/* Local-memory tiled variant of pf_dpe_mvm (dpe.cl): the same arguments 0-20,
+ * the same packed operands (A, B, RS, CS, in either B layout), the same
+ * global size (Pp / PF_TN, Gc / PF_TM) and the same work-group shape
+ * (lx, ly), and the same arithmetic in the same order, so its output is
+ * bit-identical to pf_dpe_mvm's (and so to the CPU path's with noise off).
+ * Noise lives in the packed operands (pf_dpe_pack_x / pf_dpe_pack_w draw it
+ * keyed by element index), so one tile kernel serves noisy and noise-free
+ * products alike.
+ *
+ * What changes is where the operands come from: for each block b and slice
+ * pair (i, j), the work-group walks the n crossbar rows in chunks of kt and
+ * first copies the chunk's inputs of its TM*ly rows (lA: [kt][TM*ly]) and
+ * weights of its TN*lx columns (lB: [kt][TN*lx]) into local memory, all work-
+ * items together (coalesced reads: each row panel's chunk and each weight row
+ * are contiguous in global memory); every work-item then reads its TM inputs
+ * and TN weights per crossbar row from local memory. Global traffic per
+ * work-group drops by lx (inputs) and ly (weights) against pf_dpe_mvm.
+ *
+ * kt, lA and lB are sized by the host (csrc/opencl.c: mvm_tiled_chunk) from
+ * CL_DEVICE_LOCAL_MEM_SIZE less the kernel's own local use; the kernel takes
+ * its work-group shape from get_local_size. Every work-item reaches every
+ * barrier: out-of-range work-items (none with the host's exact global sizes)
+ * still help load and only skip the final store. */
+
+kernel void pf_dpe_mvm_tiled(global const float *A, global const float *B, global const float *RS,
+                             global const float *CS, global const float *fparams, global const float *tables,
+                             global const int *tab_info, global float *out,
+                             ulong g0, ulong rows_valid, ulong Gc, ulong Kp, ulong Pp, ulong P,
+                             int n, int nb, int sx, int sw, int use_table, ulong R, int out_nphw,
+                             int kt, local float *lA, local float *lB)
+{
+    const uint lx = (uint)get_local_size(0), ly = (uint)get_local_size(1);
+    const uint tx = (uint)get_local_id(0), ty = (uint)get_local_id(1);
+    const uint lid = ty * lx + tx, nthreads = lx * ly;
+    const uint wa = PF_TM * ly, wb = PF_TN * lx; /* local row widths of lA and lB */
+    const ulong cb = get_global_id(0) * PF_TN, rb = get_global_id(1) * PF_TM;
+    /* first column and first row panel of the work-group */
+    const ulong cb0 = get_group_id(0) * (ulong)wb, p0 = get_group_id(1) * (ulong)ly;
+    const int active = cb < Pp && rb < Gc;
+    pf_vec o[PF_TM];
+    pf_vec tb[PF_TM];
+    pf_vec acc[PF_TM];
+    for (int r = 0; r < PF_TM; r++)
+        o[r] = (pf_vec)(0.0f);
+    for (int b = 0; b < nb; b++) {
+        for (int r = 0; r < PF_TM; r++)
+            tb[r] = (pf_vec)(0.0f);
+        for (int i = 0; i < sx; i++) {
+            for (int j = 0; j < sw; j++) {
+                for (int r = 0; r < PF_TM; r++)
+                    acc[r] = (pf_vec)(0.0f);
+                for (int k0 = 0; k0 < n; k0 += kt) {
+                    const uint kc = (uint)min(kt, n - k0);
+                    /* inputs: panel pl of the group, rows k0 .. k0+kc of block b, slice i:
+                     * kc * PF_TM contiguous floats at A[(((p0+pl)*nb + b)*sx + i)*n*TM + k0*TM] */
+                    for (uint e = lid; e < ly * kc * PF_TM; e += nthreads) {
+                        const uint pl = e / (kc * PF_TM), rem = e % (kc * PF_TM);
+                        const uint kk = rem / PF_TM, r = rem % PF_TM;
+                        const ulong p = p0 + pl;
+                        lA[kk * wa + pl * PF_TM + r] =
+                            p * PF_TM < Gc ? A[(((p * nb + b) * sx + i) * (ulong)n + k0) * PF_TM + rem] : 0.0f;
+                    }
+                    /* weights: rows k0 .. k0+kc of block b, slice j, columns cb0 .. cb0+wb */
+                    for (uint e = lid; e < kc * wb; e += nthreads) {
+                        const uint kk = e / wb, c = e % wb;
+                        const ulong col = cb0 + c;
+#if PF_B_PANEL
+                        const ulong src = ((((col / PF_TN) * nb + b) * sw + j) * (ulong)n + k0 + kk) * PF_TN +
+                                          col % PF_TN;
+#else
+                        const ulong src = ((ulong)j * Kp + (ulong)b * n + k0 + kk) * Pp + col;
+#endif
+                        lB[kk * wb + c] = col < Pp ? B[src] : 0.0f;
+                    }
+                    barrier(CLK_LOCAL_MEM_FENCE);
+                    local const float *la = lA + ty * PF_TM;
+                    local const float *lb = lB + tx * PF_TN;
+                    for (uint kk = 0; kk < kc; kk++) {
+                        const pf_vec bv = PF_VLOAD(lb + kk * wb);
+                        local const float *ak = la + kk * wa;
+#pragma unroll
+                        for (int r = 0; r < PF_TM; r++)
+                            acc[r] = fma((pf_vec)(ak[r]), bv, acc[r]);
+                    }
+                    barrier(CLK_LOCAL_MEM_FENCE);
+                }
+                if (!active)
+                    continue;
+                const float coef = fparams[i * sw + j];
+                const int off = use_table ? tab_info[2 * j] : -1;
+                if (off >= 0) {
+                    global const float *tab = tables + off;
+                    const int hi = tab_info[2 * j + 1];
+                    for (int r = 0; r < PF_TM; r++) {
+                        float a[PF_TN], code[PF_TN];
+                        PF_VSTORE(acc[r], a);
+                        for (int c = 0; c < PF_TN; c++) {
+                            int idx = convert_int(a[c]);
+                            idx = idx < 0 ? 0 : idx > hi ? hi : idx;
+                            code[c] = tab[idx];
+                        }
+                        tb[r] = tb[r] + PF_VLOAD(code) * coef;
+                    }
+                } else {
+                    const float alpha = fparams[sx * sw + j];
+                    for (int r = 0; r < PF_TM; r++)
+                        tb[r] = tb[r] + pf_rint(acc[r] * alpha) * coef;
+                }
+            }
+        }
+        if (!active)
+            continue;
+        const pf_vec cs = PF_VLOAD(CS + (ulong)b * Pp + cb);
+        global const float *rs = RS + (ulong)b * Gc + rb;
+        for (int r = 0; r < PF_TM; r++)
+            o[r] = o[r] + tb[r] * ((pf_vec)(rs[r]) * cs);
+    }
+    if (!active)
+        return;
+    for (int r = 0; r < PF_TM; r++) {
+        if (rb + r >= rows_valid)
+            break;
+        float v[PF_TN];
+        PF_VSTORE(o[r], v);
+        const ulong g = g0 + rb + r;
+        if (out_nphw) { /* (N, P, R): a convolution's (N, C_out, H_out, W_out) */
+            global float *dst = out + ((g / R) * P + cb) * R + g % R;
+            for (int c = 0; c < PF_TN && cb + c < P; c++)
+                dst[(ulong)c * R] = v[c];
+        } else {
+            global float *dst = out + g * P + cb;
+            for (int c = 0; c < PF_TN && cb + c < P; c++)
+                dst[c] = v[c];
+        }
+    }
+}

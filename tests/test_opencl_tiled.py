@@ -1,0 +1,221 @@
+"""The local-memory tiled MVM kernel (kernels/dpe_tiled.cl, pf_dpe_mvm_tiled) against the untiled
+kernel (pf_dpe_mvm), the CPU path and the NumPy reference (tests/reference/dpe_ref.py).
+
+Noise off: tiled == untiled == CPU == reference, bit for bit. Noise on: tiled == untiled bit for
+bit (the noise is drawn by the pack kernels, keyed by element index), and equal to the CPU path
+within the contract (bit-identical where the CPU draws noise with its AVX2 path).
+
+Besides the device's own tile shape, each case runs on devices opened with the GPU tile shape
+(PYFASTPIM_CL_TILE: 4 x 4 register tiles in 16 x 8 work-groups, column-major weights) and a ragged
+one (3 x 2 tiles, 4 x 2 work-groups, panel-packed weights), so PoCL exercises the work-group
+cooperation, the local-memory chunking over n (chunks of k_chunk crossbar rows, a ragged last
+chunk) and partial tiles at the row and column edges that a GPU would run.
+"""
+import os
+
+import numpy as np
+import pytest
+
+import pyfastpim
+from pyfastpim import _core
+from pyfastpim.devices import cl_dpe_conv2d
+from reference.dpe_ref import mvm_exact
+from test_dpe_kernel import HGS, LGS, make_case
+
+NPLAT, CL_DEVICES = _core.cl_devices()
+pytestmark = pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform: the OpenCL ICD loader reports none "
+                                                   "(install pocl-opencl-icd to run these tests)")
+SIMD_NOISE = pyfastpim.cpu_isa()[0] in ("avx2", "avx512")
+SAN = os.environ.get("PYFASTPIM_SANITIZED") == "1"
+
+# PYFASTPIM_CL_TILE = "TM,TN,LX,LY,PANEL" (csrc/opencl.c choose_tile)
+TILES = {"device": None, "gpu": "4,4,16,8,0", "ragged": "3,2,4,2,1"}
+
+
+def open_device(tile):
+    """A fresh handle on the suite's device, built with the given tile shape."""
+    base = pyfastpim.resolve_device("opencl")
+    if tile is None:
+        return base
+    old = os.environ.get("PYFASTPIM_CL_TILE")
+    os.environ["PYFASTPIM_CL_TILE"] = tile
+    try:
+        d = _core.OpenCLDevice(base.info["platform"], base.info["device"])
+        d.build()  # the tile shape is read at build time
+    finally:
+        if old is None:
+            del os.environ["PYFASTPIM_CL_TILE"]
+        else:
+            os.environ["PYFASTPIM_CL_TILE"] = old
+    return d
+
+
+@pytest.fixture(scope="module", params=list(TILES))
+def dev(request):
+    d = open_device(TILES[request.param])
+    old = d.mvm_kernel
+    if request.param != "device":
+        t = d.tile
+        want = [int(v) for v in TILES[request.param].split(",")]
+        assert (t["rows"], t["cols"]) == (want[0], want[1])
+        # the work-group may only shrink (to fit the compiled kernels), never grow
+        assert t["local_x"] <= want[2] and t["local_y"] <= want[3]
+    yield d
+    d.mvm_kernel = old
+
+
+def mvm_args(xs, xsc, xg, xw, wl, wsc, wg, ww, n, rdac, g_level, radc, sigma=None, vnoise=0.0, seed=3, call=5,
+             cond=None):
+    return (xs, xsc, xg, xw, wl, cond, wsc, wg, ww, n, rdac, g_level, radc, HGS, LGS, sigma, vnoise, seed, call)
+
+
+def run(d, kernel, args, **kw):
+    old, d.mvm_kernel = d.mvm_kernel, kernel
+    try:
+        return np.asarray(d.dpe_mvm(*args, **kw))
+    finally:
+        d.mvm_kernel = old
+
+
+# (N, R, K, P, n): ragged rows (R not a multiple of TM*ly), columns (P not a multiple of TN*lx),
+# inner size (K not a multiple of n), crossbars larger than one local-memory chunk (n = 64, 40:
+# two chunks of 32, a full and a ragged one), smaller ones (n = 1, 8), a single row and column
+SHAPES = [
+    (1, 1, 1, 1, 1),
+    (2, 37, 100, 53, 32),
+    (1, 13, 130, 70, 64),
+    (3, 9, 81, 17, 40),
+    (1, 70, 48, 131, 8),
+    (2, 5, 7, 3, 1),
+]
+if not SAN:
+    SHAPES.append((2, 150, 256, 150, 128))
+
+
+@pytest.mark.parametrize("N, R, K, P, n", SHAPES)
+def test_noise_free_tiled_equals_untiled_cpu_and_reference_bit_for_bit(dev, N, R, K, P, n):
+    rng = np.random.default_rng(N * 1000003 + R * 1009 + K * 31 + P + n)
+    xw, ww, g_level = (1, 1, 2, 2), (1, 1, 2), 4
+    xg, wg = (1, n), (n, 16)
+    xs, xsc, wl, wsc = make_case(rng, N, R, K, P, n, xw, ww, xg, wg, g_level)
+    radc = [256, 16, 4096]  # exact-table and rint ADC paths
+    args = mvm_args(xs, xsc, xg, xw, wl, wsc, wg, ww, n, 16, g_level, radc)
+    tiled, untiled = run(dev, "tiled", args), run(dev, "untiled", args)
+    cpu = np.asarray(_core.dpe_mvm(*args))
+    ref = mvm_exact(xs, xsc, xg, xw, wl, wsc, wg, ww, n, 16, g_level, radc)
+    assert tiled.shape == (N, R, P) and np.abs(ref).max() > 0
+    np.testing.assert_array_equal(cpu, ref)
+    np.testing.assert_array_equal(untiled, cpu)
+    np.testing.assert_array_equal(tiled, cpu)
+
+
+@pytest.mark.parametrize("N, R, K, P, n", SHAPES[1:5])
+@pytest.mark.parametrize("with_conductance", [False, True])
+def test_noisy_tiled_equals_untiled_bit_for_bit_and_the_cpu(dev, N, R, K, P, n, with_conductance):
+    rng = np.random.default_rng(7 + N + R + K + P + n)
+    xw, ww, g_level = (1, 1, 2, 2), (1, 1, 2, 2), 4
+    xg, wg = (2, n), (n, 32)
+    xs, xsc, wl, wsc = make_case(rng, N, R, K, P, n, xw, ww, xg, wg, g_level)
+    cond = None
+    if with_conductance:
+        QG = (HGS - LGS) / (g_level - 1)
+        cond = ((wl * QG + LGS) * (1 + 0.02 * rng.standard_normal(wl.shape))).astype(np.float32)
+    args = mvm_args(xs, xsc, xg, xw, wl, wsc, wg, ww, n, 4, g_level, [1024] * 4,
+                    sigma=np.full(g_level, 0.05, np.float32), vnoise=0.05, cond=cond)
+    tiled, untiled = run(dev, "tiled", args), run(dev, "untiled", args)
+    cpu = np.asarray(_core.dpe_mvm(*args))
+    exact = np.asarray(_core.dpe_mvm(*mvm_args(xs, xsc, xg, xw, wl, wsc, wg, ww, n, 4, g_level, [1024] * 4)))
+    assert not np.array_equal(tiled, exact)  # the noise is there
+    np.testing.assert_array_equal(tiled, untiled)
+    nb = np.linalg.norm(cpu)
+    assert np.linalg.norm(tiled - cpu) <= 1e-5 * nb
+    if SIMD_NOISE:
+        np.testing.assert_array_equal(tiled, cpu)
+
+
+def test_item0_batches_and_row_chunks_through_the_tiled_kernel(dev):
+    # a chunked batch (item0) sees the whole batch's noise; 4500 rows exceed one packed-input chunk
+    rng = np.random.default_rng(21)
+    xs, xsc, wl, wsc = make_case(rng, 5, 7, 64, 24, 32, (1, 1, 2, 2), (1, 1, 2, 2), (1, 32), (32, 32), 4)
+    kw = dict(sigma=np.full(4, 0.05, np.float32), vnoise=0.05)
+    whole = run(dev, "tiled", mvm_args(xs, xsc, (1, 32), (1, 1, 2, 2), wl, wsc, (32, 32), (1, 1, 2, 2), 32, 4, 4,
+                                       [4096] * 4, **kw))
+    part_args = mvm_args(np.ascontiguousarray(xs[:, 2:]), xsc[2:], (1, 32), (1, 1, 2, 2), wl, wsc, (32, 32),
+                         (1, 1, 2, 2), 32, 4, 4, [4096] * 4, **kw)
+    np.testing.assert_array_equal(run(dev, "tiled", part_args, item0=2), whole[2:])
+    np.testing.assert_array_equal(run(dev, "untiled", part_args, item0=2), whole[2:])
+    if SAN:
+        return
+    xs, xsc, wl, wsc = make_case(rng, 3, 1500, 1024, 9, 32, (1, 1, 2, 2), (1, 1, 2, 2), (1, 32), (32, 32), 4)
+    args = mvm_args(xs, xsc, (1, 32), (1, 1, 2, 2), wl, wsc, (32, 32), (1, 1, 2, 2), 32, 4, 4, [256] * 4)
+    np.testing.assert_array_equal(run(dev, "tiled", args), np.asarray(_core.dpe_mvm(*args)))
+
+
+@pytest.mark.parametrize("noisy", [False, True])
+def test_conv2d_output_layout_through_the_tiled_kernel(dev, noisy):
+    # the implicit-im2col convolution writes (N, P, Ho, Wo) from the same tile kernel
+    rng = np.random.default_rng(5)
+    img = rng.standard_normal((2, 3, 9, 7)).astype(np.float32)
+    K, P, n = 27, 11, 9
+    wl = np.stack([rng.integers(0, m + 1, (K, P)) for m in (3, 3, 1, 1)]).astype(np.uint8)
+    wsc = rng.random((3, 3)).astype(np.float32)
+    sig = np.full(4, 0.05, np.float32) if noisy else None
+    args = (img, (3, 3), (1, 1), (1, 1), (1, 1), (1, 9), (1, 1, 2, 2), False, wl, None, wsc, (9, 4), (1, 1, 2, 2),
+            n, 16, 4, [256] * 4, HGS, LGS, sig, 0.05 if noisy else 0.0, 7, 3, False)
+    outs = {}
+    old = dev.mvm_kernel
+    for kernel in ("tiled", "untiled"):
+        dev.mvm_kernel = kernel
+        try:
+            outs[kernel] = np.asarray(cl_dpe_conv2d(dev, *args)[0])
+        finally:
+            dev.mvm_kernel = old
+    cpu = np.asarray(_core.dpe_conv2d(*args)[0])
+    assert outs["tiled"].shape == (2, P, 9, 7)
+    np.testing.assert_array_equal(outs["tiled"], outs["untiled"])
+    if not noisy or SIMD_NOISE:
+        np.testing.assert_array_equal(outs["tiled"], cpu)
+    else:
+        assert np.linalg.norm(outs["tiled"] - cpu) <= 1e-5 * np.linalg.norm(cpu)
+
+
+def test_kernel_selection_rule_and_override():
+    d = pyfastpim.resolve_device("opencl")
+    info, tile = d.info, d.tile
+    assert isinstance(info["local_mem_dedicated"], bool) and info["local_mem_bytes"] > 0
+    assert isinstance(info["fp32_denormals"], bool) and isinstance(info["fp32_correctly_rounded_divide_sqrt"], bool)
+    # k_chunk: crossbar rows whose tiles ((TM*ly + TN*lx) floats each) fit half the local memory, at most 32
+    per_row = (tile["rows"] * tile["local_y"] + tile["cols"] * tile["local_x"]) * 4
+    assert 0 <= tile["k_chunk"] <= 32
+    assert tile["k_chunk"] * per_row <= info["local_mem_bytes"]
+    old = d.mvm_kernel
+    try:
+        d.mvm_kernel = "auto"
+        gpu_like = info["type"] != "cpu" and info["local_mem_dedicated"]
+        for n in (1, 8, 64):
+            assert d.mvm_uses_tiled(n) == (gpu_like and (tile["k_chunk"] >= 8 or tile["k_chunk"] >= n))
+        if info["type"] == "cpu":
+            assert not d.mvm_uses_tiled(64)  # PoCL: unchanged default (the untiled kernel)
+        d.mvm_kernel = "tiled"
+        assert d.mvm_kernel == "tiled" and d.mvm_uses_tiled(64) == (tile["k_chunk"] > 0)
+        d.mvm_kernel = "untiled"
+        assert d.mvm_kernel == "untiled" and not d.mvm_uses_tiled(64)
+        for bad in ("fast", "", None, 1):
+            with pytest.raises((ValueError, TypeError), match="mvm_kernel"):
+                d.mvm_kernel = bad
+        assert d.mvm_kernel == "untiled"
+        with pytest.raises(ValueError, match="'n'"):
+            d.mvm_uses_tiled(0)
+    finally:
+        d.mvm_kernel = old
+
+
+def test_environment_chooses_the_kernel_at_open(monkeypatch):
+    base = pyfastpim.resolve_device("opencl")
+    p, i = base.info["platform"], base.info["device"]
+    for mode in ("tiled", "untiled", "auto"):
+        monkeypatch.setenv("PYFASTPIM_CL_MVM", mode)
+        assert _core.OpenCLDevice(p, i).mvm_kernel == mode
+    monkeypatch.setenv("PYFASTPIM_CL_MVM", "turbo")
+    with pytest.raises(ValueError, match="PYFASTPIM_CL_MVM"):
+        _core.OpenCLDevice(p, i)

@@ -144,8 +144,8 @@ def test_item0_batches_and_row_chunks_through_the_tiled_kernel(dev):
                          (1, 1, 2, 2), 32, 4, 4, [4096] * 4, **kw)
     np.testing.assert_array_equal(run(dev, "tiled", part_args, item0=2), whole[2:])
     np.testing.assert_array_equal(run(dev, "untiled", part_args, item0=2), whole[2:])
-    if SAN:
-        return
+    if SAN or (dev.tile["rows"], dev.tile["cols"]) != (4, 4):
+        return  # the row chunking is the host's, shared by both kernels: once, with the GPU tile shape
     xs, xsc, wl, wsc = make_case(rng, 3, 1500, 1024, 9, 32, (1, 1, 2, 2), (1, 1, 2, 2), (1, 32), (32, 32), 4)
     args = mvm_args(xs, xsc, (1, 32), (1, 1, 2, 2), wl, wsc, (32, 32), (1, 1, 2, 2), 32, 4, 4, [256] * 4)
     np.testing.assert_array_equal(run(dev, "tiled", args), np.asarray(_core.dpe_mvm(*args)))

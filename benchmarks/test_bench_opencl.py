@@ -74,6 +74,40 @@ def test_opencl_device(benchmark, operands, noise):
     benchmark(lambda: pyfastpim.cl_dpe_mvm(dev, *a, out=out, weights_key=key))
 
 
+# ---- the MVM tile kernels: local-memory tiled (pf_dpe_mvm_tiled) vs untiled (pf_dpe_mvm) ---------------
+
+KERNEL_GROUP = GROUP + " noise on: tile kernels"
+
+
+@pytest.mark.parametrize("kernel", ["untiled", "tiled"])
+def test_opencl_mvm_kernel(benchmark, operands, kernel):
+    """The engine case, noise on, resident weights, with each MVM tile kernel forced. The tiled
+    kernel stages operands in local memory: a gain on GPUs (dedicated local memory, where 'auto'
+    picks it), none expected on PoCL, whose local memory is ordinary memory ('auto' keeps the
+    untiled kernel there), so the target applies only where 'auto' would pick the tiled kernel."""
+    dev = pyfastpim.resolve_device("opencl")
+    a = args(operands, True)
+    out = np.empty((1, R, P), np.float32)
+    key = ("bench-weights-kernels", 1)
+    old = dev.mvm_kernel
+    try:
+        dev.mvm_kernel = "auto"
+        auto_tiled = dev.mvm_uses_tiled(N_XBAR)
+        dev.mvm_kernel = kernel
+        pyfastpim.cl_dpe_mvm(dev, *a, out=out, weights_key=key)  # warm-up
+        ref = np.asarray(_core.dpe_mvm(*a))
+        assert np.linalg.norm(out - ref) <= 1e-5 * np.linalg.norm(ref)
+        benchmark.group = KERNEL_GROUP
+        benchmark.extra_info["role"] = "reference" if kernel == "untiled" else "subject"
+        benchmark.extra_info["auto_picks_tiled"] = auto_tiled
+        device_info(benchmark, dev)
+        if kernel == "tiled" and auto_tiled:
+            benchmark.extra_info["targets"] = {"speedup_vs_reference": 1.0}
+        benchmark(lambda: pyfastpim.cl_dpe_mvm(dev, *a, out=out, weights_key=key))
+    finally:
+        dev.mvm_kernel = old
+
+
 # ---- convolution (implicit im2col): x (2, 64, 56, 56), 64 -> 64, 3x3, padding 1 ---------------------
 
 CONV_GROUP = "opencl conv2d (2,64,56,56) 64->64 3x3"

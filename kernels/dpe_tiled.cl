@@ -37,6 +37,7 @@ kernel void pf_dpe_mvm_tiled(global const float *A, global const float *B, globa
     /* first column and first row panel of the work-group */
     const ulong cb0 = get_group_id(0) * (ulong)wb, p0 = get_group_id(1) * (ulong)ly;
     const int active = cb < Pp && rb < Gc;
+    const uint bk = lid / wb, bc = lid % wb; /* first element of lB this work-item loads */
     pf_vec o[PF_TM];
     pf_vec tb[PF_TM];
     pf_vec acc[PF_TM];
@@ -51,26 +52,41 @@ kernel void pf_dpe_mvm_tiled(global const float *A, global const float *B, globa
                     acc[r] = (pf_vec)(0.0f);
                 for (int k0 = 0; k0 < n; k0 += kt) {
                     const uint kc = (uint)min(kt, n - k0);
-                    /* inputs: panel pl of the group, rows k0 .. k0+kc of block b, slice i:
-                     * kc * PF_TM contiguous floats at A[(((p0+pl)*nb + b)*sx + i)*n*TM + k0*TM] */
-                    for (uint e = lid; e < ly * kc * PF_TM; e += nthreads) {
-                        const uint pl = e / (kc * PF_TM), rem = e % (kc * PF_TM);
-                        const uint kk = rem / PF_TM, r = rem % PF_TM;
+                    /* inputs: for each row panel pl of the group, rows k0 .. k0+kc of block b,
+                     * slice i: kc * PF_TM contiguous floats at A[(((p0+pl)*nb + b)*sx + i)*n*TM + k0*TM]
+                     * (divisions by the compile-time PF_TM only) */
+                    for (uint pl = 0; pl < ly; pl++) {
                         const ulong p = p0 + pl;
-                        lA[kk * wa + pl * PF_TM + r] =
-                            p * PF_TM < Gc ? A[(((p * nb + b) * sx + i) * (ulong)n + k0) * PF_TM + rem] : 0.0f;
+                        if (p * PF_TM >= Gc)
+                            break; /* never with the host's sizes: Gc is a multiple of TM*ly */
+                        global const float *src = A + (((p * nb + b) * sx + i) * (ulong)n + k0) * PF_TM;
+                        for (uint e = lid; e < kc * PF_TM; e += nthreads)
+                            lA[(e / PF_TM) * wa + pl * PF_TM + e % PF_TM] = src[e];
                     }
-                    /* weights: rows k0 .. k0+kc of block b, slice j, columns cb0 .. cb0+wb */
-                    for (uint e = lid; e < kc * wb; e += nthreads) {
-                        const uint kk = e / wb, c = e % wb;
-                        const ulong col = cb0 + c;
+                    /* weights: rows k0 .. k0+kc of block b, slice j, columns cb0 .. cb0+wb; element
+                     * e = kk * wb + c stepped by nthreads without divisions (bk, bc: lid / wb, lid % wb) */
+                    {
+                        uint kk = bk, c = bc;
+                        while (kk < kc) {
+                            const ulong col = cb0 + c;
 #if PF_B_PANEL
-                        const ulong src = ((((col / PF_TN) * nb + b) * sw + j) * (ulong)n + k0 + kk) * PF_TN +
-                                          col % PF_TN;
+                            const ulong src = ((((col / PF_TN) * nb + b) * sw + j) * (ulong)n + k0 + kk) * PF_TN +
+                                              col % PF_TN;
 #else
-                        const ulong src = ((ulong)j * Kp + (ulong)b * n + k0 + kk) * Pp + col;
+                            const ulong src = ((ulong)j * Kp + (ulong)b * n + k0 + kk) * Pp + col;
 #endif
-                        lB[kk * wb + c] = col < Pp ? B[src] : 0.0f;
+                            lB[kk * wb + c] = col < Pp ? B[src] : 0.0f;
+                            c += nthreads;
+                            if (c >= wb) {
+                                if (c < 2 * wb) {
+                                    c -= wb;
+                                    kk++;
+                                } else {
+                                    kk += c / wb;
+                                    c %= wb;
+                                }
+                            }
+                        }
                     }
                     barrier(CLK_LOCAL_MEM_FENCE);
                     local const float *la = lA + ty * PF_TM;

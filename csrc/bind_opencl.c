@@ -217,8 +217,9 @@ static PyObject *PfCLDevice_get_tile(PfCLDevice *self, void *closure)
     int tm, tn;
     size_t lx, ly;
     pf_cl_tile(self->dev, &tm, &tn, &lx, &ly);
-    return Py_BuildValue("{s:i,s:i,s:n,s:n,s:i}", "rows", tm, "cols", tn, "local_x", (Py_ssize_t)lx, "local_y",
-                         (Py_ssize_t)ly, "k_chunk", pf_cl_mvm_kt_max(self->dev));
+    return Py_BuildValue("{s:i,s:i,s:n,s:n,s:i,s:n}", "rows", tm, "cols", tn, "local_x", (Py_ssize_t)lx, "local_y",
+                         (Py_ssize_t)ly, "k_chunk", pf_cl_mvm_kt_max(self->dev), "preferred_multiple",
+                         (Py_ssize_t)pf_cl_mvm_wg_multiple(self->dev));
 }
 
 static PyObject *PfCLDevice_get_mvm_kernel(PfCLDevice *self, void *closure)

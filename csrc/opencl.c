@@ -61,6 +61,7 @@ struct pf_cl_device {
     uint64_t local_mem;   /* CL_DEVICE_LOCAL_MEM_SIZE */
     uint64_t tiled_static; /* CL_KERNEL_LOCAL_MEM_SIZE of pf_dpe_mvm_tiled without its buffers */
     int kt_max;           /* crossbar rows per local-memory chunk (0: the tiles do not fit) */
+    size_t wg_multiple;   /* CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE of pf_dpe_mvm (warp/wavefront) */
     pf_cl_scratch scratch[SCR_COUNT];
 };
 
@@ -416,6 +417,7 @@ const char *pf_cl_mvm_mode_name(int mode)
 void pf_cl_set_mvm_mode(pf_cl_device *dev, int mode) { dev->mvm_mode = mode; }
 int pf_cl_get_mvm_mode(const pf_cl_device *dev) { return dev->mvm_mode; }
 int pf_cl_mvm_kt_max(const pf_cl_device *dev) { return dev->kt_max; }
+size_t pf_cl_mvm_wg_multiple(const pf_cl_device *dev) { return dev->wg_multiple; }
 
 int pf_cl_mvm_uses_tiled(const pf_cl_device *dev, int64_t n, int *kt)
 {
@@ -605,6 +607,9 @@ pf_status pf_cl_build(pf_cl_device *dev, char *err, size_t errlen)
                                       &kwg_t, NULL), "clGetKernelWorkGroupInfo(pf_dpe_mvm_tiled)");
     if (kwg_t < kwg)
         kwg = kwg_t;
+    if (clGetKernelWorkGroupInfo(dev->k[K_MVM], dev->device, CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE,
+                                 sizeof dev->wg_multiple, &dev->wg_multiple, NULL) != CL_SUCCESS)
+        dev->wg_multiple = 1;
     while (dev->lx * dev->ly > kwg || dev->ly > wi[1]) {
         if (dev->ly > 1)
             dev->ly /= 2;

@@ -83,6 +83,8 @@ int pf_cl_get_mvm_mode(const pf_cl_device *dev);
  * and the largest chunk the device's local memory takes (0: tiling impossible). */
 int pf_cl_mvm_uses_tiled(const pf_cl_device *dev, int64_t n, int *kt);
 int pf_cl_mvm_kt_max(const pf_cl_device *dev);
+/* CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE of the MVM kernel (the warp or wavefront width on GPUs) */
+size_t pf_cl_mvm_wg_multiple(const pf_cl_device *dev);
 /* Releases the cached scratch buffers (they are kept between calls). */
 void pf_cl_release_scratch(pf_cl_device *dev);
 /* Bytes of scratch currently held. */

@@ -186,7 +186,7 @@ def test_kernel_selection_rule_and_override():
     assert isinstance(info["fp32_denormals"], bool) and isinstance(info["fp32_correctly_rounded_divide_sqrt"], bool)
     # k_chunk: crossbar rows whose tiles ((TM*ly + TN*lx) floats each) fit half the local memory, at most 32
     per_row = (tile["rows"] * tile["local_y"] + tile["cols"] * tile["local_x"]) * 4
-    assert 0 <= tile["k_chunk"] <= 32
+    assert 0 <= tile["k_chunk"] <= 32 and tile["preferred_multiple"] >= 1
     assert tile["k_chunk"] * per_row <= info["local_mem_bytes"]
     old = d.mvm_kernel
     try:

@@ -21,6 +21,7 @@
  * its work-group shape from get_local_size. Every work-item reaches every
  * barrier: out-of-range work-items (none with the host's exact global sizes)
  * still help load and only skip the final store. */
+#pragma OPENCL FP_CONTRACT OFF
 
 kernel void pf_dpe_mvm_tiled(global const float *A, global const float *B, global const float *RS,
                              global const float *CS, global const float *fparams, global const float *tables,

@@ -57,9 +57,6 @@ struct pf_cl_device {
     /* MVM kernel choice (PF_CL_MVM_*): pf_dpe_mvm_tiled where it pays
      * (auto: GPUs and accelerators with dedicated local memory) */
     int mvm_mode;
-    int local_dedicated;  /* CL_DEVICE_LOCAL_MEM_TYPE == CL_LOCAL */
-    uint64_t local_mem;   /* CL_DEVICE_LOCAL_MEM_SIZE */
-    uint64_t tiled_static; /* CL_KERNEL_LOCAL_MEM_SIZE of pf_dpe_mvm_tiled without its buffers */
     int kt_max;           /* crossbar rows per local-memory chunk (0: the tiles do not fit) */
     size_t wg_multiple;   /* CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE of pf_dpe_mvm (warp/wavefront) */
     pf_cl_scratch scratch[SCR_COUNT];
@@ -525,7 +522,6 @@ static pf_status mvm_tiled_chunk(pf_cl_device *dev, char *err, size_t errlen)
     cl_ulong used = 0;
     CL_CHECK(clGetKernelWorkGroupInfo(dev->k[K_MVM_TILED], dev->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof used, &used,
                                       NULL), "clGetKernelWorkGroupInfo(CL_KERNEL_LOCAL_MEM_SIZE)");
-    dev->tiled_static = used;
     const uint64_t per_row = ((uint64_t)dev->tm * dev->ly + (uint64_t)dev->tn * dev->lx) * sizeof(float);
     const uint64_t avail = dev->info.local_mem_bytes > used ? dev->info.local_mem_bytes - used : 0;
     uint64_t kt = avail / 2 / per_row;

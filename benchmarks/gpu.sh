@@ -87,7 +87,7 @@ if has kernels; then
 import time, numpy as np, pyfastpim
 import benchmarks.test_bench_opencl as b
 d = pyfastpim.resolve_device("opencl")
-a = b.args(b.operands.__wrapped__(), True)
+a = b.args(b.make_operands(), True)
 out = np.empty((1, b.R, b.P), np.float32)
 for i in range(3):
     t = time.perf_counter()

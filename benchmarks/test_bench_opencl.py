@@ -22,8 +22,8 @@ NPLAT, _ = _core.cl_devices()
 pytestmark = pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform: the OpenCL ICD loader reports none")
 
 
-@pytest.fixture(scope="module")
-def operands():
+def make_operands():
+    """Slice codes, input scales, weight levels and weight scales of the engine case (benchmarks/gpu.sh too)."""
     rng = np.random.default_rng(0)
     m = [2 ** w - 1 for w in reversed(WIDTHS)]  # slice maxima, least significant first
     xs = np.stack([rng.integers(0, mi + 1, (1, R, K)) for mi in m]).astype(np.uint8)
@@ -32,6 +32,11 @@ def operands():
     xsc = rng.random((1, R, K // N_XBAR)).astype(np.float32)
     wsc = rng.random((K // N_XBAR, P // N_XBAR)).astype(np.float32)
     return xs, xsc, wl, wsc
+
+
+@pytest.fixture(scope="module")
+def operands():
+    return make_operands()
 
 
 def args(ops, noise, call=0):

@@ -71,10 +71,10 @@ fi
 
 if has test; then
   log "test: the whole suite, OpenCL tests on $GPU_DEVICE"
-  step test bash -c 'make test 2>&1 | tee "$0/test.txt"' "$OUT"
+  step test bash -c 'set -o pipefail; make test 2>&1 | tee "$0/test.txt"' "$OUT"
   for k in tiled untiled; do
     log "test: OpenCL tests with the $k MVM kernel forced"
-    step "test_$k" bash -c 'PYFASTPIM_CL_MVM=$1 OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive \
+    step "test_$k" bash -c 'set -o pipefail; PYFASTPIM_CL_MVM=$1 OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive \
       "$2" -m pytest -q tests/test_opencl.py tests/test_opencl_ports.py tests/test_opencl_tiled.py 2>&1 |
       tee "$0/test_$1.txt"' "$OUT" "$k" "$PY"
   done
@@ -99,14 +99,14 @@ fi
 
 if has bench; then
   log "bench: make bench with $GPU_DEVICE as the OpenCL device"
-  step bench bash -c 'make bench 2>&1 | tee "$0/bench.txt"' "$OUT"
+  step bench bash -c 'set -o pipefail; make bench 2>&1 | tee "$0/bench.txt"' "$OUT"
   cp build/bench.json "$OUT/bench.json" || true
 fi
 
 if has resnet; then
   for noise in off on; do
     log "resnet: ResNet-18 CIFAR batch 64, noise $noise"
-    step "resnet_$noise" bash -c '"$1" benchmarks/gpu_resnet.py --device "$2" --noise "$3" | tee "$0/resnet_noise_$3.json"' \
+    step "resnet_$noise" bash -c 'set -o pipefail; "$1" benchmarks/gpu_resnet.py --device "$2" --noise "$3" | tee "$0/resnet_noise_$3.json"' \
       "$OUT" "$PY" "$GPU_DEVICE" "$noise"
   done
 fi

@@ -16,6 +16,10 @@ with its context, queue and scratch buffers, for the life of the process
 place, with zero copies; on discrete devices every transfer is explicit and counted by
 :mod:`pyfastpim.memory`, and programmed weights stay resident between calls (``weights_key``).
 
+The fused MVM's tile kernel is ``handle.mvm_kernel``: ``"auto"`` (the local-memory tiled kernel on
+GPUs and accelerators with dedicated local memory, the untiled one elsewhere), ``"tiled"`` or
+``"untiled"`` (``PYFASTPIM_CL_MVM`` sets it when a handle opens); both give the same bits.
+
 Results: with noise off, bit-identical to the CPU path; with noise on, the same Philox streams
 and the same (SLEEF) math, so equal to the CPU's AVX2 path (see kernels/base.cl).
 

@@ -176,21 +176,27 @@ def serial_updates(pairs, rate):
 def test_two_concurrent_updates_with_a_slow_exporter():
     # The first update converts a slow input while the second runs; the second grows the
     # shared workspace (T = 64 samples 32 rows, T = 8 only 8): the first used to run its
-    # kernel at the same time, in the workspace being freed.
+    # kernel at the same time, in the workspace being freed and grown.
     rng = np.random.default_rng(2)
-    d = 128 if SAN else 384
+    d = 256 if SAN else 1024
     x1, y1 = (rng.standard_normal((8, d)).astype(np.float32) for _ in range(2))
     x2, y2 = (rng.standard_normal((64, d)).astype(np.float32) for _ in range(2))
-    for attempt in range(3):
+    a = serial_updates([(x1, y1), (x1, y1), (x2, y2)], 0.25)
+    b = serial_updates([(x1, y1), (x2, y2), (x1, y1)], 0.25)
+    for delay in (0.0, 0.001, 0.002, 0.004):
         ctx = pyfastpim.AttentionContext(update_rate=0.25)
         ctx.update_outgoing(x1, y1)  # outgoing exists: both updates blend into it
-        gate = GatedExporter(x1, sleep=0.05 * (attempt + 1))
-        out = run_threads(lambda: ctx.update_outgoing(gate, y1), lambda: ctx.update_outgoing(x2, y2))
-        assert all(e is None for _, e in out), out
-        a = serial_updates([(x1, y1), (x1, y1), (x2, y2)], 0.25)
-        b = serial_updates([(x1, y1), (x2, y2), (x1, y1)], 0.25)
+        gate = GatedExporter(x1)
+        ta, ra = start(lambda: ctx.update_outgoing(gate, y1))
+        assert gate.entered.wait(JOIN_S)
+        tb, rb = start(lambda: ctx.update_outgoing(x2, y2))
+        time.sleep(delay)
+        gate.release.set()
+        finish(ta)
+        finish(tb)
+        assert "error" not in ra and "error" not in rb, (ra, rb)
         got = np.array(ctx.outgoing)
-        assert np.array_equal(got, a) or np.array_equal(got, b)
+        assert np.array_equal(got, a) or np.array_equal(got, b), delay
 
 
 def test_many_threads_updating_and_applying_one_context():

@@ -864,6 +864,54 @@ static PyObject *PfAttnCtx_memory_usage(PfAttnCtx *self, PyObject *noargs)
     return PyLong_FromSize_t(b);
 }
 
+/* Private API of pyfastpim.devices, whose OpenCL path runs a context's update and
+ * apply on a device: _hold() takes the guard for the calling thread (waiting like
+ * any call), _release() gives it back, and _held_outgoing(d, fn) returns the
+ * outgoing matrix ready for an update of size d (created as zeros, or checked)
+ * while the caller holds the guard. */
+static PyObject *PfAttnCtx_hold(PfAttnCtx *self, PyObject *noargs)
+{
+    PF_UNUSED(noargs);
+    if (ctx_acquire(self, "AttentionContext") < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static int held_by_me(PfAttnCtx *self, const char *what)
+{
+    if (!self->lock || self->owner != PyThread_get_thread_ident()) {
+        PyErr_Format(PyExc_RuntimeError, "%s: the AttentionContext is not held by this thread", what);
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *PfAttnCtx_unhold(PfAttnCtx *self, PyObject *noargs)
+{
+    PF_UNUSED(noargs);
+    if (!held_by_me(self, "_release"))
+        return NULL;
+    ctx_release(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *PfAttnCtx_held_outgoing(PfAttnCtx *self, PyObject *args)
+{
+    Py_ssize_t d;
+    const char *fn;
+    if (!PyArg_ParseTuple(args, "ns:_held_outgoing", &d, &fn))
+        return NULL;
+    if (!held_by_me(self, "_held_outgoing"))
+        return NULL;
+    if (d < 1) {
+        PyErr_SetString(PyExc_ValueError, "argument 'd': must be >= 1");
+        return NULL;
+    }
+    if (!outgoing_for(self, d, fn))
+        return NULL;
+    return get_matrix(self->outgoing);
+}
+
 static PyObject *PfAttnCtx_repr(PfAttnCtx *self)
 {
     char buf[160];
@@ -934,6 +982,12 @@ static PyMethodDef PfAttnCtx_methods[] = {
      "(grad_x, grad_strength) of apply(x) for the upstream gradient grad_out:\n"
      "grad_strength = (1/D) * sum(g * (x @ incoming)) (float64), grad_x = g + (s/D) * (g @ incoming.T),\n"
      "non-finite terms as 0; grad_x = g and grad_strength = 0 without incoming; grad_x = g when s == 0."},
+    {"_hold", (PyCFunction)PfAttnCtx_hold, METH_NOARGS,
+     "_hold()\n--\n\nPrivate (pyfastpim.devices): take the context's guard for this thread."},
+    {"_release", (PyCFunction)PfAttnCtx_unhold, METH_NOARGS,
+     "_release()\n--\n\nPrivate (pyfastpim.devices): give back the guard taken by _hold()."},
+    {"_held_outgoing", (PyCFunction)PfAttnCtx_held_outgoing, METH_VARARGS,
+     "_held_outgoing(d, fn)\n--\n\nPrivate (pyfastpim.devices): outgoing ready for an update of size d, guard held."},
     {"memory_usage_bytes", (PyCFunction)PfAttnCtx_memory_usage, METH_NOARGS,
      "memory_usage_bytes()\n--\n\nBytes held by the context: incoming, outgoing and the reusable workspace."},
     {NULL, NULL, 0, NULL},

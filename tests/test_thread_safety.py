@@ -420,6 +420,43 @@ def test_opencl_reentrant_call_from_a_weights_key_raises_instead_of_deadlocking(
     dev.release()
 
 
+@pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform")
+def test_opencl_context_setters_wait_for_device_updates_and_applies():
+    # An AttentionContext on an OpenCL device holds the context's guard while the device reads
+    # incoming / updates outgoing in place: setters from other threads wait for it.
+    rng = np.random.default_rng(9)
+    d = 64
+    w1 = rng.standard_normal((d, d)).astype(np.float32)
+    w2 = rng.standard_normal((d, d)).astype(np.float32)
+    x = rng.standard_normal((256, d)).astype(np.float32)
+    ctx = pyfastpim.AttentionContext(update_rate=0.5, strength=0.5, device="opencl")
+    ctx.incoming = w1
+    dev = ctx._device
+    want = [np.asarray(dev.attn_apply(x, w, 0.5)) for w in (w1, w2)]
+    stop = threading.Event()
+
+    def applies():
+        n = 0
+        while not stop.is_set() or n < 5:
+            r = np.asarray(ctx.apply(x))
+            assert np.array_equal(r, want[0]) or np.array_equal(r, want[1])
+            ctx.update_outgoing(x, x)
+            n += 1
+        return n
+
+    def setter():
+        for i in range(30):
+            ctx.incoming = (w1, w2)[i % 2]
+            ctx.outgoing = None if i % 3 == 0 else w1
+        stop.set()
+        return True
+
+    out = run_threads(applies, applies, setter)
+    assert all(e is None for _, e in out), out
+    with pytest.raises(RuntimeError, match="not held by this thread"):
+        ctx._release()
+
+
 # ---- the process-wide thread count ----
 
 def _cpu_by_thread():

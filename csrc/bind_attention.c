@@ -284,7 +284,6 @@ static PyObject *PfAttnCtx_new(PyTypeObject *type, PyObject *args, PyObject *kwd
     PfAttnCtx *self = (PfAttnCtx *)PyType_GenericNew(type, args, kwds);
     if (!self)
         return NULL;
-    self->update_rate = 0.01;
     self->lock = PyThread_allocate_lock();
     if (!self->lock) {
         Py_DECREF(self);

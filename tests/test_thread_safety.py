@@ -144,7 +144,6 @@ def test_setters_during_apply_wait_for_it():
 
     def applier():
         for i in range(4):
-            results[i] = (ctx.strength, None)  # informational only
             results[i] = ctx.apply(x)
         stop.set()
 
@@ -285,18 +284,18 @@ def test_out_exporter_converted_before_the_guard():
     x = np.ones((8, d), np.float32)
     buf = np.zeros((8, d), np.float32)
 
-    class WritableGate(GatedExporter):
-        pass
-
-    gate = WritableGate(buf)
-    gate.arr = buf  # write into buf itself
+    gate = GatedExporter(buf)  # a writable view of buf itself
     ta, ra = start(lambda: ctx.apply(x, out=gate))
     assert gate.entered.wait(JOIN_S)
-    r2 = ctx.apply(x)  # would block forever if the first call held the guard while converting
+    tb, rb = start(lambda: ctx.apply(x))
+    tb.join(JOIN_S / 2)  # would wait for the gate if the first call held the guard while converting
+    blocked = tb.is_alive()
     gate.release.set()
+    finish(tb)
     finish(ta)
-    assert "error" not in ra
-    np.testing.assert_array_equal(buf, r2)
+    assert not blocked, "apply waited for another call's argument conversion"
+    assert "error" not in ra and "error" not in rb
+    np.testing.assert_array_equal(buf, rb["value"])
 
 
 # ---- engine products while weights are re-programmed ----

@@ -638,7 +638,8 @@ def test_clean_process_uses_every_core_by_default():
         runs.append(r)
         if r["ratio"] >= 1.5:
             return
-    if min(r["load"] for r in runs) >= ncpu + 1:
+    # the child itself contributes up to ncpu to the load average; anything above is another process
+    if max(r["load"] for r in runs) >= ncpu + 0.25:
         pytest.skip("the machine is saturated by other processes (load %s on %d CPUs): CPU/wall ratios %s "
                     "cannot reach 1.5; every run spread its work over %s threads"
                     % ([r["load"] for r in runs], ncpu, [round(r["ratio"], 2) for r in runs],

@@ -7,9 +7,10 @@ DEBS := build-essential python3-dev python3-numpy libopenblas-dev ocl-icd-opencl
 SAN_LIB := $(shell gcc -print-file-name=libasan.so 2>/dev/null) $(shell gcc -print-file-name=libubsan.so 2>/dev/null)
 SAN_BUILD := build/sanitize
 PYTEST_ENV := OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-# Benchmarks give OpenBLAS (the roofline) the same 2 threads as the kernels; idle OpenMP
-# threads sleep instead of spinning on the cores OpenBLAS needs (passive wait).
-BENCH_ENV := OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 OMP_WAIT_POLICY=passive
+# Benchmarks measure the defaults a user gets: no thread variables, so pyfastpim uses every CPU
+# of its affinity mask and OpenBLAS (the roofline) its own default, every core as well.
+# PYFASTPIM_BENCH_THREADS=n pins pyfastpim's and torch's counts to n for a comparison run.
+BENCH_ENV := env -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS -u OMP_WAIT_POLICY
 
 .PHONY: all deps build run test bench sanitize clean
 

@@ -1,4 +1,4 @@
-"""Benchmark harness: fixed seeds and thread counts, one JSON for report.py.
+"""Benchmark harness: fixed seeds, default thread counts, one JSON for report.py.
 
 Each case sets ``benchmark.group`` and ``benchmark.extra_info['role']``:
 ``subject`` (pyfastpim), ``reference`` (an implementation of the same
@@ -15,7 +15,9 @@ import os
 import numpy as np
 import pytest
 
-THREADS = int(os.environ.get("PYFASTPIM_BENCH_THREADS", "2"))
+# Default: the thread counts a user gets (pyfastpim's default is the CPUs of the affinity mask,
+# torch's and OpenBLAS's their own). PYFASTPIM_BENCH_THREADS=n pins pyfastpim and torch to n.
+THREADS = int(os.environ["PYFASTPIM_BENCH_THREADS"]) if os.environ.get("PYFASTPIM_BENCH_THREADS") else None
 
 
 @pytest.fixture(autouse=True)
@@ -25,10 +27,12 @@ def _fixed_seed_and_threads():
     try:
         import torch
         torch.manual_seed(0)
-        torch.set_num_threads(THREADS)
+        if THREADS:
+            torch.set_num_threads(THREADS)
     except ImportError:
         pass
-    pyfastpim.set_num_threads(THREADS)
+    if THREADS:
+        pyfastpim.set_num_threads(THREADS)
     yield
 
 

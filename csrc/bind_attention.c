@@ -12,6 +12,7 @@
 #include "pf_common.h"
 
 #include <math.h>
+#include <pythread.h>
 #include <string.h>
 
 typedef struct {
@@ -22,7 +23,14 @@ typedef struct {
     PfArray *incoming;    /* owned D x D buffers or NULL */
     PfArray *outgoing;
     pf_attn_ws ws;
-    int busy; /* a method is running with the GIL released or calling into Python */
+    /* The guard: every method that reads or writes the matrices, the workspace
+     * or the parameters holds it from after its arguments are converted until
+     * its last access, GIL-released kernels and engine= calls into Python
+     * included. Another thread's call waits for it (GIL released); a call
+     * from the holding thread itself (code run by engine=) raises. Only
+     * taken and released with the GIL held, so owner is read consistently. */
+    PyThread_type_lock lock;
+    unsigned long owner; /* thread ident of the holder, 0 when free */
     PyObject *weakreflist;
 } PfAttnCtx;
 
@@ -141,14 +149,38 @@ static PyObject *shape_str(const PfArray *a)
     return t;
 }
 
-static int check_idle(PfAttnCtx *self)
+/* Takes the context's guard (see PfAttnCtx.lock): 0, or -1 with an exception
+ * (a reentrant call from the holding thread, or a signal while waiting). */
+static int ctx_acquire(PfAttnCtx *self, const char *what)
 {
-    if (self->busy) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "AttentionContext is in use by another call (contexts are not shared between threads)");
+    unsigned long me = PyThread_get_thread_ident();
+    if (!self->lock) {
+        PyErr_Format(PyExc_RuntimeError, "%s: AttentionContext is not initialized", what);
         return -1;
     }
+    if (self->owner == me) {
+        PyErr_Format(PyExc_RuntimeError, "%s: AttentionContext is in use by this thread (a reentrant call, e.g. "
+                     "from the engine= product of one of its own calls)", what);
+        return -1;
+    }
+    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+        PyLockStatus r;
+        do {
+            Py_BEGIN_ALLOW_THREADS
+            r = PyThread_acquire_lock_timed(self->lock, -1, 1);
+            Py_END_ALLOW_THREADS
+            if (r == PY_LOCK_INTR && PyErr_CheckSignals() < 0)
+                return -1;
+        } while (r != PY_LOCK_ACQUIRED);
+    }
+    self->owner = me;
     return 0;
+}
+
+static void ctx_release(PfAttnCtx *self)
+{
+    self->owner = 0;
+    PyThread_release_lock(self->lock);
 }
 
 /* Validates out= against the shape of ref; returns a writable view, a new owned
@@ -218,8 +250,6 @@ static int PfAttnCtx_init(PfAttnCtx *self, PyObject *args, PyObject *kwds)
     PyObject *rate = NULL, *strength = NULL, *embed = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOO:AttentionContext", kwlist, &rate, &strength, &embed))
         return -1;
-    if (check_idle(self) < 0)
-        return -1;
     double r = 0.01, s = 0.0;
     if (rate && parse_finite(rate, "update_rate", &r) < 0)
         return -1;
@@ -240,10 +270,26 @@ static int PfAttnCtx_init(PfAttnCtx *self, PyObject *args, PyObject *kwds)
             return -1;
         }
     }
+    if (ctx_acquire(self, "AttentionContext.__init__") < 0)
+        return -1;
     self->update_rate = r;
     self->strength = s;
     self->embed_dim = e;
+    ctx_release(self);
     return 0;
+}
+
+static PyObject *PfAttnCtx_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PfAttnCtx *self = (PfAttnCtx *)PyType_GenericNew(type, args, kwds);
+    if (!self)
+        return NULL;
+    self->lock = PyThread_allocate_lock();
+    if (!self->lock) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)self;
 }
 
 static void PfAttnCtx_dealloc(PfAttnCtx *self)
@@ -253,6 +299,8 @@ static void PfAttnCtx_dealloc(PfAttnCtx *self)
     Py_CLEAR(self->incoming);
     Py_CLEAR(self->outgoing);
     pf_attn_ws_free(&self->ws);
+    if (self->lock) /* no call can be running: each holds a reference to self */
+        PyThread_free_lock(self->lock);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -277,12 +325,17 @@ static int set_matrix(PfAttnCtx *self, PfArray **slot, PyObject *value, const ch
         PyErr_Format(PyExc_AttributeError, "cannot delete '%s' (assign None instead)", name);
         return -1;
     }
-    if (check_idle(self) < 0)
-        return -1;
     if (value == Py_None) {
-        Py_CLEAR(*slot);
+        if (ctx_acquire(self, name) < 0)
+            return -1;
+        PfArray *old = *slot;
+        *slot = NULL;
+        ctx_release(self);
+        Py_XDECREF(old); /* after the release: dropping it may run Python code */
         return 0;
     }
+    /* converted before the guard is taken: the conversion may run Python code
+     * (an __array_interface__ property, __dlpack__) and release the GIL */
     PfArray *v = as_f32(value, 0, name);
     if (!v)
         return -1;
@@ -295,19 +348,27 @@ static int set_matrix(PfAttnCtx *self, PfArray **slot, PyObject *value, const ch
         Py_DECREF(v);
         return -1;
     }
-    PfArray *dst = *slot;
+    if (ctx_acquire(self, name) < 0) {
+        Py_DECREF(v);
+        return -1;
+    }
+    PfArray *dst = *slot, *old = NULL;
     if (!dst || !same_shape(dst, v)) {
         dst = pf_array_new(PF_DT_F32, 2, v->shape);
         if (!dst) {
+            ctx_release(self);
             Py_DECREF(v);
             return -1;
         }
-        Py_XSETREF(*slot, dst);
+        old = *slot;
+        *slot = dst;
     }
     if (dst->data != v->data) {
         memmove(dst->data, v->data, pf_array_nbytes(v));
         pf_record_copy(PF_COPY_HOST, pf_array_nbytes(v));
     }
+    ctx_release(self);
+    Py_XDECREF(old);
     Py_DECREF(v);
     return 0;
 }
@@ -334,7 +395,12 @@ static int set_strength(PfAttnCtx *self, PyObject *v, void *c)
         PyErr_SetString(PyExc_AttributeError, "cannot delete 'strength'");
         return -1;
     }
-    return parse_finite(v, "strength", &self->strength);
+    double d;
+    if (parse_finite(v, "strength", &d) < 0 || ctx_acquire(self, "strength") < 0)
+        return -1;
+    self->strength = d;
+    ctx_release(self);
+    return 0;
 }
 static int set_rate(PfAttnCtx *self, PyObject *v, void *c)
 {
@@ -343,7 +409,12 @@ static int set_rate(PfAttnCtx *self, PyObject *v, void *c)
         PyErr_SetString(PyExc_AttributeError, "cannot delete 'update_rate'");
         return -1;
     }
-    return parse_finite(v, "update_rate", &self->update_rate);
+    double d;
+    if (parse_finite(v, "update_rate", &d) < 0 || ctx_acquire(self, "update_rate") < 0)
+        return -1;
+    self->update_rate = d;
+    ctx_release(self);
+    return 0;
 }
 static PyObject *get_embed(PfAttnCtx *self, void *c)
 {
@@ -379,12 +450,11 @@ static PyObject *PfAttnCtx_update(PfAttnCtx *self, PyObject *args, PyObject *kwd
     PyObject *xo, *yo;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:update_outgoing", kwlist, &xo, &yo))
         return NULL;
-    if (check_idle(self) < 0)
-        return NULL;
     if (!(self->update_rate > 0.0))
         Py_RETURN_NONE; /* spec: return if r <= 0 */
     PfArray *x = as_f32(xo, 0, "x"), *y = x ? as_f32(yo, 0, "y") : NULL;
     PyObject *ret = NULL;
+    int locked = 0;
     if (!x || !y)
         goto done;
     if (x->ndim < 2 || y->ndim < 2) {
@@ -400,6 +470,13 @@ static PyObject *PfAttnCtx_update(PfAttnCtx *self, PyObject *args, PyObject *kwd
     /* leading dimensions are flattened into rows */
     Py_ssize_t tx = (Py_ssize_t)(pf_array_size(x) / (size_t)dx), ty = (Py_ssize_t)(pf_array_size(y) / (size_t)dy);
     Py_ssize_t t = tx < ty ? tx : ty, d = dx < dy ? dx : dy;
+    if (ctx_acquire(self, "update_outgoing") < 0)
+        goto done;
+    locked = 1;
+    if (!(self->update_rate > 0.0)) { /* changed by another thread meanwhile */
+        ret = Py_NewRef(Py_None);
+        goto done;
+    }
     if (self->embed_dim && self->embed_dim < d)
         d = self->embed_dim;
     if (t == 0) {
@@ -412,11 +489,9 @@ static PyObject *PfAttnCtx_update(PfAttnCtx *self, PyObject *args, PyObject *kwd
         goto done;
     int st;
     double rate = self->update_rate;
-    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     st = pf_attn_update(&self->ws, o, d, (const float *)x->data, dx, (const float *)y->data, dy, t, rate);
     Py_END_ALLOW_THREADS
-    self->busy = 0;
     if (st) {
         pf_raise_status(st, "update_outgoing");
         goto done;
@@ -424,6 +499,8 @@ static PyObject *PfAttnCtx_update(PfAttnCtx *self, PyObject *args, PyObject *kwd
     ret = Py_None;
     Py_INCREF(ret);
 done:
+    if (locked)
+        ctx_release(self);
     Py_XDECREF(x);
     Py_XDECREF(y);
     return ret;
@@ -435,12 +512,11 @@ static PyObject *PfAttnCtx_update_step(PfAttnCtx *self, PyObject *args, PyObject
     PyObject *xo, *yo;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:update_outgoing_step", kwlist, &xo, &yo))
         return NULL;
-    if (check_idle(self) < 0)
-        return NULL;
     if (!(self->update_rate > 0.0))
         Py_RETURN_NONE;
     PfArray *x = as_f32(xo, 0, "x_vec"), *y = x ? as_f32(yo, 0, "y_vec") : NULL;
     PyObject *ret = NULL;
+    int locked = 0;
     if (!x || !y)
         goto done;
     if (x->ndim != 1 || y->ndim != 1) {
@@ -449,22 +525,27 @@ static PyObject *PfAttnCtx_update_step(PfAttnCtx *self, PyObject *args, PyObject
         goto done;
     }
     Py_ssize_t d = x->shape[0] < y->shape[0] ? x->shape[0] : y->shape[0];
-    if (self->embed_dim && self->embed_dim < d)
-        d = self->embed_dim;
     if (d < 1) {
         PyErr_Format(PyExc_ValueError, "argument '%s': needs at least one element", x->shape[0] < 1 ? "x_vec" : "y_vec");
         goto done;
     }
+    if (ctx_acquire(self, "update_outgoing_step") < 0)
+        goto done;
+    locked = 1;
+    if (!(self->update_rate > 0.0)) { /* changed by another thread meanwhile */
+        ret = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (self->embed_dim && self->embed_dim < d)
+        d = self->embed_dim;
     float *o = outgoing_for(self, d, "update_outgoing_step");
     if (!o)
         goto done;
     int st;
     double rate = self->update_rate;
-    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     st = pf_attn_update_step(&self->ws, o, d, (const float *)x->data, (const float *)y->data, rate);
     Py_END_ALLOW_THREADS
-    self->busy = 0;
     if (st) {
         pf_raise_status(st, "update_outgoing_step");
         goto done;
@@ -472,6 +553,8 @@ static PyObject *PfAttnCtx_update_step(PfAttnCtx *self, PyObject *args, PyObject
     ret = Py_None;
     Py_INCREF(ret);
 done:
+    if (locked)
+        ctx_release(self);
     Py_XDECREF(x);
     Py_XDECREF(y);
     return ret;
@@ -480,8 +563,9 @@ done:
 /* ---- apply ---- */
 
 /* xw = pyfastpim.dpe_matmul(x (t, d), incoming, engine, **slice_kwargs), as a
- * float32 (t, d) view; the context is marked busy while Python code runs. */
-static PfArray *engine_product(PfAttnCtx *self, PfArray *x, Py_ssize_t t, Py_ssize_t d, PyObject *engine,
+ * float32 (t, d) view. The caller holds the context's guard while Python code
+ * runs here (a reentrant call on the context from that code raises). */
+static PfArray *engine_product(PfArray *incoming, PfArray *x, Py_ssize_t t, Py_ssize_t d, PyObject *engine,
                                PyObject *slice_kwargs)
 {
     PfArray *xw = NULL, *xin = NULL;
@@ -514,15 +598,13 @@ static PfArray *engine_product(PfAttnCtx *self, PfArray *x, Py_ssize_t t, Py_ssi
     }
     xv = PyObject_CallMethod(np, "asarray", "O", (PyObject *)xin);
     x2 = xv ? PyObject_CallMethod(xv, "reshape", "nn", t, d) : NULL;
-    wv = x2 ? PyObject_CallMethod(np, "asarray", "O", (PyObject *)self->incoming) : NULL;
+    wv = x2 ? PyObject_CallMethod(np, "asarray", "O", (PyObject *)incoming) : NULL;
     if (!wv)
         goto done;
     PyObject *call_args = PyTuple_Pack(3, x2, wv, engine);
     if (!call_args)
         goto done;
-    self->busy = 1;
     res = PyObject_Call(fn, call_args, slice_kwargs);
-    self->busy = 0;
     Py_DECREF(call_args);
     if (!res)
         goto done;
@@ -551,7 +633,8 @@ static PyObject *do_apply(PfAttnCtx *self, PyObject *args, PyObject *kwds, int s
     const char *xname = step ? "x_vec" : "x";
     PyObject *xo = NULL, *outo = Py_None, *engine = Py_None, *kw = NULL, *ret = NULL;
     PyObject *owned[3] = {NULL, NULL, NULL};
-    PfArray *x = NULL, *out = NULL, *xw = NULL;
+    PfArray *x = NULL, *out = NULL, *xw = NULL, *incoming = NULL;
+    int locked = 0;
     Py_ssize_t npos = PyTuple_GET_SIZE(args);
     if (npos > 3) {
         PyErr_Format(PyExc_TypeError, "%s() takes at most 3 positional arguments (%zd given)", fn, npos);
@@ -581,8 +664,8 @@ static PyObject *do_apply(PfAttnCtx *self, PyObject *args, PyObject *kwds, int s
         PyErr_Format(PyExc_TypeError, "%s(): slicing options %R apply only with engine=", fn, kw);
         goto done;
     }
-    if (check_idle(self) < 0)
-        goto done;
+    /* every argument is converted before the guard is taken: conversions may
+     * run Python code and release the GIL */
     x = as_f32(xo, 0, xname);
     if (!x)
         goto done;
@@ -591,6 +674,11 @@ static PyObject *do_apply(PfAttnCtx *self, PyObject *args, PyObject *kwds, int s
                      step ? "a vector (D,)" : "an array (..., D)", x->ndim);
         goto done;
     }
+    if (outo != Py_None && !(out = output_for(outo, x)))
+        goto done;
+    if (ctx_acquire(self, fn) < 0)
+        goto done;
+    locked = 1;
     if (!self->incoming || self->strength == 0.0) {
         /* spec: out = x (returned as is, or copied into out=) */
         if (outo == Py_None) {
@@ -598,51 +686,48 @@ static PyObject *do_apply(PfAttnCtx *self, PyObject *args, PyObject *kwds, int s
             Py_INCREF(ret);
             goto done;
         }
-        if (!(out = output_for(outo, x)))
-            goto done;
         if (out->data != x->data)
             memmove(out->data, x->data, pf_array_nbytes(x));
         ret = outo;
         Py_INCREF(ret);
         goto done;
     }
-    Py_ssize_t d = self->incoming->shape[0];
+    incoming = (PfArray *)Py_NewRef((PyObject *)self->incoming);
+    Py_ssize_t d = incoming->shape[0];
     if (x->shape[x->ndim - 1] != d) {
         PyErr_Format(PyExc_ValueError, "argument '%s': last dimension %zd does not match the context's D = %zd",
                      xname, x->shape[x->ndim - 1], d);
         goto done;
     }
     Py_ssize_t t = (Py_ssize_t)(pf_array_size(x) / (size_t)d);
-    if (!(out = output_for(outo, x)))
+    if (!out && !(out = pf_array_new(PF_DT_F32, x->ndim, x->shape)))
         goto done;
-    if ((overlap(out, x) && !identical(out, x)) || overlap(out, self->incoming)) {
+    if ((overlap(out, x) && !identical(out, x)) || overlap(out, incoming)) {
         PyErr_Format(PyExc_ValueError, "argument 'out': must not overlap the context's incoming matrix or partially "
                      "overlap '%s' (out=%s itself is allowed)", xname, xname);
         goto done;
     }
     int st = 0;
+    double s = self->strength;
     if (engine != Py_None) {
-        if (!(xw = engine_product(self, x, t, d, engine, kw)))
+        if (!(xw = engine_product(incoming, x, t, d, engine, kw)))
             goto done;
         if (overlap(xw, out) && !identical(xw, out)) {
             PyErr_SetString(PyExc_ValueError, "dpe_matmul result overlaps 'out'");
             goto done;
         }
-        float scale = (float)(self->strength / (double)d);
-        self->busy = 1;
+        float scale = (float)(s / (double)d);
         Py_BEGIN_ALLOW_THREADS
         pf_attn_epilogue((float *)out->data, (const float *)x->data, (const float *)xw->data, pf_array_size(x), scale);
         Py_END_ALLOW_THREADS
-        self->busy = 0;
     } else {
-        double s = self->strength;
-        self->busy = 1;
         Py_BEGIN_ALLOW_THREADS
-        st = pf_attn_apply(&self->ws, (float *)out->data, (const float *)x->data, (const float *)self->incoming->data,
-                           t, d, s);
+        st = pf_attn_apply(&self->ws, (float *)out->data, (const float *)x->data, (const float *)incoming->data, t,
+                           d, s);
         Py_END_ALLOW_THREADS
-        self->busy = 0;
     }
+    ctx_release(self);
+    locked = 0;
     if (st) {
         pf_raise_status(st, fn);
         goto done;
@@ -654,6 +739,9 @@ static PyObject *do_apply(PfAttnCtx *self, PyObject *args, PyObject *kwds, int s
         ret = wrap_output(out, xo);
     }
 done:
+    if (locked)
+        ctx_release(self);
+    Py_XDECREF(incoming);
     for (int i = 0; i < 3; i++)
         Py_XDECREF(owned[i]);
     Py_XDECREF(kw);
@@ -677,10 +765,9 @@ static PyObject *PfAttnCtx_gradients(PfAttnCtx *self, PyObject *args, PyObject *
     PyObject *xo, *go, *outo = Py_None, *gx = NULL, *ret = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O:gradients", kwlist, &xo, &go, &outo))
         return NULL;
-    if (check_idle(self) < 0)
-        return NULL;
-    PfArray *x = as_f32(xo, 0, "x"), *g = x ? as_f32(go, 0, "grad_out") : NULL, *out = NULL;
+    PfArray *x = as_f32(xo, 0, "x"), *g = x ? as_f32(go, 0, "grad_out") : NULL, *out = NULL, *incoming = NULL;
     double ds = 0.0;
+    int locked = 0;
     if (!x || !g)
         goto done;
     if (x->ndim < 1 || !same_shape(x, g)) {
@@ -692,22 +779,29 @@ static PyObject *PfAttnCtx_gradients(PfAttnCtx *self, PyObject *args, PyObject *
         Py_XDECREF(b);
         goto done;
     }
+    /* out= is converted before the guard is taken (the conversion may run Python code) */
+    if (outo != Py_None && !(out = output_for(outo, g)))
+        goto done;
+    if (ctx_acquire(self, "gradients") < 0)
+        goto done;
+    locked = 1;
     if (!self->incoming) { /* apply was the identity: dx = g, ds = 0 */
         if (outo == Py_None) {
             gx = go;
             Py_INCREF(gx);
         } else {
-            if (!(out = output_for(outo, g)))
-                goto done;
             if (out->data != g->data)
                 memmove(out->data, g->data, pf_array_nbytes(g));
             gx = outo;
             Py_INCREF(gx);
         }
+        ctx_release(self);
+        locked = 0;
         ret = Py_BuildValue("(Nd)", gx, 0.0);
         goto done;
     }
-    Py_ssize_t d = self->incoming->shape[0];
+    incoming = (PfArray *)Py_NewRef((PyObject *)self->incoming);
+    Py_ssize_t d = incoming->shape[0];
     if (x->shape[x->ndim - 1] != d) {
         PyErr_Format(PyExc_ValueError, "argument 'x': last dimension %zd does not match the context's D = %zd",
                      x->shape[x->ndim - 1], d);
@@ -716,22 +810,22 @@ static PyObject *PfAttnCtx_gradients(PfAttnCtx *self, PyObject *args, PyObject *
     Py_ssize_t t = (Py_ssize_t)(pf_array_size(x) / (size_t)d);
     double s = self->strength;
     int pass_g = s == 0.0 && outo == Py_None; /* apply was the identity: grad_x is g itself */
-    if (!pass_g && !(out = output_for(outo, g)))
+    if (!pass_g && !out && !(out = pf_array_new(PF_DT_F32, g->ndim, g->shape)))
         goto done;
     if (out && ((overlap(out, x) && !identical(out, x)) || (overlap(out, g) && !identical(out, g)) ||
-                overlap(out, self->incoming))) {
+                overlap(out, incoming))) {
         PyErr_SetString(PyExc_ValueError, "argument 'out': must not overlap the context's incoming matrix or "
                         "partially overlap 'x' or 'grad_out' (out=x or out=grad_out itself is allowed)");
         goto done;
     }
     int st;
     float *gxp = out ? (float *)out->data : NULL;
-    self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     st = pf_attn_gradients(&self->ws, gxp, &ds, (const float *)x->data, (const float *)g->data,
-                           (const float *)self->incoming->data, t, d, s);
+                           (const float *)incoming->data, t, d, s);
     Py_END_ALLOW_THREADS
-    self->busy = 0;
+    ctx_release(self);
+    locked = 0;
     if (st) {
         pf_raise_status(st, "gradients");
         goto done;
@@ -744,6 +838,9 @@ static PyObject *PfAttnCtx_gradients(PfAttnCtx *self, PyObject *args, PyObject *
     }
     ret = Py_BuildValue("(Nd)", gx, ds);
 done:
+    if (locked)
+        ctx_release(self);
+    Py_XDECREF(incoming);
     Py_XDECREF(x);
     Py_XDECREF(g);
     Py_XDECREF(out);
@@ -755,12 +852,63 @@ done:
 static PyObject *PfAttnCtx_memory_usage(PfAttnCtx *self, PyObject *noargs)
 {
     PF_UNUSED(noargs);
+    if (ctx_acquire(self, "memory_usage_bytes") < 0) /* the workspace grows with the GIL released */
+        return NULL;
     size_t b = pf_attn_ws_bytes(&self->ws);
     if (self->incoming)
         b += pf_array_nbytes(self->incoming);
     if (self->outgoing)
         b += pf_array_nbytes(self->outgoing);
+    ctx_release(self);
     return PyLong_FromSize_t(b);
+}
+
+/* Private API of pyfastpim.devices, whose OpenCL path runs a context's update and
+ * apply on a device: _hold() takes the guard for the calling thread (waiting like
+ * any call), _release() gives it back, and _held_outgoing(d, fn) returns the
+ * outgoing matrix ready for an update of size d (created as zeros, or checked)
+ * while the caller holds the guard. */
+static PyObject *PfAttnCtx_hold(PfAttnCtx *self, PyObject *noargs)
+{
+    PF_UNUSED(noargs);
+    if (ctx_acquire(self, "AttentionContext") < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static int held_by_me(PfAttnCtx *self, const char *what)
+{
+    if (!self->lock || self->owner != PyThread_get_thread_ident()) {
+        PyErr_Format(PyExc_RuntimeError, "%s: the AttentionContext is not held by this thread", what);
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *PfAttnCtx_unhold(PfAttnCtx *self, PyObject *noargs)
+{
+    PF_UNUSED(noargs);
+    if (!held_by_me(self, "_release"))
+        return NULL;
+    ctx_release(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *PfAttnCtx_held_outgoing(PfAttnCtx *self, PyObject *args)
+{
+    Py_ssize_t d;
+    const char *fn;
+    if (!PyArg_ParseTuple(args, "ns:_held_outgoing", &d, &fn))
+        return NULL;
+    if (!held_by_me(self, "_held_outgoing"))
+        return NULL;
+    if (d < 1) {
+        PyErr_SetString(PyExc_ValueError, "argument 'd': must be >= 1");
+        return NULL;
+    }
+    if (!outgoing_for(self, d, fn))
+        return NULL;
+    return get_matrix(self->outgoing);
 }
 
 static PyObject *PfAttnCtx_repr(PfAttnCtx *self)
@@ -833,6 +981,12 @@ static PyMethodDef PfAttnCtx_methods[] = {
      "(grad_x, grad_strength) of apply(x) for the upstream gradient grad_out:\n"
      "grad_strength = (1/D) * sum(g * (x @ incoming)) (float64), grad_x = g + (s/D) * (g @ incoming.T),\n"
      "non-finite terms as 0; grad_x = g and grad_strength = 0 without incoming; grad_x = g when s == 0."},
+    {"_hold", (PyCFunction)PfAttnCtx_hold, METH_NOARGS,
+     "_hold()\n--\n\nPrivate (pyfastpim.devices): take the context's guard for this thread."},
+    {"_release", (PyCFunction)PfAttnCtx_unhold, METH_NOARGS,
+     "_release()\n--\n\nPrivate (pyfastpim.devices): give back the guard taken by _hold()."},
+    {"_held_outgoing", (PyCFunction)PfAttnCtx_held_outgoing, METH_VARARGS,
+     "_held_outgoing(d, fn)\n--\n\nPrivate (pyfastpim.devices): outgoing ready for an update of size d, guard held."},
     {"memory_usage_bytes", (PyCFunction)PfAttnCtx_memory_usage, METH_NOARGS,
      "memory_usage_bytes()\n--\n\nBytes held by the context: incoming, outgoing and the reusable workspace."},
     {NULL, NULL, 0, NULL},
@@ -850,7 +1004,7 @@ static PyTypeObject PfAttnCtx_Type = {
     .tp_methods = PfAttnCtx_methods,
     .tp_getset = PfAttnCtx_getset,
     .tp_init = (initproc)PfAttnCtx_init,
-    .tp_new = PyType_GenericNew,
+    .tp_new = PfAttnCtx_new,
     .tp_weaklistoffset = offsetof(PfAttnCtx, weakreflist),
 };
 

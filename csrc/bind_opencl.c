@@ -4,8 +4,12 @@
  * here, with the same rules and messages as bind_dpe.c; opencl.c sees plain
  * pointers.
  *
- * Threading: one lock per handle serializes its calls; it is always taken
- * with the GIL released, and the kernels run with the GIL released. */
+ * Threading: one lock per handle serializes its calls. It is taken after the
+ * call's arguments are converted, waited for with the GIL released, and held
+ * while the kernels run with the GIL released and while the resident-weights
+ * cache is searched or changed (which may run Python code: a weights_key's
+ * __eq__, a dropped reference's finalizer); a call made by such code on the
+ * same handle raises RuntimeError instead of deadlocking. */
 #include "array.h"
 #include "bind_dpe.h"
 #include "bindings.h"
@@ -30,6 +34,7 @@ typedef struct {
     PyObject_HEAD
     pf_cl_device *dev;
     PyThread_type_lock lock;
+    unsigned long owner; /* thread ident of the lock's holder, 0 when free (read and written with the GIL) */
     wentry cache[PF_CL_WCACHE];
     int ncache;
     uint64_t clock;
@@ -46,16 +51,29 @@ static PyObject *raise_cl(pf_status st, const char *err, const char *what)
     return NULL;
 }
 
-static void lock_device(PfCLDevice *self)
+/* 0, or -1 with RuntimeError for a reentrant call from the holding thread. */
+static int lock_device(PfCLDevice *self)
 {
+    unsigned long me = PyThread_get_thread_ident();
+    if (self->owner == me) {
+        PyErr_SetString(PyExc_RuntimeError, "OpenCL device handle is in use by this thread (a reentrant call from "
+                        "Python code run during one of its own calls, e.g. a weights_key's __eq__)");
+        return -1;
+    }
     if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
         Py_BEGIN_ALLOW_THREADS
         PyThread_acquire_lock(self->lock, WAIT_LOCK);
         Py_END_ALLOW_THREADS
     }
+    self->owner = me;
+    return 0;
 }
 
-static void unlock_device(PfCLDevice *self) { PyThread_release_lock(self->lock); }
+static void unlock_device(PfCLDevice *self)
+{
+    self->owner = 0;
+    PyThread_release_lock(self->lock);
+}
 
 /* ---- device listing ---- */
 
@@ -175,7 +193,8 @@ static int ensure_built(PfCLDevice *self)
 {
     char err[PF_CL_ERRLEN] = "";
     pf_status st;
-    lock_device(self);
+    if (lock_device(self) < 0)
+        return -1;
     Py_BEGIN_ALLOW_THREADS
     st = pf_cl_build(self->dev, err, sizeof err);
     Py_END_ALLOW_THREADS
@@ -266,12 +285,20 @@ static PyObject *PfCLDevice_mvm_uses_tiled(PfCLDevice *self, PyObject *arg)
 static PyObject *PfCLDevice_get_scratch_bytes(PfCLDevice *self, void *closure)
 {
     (void)closure;
-    return PyLong_FromSize_t(pf_cl_scratch_bytes(self->dev));
+    if (lock_device(self) < 0) /* scratch grows while a call runs with the GIL released */
+        return NULL;
+    size_t b = pf_cl_scratch_bytes(self->dev);
+    unlock_device(self);
+    return PyLong_FromSize_t(b);
 }
 
 static PyObject *PfCLDevice_get_resident(PfCLDevice *self, void *closure)
 {
     (void)closure;
+    /* the cache is read under the lock: PyDict_SetItem hashes the keys, which may
+     * run Python code and let another thread change the cache */
+    if (lock_device(self) < 0)
+        return NULL;
     PyObject *d = PyDict_New();
     for (int i = 0; d && i < self->ncache; i++) {
         PyObject *v = PyLong_FromSize_t(pf_cl_weights_bytes(self->cache[i].w));
@@ -279,13 +306,15 @@ static PyObject *PfCLDevice_get_resident(PfCLDevice *self, void *closure)
             Py_CLEAR(d);
         Py_XDECREF(v);
     }
+    unlock_device(self);
     return d;
 }
 
 static PyObject *PfCLDevice_release(PfCLDevice *self, PyObject *noargs)
 {
     (void)noargs;
-    lock_device(self);
+    if (lock_device(self) < 0)
+        return NULL;
     cache_clear(self);
     pf_cl_release_scratch(self->dev);
     unlock_device(self);
@@ -315,7 +344,10 @@ static PyObject *PfCLDevice_normals(PfCLDevice *self, PyObject *args)
         return NULL;
     char err[PF_CL_ERRLEN] = "";
     pf_status st;
-    lock_device(self);
+    if (lock_device(self) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
     Py_BEGIN_ALLOW_THREADS
     st = pf_cl_normals(self->dev, seed, stream, call, idx0, count, (float *)out->data, err, sizeof err);
     Py_END_ALLOW_THREADS
@@ -404,7 +436,10 @@ static int run_mvm(PfCLDevice *self, pf_dpe_args *a, pf_dpe_refs *refs, PyObject
     char err[PF_CL_ERRLEN] = "";
     pf_status st = PF_OK;
     pf_cl_weights *w = NULL;
-    lock_device(self);
+    if (okey != Py_None && PyObject_Hash(okey) == -1)
+        return -1; /* TypeError: unhashable weights_key (checked before the lock: hashing may run Python code) */
+    if (lock_device(self) < 0)
+        return -1;
     int empty = a->batch == 0 || a->rows == 0 || a->cols == 0 || a->inner == 0;
     if (!empty && resident_weights(self, okey, a, refs->wl, refs->wc, refs->ws, &w) < 0) {
         unlock_device(self);
@@ -447,7 +482,8 @@ static PyObject *PfCLDevice_dpe_conv2d(PfCLDevice *self, PyObject *args, PyObjec
     {
         char err[PF_CL_ERRLEN] = "";
         pf_status st;
-        lock_device(self);
+        if (lock_device(self) < 0)
+            goto done;
         Py_BEGIN_ALLOW_THREADS
         st = pf_cl_im2col_granule_max(self->dev, &c, a.batch, a.x_qr, a.x_qc, (float *)refs.gmax->data, err,
                                       sizeof err);
@@ -463,7 +499,8 @@ static PyObject *PfCLDevice_dpe_conv2d(PfCLDevice *self, PyObject *args, PyObjec
     if (want_dq) {
         char err[PF_CL_ERRLEN] = "";
         pf_status st;
-        lock_device(self);
+        if (lock_device(self) < 0)
+            goto done;
         Py_BEGIN_ALLOW_THREADS
         st = pf_cl_im2col_dequantize(self->dev, &c, a.batch, a.x_qr, a.x_qc, (const float *)refs.gmax->data,
                                      a.x_method.total_bits, a.x_bfp, (float *)refs.dq->data, err, sizeof err);
@@ -489,7 +526,10 @@ static PyObject *PfCLDevice_slice_quantize(PfCLDevice *self, PyObject *args, PyO
         return NULL;
     char err[PF_CL_ERRLEN] = "";
     pf_status st;
-    lock_device(self);
+    if (lock_device(self) < 0) {
+        pf_slice_call_clear(&c);
+        return NULL;
+    }
     Py_BEGIN_ALLOW_THREADS
     st = pf_cl_slice_quantize(self->dev, (const float *)c.x->data, c.n, c.rows, c.cols, c.gran[0], c.gran[1], &c.sm,
                               c.bfp, (uint8_t *)c.codes->data, (float *)c.gmax->data, (float *)c.gscale->data,
@@ -512,7 +552,11 @@ static PyObject *PfCLDevice_program_conductance(PfCLDevice *self, PyObject *args
         return NULL;
     char err[PF_CL_ERRLEN] = "";
     pf_status st;
-    lock_device(self);
+    if (lock_device(self) < 0) {
+        Py_DECREF(levels);
+        Py_DECREF(g);
+        return NULL;
+    }
     Py_BEGIN_ALLOW_THREADS
     st = pf_cl_program_conductance(self->dev, (const uint8_t *)levels->data, levels->shape[0], levels->shape[1],
                                    levels->shape[2], &p, (float *)g->data, err, sizeof err);
@@ -572,7 +616,8 @@ static PyObject *PfCLDevice_attn_update(PfCLDevice *self, PyObject *args, PyObje
     {
         char err[PF_CL_ERRLEN] = "";
         pf_status st;
-        lock_device(self);
+        if (lock_device(self) < 0)
+            goto done;
         Py_BEGIN_ALLOW_THREADS
         st = pf_cl_attn_update(self->dev, (float *)o->data, d, (const float *)x->data, dx, (const float *)y->data, dy,
                                tx < ty ? tx : ty, rate, err, sizeof err);
@@ -635,7 +680,8 @@ static PyObject *PfCLDevice_attn_apply(PfCLDevice *self, PyObject *args, PyObjec
         const int64_t d = w->shape[0], t = (int64_t)(pf_array_size(x) / (size_t)d);
         char err[PF_CL_ERRLEN] = "";
         pf_status st;
-        lock_device(self);
+        if (lock_device(self) < 0)
+            goto done;
         Py_BEGIN_ALLOW_THREADS
         st = pf_cl_attn_apply(self->dev, (float *)out->data, (const float *)x->data, (const float *)w->data, t, d, s,
                               err, sizeof err);
@@ -666,7 +712,11 @@ static PyObject *PfCLDevice_attn_tanh(PfCLDevice *self, PyObject *arg)
     }
     char err[PF_CL_ERRLEN] = "";
     pf_status st;
-    lock_device(self);
+    if (lock_device(self) < 0) {
+        Py_DECREF(x);
+        Py_DECREF(out);
+        return NULL;
+    }
     Py_BEGIN_ALLOW_THREADS
     st = pf_cl_attn_tanh(self->dev, (float *)out->data, (const float *)x->data, (int64_t)pf_array_size(x), err,
                          sizeof err);

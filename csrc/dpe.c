@@ -5,6 +5,7 @@
 #include "memory.h"
 #include "noise.h"
 #include "philox_noise.h"
+#include "threads.h"
 
 #include <float.h>
 #include <pthread.h>
@@ -187,7 +188,7 @@ pf_status pf_im2col_granule_max(const pf_im2col *c, int64_t batch, int64_t qr, i
     const int64_t R = c->out_h * c->out_w, K = c->channels * c->kh * c->kw;
     const int64_t gr = pf_ceil_div(R, qr), gc = pf_ceil_div(K, qc);
     int bad = 0;
-#pragma omp parallel reduction(| : bad)
+#pragma omp parallel num_threads(pf_get_num_threads()) reduction(| : bad)
     {
         float *xrow = pf_alloc((size_t)K * sizeof(float));
         if (!xrow)
@@ -223,7 +224,7 @@ pf_status pf_im2col_dequantize(const pf_im2col *c, int64_t batch, int64_t qr, in
 {
     const int64_t R = c->out_h * c->out_w, K = c->channels * c->kh * c->kw;
     const int64_t gr = pf_ceil_div(R, qr);
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for num_threads(pf_get_num_threads()) collapse(2) schedule(static)
     for (int64_t item = 0; item < batch; item++)
         for (int64_t r = 0; r < R; r++) {
             const float *mrow = gran_max + (item * gr + r / qr) * gc;
@@ -311,7 +312,7 @@ static pf_status pack_w(const pf_dpe_args *a, const pf_dpe_consts *s, float *Bp,
                 Bs[(cp * nb + b) * NR + cc] = a->w_scale[((b * n) / a->w_qr) * a->w_gc + (c0 + cc) / a->w_qc];
     }
     int failed = 0;
-#pragma omp parallel reduction(| : failed)
+#pragma omp parallel num_threads(pf_get_num_threads()) reduction(| : failed)
     {
         float *val = pf_alloc((size_t)P * 2 * sizeof(float));
         if (!val)
@@ -452,10 +453,7 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
      * when they move to the next one. Memory: one block per thread. */
     const int64_t block_panels = pf_max64(1, pf_min64((int64_t)(PF_DPE_A_BLOCK_BYTES / a_panel), nrp_total));
     const int64_t nrb = pf_ceil_div(nrp_total, block_panels);
-    int nthreads = 1;
-#ifdef _OPENMP
-    nthreads = omp_get_max_threads();
-#endif
+    const int nthreads = pf_get_num_threads();
     int64_t cp_per_chunk = pf_ceil_div(ncp, pf_max64(1, pf_min64(ncp, pf_ceil_div(4 * nthreads, nrb))));
     const int64_t ncc = pf_ceil_div(ncp, cp_per_chunk);
 
@@ -478,7 +476,7 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
         any_table |= s.adc_table[j] != NULL;
 
     int failed = st != PF_OK;
-#pragma omp parallel reduction(| : failed)
+#pragma omp parallel num_threads(nthreads) reduction(| : failed)
     {
         pack_scratch sc;
         float *Ap = pf_alloc((size_t)block_panels * a_panel);

@@ -5,10 +5,7 @@
 #include "cpu_features.h"
 #include "memory.h"
 #include "pf_common.h"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "threads.h"
 
 PyObject *pf_raise_status(int status, const char *what)
 {
@@ -70,13 +67,11 @@ static PyObject *py_set_num_threads(PyObject *self, PyObject *arg)
     long n = PyLong_AsLong(arg);
     if (n == -1 && PyErr_Occurred())
         return NULL;
-    if (n < 1) {
-        PyErr_SetString(PyExc_ValueError, "argument 'n': the thread count must be >= 1");
+    if (n < 1 || n > PF_MAX_THREADS) {
+        PyErr_Format(PyExc_ValueError, "argument 'n': the thread count must be in 1..%d, got %ld", PF_MAX_THREADS, n);
         return NULL;
     }
-#ifdef _OPENMP
-    omp_set_num_threads((int)n);
-#endif
+    pf_set_num_threads((int)n);
     Py_RETURN_NONE;
 }
 
@@ -84,11 +79,14 @@ static PyObject *py_get_num_threads(PyObject *self, PyObject *noargs)
 {
     PF_UNUSED(self);
     PF_UNUSED(noargs);
-#ifdef _OPENMP
-    return PyLong_FromLong(omp_get_max_threads());
-#else
-    return PyLong_FromLong(1);
-#endif
+    return PyLong_FromLong(pf_get_num_threads());
+}
+
+static PyObject *py_default_num_threads(PyObject *self, PyObject *noargs)
+{
+    PF_UNUSED(self);
+    PF_UNUSED(noargs);
+    return PyLong_FromLong(pf_default_num_threads());
 }
 
 static PyObject *py_cpu_isa(PyObject *self, PyObject *noargs)
@@ -120,8 +118,11 @@ static PyMethodDef core_methods[] = {
      "asarray(obj, dtype=None, writable=False)\n--\n\nView obj as a C-contiguous pyfastpim.Array."},
     {"memory_stats", py_memory_stats, METH_NOARGS, "Counters of the core's allocations and copies."},
     {"memory_reset_peak", py_memory_reset_peak, METH_NOARGS, "Set the peak counter to the current bytes."},
-    {"set_num_threads", py_set_num_threads, METH_O, "Set the OpenMP thread count of the kernels."},
-    {"get_num_threads", py_get_num_threads, METH_NOARGS, "The OpenMP thread count of the kernels."},
+    {"set_num_threads", py_set_num_threads, METH_O,
+     "Set the thread count of the CPU kernels for the whole process (every calling thread)."},
+    {"get_num_threads", py_get_num_threads, METH_NOARGS, "The process-wide thread count of the CPU kernels."},
+    {"default_num_threads", py_default_num_threads, METH_NOARGS,
+     "OMP_NUM_THREADS when it is a positive integer, else the CPUs in the process's affinity mask."},
     {"cpu_isa", py_cpu_isa, METH_NOARGS, "(active ISA, detected ISA) of the CPU kernels."},
     {"set_isa_limit", py_set_isa_limit, METH_O, "Cap the SIMD level ('generic', 'avx2', 'avx512'); returns the active one."},
     {NULL, NULL, 0, NULL},
@@ -136,6 +137,7 @@ PyMODINIT_FUNC PyInit__core(void)
     PyObject *m = PyModule_Create(&core_module);
     if (!m)
         return NULL;
+    (void)pf_get_num_threads(); /* fixes the default from the environment at import */
     if (pf_array_module_init(m) < 0 || pf_bind_slicing_init(m) < 0 || pf_bind_dpe_init(m) < 0 ||
         pf_bind_attention_init(m) < 0 || pf_bind_opencl_init(m) < 0) {
         Py_DECREF(m);

@@ -16,6 +16,7 @@
 
 #include "cpu_features.h"
 #include "philox_noise.h"
+#include "threads.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -332,7 +333,7 @@ int pf_slice_quantize(const float *x, int64_t n, int64_t rows, int64_t cols, int
     int bad = 0;
 
     if (bands >= MIN_TASKS || band_rows == 1) {
-#pragma omp parallel for schedule(dynamic, 1) reduction(| : bad)
+#pragma omp parallel for num_threads(pf_get_num_threads()) schedule(dynamic, 1) reduction(| : bad)
         for (int64_t b = 0; b < bands; b++)
             bad |= ops.band_task(&jb, b) < 0;
         return bad ? PF_EINVAL : PF_OK;
@@ -344,7 +345,7 @@ int pf_slice_quantize(const float *x, int64_t n, int64_t rows, int64_t cols, int
     const int64_t tasks = bands * nsplit;
     const size_t ngran = (size_t)bands * (size_t)jb.grid_cols;
     memset(gran_max, 0, ngran * sizeof *gran_max); /* 0.0f and abs bits 0 alike */
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for num_threads(pf_get_num_threads()) schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; t++) {
         int64_t b = t / nsplit, k = t % nsplit;
         int64_t ra = (b % jb.grid_rows) * gran_rows + k * chunk;
@@ -358,7 +359,7 @@ int pf_slice_quantize(const float *x, int64_t n, int64_t rows, int64_t cols, int
     if (bad)
         return PF_EINVAL;
     const int64_t total_rows = n * rows;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(pf_get_num_threads()) schedule(static)
     for (int64_t t = 0; t < total_rows; t++)
         ops.quantize_row(&jb, t / rows, t % rows);
     return PF_OK;
@@ -377,7 +378,7 @@ int pf_program_levels(const uint8_t *codes, int64_t cells_per_slice, const pf_sl
         const uint8_t *src = codes + (size_t)s * (size_t)cells_per_slice;
         uint8_t *dst = levels + (size_t)s * (size_t)cells_per_slice;
         const int m = sm->max_code[s];
-#pragma omp parallel for schedule(static) reduction(| : bad)
+#pragma omp parallel for num_threads(pf_get_num_threads()) schedule(static) reduction(| : bad)
         for (int64_t i = 0; i < cells_per_slice; i++) {
             bad |= src[i] > m;
             dst[i] = pf_level_of_code(src[i] > m ? m : src[i], m, g_level);
@@ -406,7 +407,7 @@ int pf_program_conductance(const uint8_t *levels, int64_t n_slices, int64_t rows
     const double r_hgs = p->rate_stuck_hgs, r_any = p->rate_stuck_hgs + p->rate_stuck_lgs;
     const int64_t lines = n_slices * rows;
     const uint64_t seed = p->seed;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(pf_get_num_threads()) schedule(static)
     for (int64_t line = 0; line < lines; line++) {
         const size_t base = (size_t)line * (size_t)cols;
         for (int64_t c = 0; c < cols; c++) {

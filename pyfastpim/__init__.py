@@ -54,17 +54,31 @@ def _is_torch_tensor(obj):
 
 
 def set_num_threads(n):
-    """Set the number of OpenMP threads the kernels use (results do not depend on it)."""
+    """Set the number of threads of the CPU kernels, for the whole process.
+
+    The count is pyfastpim's own and process-wide: every Python thread that calls a kernel uses
+    it (a product in a worker thread runs with the count set in the main thread), and
+    ``omp_set_num_threads`` calls of other libraries (Debian's torch makes one on import) do not
+    change it. The default is ``OMP_NUM_THREADS`` when it holds a positive integer, else the
+    number of CPUs in the process's affinity mask (``os.sched_getaffinity``). ``n`` must be in
+    1..1024. Results do not depend on it. OpenBLAS, used for the attention context's sgemm
+    products, keeps its own thread count (``OPENBLAS_NUM_THREADS``).
+    """
     _core.set_num_threads(int(n))
 
 
 def get_num_threads():
-    """The number of OpenMP threads the kernels use."""
+    """The process-wide number of threads of the CPU kernels (see :func:`set_num_threads`)."""
     return _core.get_num_threads()
 
 
 class threads:
-    """Context manager running the kernels with ``n`` threads, restoring the count after."""
+    """Context manager running the kernels with ``n`` threads, restoring the previous count after.
+
+    Like :func:`set_num_threads` it changes the process-wide count: while the block runs, kernels
+    called from every Python thread use ``n`` threads. Blocks entered concurrently from several
+    threads restore in the order they exit.
+    """
 
     def __init__(self, n):
         self.n = int(n)

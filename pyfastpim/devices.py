@@ -201,25 +201,27 @@ def cl_attention_update(handle, ctx, x, y):
     in place (shared with the device, zero copies, on host-memory devices). Results equal the CPU
     within float32 rounding (the CPU's covariance is an OpenBLAS sgemm; the tanh is bit-identical).
     """
-    import numpy as np
     _check_handle(handle)
     rate = ctx.update_rate
     if not rate > 0:
         return None
     xr, yr = _rows(x, "x"), _rows(y, "y")
     d = min(xr.shape[1], yr.shape[1])
-    if ctx.embed_dim is not None:
-        d = min(d, ctx.embed_dim)
     if min(xr.shape[0], yr.shape[0]) == 0:
         return None
-    o = ctx.outgoing
-    if o is None:
-        ctx.outgoing = np.zeros((d, d), np.float32)
-        o = ctx.outgoing
-    elif o.shape[0] != d:
-        raise ValueError("update_outgoing: the inputs give D = %d but outgoing is %d x %d (D = min(columns, "
-                         "embed_dim)); set outgoing = None to start a new context" % (d, o.shape[0], o.shape[0]))
-    handle.attn_update(o, xr, yr, rate)  # o is a view of the context's matrix: updated in place
+    # the context's guard, as its CPU methods take it: setters and other calls on the context
+    # wait until the device has updated outgoing in place
+    ctx._hold()
+    try:
+        rate = ctx.update_rate
+        if not rate > 0:
+            return None
+        if ctx.embed_dim is not None:
+            d = min(d, ctx.embed_dim)
+        o = ctx._held_outgoing(d, "update_outgoing")  # created as zeros, or checked to be D x D
+        handle.attn_update(o, xr, yr, rate)  # o is a view of the context's matrix: updated in place
+    finally:
+        ctx._release()
     return None
 
 
@@ -229,10 +231,14 @@ def cl_attention_apply(handle, ctx, x, out=None):
     incoming matrix or strength 0. Equal to the CPU within float32 rounding (its product is sgemm)."""
     import numpy as np
     _check_handle(handle)
-    w = ctx.incoming
-    if w is None or ctx.strength == 0.0:
-        if out is None:
-            return x
-        np.copyto(np.asarray(out), np.asarray(x, dtype=np.float32))
-        return out
-    return handle.attn_apply(x, w, ctx.strength, out)
+    ctx._hold()  # the context's guard: its setters wait until the device has read incoming
+    try:
+        w = ctx.incoming
+        if w is None or ctx.strength == 0.0:
+            if out is None:
+                return x
+            np.copyto(np.asarray(out), np.asarray(x, dtype=np.float32))
+            return out
+        return handle.attn_apply(x, w, ctx.strength, out)
+    finally:
+        ctx._release()

@@ -249,14 +249,18 @@ class DPETensor:
 
     def _run(self, x, mat, out, call, item0):
         """One kernel call on checked operands (x's batch items start at item0 of the logical batch)."""
-        args = (x._codes, x._gran_scale, x._granule, x._widths,
-                mat._levels, mat._conductance, mat._gran_scale[0], mat._granule, mat._widths,
-                x.paral_size[1], self.rdac, self.g_level, self._radc_lsb_first(len(mat)), self.HGS, self.LGS,
-                self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed, call, out, item0)
+        from .sliced import _state_lock
+        with _state_lock:  # one consistent programming of mat, even if another thread re-programs it
+            self._ensure_programmed(mat)
+            args = (x._codes, x._gran_scale, x._granule, x._widths,
+                    mat._levels, mat._conductance, mat._gran_scale[0], mat._granule, mat._widths,
+                    x.paral_size[1], self.rdac, self.g_level, self._radc_lsb_first(len(mat)), self.HGS, self.LGS,
+                    self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed, call, out, item0)
+            key = (id(mat), mat._version)
         if self._cl is None:
             return _core.dpe_mvm(*args)
         from .devices import cl_dpe_mvm  # weights stay resident while (object, version) is unchanged
-        return cl_dpe_mvm(self._cl, *args, weights_key=(id(mat), mat._version))
+        return cl_dpe_mvm(self._cl, *args, weights_key=key)
 
     def _sliced_product(self, x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e, return_dequant):
         """Slice x and multiply, a chunk of batch items at a time when the slice codes of the whole
@@ -347,16 +351,20 @@ class DPETensor:
         is_torch = _is_torch(x)
         if is_torch and x.requires_grad:
             x = x.detach()
-        args = (x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), granule, _widths(input_slice), bw_e is not None,
-                w_sliced._levels, w_sliced._conductance, w_sliced._gran_scale[0], w_sliced._granule, w_sliced._widths,
-                input_paral_size[1], self.rdac, self.g_level, radc, self.HGS, self.LGS,
-                self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed, self.calls % 2 ** 32,
-                bool(return_dequant))
+        from .sliced import _state_lock
+        with _state_lock:  # one consistent programming of w_sliced (see _run)
+            self._ensure_programmed(w_sliced)
+            args = (x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), granule, _widths(input_slice), bw_e is not None,
+                    w_sliced._levels, w_sliced._conductance, w_sliced._gran_scale[0], w_sliced._granule,
+                    w_sliced._widths, input_paral_size[1], self.rdac, self.g_level, radc, self.HGS, self.LGS,
+                    self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed,
+                    self.calls % 2 ** 32, bool(return_dequant))
+            key = (id(w_sliced), w_sliced._version)
         if self._cl is None:
             out, dq = _core.dpe_conv2d(*args)
         else:
             from .devices import cl_dpe_conv2d  # weights stay resident while (object, version) is unchanged
-            out, dq = cl_dpe_conv2d(self._cl, *args, weights_key=(id(w_sliced), w_sliced._version))
+            out, dq = cl_dpe_conv2d(self._cl, *args, weights_key=key)
         self.calls += 1
         if is_torch:
             return out.to_torch(), (dq.to_torch() if dq is not None else None)
@@ -364,16 +372,17 @@ class DPETensor:
 
     def _ensure_programmed(self, mat):
         """Re-programs weights that were sliced with another engine's device parameters."""
-        from .sliced import _check_engine, program_weights
+        from .sliced import _check_engine, _state_lock, program_weights
         key = _check_engine(self)
-        if mat._levels is not None and mat._program == key:
-            return
-        g_level, HGS, LGS, wv, rh, rl, seed = key
-        levels, conductance = program_weights(mat._codes, mat._widths, g_level, HGS, LGS, wv, rh, rl, seed)
-        mat._levels = levels
-        mat._conductance = conductance if (wv > 0 or rh > 0 or rl > 0) else None
-        mat._program = key
-        mat._version += 1
+        with _state_lock:  # check, program and commit as one step (see pyfastpim.sliced._state_lock)
+            if mat._levels is not None and mat._program == key:
+                return
+            g_level, HGS, LGS, wv, rh, rl, seed = key
+            levels, conductance = program_weights(mat._codes, mat._widths, g_level, HGS, LGS, wv, rh, rl, seed)
+            mat._levels = levels
+            mat._conductance = conductance if (wv > 0 or rh > 0 or rl > 0) else None
+            mat._program = key
+            mat._version += 1
 
 
 def dpe_matmul(x, w, engine, input_slice=(1, 1, 2, 2), weight_slice=(1, 1, 2, 2), input_paral_size=(1, 32),

@@ -17,6 +17,7 @@ buffers:
   ``conductance``: float32 ``(S, C, P)`` in siemens, only with device noise.
 """
 import itertools
+import threading
 from collections import namedtuple
 
 import numpy as np
@@ -29,6 +30,12 @@ DEFAULT_SEED = _core.DEFAULT_SEED
 
 _GRANULARITIES = ("per-matrix", "per-row", "per-col")
 _versions = itertools.count(1)  # process-wide, so (object, _version) never repeats
+# Guards the sliced/programmed state of every SlicedData across threads: slicing or re-programming
+# commits all of an object's arrays at once, and a product (pyfastpim.dpe) reads them at once, so a
+# product running beside a re-programming sees the old or the new weights, never a mix. Arrays are
+# replaced, never written in place, so a kernel already running keeps the (referenced) ones it was
+# given. Held only while attributes are read or assigned, and while weights are re-programmed.
+_state_lock = threading.RLock()
 _torch_module = None
 
 
@@ -289,16 +296,17 @@ class SlicedData:
             if wv > 0 or rh > 0 or rl > 0:
                 conductance = np.asarray(ops.program_conductance(levels, g_level, HGS, LGS, wv, rh, rl, seed))
             program = (g_level, HGS, LGS, wv, rh, rl, seed)  # everything programming depends on
-        self._reset()
-        self._codes, self._gran_max, self._gran_scale, self._gran_exp = codes, gmax, gscale, gexp
-        self._granule = tuple(r[6])
-        self._dequant = dq
-        self._data_2d = ndim == 2
-        self._is_torch = is_torch
-        if self.is_weight:
-            self._levels, self._conductance, self._program = levels, conductance, program
-        self.shape = tuple(data.shape)
-        self._version = next(_versions)
+        with _state_lock:
+            self._reset()
+            self._codes, self._gran_max, self._gran_scale, self._gran_exp = codes, gmax, gscale, gexp
+            self._granule = tuple(r[6])
+            self._dequant = dq
+            self._data_2d = ndim == 2
+            self._is_torch = is_torch
+            if self.is_weight:
+                self._levels, self._conductance, self._program = levels, conductance, program
+            self.shape = tuple(data.shape)
+            self._version = next(_versions)
 
     # ---- MemIntelli's attributes, produced on access ----
 
@@ -408,6 +416,10 @@ class SlicedData:
         map onto each other), so no quantization is redone. For weights the same
         programmed cells are transposed (conductance included), as MemIntelli's t().
         """
+        with _state_lock:  # read a consistent state even if another thread re-slices self meanwhile
+            snapshot = SlicedData.__new__(SlicedData)
+            snapshot.__dict__.update(self.__dict__)
+        self = snapshot
         new = SlicedData.__new__(SlicedData)
         new.__dict__.update(self.__dict__)
         new.paral_size = self.paral_size[::-1]

@@ -379,8 +379,8 @@ int pf_program_call_parse(PyObject *args, PyObject *kwds, PfArray **levels_out, 
         PyErr_Format(PyExc_ValueError, "argument 'LGS': must be finite and below HGS (LGS=%g, HGS=%g)", p.lgs, p.hgs);
         return -1;
     }
-    if (!(p.write_variation >= 0.0) || !isfinite(p.write_variation)) {
-        PyErr_Format(PyExc_ValueError, "argument 'write_variation': must be finite and >= 0, got %g",
+    if (!(p.write_variation >= 0.0) || !(p.write_variation <= PF_REL_SIGMA_MAX)) {
+        PyErr_Format(PyExc_ValueError, "argument 'write_variation': must be in [0, %g], got %g", PF_REL_SIGMA_MAX,
                      p.write_variation);
         return -1;
     }

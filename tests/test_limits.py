@@ -165,3 +165,68 @@ def test_to_torch_does_not_leak_references():
     gc.collect()
     assert sys.getrefcount(()) - before_empty < 100
     assert sys.getrefcount(a) == before_a
+
+
+# ---- 4. inputs mutated by another thread during a call ----
+
+def _race(slice_call, data, scale, rounds, rows=2):
+    """Calls slice_call() while a thread rewrites the first two rows of data between their values
+    and scale times them: a small region, so the max pass and the code pass each see either
+    state about half the time (wrapped codes need the max pass to see the small values and
+    the code pass the large ones)."""
+    import threading
+    region = data[:rows]
+    base = region.copy()
+    big = base * scale
+    stop = threading.Event()
+
+    def writer():
+        while not stop.is_set():
+            np.copyto(region, big)
+            np.copyto(region, base)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        return [slice_call() for _ in range(rounds)]
+    finally:
+        stop.set()
+        t.join()
+
+
+@pytest.mark.parametrize("bw_e", [None, 4])
+def test_racing_writer_gives_bounded_codes_never_wrapped(bw_e):
+    """Positive data rewritten between x and 4x during slicing: the max pass and the code pass may
+    see different values, but every code must stay a non-negative q <= qmax (no sign bit, no
+    wrap-around: wrapped codes turned 4K into -4, a 35% deviation of the product)."""
+    import os
+    small = os.environ.get("PYFASTPIM_SANITIZED") == "1"
+    rng = np.random.default_rng(7)
+    data = rng.uniform(0.5, 1.0, (256, 1024) if small else (1024, 2048)).astype(np.float32)
+    method = (1, 1, 2, 2)
+    B = 6
+    qmax = 2 ** (B - 1) - 1
+    results = _race(lambda: pf.slice_quantize(data, method, paral_size=(1, 32), quant_gran="per-matrix", bw_e=bw_e),
+                    data, 4.0, 10 if small else 40)
+    _, w, _ = pf.sliced.slice_params(method)
+    for r in results:
+        codes = np.asarray(r.codes).astype(np.int64)
+        q = np.tensordot(w, codes, axes=(0, 0))
+        assert (codes[-1] == 0).all(), "sign slice set for positive inputs: wrapped codes"
+        assert q.min() >= 0 and q.max() <= qmax
+
+
+def test_racing_writer_in_the_fused_product_stays_bounded():
+    """The same race in dpe_matmul (slicing inside the call). Inputs are in [0.5, 1] or, while
+    rewritten, [2, 4]: with clamped codes every term of a row of x @ ones is at least ~0.45
+    whatever the granule max the first pass saw; a wrapped code made a term about -4."""
+    import os
+    small = os.environ.get("PYFASTPIM_SANITIZED") == "1"
+    rng = np.random.default_rng(8)
+    x = rng.uniform(0.5, 1.0, (64, 512) if small else (128, 1024)).astype(np.float32)
+    w = np.ones((x.shape[1], 4), np.float32)
+    e = pf.DPETensor(**NOISE_OFF)
+    results = _race(lambda: pf.dpe_matmul(x, w, e, input_quant_gran="per-matrix"), x, 4.0, 10 if small else 80)
+    for y in results:
+        assert y.min() >= 0.4 * x.shape[1]
+        assert y.max() <= 4.0 * 1.1 * x.shape[1]

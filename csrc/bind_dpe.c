@@ -2,6 +2,7 @@
  * the kernel (dpe.c) sees plain pointers. */
 #include "array.h"
 #include "bind_dpe.h"
+#include "bind_interrupt.h"
 #include "bindings.h"
 #include "dpe.h"
 #include "memory.h"
@@ -204,12 +205,19 @@ int pf_dpe_parse_weights_and_device(pf_dpe_args *a, pf_dpe_refs *refs, PyObject 
     return 0;
 }
 
-static int run_kernel(const pf_dpe_args *a)
+/* Runs the MVM with the GIL released; Ctrl-C stops it within one block of
+ * work and raises KeyboardInterrupt (bind_interrupt.h). */
+static int run_kernel(pf_dpe_args *a)
 {
     pf_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = pf_dpe_mvm(a);
-    Py_END_ALLOW_THREADS
+    pf_sigint_guard guard;
+    do {
+        a->cancel = pf_sigint_begin(&guard);
+        Py_BEGIN_ALLOW_THREADS
+        st = pf_dpe_mvm(a);
+        Py_END_ALLOW_THREADS
+    } while (pf_sigint_end(&guard, st == PF_EINTR) > 0);
+    a->cancel = NULL;
     if (st != PF_OK) {
         pf_raise_status(st, "dpe_mvm");
         return -1;

@@ -15,7 +15,8 @@ typedef enum {
     PF_ENOMEM = 1,    /* allocation failed */
     PF_EOVERFLOW = 2, /* a size computation overflowed */
     PF_EINVAL = 3,    /* invalid argument (checked again below the binding) */
-    PF_EDEVICE = 4    /* accelerator runtime error */
+    PF_EDEVICE = 4,   /* accelerator runtime error */
+    PF_EINTR = 5      /* stopped early: the caller's pf_cancel flag was set (interrupt.h) */
 } pf_status;
 
 /* Overflow-checked size arithmetic: every size that reaches an allocation goes

@@ -1,5 +1,4 @@
 /* Ctrl-C during long kernels: see bind_interrupt.h. */
-#define _GNU_SOURCE
 #include "bindings.h"
 #include "bind_interrupt.h"
 

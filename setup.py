@@ -6,7 +6,8 @@ function target attributes with runtime dispatch (csrc/cpu_features.c), so the
 build never uses -march=native and one binary runs on any x86-64.
 
 Environment:
-  PYFASTPIM_SANITIZE=1  build with -fsanitize=address,undefined (make sanitize)
+  PYFASTPIM_SANITIZE=1  build with -fsanitize=address,undefined (make sanitize), without
+                        Python's -fwrapv so that UBSan sees signed overflow
   PYFASTPIM_DEBUG=1     build with -O0 -g
 """
 import glob
@@ -45,6 +46,16 @@ class BuildExt(build_ext):
         embed_opencl_sources()
         super().run()
 
+    def build_extensions(self):
+        if os.environ.get("PYFASTPIM_SANITIZE") == "1":
+            # Python's own CFLAGS (sysconfig) carry -fwrapv, which defines signed overflow
+            # and so hides it from UBSan: the sanitized build drops it (and says -fno-wrapv).
+            for attr in ("compiler", "compiler_so", "compiler_cxx", "linker_so"):
+                cmd = getattr(self.compiler, attr, None)
+                if isinstance(cmd, list):
+                    setattr(self.compiler, attr, [f for f in cmd if f != "-fwrapv"])
+        super().build_extensions()
+
 
 def flags():
     cflags = ["-std=gnu11", "-fopenmp", "-Wall", "-Wextra", "-Wno-unused-parameter",
@@ -59,7 +70,7 @@ def flags():
         cflags += ["-O3", "-g1"]
     if os.environ.get("PYFASTPIM_SANITIZE") == "1":
         san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
-        cflags += san + ["-O1"]
+        cflags += san + ["-O1", "-fno-wrapv"]  # see BuildExt.build_extensions
         ldflags += san
     return cflags, ldflags
 

@@ -752,7 +752,13 @@ static PyObject *PfArray_to_torch(PfArray *a, PyObject *noargs)
     PyObject *tu = PyImport_ImportModule("torch.utils.dlpack");
     if (!tu)
         return NULL;
-    PyObject *cap = PfArray_dlpack(a, PyTuple_New(0), NULL);
+    PyObject *noargs_tuple = PyTuple_New(0);
+    if (!noargs_tuple) {
+        Py_DECREF(tu);
+        return NULL;
+    }
+    PyObject *cap = PfArray_dlpack(a, noargs_tuple, NULL);
+    Py_DECREF(noargs_tuple);
     if (!cap) {
         Py_DECREF(tu);
         return NULL;

@@ -2,6 +2,7 @@
  * the kernel (dpe.c) sees plain pointers. */
 #include "array.h"
 #include "bind_dpe.h"
+#include "bind_interrupt.h"
 #include "bindings.h"
 #include "dpe.h"
 #include "memory.h"
@@ -121,8 +122,8 @@ int pf_dpe_parse_weights_and_device(pf_dpe_args *a, pf_dpe_refs *refs, PyObject 
         PyErr_SetString(PyExc_ValueError, "arguments 'HGS'/'LGS': 0 <= LGS < HGS required");
         return -1;
     }
-    if (!(vnoise >= 0) || !isfinite(vnoise)) {
-        PyErr_SetString(PyExc_ValueError, "argument 'vnoise': must be finite and >= 0");
+    if (!(vnoise >= 0) || !(vnoise <= PF_REL_SIGMA_MAX)) {
+        PyErr_Format(PyExc_ValueError, "argument 'vnoise': must be in [0, %g], got %g", PF_REL_SIGMA_MAX, vnoise);
         return -1;
     }
     PyObject *rseq = PySequence_Fast(oradc, "argument 'radc': expected a sequence");
@@ -184,8 +185,9 @@ int pf_dpe_parse_weights_and_device(pf_dpe_args *a, pf_dpe_refs *refs, PyObject 
             return -1;
         const float *sv = (const float *)refs->sig->data;
         for (int l = 0; l < g_level; l++)
-            if (!(sv[l] >= 0.0f) || !isfinite(sv[l])) {
-                PyErr_SetString(PyExc_ValueError, "argument 'read_sigma': must be finite and >= 0");
+            if (!(sv[l] >= 0.0f) || !(sv[l] <= PF_READ_SIGMA_MAX)) {
+                PyErr_Format(PyExc_ValueError, "argument 'read_sigma': every sigma must be in [0, %g] (exp(sigma*z) "
+                             "overflows float32 from about 15), got %g at level %d", PF_READ_SIGMA_MAX, (double)sv[l], l);
                 return -1;
             }
         a->read_sigma = sv;
@@ -203,12 +205,19 @@ int pf_dpe_parse_weights_and_device(pf_dpe_args *a, pf_dpe_refs *refs, PyObject 
     return 0;
 }
 
-static int run_kernel(const pf_dpe_args *a)
+/* Runs the MVM with the GIL released; Ctrl-C stops it within one block of
+ * work and raises KeyboardInterrupt (bind_interrupt.h). */
+static int run_kernel(pf_dpe_args *a)
 {
     pf_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = pf_dpe_mvm(a);
-    Py_END_ALLOW_THREADS
+    pf_sigint_guard guard;
+    do {
+        a->cancel = pf_sigint_begin(&guard);
+        Py_BEGIN_ALLOW_THREADS
+        st = pf_dpe_mvm(a);
+        Py_END_ALLOW_THREADS
+    } while (pf_sigint_end(&guard, st == PF_EINTR) > 0);
+    a->cancel = NULL;
     if (st != PF_OK) {
         pf_raise_status(st, "dpe_mvm");
         return -1;
@@ -485,6 +494,9 @@ int pf_bind_dpe_init(PyObject *module)
     if (PyModule_AddFunctions(module, dpe_methods) < 0)
         return -1;
     if (PyModule_AddIntConstant(module, "DEFAULT_SEED", PF_DEFAULT_SEED) < 0)
+        return -1;
+    if (PyModule_AddObject(module, "READ_VARIATION_MAX", PyFloat_FromDouble(PF_READ_SIGMA_MAX)) < 0 ||
+        PyModule_AddObject(module, "NOISE_SIGMA_MAX", PyFloat_FromDouble(PF_REL_SIGMA_MAX)) < 0)
         return -1;
     return 0;
 }

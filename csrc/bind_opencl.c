@@ -12,6 +12,7 @@
  * same handle raises RuntimeError instead of deadlocking. */
 #include "array.h"
 #include "bind_dpe.h"
+#include "bind_interrupt.h"
 #include "bindings.h"
 #include "bind_slicing.h"
 #include "dpe.h"
@@ -445,10 +446,19 @@ static int run_mvm(PfCLDevice *self, pf_dpe_args *a, pf_dpe_refs *refs, PyObject
         unlock_device(self);
         return -1;
     }
-    Py_BEGIN_ALLOW_THREADS
-    st = pf_cl_dpe_mvm(self->dev, a, w, err, sizeof err);
-    Py_END_ALLOW_THREADS
+    pf_sigint_guard guard; /* Ctrl-C: stops between enqueued pieces (bind_interrupt.h) */
+    int again;
+    do {
+        a->cancel = pf_sigint_begin(&guard);
+        Py_BEGIN_ALLOW_THREADS
+        st = pf_cl_dpe_mvm(self->dev, a, w, err, sizeof err);
+        Py_END_ALLOW_THREADS
+        again = pf_sigint_end(&guard, st == PF_EINTR);
+    } while (again > 0);
+    a->cancel = NULL;
     unlock_device(self);
+    if (st == PF_EINTR)
+        return pf_raise_status(st, what), -1; /* the exception the signal handler raised */
     if (st != PF_OK) {
         raise_cl(st, err, what);
         return -1;

@@ -19,6 +19,7 @@
 #include "philox_noise.h"
 #include "slicing.h"
 #include "bind_slicing.h"
+#include "bind_interrupt.h"
 
 /* slice_method: a sequence of Python ints, most significant first. */
 static int parse_slice_method(PyObject *obj, pf_slice_method *sm)
@@ -300,12 +301,17 @@ static PyObject *py_slice_quantize(PyObject *self, PyObject *args, PyObject *kwd
     if (pf_slice_call_parse(args, kwds, &c) < 0)
         return NULL;
     int status;
-    Py_BEGIN_ALLOW_THREADS
-    status = pf_slice_quantize((const float *)c.x->data, c.n, c.rows, c.cols, c.gran[0], c.gran[1], &c.sm, c.bfp,
-                               (uint8_t *)c.codes->data, (float *)c.gmax->data, (float *)c.gscale->data,
-                               c.gexp ? (int32_t *)c.gexp->data : NULL, c.dq ? (float *)c.dq->data : NULL, c.g_level,
-                               c.levels ? (uint8_t *)c.levels->data : NULL);
-    Py_END_ALLOW_THREADS
+    pf_sigint_guard guard; /* Ctrl-C stops the slicing between bands / rows (bind_interrupt.h) */
+    do {
+        pf_cancel *cancel = pf_sigint_begin(&guard);
+        Py_BEGIN_ALLOW_THREADS
+        status = pf_slice_quantize_cancel((const float *)c.x->data, c.n, c.rows, c.cols, c.gran[0], c.gran[1], &c.sm,
+                                          c.bfp, (uint8_t *)c.codes->data, (float *)c.gmax->data,
+                                          (float *)c.gscale->data, c.gexp ? (int32_t *)c.gexp->data : NULL,
+                                          c.dq ? (float *)c.dq->data : NULL, c.g_level,
+                                          c.levels ? (uint8_t *)c.levels->data : NULL, cancel);
+        Py_END_ALLOW_THREADS
+    } while (pf_sigint_end(&guard, status == PF_EINTR) > 0);
     return pf_slice_call_finish(&c, status);
 }
 
@@ -379,8 +385,8 @@ int pf_program_call_parse(PyObject *args, PyObject *kwds, PfArray **levels_out, 
         PyErr_Format(PyExc_ValueError, "argument 'LGS': must be finite and below HGS (LGS=%g, HGS=%g)", p.lgs, p.hgs);
         return -1;
     }
-    if (!(p.write_variation >= 0.0) || !isfinite(p.write_variation)) {
-        PyErr_Format(PyExc_ValueError, "argument 'write_variation': must be finite and >= 0, got %g",
+    if (!(p.write_variation >= 0.0) || !(p.write_variation <= PF_REL_SIGMA_MAX)) {
+        PyErr_Format(PyExc_ValueError, "argument 'write_variation': must be in [0, %g], got %g", PF_REL_SIGMA_MAX,
                      p.write_variation);
         return -1;
     }

@@ -319,7 +319,7 @@ static pf_status pack_w(const pf_dpe_args *a, const pf_dpe_consts *s, float *Bp,
             failed = 1;
 #pragma omp for schedule(static)
         for (int64_t row = 0; row < a->sw * K; row++) {
-            if (failed)
+            if (failed || pf_cancelled(a->cancel))
                 continue;
             const int64_t j = row / K, kk = row % K, cell0 = row * P;
             const uint8_t *L = a->w_levels + cell0;
@@ -486,8 +486,8 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
         int64_t packed_rb = -1;
 #pragma omp for schedule(static)
         for (int64_t work = 0; work < nrb * ncc; work++) {
-            if (failed)
-                continue;
+            if (failed || pf_cancelled(a->cancel))
+                continue; /* cancelled: skip the remaining blocks (PF_EINTR below) */
             const int64_t rb = work / ncc, cc = work % ncc;
             const int64_t rp0 = rb * block_panels, nrp = pf_min64(block_panels, nrp_total - rp0);
             if (rb != packed_rb) {
@@ -544,5 +544,5 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
         st = PF_ENOMEM;
     pf_free(Bp); pf_free(Bs);
     pf_dpe_consts_free(&s);
-    return st;
+    return st == PF_OK && pf_cancelled(a->cancel) ? PF_EINTR : st;
 }

@@ -30,6 +30,7 @@
 #ifndef PF_DPE_H
 #define PF_DPE_H
 
+#include "interrupt.h"
 #include "pf_common.h"
 #include <stdint.h>
 
@@ -124,6 +125,8 @@ typedef struct {
     /* output: float32, element (item, r, p) at out[item*so_n + r*so_r + p*so_p] */
     float *out;
     int64_t so_n, so_r, so_p;
+
+    pf_cancel *cancel;                 /* polled between blocks: PF_EINTR when set (NULL: never) */
 } pf_dpe_args;
 
 /* Per-call constants, the same for every backend (CPU, OpenCL): scale-back
@@ -147,7 +150,8 @@ pf_status pf_dpe_consts_init(const pf_dpe_args *a, pf_dpe_consts *c);
 void pf_dpe_consts_free(pf_dpe_consts *c);
 
 /* Runs one MVM call. PF_EINVAL for inconsistent arguments (the binding
- * validates first; this re-checks what memory safety depends on). */
+ * validates first; this re-checks what memory safety depends on); PF_EINTR
+ * when a->cancel was set (out partly written). */
 pf_status pf_dpe_mvm(const pf_dpe_args *a);
 
 /* ---- micro-kernels (one per ISA, selected at run time) ---- */

@@ -14,6 +14,10 @@ PyObject *pf_raise_status(int status, const char *what)
     case PF_EOVERFLOW: PyErr_Format(PyExc_ValueError, "%s: array sizes overflow", what); break;
     case PF_EINVAL: PyErr_Format(PyExc_ValueError, "%s: invalid arguments", what); break;
     case PF_EDEVICE: PyErr_Format(PyExc_RuntimeError, "%s: device error", what); break;
+    case PF_EINTR:
+        if (!PyErr_Occurred())
+            PyErr_SetNone(PyExc_KeyboardInterrupt);
+        break;
     default: PyErr_Format(PyExc_RuntimeError, "%s: failed with status %d", what, status); break;
     }
     return NULL;

@@ -15,6 +15,10 @@
 /* Packed inputs of one row chunk are capped so a large batch streams through
  * a bounded scratch buffer, as on the CPU path. */
 #define PF_CL_A_CHUNK_BYTES ((size_t)64 << 20)
+/* Work per enqueued piece when a Ctrl-C may have to stop a kernel: ~0.05-0.1 s
+ * on a 2-core CPU device, far less on a GPU. */
+#define PF_CL_PIECE_MACS ((uint64_t)1 << 28) /* MVM multiply-adds */
+#define PF_CL_PIECE_ELEMS ((uint64_t)1 << 21) /* packed elements (noise draws, DAC/conductance conversions) */
 #define PF_CL_PACK_LOCAL 64 /* work-group size of the pack kernels (at most; one noise group per item) */
 
 enum { SCR_A, SCR_RS, SCR_B, SCR_CS, SCR_Z, SCR_ZW, SCR_COUNT };
@@ -931,8 +935,12 @@ int pf_cl_weights_match(const pf_cl_weights *w, const pf_dpe_args *a)
 
 /* out[e - start] = normal of element e of a Philox stream, e in [start, end),
  * drawn 8 groups per work-item (pf_normals_range in base.cl). */
-static pf_status normals_range(pf_cl_device *dev, cl_mem out, uint64_t seed, cl_uint stream, cl_uint call,
-                               cl_ulong start, cl_ulong end, char *err, size_t errlen)
+static pf_status enqueue_split(pf_cl_device *dev, cl_kernel k, const char *name, cl_uint dims, const size_t *gws,
+                               const size_t *lws, pf_cancel *cancel, uint64_t pieces, char *err, size_t errlen);
+
+/* Normals [start, end) of a stream into out; with cancel, in pieces polling it (enqueue_split). */
+static pf_status normals_range_cancel(pf_cl_device *dev, cl_mem out, uint64_t seed, cl_uint stream, cl_uint call,
+                                      cl_ulong start, cl_ulong end, pf_cancel *cancel, char *err, size_t errlen)
 {
     pf_status st = PF_OK;
     if (end <= start)
@@ -947,7 +955,8 @@ static pf_status normals_range(pf_cl_device *dev, cl_mem out, uint64_t seed, cl_
     {
         size_t gz = round_up(((end + 3) / 4 - ((start / 4) & ~(cl_ulong)7) + 7) / 8, dev->pack_local);
         size_t lz = dev->pack_local;
-        return enqueue(dev, k, "pf_normals_range", 1, &gz, &lz, err, errlen);
+        return enqueue_split(dev, k, "pf_normals_range", 1, &gz, &lz, cancel, (end - start) / PF_CL_PIECE_ELEMS + 1,
+                             err, errlen);
     }
 fail:
     return st;
@@ -1124,6 +1133,61 @@ fail:
 }
 
 /* ---- fused DPE MVM ---- */
+
+/* The largest output buffer: CL_DEVICE_MAX_MEM_ALLOC_SIZE, or less when the
+ * internal testing hook PYFASTPIM_CL_OUTPUT_LIMIT (bytes) says so (it lets the
+ * tests exercise the split output path without a 4 GiB output). */
+static uint64_t output_limit(const pf_cl_device *dev)
+{
+    uint64_t limit = dev->info.max_alloc_bytes;
+    const char *env = getenv("PYFASTPIM_CL_OUTPUT_LIMIT");
+    if (env && *env) {
+        char *end;
+        unsigned long long v = strtoull(env, &end, 10);
+        if (*end == 0 && v > 0 && v < limit)
+            limit = v;
+    }
+    return limit;
+}
+
+
+/* Enqueues kernel k over gws (dims 1 or 2; lws may be NULL) like enqueue. With
+ * a cancel flag, in about `pieces` pieces (global offsets aligned to lws: the
+ * kernels index by get_global_id only), waiting for each and polling the flag
+ * in between: PF_EINTR when it is set. */
+static pf_status enqueue_split(pf_cl_device *dev, cl_kernel k, const char *name, cl_uint dims, const size_t *gws,
+                               const size_t *lws, pf_cancel *cancel, uint64_t pieces, char *err, size_t errlen)
+{
+    pf_status st = PF_OK;
+    if (!cancel)
+        return enqueue(dev, k, name, dims, gws, lws, err, errlen);
+    CL_CHECK(clFinish(dev->queue), "clFinish"); /* what came before may be long too */
+    if (pf_cancelled(cancel))
+        return PF_EINTR;
+    const size_t l0 = lws ? lws[0] : 1, l1 = dims > 1 && lws ? lws[1] : 1;
+    const uint64_t g0 = gws[0] / l0, g1 = dims > 1 ? gws[1] / l1 : 1; /* work-groups */
+    if (pieces < 1)
+        pieces = 1;
+    const uint64_t p1 = pieces < g1 ? pieces : g1;
+    uint64_t p0 = (pieces + p1 - 1) / p1;
+    p0 = p0 < g0 ? p0 : g0;
+    const size_t per1 = (size_t)((g1 + p1 - 1) / p1) * l1, per0 = (size_t)((g0 + p0 - 1) / p0) * l0;
+    const size_t n1 = dims > 1 ? gws[1] : 1;
+    for (size_t y0 = 0; y0 < n1; y0 += per1)
+        for (size_t x0 = 0; x0 < gws[0]; x0 += per0) {
+            if (pf_cancelled(cancel))
+                return PF_EINTR;
+            size_t off[2] = {x0, y0};
+            size_t part[2] = {gws[0] - x0 < per0 ? gws[0] - x0 : per0, n1 - y0 < per1 ? n1 - y0 : per1};
+            char what[96];
+            snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", name);
+            CL_CHECK(clEnqueueNDRangeKernel(dev->queue, k, dims, off, part, lws, 0, NULL, NULL), what);
+            CL_CHECK(clFinish(dev->queue), "clFinish");
+        }
+    return pf_cancelled(cancel) ? PF_EINTR : PF_OK;
+fail:
+    return st;
+}
 
 /* Per-call constants in the device's layout (from pf_dpe_consts_init). */
 typedef struct {
@@ -1316,6 +1380,28 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
             return PF_EOVERFLOW;
     }
 
+    /* An output above the device's largest buffer (CL_DEVICE_MAX_MEM_ALLOC_SIZE, e.g. 4 GiB) is
+     * computed a row chunk at a time into a chunk-sized buffer read back after each chunk. */
+    const uint64_t out_limit = output_limit(dev);
+    const int split_out = (uint64_t)b_out > out_limit;
+    size_t b_out_chunk = 0;
+    if (split_out) {
+        if (out_nphw) {
+            set_err(err, errlen, "dpe_conv2d on OpenCL: the output needs %zu bytes, above the largest buffer of %s "
+                    "(%llu bytes, CL_DEVICE_MAX_MEM_ALLOC_SIZE); convolution outputs are not split: use a smaller "
+                    "batch, or the CPU", b_out, dev->info.name, (unsigned long long)out_limit);
+            return PF_EINVAL;
+        }
+        if (pf_mul_size(Gc, P * sizeof(float), &b_out_chunk))
+            return PF_EOVERFLOW;
+        if ((uint64_t)b_out_chunk > out_limit) {
+            set_err(err, errlen, "dpe_mvm on OpenCL: the output needs %zu bytes, above the largest buffer of %s "
+                    "(%llu bytes, CL_DEVICE_MAX_MEM_ALLOC_SIZE), and even one chunk of %zu rows (%zu bytes) does "
+                    "not fit", b_out, dev->info.name, (unsigned long long)out_limit, Gc, b_out_chunk);
+            return PF_EINVAL;
+        }
+    }
+
     cl_setup s;
     if ((st = setup_init(a, &s)) != PF_OK)
         return st;
@@ -1332,7 +1418,7 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
         (st = buf_in(dev, s.dac, sx * 256 * sizeof(float), "DAC table", &m[M_DAC], err, errlen)) != PF_OK ||
         (st = buf_in(dev, s.tables, s.table_floats * sizeof(float), "ADC tables", &m[M_TAB], err, errlen)) != PF_OK ||
         (st = buf_in(dev, s.tab_info, sizeof s.tab_info, "ADC table index", &m[M_TI], err, errlen)) != PF_OK ||
-        (st = buf_out(dev, a->out, b_out, &m[M_OUT], &out_shared, err, errlen)) != PF_OK)
+        (st = split_out ? PF_OK : buf_out(dev, a->out, b_out, &m[M_OUT], &out_shared, err, errlen)) != PF_OK)
         goto fail;
     if (!w) {
         size_t bl, bc, bs;
@@ -1374,8 +1460,8 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
             st = PF_EOVERFLOW;
             goto fail;
         }
-        if (read_noise && (st = normals_range(dev, sZW, a->seed, 0u /* PF_STREAM_READ */, a->call, 0, total, err,
-                                              errlen)) != PF_OK)
+        if (read_noise && (st = normals_range_cancel(dev, sZW, a->seed, 0u /* PF_STREAM_READ */, a->call, 0, total,
+                                                     a->cancel, err, errlen)) != PF_OK)
             goto fail;
         cl_kernel k = dev->k[K_PACK_W];
         SET_ARG(k, 0, cl_mem, wl);
@@ -1398,7 +1484,8 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
         SET_ARG(k, 17, cl_uint, (cl_uint)(a->g_level - 1));
         SET_ARG(k, 18, cl_mem, sZW);
         size_t gws = round_up((total + 3) / 4, dev->pack_local), lws = dev->pack_local;
-        if ((st = enqueue(dev, k, "pf_dpe_pack_w", 1, &gws, &lws, err, errlen)) != PF_OK)
+        if ((st = enqueue_split(dev, k, "pf_dpe_pack_w", 1, &gws, &lws, a->cancel, total / PF_CL_PIECE_ELEMS + 1,
+                                err, errlen)) != PF_OK)
             goto fail;
         k = dev->k[K_SCALES_W];
         SET_ARG(k, 0, cl_mem, ws);
@@ -1472,26 +1559,47 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
         size_t rows = G - g0 < Gc ? G - g0 : Gc;
         SET_ARG(dev->k[kx], 10, cl_ulong, g0);
         SET_ARG(dev->k[kx], 11, cl_ulong, rows);
-        if (s.noise_x && (st = normals_range(dev, sZ, a->seed, 1u /* PF_STREAM_VNOISE */, a->call,
-                                             (nbase + g0) * sx * K, (nbase + g0 + rows) * sx * K, err, errlen)) !=
-                             PF_OK)
+        if (s.noise_x && (st = normals_range_cancel(dev, sZ, a->seed, 1u /* PF_STREAM_VNOISE */, a->call,
+                                                    (nbase + g0) * sx * K, (nbase + g0 + rows) * sx * K, a->cancel,
+                                                    err, errlen)) != PF_OK)
             goto fail;
         if (im2col) {
             size_t gx[2] = {rows, (K + 3) / 4};
-            if ((st = enqueue(dev, dev->k[kx], "pf_dpe_pack_x_im2col", 2, gx, NULL, err, errlen)) != PF_OK)
+            if ((st = enqueue_split(dev, dev->k[kx], "pf_dpe_pack_x_im2col", 2, gx, NULL, a->cancel,
+                                    rows * sx * K / PF_CL_PIECE_ELEMS + 1, err, errlen)) != PF_OK)
                 goto fail;
         } else {
             size_t gx = round_up(rows * sx * K / 4 + 2, dev->pack_local), lx = dev->pack_local;
-            if ((st = enqueue(dev, dev->k[kx], "pf_dpe_pack_x", 1, &gx, &lx, err, errlen)) != PF_OK)
+            if ((st = enqueue_split(dev, dev->k[kx], "pf_dpe_pack_x", 1, &gx, &lx, a->cancel,
+                                    rows * sx * K / PF_CL_PIECE_ELEMS + 1, err, errlen)) != PF_OK)
                 goto fail;
         }
-        SET_ARG(dev->k[km], 8, cl_ulong, g0);
+        cl_mem out_chunk = NULL;
+        if (split_out) { /* this chunk's rows only, read back below (rows g0.. are contiguous in (N, R, P)) */
+            cl_int rc;
+            out_chunk = clCreateBuffer(dev->ctx, CL_MEM_READ_WRITE, b_out_chunk, NULL, &rc);
+            CL_CHECK(rc, "clCreateBuffer(output chunk)");
+            m[M_OUT] = out_chunk;
+            SET_ARG(dev->k[km], 7, cl_mem, out_chunk);
+        }
+        SET_ARG(dev->k[km], 8, cl_ulong, split_out ? 0 : g0);
         SET_ARG(dev->k[km], 9, cl_ulong, rows);
         size_t gm[2] = {Pp / (size_t)dev->tn, Gc / (size_t)dev->tm}, lm[2] = {dev->lx, dev->ly};
-        if ((st = enqueue(dev, dev->k[km], kernel_names[km], 2, gm, lm, err, errlen)) != PF_OK)
+        /* the tiled kernel indexes by work-group (get_group_id ignores global offsets): never split it */
+        if ((st = km == K_MVM
+                      ? enqueue_split(dev, dev->k[km], kernel_names[km], 2, gm, lm, a->cancel,
+                                      (uint64_t)rows * P * Kp * sx * sw / PF_CL_PIECE_MACS + 1, err, errlen)
+                      : enqueue(dev, dev->k[km], kernel_names[km], 2, gm, lm, err, errlen)) != PF_OK)
             goto fail;
+        if (split_out) {
+            CL_CHECK(clEnqueueReadBuffer(dev->queue, out_chunk, CL_TRUE, 0, rows * P * sizeof(float), a->out + g0 * P,
+                                         0, NULL, NULL), "clEnqueueReadBuffer(output chunk)");
+            pf_record_copy(PF_COPY_DEVICE_TO_HOST, rows * P * sizeof(float));
+            clReleaseMemObject(out_chunk);
+            m[M_OUT] = NULL;
+        }
     }
-    st = buf_finish_out(dev, m[M_OUT], a->out, b_out, out_shared, err, errlen);
+    st = split_out ? PF_OK : buf_finish_out(dev, m[M_OUT], a->out, b_out, out_shared, err, errlen);
     release_mems(m, M_COUNT);
     setup_free(&s);
     return st;

@@ -15,7 +15,8 @@ typedef enum {
     PF_ENOMEM = 1,    /* allocation failed */
     PF_EOVERFLOW = 2, /* a size computation overflowed */
     PF_EINVAL = 3,    /* invalid argument (checked again below the binding) */
-    PF_EDEVICE = 4    /* accelerator runtime error */
+    PF_EDEVICE = 4,   /* accelerator runtime error */
+    PF_EINTR = 5      /* stopped early: the caller's pf_cancel flag was set (interrupt.h) */
 } pf_status;
 
 /* Overflow-checked size arithmetic: every size that reaches an allocation goes
@@ -40,9 +41,18 @@ static inline int pf_mul_sizes(const size_t *v, int n, size_t *out)
     return PF_OK;
 }
 
-static inline int64_t pf_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+/* ceil(a / b) for a >= 0, b >= 1, without the a + b - 1 that overflows for sizes near 2**63 */
+static inline int64_t pf_ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 static inline int64_t pf_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t pf_max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Noise sigma limits (validated by every binding, documented in DPETensor and README):
+ * read noise multiplies by exp(sigma * z) with |z| <= 5.9 (normals from 24-bit uniforms),
+ * so sigma <= 5 keeps that factor below 7e12 and the crossbar sums finite in float32
+ * (exp overflows float32 from sigma ~15); the relative write and DAC voltage noises are
+ * linear and bounded at 1e6 for the same reason. */
+#define PF_READ_SIGMA_MAX 5.0
+#define PF_REL_SIGMA_MAX 1e6
 
 #define PF_ALIGN 64
 #define PF_RESTRICT __restrict__

@@ -151,17 +151,25 @@ static inline pf_quant_granule pf_quant_granule_make(float max_abs, int total_bi
     return pf_quant_granule_bfp(pf_bfp_exponent(max_abs), total_bits);
 }
 
-/* Section 3: q = rint(x / M * K); divisor = M, or 1 when M == 0. */
+/* Section 3: q = rint(x / M * K); divisor = M, or 1 when M == 0.
+ * q is clamped to [-K, K] (NaN to -K): a no-op when |x| <= M, as the max pass
+ * guarantees, but an input another thread writes between the max pass and
+ * this one then gives a bounded error instead of wrapped two's complement
+ * codes (and no undefined float-to-int conversion). */
 static inline int32_t pf_quantize_int(float x, float divisor, float k)
 {
-    return (int32_t)nearbyintf(x / divisor * k);
+    float y = nearbyintf(x / divisor * k);
+    y = !(y >= -k) ? -k : y;
+    y = y > k ? k : y;
+    return (int32_t)y;
 }
 
-/* Section 4: q = clip(rint(x / 2**e * 2**(B-2)), -2**(B-1), 2**(B-1)-1). */
+/* Section 4: q = clip(rint(x / 2**e * 2**(B-2)), -2**(B-1), 2**(B-1)-1) (NaN, only
+ * possible from a racing writer, to qmin). */
 static inline int32_t pf_quantize_bfp(float x, float inv_pow2e, float pow2_bm2, float qmin, float qmax)
 {
     float y = nearbyintf(x * inv_pow2e * pow2_bm2);
-    y = y < qmin ? qmin : y;
+    y = !(y >= qmin) ? qmin : y;
     y = y > qmax ? qmax : y;
     return (int32_t)y;
 }

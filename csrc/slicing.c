@@ -308,6 +308,15 @@ int pf_slice_quantize(const float *x, int64_t n, int64_t rows, int64_t cols, int
                       const pf_slice_method *sm, int bfp, uint8_t *codes, float *gran_max, float *gran_scale,
                       int32_t *gran_exp, float *dequant, int g_level, uint8_t *levels)
 {
+    return pf_slice_quantize_cancel(x, n, rows, cols, gran_rows, gran_cols, sm, bfp, codes, gran_max, gran_scale,
+                                    gran_exp, dequant, g_level, levels, NULL);
+}
+
+int pf_slice_quantize_cancel(const float *x, int64_t n, int64_t rows, int64_t cols, int64_t gran_rows,
+                             int64_t gran_cols, const pf_slice_method *sm, int bfp, uint8_t *codes, float *gran_max,
+                             float *gran_scale, int32_t *gran_exp, float *dequant, int g_level, uint8_t *levels,
+                             pf_cancel *cancel)
+{
     if (n < 1 || rows < 1 || cols < 1 || gran_rows < 1 || gran_cols < 1 || !pf_slice_method_valid(sm) || !x || !codes ||
         !gran_max || !gran_scale || (bfp && !gran_exp) || (levels && !levels_ok(sm, g_level)))
         return PF_EINVAL;
@@ -335,8 +344,9 @@ int pf_slice_quantize(const float *x, int64_t n, int64_t rows, int64_t cols, int
     if (bands >= MIN_TASKS || band_rows == 1) {
 #pragma omp parallel for num_threads(pf_get_num_threads()) schedule(dynamic, 1) reduction(| : bad)
         for (int64_t b = 0; b < bands; b++)
-            bad |= ops.band_task(&jb, b) < 0;
-        return bad ? PF_EINVAL : PF_OK;
+            if (!pf_cancelled(cancel))
+                bad |= ops.band_task(&jb, b) < 0;
+        return pf_cancelled(cancel) ? PF_EINTR : bad ? PF_EINVAL : PF_OK;
     }
 
     /* few bands: split each band's rows into chunks for the max pass */
@@ -350,9 +360,11 @@ int pf_slice_quantize(const float *x, int64_t n, int64_t rows, int64_t cols, int
         int64_t b = t / nsplit, k = t % nsplit;
         int64_t ra = (b % jb.grid_rows) * gran_rows + k * chunk;
         int64_t rb = pf_min64(pf_min64(rows, (b % jb.grid_rows + 1) * gran_rows), ra + chunk);
-        if (ra < rb)
+        if (ra < rb && !pf_cancelled(cancel))
             ops.split_max_task(&jb, b, ra, rb);
     }
+    if (pf_cancelled(cancel))
+        return PF_EINTR;
     /* abs bits -> float in place (same bytes: a no-op), then the stats */
     for (int64_t b = 0; b < bands; b++)
         bad |= finish_granules(&jb, (size_t)b * (size_t)jb.grid_cols, 0, jb.grid_cols) < 0;
@@ -361,8 +373,9 @@ int pf_slice_quantize(const float *x, int64_t n, int64_t rows, int64_t cols, int
     const int64_t total_rows = n * rows;
 #pragma omp parallel for num_threads(pf_get_num_threads()) schedule(static)
     for (int64_t t = 0; t < total_rows; t++)
-        ops.quantize_row(&jb, t / rows, t % rows);
-    return PF_OK;
+        if (!pf_cancelled(cancel))
+            ops.quantize_row(&jb, t / rows, t % rows);
+    return pf_cancelled(cancel) ? PF_EINTR : PF_OK;
 }
 
 int pf_program_levels(const uint8_t *codes, int64_t cells_per_slice, const pf_slice_method *sm, int g_level,

@@ -27,6 +27,7 @@
 
 #include <stdint.h>
 
+#include "interrupt.h"
 #include "pf_common.h"
 #include "quantize.h"
 
@@ -47,6 +48,12 @@
 int pf_slice_quantize(const float *x, int64_t n, int64_t rows, int64_t cols, int64_t gran_rows, int64_t gran_cols,
                       const pf_slice_method *sm, int bfp, uint8_t *codes, float *gran_max, float *gran_scale,
                       int32_t *gran_exp, float *dequant, int g_level, uint8_t *levels);
+/* The same, polling cancel (may be NULL) between bands / rows: PF_EINTR when
+ * it is set (outputs then partly written). */
+int pf_slice_quantize_cancel(const float *x, int64_t n, int64_t rows, int64_t cols, int64_t gran_rows,
+                             int64_t gran_cols, const pf_slice_method *sm, int bfp, uint8_t *codes, float *gran_max,
+                             float *gran_scale, int32_t *gran_exp, float *dequant, int g_level, uint8_t *levels,
+                             pf_cancel *cancel);
 
 /* Levels of existing codes (S planes of cells_per_slice codes each):
  * L = rint(code / m[s] * (g_level - 1)). PF_EINVAL when g_level is outside

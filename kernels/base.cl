@@ -236,10 +236,13 @@ inline pf_qgran pf_qgran_make(float max_abs, int total_bits, int bfp)
 
 inline int pf_quantize(float x, const pf_qgran *g)
 {
-    if (!g->bfp)
-        return (int)pf_rintf(x / g->divisor * g->k);
+    if (!g->bfp) { /* clamped to [-K, K] (NaN to -K) as csrc/quantize.h: racing writers */
+        float q = pf_rintf(x / g->divisor * g->k);
+        q = !(q >= -g->k) ? -g->k : q;
+        return (int)(q > g->k ? g->k : q);
+    }
     float y = pf_rintf(x * g->inv_pow2e * g->pow2_bm2);
-    y = y < g->qmin ? g->qmin : y;
+    y = !(y >= g->qmin) ? g->qmin : y;
     y = y > g->qmax ? g->qmax : y;
     return (int)y;
 }

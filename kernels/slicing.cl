@@ -74,10 +74,14 @@ inline void pf_slice_quant8(global const float *x, ulong e, const pf_qgran *g, g
     const float8 v = vload8(0, x + e);
     int8 qv;
     if (!g->bfp) {
-        qv = convert_int8(pf_rint8(v / g->divisor * g->k));
+        /* clamped to [-K, K] (NaN to -K) as csrc/quantize.h: racing writers */
+        float8 y = pf_rint8(v / g->divisor * g->k);
+        y = select((float8)(-g->k), y, y >= -g->k);
+        y = select(y, (float8)(g->k), y > g->k);
+        qv = convert_int8(y);
     } else {
         float8 y = pf_rint8(v * g->inv_pow2e * g->pow2_bm2);
-        y = select(y, (float8)(g->qmin), y < g->qmin);
+        y = select((float8)(g->qmin), y, y >= g->qmin);
         y = select(y, (float8)(g->qmax), y > g->qmax);
         qv = convert_int8(y);
     }

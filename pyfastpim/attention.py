@@ -15,6 +15,18 @@ from . import _core
 __all__ = ["AttentionContext"]
 
 
+def _check_out(out, who):
+    """Refuses an out= tensor that autograd tracks, as torch's own out= does: writing into it
+    behind autograd's back would silently corrupt gradients (and a leaf's .grad)."""
+    if out is None or not hasattr(out, "requires_grad") or not out.requires_grad:
+        return
+    import torch
+    if torch.is_grad_enabled():
+        raise RuntimeError("%s(): argument 'out': the tensor requires grad%s; out= does not support automatic "
+                           "differentiation (pass out=None, or call under torch.no_grad())"
+                           % (who, " (a leaf tensor)" if out.is_leaf else ""))
+
+
 class AttentionContext(_core.AttentionContext):
     __doc__ = ("AttentionContext(update_rate=0.01, strength=0.0, embed_dim=None, device=None)\n\n"
                + (_core.AttentionContext.__doc__ or "")
@@ -34,7 +46,16 @@ class AttentionContext(_core.AttentionContext):
         return cl_attention_update(self._device, self, x, y)
 
     def apply(self, x, out=None, engine=None, **slice_kwargs):
+        _check_out(out, "apply")
         if self._device is None or engine is not None:
             return super().apply(x, out=out, engine=engine, **slice_kwargs)
         from .devices import cl_attention_apply
         return cl_attention_apply(self._device, self, x, out)
+
+    def apply_step(self, x, out=None, engine=None, **slice_kwargs):
+        _check_out(out, "apply_step")
+        return super().apply_step(x, out=out, engine=engine, **slice_kwargs)
+
+    def gradients(self, x, grad_out, out=None):
+        _check_out(out, "gradients")
+        return super().gradients(x, grad_out, out=out)

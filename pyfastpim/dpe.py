@@ -31,6 +31,21 @@ def _torch():
         return None
 
 
+#: Largest read-noise sigma: the log-normal factor exp(sigma * z) (|z| <= 5.9) overflows float32
+#: from sigma ~15; up to 5 it stays below 7e12 and every sum finite. Larger values raise ValueError.
+READ_VARIATION_MAX = _core.READ_VARIATION_MAX
+#: Largest relative (linear) noise sigma, write_variation and vnoise; larger values raise ValueError.
+NOISE_SIGMA_MAX = _core.NOISE_SIGMA_MAX
+
+
+def _sigma(value, name, maximum):
+    value = _number(value, name, 0)
+    if value > maximum:
+        raise ValueError("argument '%s': must be in [0, %g], got %r (larger sigmas overflow float32)"
+                         % (name, maximum, value))
+    return value
+
+
 def _number(value, name, minimum=None, integer=False):
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError("argument '%s': expected a %s, got %r" % (name, "int" if integer else "number", value))
@@ -84,6 +99,8 @@ def _resolve_granule(rows, cols, paral, quant_gran):
     else:
         q = _pair(quant_gran, "input_quant_gran", 1)
     q = (max(q[0], 1), max(q[1], 1))
+    from .sliced import _check_sizes
+    _check_sizes(paral, q, "input_paral_size", "input_quant_gran", 1)
     return (-(-q[0] // paral[0]) * paral[0], -(-q[1] // paral[1]) * paral[1])
 
 
@@ -95,8 +112,10 @@ class DPETensor:
         g_level: number of conductance levels (>= 2).
         write_variation: sigma of the multiplicative Gaussian write noise, fixed per programming.
         read_variation: sigma of the log-normal read noise, a float for all levels or a dict
-            {level: sigma} with a key for every level 0 .. g_level-1; fresh every call.
-        vnoise: sigma of the relative Gaussian DAC voltage noise, fresh every call.
+            {level: sigma} with a key for every level 0 .. g_level-1; fresh every call. Validated:
+            0 <= sigma <= READ_VARIATION_MAX (5.0), else ValueError (exp(sigma * z) would overflow).
+        vnoise: sigma of the relative Gaussian DAC voltage noise, fresh every call (0 .. 1e6; also
+            write_variation: larger values raise ValueError rather than give inf/NaN outputs).
         wire_resistance: must be 0 (> 0 raises NotImplementedError, as in MemIntelli).
         rdac: DAC resolution (>= 2 levels).
         radc: ADC resolution, an int or one per weight slice (given most significant slice first).
@@ -118,8 +137,8 @@ class DPETensor:
         self.HGS = _number(HGS, "HGS", 0)
         self.LGS = _number(LGS, "LGS", 0)
         self.g_level = _number(g_level, "g_level", integer=True)
-        self.write_variation = _number(write_variation, "write_variation", 0)
-        self.vnoise = _number(vnoise, "vnoise", 0)
+        self.write_variation = _sigma(write_variation, "write_variation", NOISE_SIGMA_MAX)
+        self.vnoise = _sigma(vnoise, "vnoise", NOISE_SIGMA_MAX)
         self.wire_resistance = _number(wire_resistance, "wire_resistance", 0)
         self.rdac = _number(rdac, "rdac", integer=True)
         self.vread = _number(vread, "vread")
@@ -155,9 +174,9 @@ class DPETensor:
         if isinstance(read_variation, dict):
             if set(read_variation.keys()) != set(range(self.g_level)):
                 raise ValueError(f'read_variation dict must have keys for all g levels 0 to {self.g_level - 1}')
-            self.read_variation = {int(k): _number(v, "read_variation[%d]" % k, 0) for k, v in read_variation.items()}
+            self.read_variation = {int(k): _sigma(v, "read_variation[%d]" % k, READ_VARIATION_MAX) for k, v in read_variation.items()}
         elif isinstance(read_variation, numbers.Real) and not isinstance(read_variation, bool):
-            sigma = _number(read_variation, "read_variation", 0)
+            sigma = _sigma(read_variation, "read_variation", READ_VARIATION_MAX)
             self.read_variation = {i: sigma for i in range(self.g_level)}
         else:
             raise ValueError('read_variation must be a dict, float, or None')
@@ -391,9 +410,15 @@ def dpe_matmul(x, w, engine, input_slice=(1, 1, 2, 2), weight_slice=(1, 1, 2, 2)
 
     NumPy or torch inputs (zero-copy for float32); returns NumPy float32, or torch when x is torch.
     """
-    from .sliced import SlicedData
+    from .sliced import SlicedData, _check_sizes
     if not isinstance(engine, DPETensor):
         raise TypeError("argument 'engine': expected a pyfastpim.DPETensor, got %s" % type(engine).__name__)
+    input_paral_size = _pair(input_paral_size, "input_paral_size", 1)
+    weight_paral_size = _pair(weight_paral_size, "weight_paral_size", 1)
+    _check_sizes(input_paral_size, input_quant_gran if isinstance(input_quant_gran, (str, type(None)))
+                 else _pair(input_quant_gran, "input_quant_gran", 1), "input_paral_size", "input_quant_gran", 1)
+    _check_sizes(weight_paral_size, weight_quant_gran if isinstance(weight_quant_gran, (str, type(None)))
+                 else _pair(weight_quant_gran, "weight_quant_gran", 1), "weight_paral_size", "weight_quant_gran", 0)
     ws = SlicedData(weight_slice, bw_e=bw_e, is_weight=True, paral_size=weight_paral_size,
                     quant_gran=weight_quant_gran, inference=True)
     ws.slice_data_imp(engine, w)

@@ -100,8 +100,34 @@ def _pair(value, argname):
             raise TypeError("argument '%s': expected ints, got %r" % (argname, value))
         if v < 1:
             raise ValueError("argument '%s': values must be positive, got %r" % (argname, tuple(value)))
+        if v > _SIZE_MAX:
+            raise ValueError("argument '%s': values must be at most 2**63-1, got %r" % (argname, tuple(value)))
         out.append(int(v))
     return tuple(out)
+
+
+#: Largest block / granule size: sizes are int64 in the C core.
+_SIZE_MAX = 2 ** 63 - 1
+#: Largest crossbar height (input paral_size[1] == weight paral_size[0]).
+_CROSSBAR_ROWS_MAX = 2 ** 31 - 1
+
+
+def _check_sizes(paral, gran, paral_name, gran_name, crossbar_rows=None):
+    """ValueError naming the argument when a block or granule size (rounded up to whole blocks,
+    spec 2) leaves int64, or when the crossbar height ``paral[crossbar_rows]`` leaves int32."""
+    for v in paral:
+        if v > _SIZE_MAX:
+            raise ValueError("argument '%s': values must be at most 2**63-1, got %r" % (paral_name, tuple(paral)))
+    if crossbar_rows is not None and paral[crossbar_rows] > _CROSSBAR_ROWS_MAX:
+        raise ValueError("argument '%s': the crossbar height %s[%d] must be at most 2**31-1, got %d"
+                         % (paral_name, paral_name, crossbar_rows, paral[crossbar_rows]))
+    if gran is None or isinstance(gran, str):
+        return
+    for i in range(2):
+        rounded = -(-int(gran[i]) // int(paral[i])) * int(paral[i])
+        if rounded > _SIZE_MAX:
+            raise ValueError("argument '%s': %d rounded up to a multiple of %s[%d] = %d is %d, above 2**63-1"
+                             % (gran_name, gran[i], paral_name, i, paral[i], rounded))
 
 
 def _quant_gran(value):
@@ -249,6 +275,7 @@ class SlicedData:
         self.is_weight = bool(is_weight)
         self.paral_size = _pair(paral_size, "paral_size")
         self.quant_gran = self.paral_size if quant_gran is None else _quant_gran(quant_gran)
+        _check_sizes(self.paral_size, self.quant_gran, "paral_size", "quant_gran")
         if device is None:
             torch = _torch()
             device = torch.device("cpu") if torch is not None else "cpu"

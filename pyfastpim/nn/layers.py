@@ -226,6 +226,9 @@ class _MemLayer(nn.Module):
         _check_paral(self.input_paral_size, self.weight_paral_size)
         self.input_quant_gran = _quant_gran(input_quant_gran, "input_quant_gran")
         self.weight_quant_gran = _quant_gran(weight_quant_gran, "weight_quant_gran")
+        from ..sliced import _check_sizes
+        _check_sizes(self.input_paral_size, self.input_quant_gran, "input_paral_size", "input_quant_gran", 1)
+        _check_sizes(self.weight_paral_size, self.weight_quant_gran, "weight_paral_size", "weight_quant_gran", 0)
         if bw_e is not None and (not isinstance(bw_e, numbers.Integral) or bw_e < 1):
             raise ValueError("bw_e must be None (INT quantization) or a positive int (BFP), got %r" % (bw_e,))
         self.bw_e = bw_e

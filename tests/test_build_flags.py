@@ -1,0 +1,48 @@
+"""The sanitized build must let UBSan see signed overflow: Python's CFLAGS carry -fwrapv
+(signed overflow defined as wrapping), which setup.py drops when PYFASTPIM_SANITIZE=1."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import pyfastpim
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _compile_commands(tmp_path, sanitize):
+    env = dict(os.environ)
+    env.pop("PYFASTPIM_SANITIZE", None)
+    if sanitize:
+        env["PYFASTPIM_SANITIZE"] = "1"
+    r = subprocess.run([sys.executable, "setup.py", "-v", "build_ext", "--dry-run", "--force",
+                        "--build-temp", str(tmp_path / "t"), "--build-lib", str(tmp_path / "l")],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    cmds = [line for line in r.stdout.splitlines() + r.stderr.splitlines() if re.search(r" -c csrc/\w+\.c ", line)]
+    assert len(cmds) >= 10, "no compile commands in the dry run"
+    return cmds
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, "setup.py")), reason="needs the source tree")
+def test_sanitized_build_drops_fwrapv(tmp_path):
+    for cmd in _compile_commands(tmp_path, sanitize=True):
+        flags = cmd.split()
+        assert "-fwrapv" not in flags, cmd
+        assert "-fsanitize=address,undefined" in flags and flags[-1] != "-fwrapv"
+
+
+def test_loaded_sanitized_module_was_built_without_fwrapv():
+    """Under make sanitize, the module actually loaded records its compiler switches (DWARF
+    producer strings): -fsanitize present, -fwrapv absent."""
+    if os.environ.get("PYFASTPIM_SANITIZED") != "1":
+        pytest.skip("only under make sanitize")
+    with open(pyfastpim._core.__file__, "rb") as fh:
+        blob = fh.read()
+    producers = re.findall(rb"GNU C[^\x00]*", blob)
+    assert producers, "no DWARF producer strings (built without -g?)"
+    assert any(b"-fsanitize=" in p for p in producers)
+    for p in producers:
+        assert b" -fwrapv" not in p, p

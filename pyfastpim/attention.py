@@ -9,7 +9,14 @@ on an OpenCL device (``"opencl"``, ``"opencl:P:D"``), ``update_outgoing`` and
 ``apply`` (without ``engine``) run the kernels of ``kernels/attention.cl``,
 equal to the CPU within float32 rounding. See the C type's docstrings for the
 exact rules.
+
+Both types can be copied (``copy.deepcopy``) and pickled: the matrices, rates and
+strength travel; an OpenCL device is re-opened by its device string on load.
 """
+import copyreg
+
+import numpy as np
+
 from . import _core
 
 __all__ = ["AttentionContext"]
@@ -38,3 +45,45 @@ class AttentionContext(_core.AttentionContext):
             return super().apply(x, out=out, engine=engine, **slice_kwargs)
         from .devices import cl_attention_apply
         return cl_attention_apply(self._device, self, x, out)
+
+    def __reduce__(self):
+        dev = self.device
+        if self._device is not None:
+            info = self._device.info
+            dev = "opencl:%d:%d" % (info["platform"], info["device"])
+        return (_rebuild, (type(self), _ctx_state(self), dev))
+
+
+def _ctx_state(ctx):
+    def snap(a):
+        return None if a is None else np.array(a, dtype=np.float32, copy=True)
+    return {"update_rate": ctx.update_rate, "strength": ctx.strength, "embed_dim": ctx.embed_dim,
+            "incoming": snap(ctx.incoming), "outgoing": snap(ctx.outgoing)}
+
+
+def _restore(ctx, state):
+    for name in ("incoming", "outgoing"):
+        if state[name] is not None:
+            setattr(ctx, name, state[name])
+    return ctx
+
+
+def _rebuild(cls, state, device=None):
+    """Unpickling / deepcopy of an AttentionContext (either type)."""
+    kw = {"update_rate": state["update_rate"], "strength": state["strength"], "embed_dim": state["embed_dim"]}
+    if cls is _core.AttentionContext:
+        return _restore(cls(**kw), state)
+    try:
+        ctx = cls(device=device, **kw)
+    except (RuntimeError, ValueError):
+        if device in (None, "cpu") or device == "opencl":
+            raise
+        ctx = cls(device="opencl", **kw)  # the numbered device is gone: the default one
+    return _restore(ctx, state)
+
+
+def _reduce_core(ctx):
+    return (_rebuild, (_core.AttentionContext, _ctx_state(ctx)))
+
+
+copyreg.pickle(_core.AttentionContext, _reduce_core)

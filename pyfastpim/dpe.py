@@ -169,6 +169,29 @@ class DPETensor:
         self._read_sigma = np.array([self.read_variation[i] for i in range(self.g_level)], dtype=np.float32)
         self.reset(seed)
 
+    # -- copying and pickling ----------------------------------------------------
+    # An OpenCL handle cannot be pickled: the state names the device ("opencl:P:D") and
+    # unpickling re-opens it (the default OpenCL device if that one is gone). copy.deepcopy
+    # goes through the same path and shares the process's cached handle.
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        if self._cl is not None:
+            info = self._cl.info
+            state["_cl"] = "opencl:%d:%d" % (info["platform"], info["device"])
+        return state
+
+    def __setstate__(self, state):
+        spec = state.get("_cl")
+        self.__dict__.update(state)
+        if isinstance(spec, str):
+            from .devices import resolve_device
+            try:
+                self._cl = resolve_device(spec)
+            except (RuntimeError, ValueError):
+                if self.device == spec:  # the user named this device: it must exist
+                    raise
+                self._cl = resolve_device("opencl")
+
     # -- noise state ---------------------------------------------------------
     def reset(self, seed=None):
         """Rewind the call counter to 0 and set the seed (None: ``DEFAULT_SEED``)."""

@@ -51,7 +51,7 @@ class AttentionContext(_core.AttentionContext):
         if self._device is not None:
             info = self._device.info
             dev = "opencl:%d:%d" % (info["platform"], info["device"])
-        return (_rebuild, (type(self), _ctx_state(self), dev))
+        return (_rebuild, (type(self), _ctx_state(self), dev, self.device))
 
 
 def _ctx_state(ctx):
@@ -68,22 +68,24 @@ def _restore(ctx, state):
     return ctx
 
 
-def _rebuild(cls, state, device=None):
+def _rebuild(cls, state, device=None, device_name=None):
     """Unpickling / deepcopy of an AttentionContext (either type)."""
     kw = {"update_rate": state["update_rate"], "strength": state["strength"], "embed_dim": state["embed_dim"]}
-    if cls is _core.AttentionContext:
-        return _restore(cls(**kw), state)
+    if cls is None:  # the C type (its name clashes with this module's subclass: not picklable by name)
+        return _restore(_core.AttentionContext(**kw), state)
     try:
         ctx = cls(device=device, **kw)
     except (RuntimeError, ValueError):
-        if device in (None, "cpu") or device == "opencl":
+        if device in (None, "cpu", "opencl") or device_name == device:  # the device named is gone
             raise
         ctx = cls(device="opencl", **kw)  # the numbered device is gone: the default one
+    if device_name is not None:
+        ctx.device = device_name
     return _restore(ctx, state)
 
 
 def _reduce_core(ctx):
-    return (_rebuild, (_core.AttentionContext, _ctx_state(ctx)))
+    return (_rebuild, (None, _ctx_state(ctx)))
 
 
 copyreg.pickle(_core.AttentionContext, _reduce_core)

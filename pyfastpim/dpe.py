@@ -327,6 +327,18 @@ class DPETensor:
         xq, the dequantized input (for straight-through gradients), only when ``return_dequant``.
         Large batches are sliced and multiplied a chunk at a time (see ``_sliced_product``).
         """
+        shape = tuple(getattr(x, "shape", ()))
+        if len(shape) in (2, 3) and 0 in shape and hasattr(w_sliced, "shape") and w_sliced.shape is not None:
+            # an empty batch: empty results (as torch's layers give), on every device
+            if shape[-1] != w_sliced.shape[0]:
+                raise ValueError('The input data mismatches the shape of weight data!')
+            out = np.zeros(shape[:-1] + (w_sliced.shape[1],), np.float32)
+            dq = np.zeros(shape, np.float32) if return_dequant else None
+            self.calls += 1
+            if _is_torch(x):
+                torch = _torch()
+                return torch.from_numpy(out), (torch.from_numpy(dq) if dq is not None else None)
+            return out, dq
         return self._sliced_product(x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e,
                                     return_dequant)
 
@@ -370,6 +382,15 @@ class DPETensor:
         is_torch = _is_torch(x)
         if is_torch and x.requires_grad:
             x = x.detach()
+        if shape[0] == 0 and ho >= 1 and wo >= 1:
+            # an empty batch: empty results on every device (no kernel launch)
+            out = np.zeros((0, w_sliced.shape[1], ho, wo), np.float32)
+            dq = np.zeros((0, ho * wo, K), np.float32) if return_dequant else None
+            self.calls += 1
+            if is_torch:
+                torch = _torch()
+                return torch.from_numpy(out), (torch.from_numpy(dq) if dq is not None else None)
+            return out, dq
         args = (x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), granule, _widths(input_slice), bw_e is not None,
                 w_sliced._levels, w_sliced._conductance, w_sliced._gran_scale[0], w_sliced._granule, w_sliced._widths,
                 input_paral_size[1], self.rdac, self.g_level, radc, self.HGS, self.LGS,

@@ -11,6 +11,7 @@ same output for any thread count.
 """
 import math
 import numbers
+import weakref
 
 import numpy as np
 
@@ -85,6 +86,23 @@ def _resolve_granule(rows, cols, paral, quant_gran):
         q = _pair(quant_gran, "input_quant_gran", 1)
     q = (max(q[0], 1), max(q[1], 1))
     return (-(-q[0] // paral[0]) * paral[0], -(-q[1] // paral[1]) * paral[1])
+
+
+_registered = weakref.WeakKeyDictionary()  # SlicedData -> ids of the OpenCL handles told to forget it
+
+
+def _resident_key(handle, mat):
+    """weights_key of programmed weights on an OpenCL handle: (id, version). The first use on a
+    handle registers a finalizer releasing the device's copy when the SlicedData dies, so the
+    resident-weights cache holds only weights that are still alive (training re-programs every
+    step: each step's weights are released when the layer drops the previous SlicedData)."""
+    seen = _registered.get(mat)
+    if seen is None:
+        seen = _registered[mat] = set()
+    if id(handle) not in seen:
+        weakref.finalize(mat, handle.forget_weights, id(mat)).atexit = False
+        seen.add(id(handle))
+    return (id(mat), mat._version)
 
 
 class DPETensor:
@@ -279,7 +297,7 @@ class DPETensor:
         if self._cl is None:
             return _core.dpe_mvm(*args)
         from .devices import cl_dpe_mvm  # weights stay resident while (object, version) is unchanged
-        return cl_dpe_mvm(self._cl, *args, weights_key=(id(mat), mat._version))
+        return cl_dpe_mvm(self._cl, *args, weights_key=_resident_key(self._cl, mat))
 
     def _sliced_product(self, x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e, return_dequant):
         """Slice x and multiply, a chunk of batch items at a time when the slice codes of the whole
@@ -400,7 +418,7 @@ class DPETensor:
             out, dq = _core.dpe_conv2d(*args)
         else:
             from .devices import cl_dpe_conv2d  # weights stay resident while (object, version) is unchanged
-            out, dq = cl_dpe_conv2d(self._cl, *args, weights_key=(id(w_sliced), w_sliced._version))
+            out, dq = cl_dpe_conv2d(self._cl, *args, weights_key=_resident_key(self._cl, w_sliced))
         self.calls += 1
         if is_torch:
             return out.to_torch(), (dq.to_torch() if dq is not None else None)
@@ -417,7 +435,8 @@ class DPETensor:
         mat._levels = levels
         mat._conductance = conductance if (wv > 0 or rh > 0 or rl > 0) else None
         mat._program = key
-        mat._version += 1
+        from .sliced import _versions
+        mat._version = next(_versions)
 
 
 def dpe_matmul(x, w, engine, input_slice=(1, 1, 2, 2), weight_slice=(1, 1, 2, 2), input_paral_size=(1, 32),

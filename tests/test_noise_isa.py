@@ -88,10 +88,10 @@ def test_noisy_mvm_is_bit_identical_on_every_isa(sigma, vnoise, cond, P):
 
 def conv_args(sigma, vnoise, dequant=False):
     rng = np.random.default_rng(5)
-    img = rng.standard_normal((2, 3, 11, 9)).astype(np.float32)
-    K = 27
-    wl = rng.integers(0, 4, (3, K, 13)).astype(np.uint8)
-    wsc = rng.random((1, 1)).astype(np.float32)
+    img = rng.standard_normal((2, 8, 16, 15)).astype(np.float32)
+    K = 72
+    wl = rng.integers(0, 4, (3, K, 29)).astype(np.uint8)
+    wsc = rng.random((3, 2)).astype(np.float32)
     sig = np.full(16, sigma, np.float32) if sigma else None
     return (img, (3, 3), (1, 1), (1, 1), (1, 1), (1, 32), (1, 1, 2, 4), False, wl, None, wsc, (32, 16), (1, 1, 1),
             32, 16, 16, [4096] * 3, HGS, LGS, sig, vnoise, 3, 1, dequant)
@@ -108,10 +108,10 @@ def layer_outputs(device):
     torch.manual_seed(0)
     eng = pyfastpim.DPETensor(seed=11, read_variation=0.05, vnoise=0.05, write_variation=0.02, radc=2 ** 12,
                               device=device)
-    lin = LinearMem(eng, 45, 13, (1, 1, 2, 4), (1, 1, 2, 4))
-    conv = Conv2dMem(eng, 3, 5, 3, (1, 1, 2, 4), (1, 1, 2, 4), padding=1)
+    lin = LinearMem(eng, 200, 61, (1, 1, 2, 4), (1, 1, 2, 4))
+    conv = Conv2dMem(eng, 6, 21, 3, (1, 1, 2, 4), (1, 1, 2, 4), padding=1)
     g = torch.Generator().manual_seed(1)
-    x, xc = torch.randn(7, 45, generator=g), torch.randn(2, 3, 9, 9, generator=g)
+    x, xc = torch.randn(30, 200, generator=g), torch.randn(2, 6, 14, 14, generator=g)
     with torch.no_grad():
         return lin(x).numpy(), conv(xc).numpy()
 

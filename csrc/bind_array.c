@@ -543,16 +543,18 @@ PfArray *pf_array_from_object(PyObject *obj, pf_dtype dt, int writable, const ch
     if (!v)
         return NULL;
     int need_convert = dt != PF_DT_ANY && dt != v->dtype;
-    if (!need_convert && is_c_contiguous(v)) {
-        if ((PyObject *)v == obj || v->base || v->has_view || v->dl)
-            return v;
+    /* kernels read elements with aligned loads (and vector code assumes element
+     * alignment): data at an address that is not a multiple of the element
+     * size (e.g. a NumPy view at byte offset 1 into a bytes buffer) is copied */
+    int aligned = pf_array_size(v) == 0 || ((uintptr_t)v->data % pf_dtype_size(v->dtype)) == 0;
+    if (!need_convert && aligned && is_c_contiguous(v))
         return v;
-    }
     if (writable) {
         PyErr_Format(PyExc_ValueError,
-                     "argument '%s': a writable %s C-contiguous array is required (got %s%s); it cannot be written "
-                     "through a copy", argname, pf_dtype_name(dt == PF_DT_ANY ? v->dtype : dt),
-                     pf_dtype_name(v->dtype), is_c_contiguous(v) ? "" : ", non-contiguous");
+                     "argument '%s': a writable %s C-contiguous array%s is required (got %s%s%s); it cannot be "
+                     "written through a copy", argname, pf_dtype_name(dt == PF_DT_ANY ? v->dtype : dt),
+                     aligned ? "" : " aligned to its element size", pf_dtype_name(v->dtype),
+                     is_c_contiguous(v) ? "" : ", non-contiguous", aligned ? "" : ", misaligned");
         Py_DECREF(v);
         return NULL;
     }

@@ -22,7 +22,11 @@
 #include <math.h>
 #include <pythread.h>
 
-#define PF_CL_WCACHE 16 /* resident weight sets per device (least recently used evicted) */
+/* Resident weights: a per-device cache bounded by bytes (least recently used
+ * evicted past the budget; a set larger than the whole budget is used for its
+ * call only). Callers release entries when the weights they hold die
+ * (forget_weights, called by SlicedData finalizers in pyfastpim/dpe.py). */
+#define PF_CL_BUDGET_DEFAULT ((size_t)256 << 20) /* when the device reports no memory size */
 
 typedef struct {
     PyObject *key;        /* weights_key given by the caller */
@@ -36,8 +40,11 @@ typedef struct {
     pf_cl_device *dev;
     PyThread_type_lock lock;
     unsigned long owner; /* thread ident of the lock's holder, 0 when free (read and written with the GIL) */
-    wentry cache[PF_CL_WCACHE];
-    int ncache;
+    wentry *cache;        /* ncache entries, room for cap */
+    int ncache, cap;
+    size_t cache_bytes;   /* sum of the entries' bytes */
+    size_t budget;        /* bound on cache_bytes */
+    PyObject *pending;    /* list of keys to forget, queued while the device was busy */
     uint64_t clock;
 } PfCLDevice;
 
@@ -142,6 +149,7 @@ static void wentry_clear(wentry *e)
 
 static void cache_remove(PfCLDevice *self, int idx)
 {
+    self->cache_bytes -= pf_cl_weights_bytes(self->cache[idx].w);
     wentry_clear(&self->cache[idx]);
     self->cache[idx] = self->cache[self->ncache - 1];
     memset(&self->cache[self->ncache - 1], 0, sizeof(wentry));
@@ -152,6 +160,44 @@ static void cache_clear(PfCLDevice *self)
 {
     while (self->ncache > 0)
         cache_remove(self, self->ncache - 1);
+}
+
+/* Removes the entries whose key is `key` or a tuple whose first item is `key`
+ * (device lock held). Returns the number removed, or -1 with an exception. */
+static int cache_forget(PfCLDevice *self, PyObject *key)
+{
+    int removed = 0;
+    for (int i = self->ncache - 1; i >= 0; i--) {
+        PyObject *k = self->cache[i].key;
+        int eq = PyObject_RichCompareBool(k, key, Py_EQ);
+        if (eq == 0 && PyTuple_Check(k) && PyTuple_GET_SIZE(k) > 0)
+            eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(k, 0), key, Py_EQ);
+        if (eq < 0)
+            return -1;
+        if (eq) {
+            cache_remove(self, i);
+            removed++;
+        }
+    }
+    return removed;
+}
+
+/* Forgets the keys queued while the device was busy (device lock held). */
+static int cache_forget_pending(PfCLDevice *self)
+{
+    if (!self->pending || PyList_GET_SIZE(self->pending) == 0)
+        return 0;
+    PyObject *keys = self->pending;
+    self->pending = PyList_New(0);
+    if (!self->pending) {
+        self->pending = keys;
+        return -1;
+    }
+    int rc = 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(keys); i++)
+        rc = cache_forget(self, PyList_GET_ITEM(keys, i)) < 0 ? -1 : 0;
+    Py_DECREF(keys);
+    return rc;
 }
 
 static PyObject *PfCLDevice_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -177,12 +223,21 @@ static PyObject *PfCLDevice_new(PyTypeObject *type, PyObject *args, PyObject *kw
         Py_DECREF(self);
         return raise_cl(st, err, "opening the OpenCL device");
     }
+    /* default budget: a quarter of the device's global memory */
+    uint64_t mem = pf_cl_info(self->dev)->global_mem_bytes;
+    self->budget = mem ? (size_t)(mem / 4 < SIZE_MAX ? mem / 4 : SIZE_MAX) : PF_CL_BUDGET_DEFAULT;
+    if (!(self->pending = PyList_New(0))) {
+        Py_DECREF(self);
+        return NULL;
+    }
     return (PyObject *)self;
 }
 
 static void PfCLDevice_dealloc(PfCLDevice *self)
 {
     cache_clear(self);
+    PyMem_Free(self->cache);
+    Py_CLEAR(self->pending);
     if (self->dev)
         pf_cl_close(self->dev);
     if (self->lock)
@@ -259,7 +314,8 @@ static int PfCLDevice_set_mvm_kernel(PfCLDevice *self, PyObject *value, void *cl
                          value ? value : Py_None);
         return -1;
     }
-    lock_device(self);
+    if (lock_device(self) < 0)
+        return -1;
     pf_cl_set_mvm_mode(self->dev, mode);
     unlock_device(self);
     return 0;
@@ -277,7 +333,8 @@ static PyObject *PfCLDevice_mvm_uses_tiled(PfCLDevice *self, PyObject *arg)
     if (ensure_built(self) < 0)
         return NULL;
     int kt;
-    lock_device(self);
+    if (lock_device(self) < 0)
+        return NULL;
     const int tiled = pf_cl_mvm_uses_tiled(self->dev, (int64_t)n, &kt);
     unlock_device(self);
     return PyBool_FromLong(tiled && kt >= 1);
@@ -317,9 +374,77 @@ static PyObject *PfCLDevice_release(PfCLDevice *self, PyObject *noargs)
     if (lock_device(self) < 0)
         return NULL;
     cache_clear(self);
+    if (self->pending)
+        PyList_SetSlice(self->pending, 0, PyList_GET_SIZE(self->pending), NULL);
     pf_cl_release_scratch(self->dev);
     unlock_device(self);
     Py_RETURN_NONE;
+}
+
+/* forget_weights(key): release the resident weights of key (or of tuple keys
+ * starting with key) now, or at the next call when the device is busy (so it
+ * is safe from finalizers, which may run while this thread holds the lock). */
+static PyObject *PfCLDevice_forget_weights(PfCLDevice *self, PyObject *key)
+{
+    if (PyObject_Hash(key) == -1)
+        return NULL;
+    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+        if (!self->pending || PyList_Append(self->pending, key) < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    self->owner = PyThread_get_thread_ident();
+    int rc = cache_forget_pending(self);
+    if (rc == 0)
+        rc = cache_forget(self, key) < 0 ? -1 : 0;
+    unlock_device(self);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *PfCLDevice_get_resident_bytes(PfCLDevice *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromSize_t(self->cache_bytes);
+}
+
+static PyObject *PfCLDevice_get_budget(PfCLDevice *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromSize_t(self->budget);
+}
+
+static int PfCLDevice_set_budget(PfCLDevice *self, PyObject *value, void *closure)
+{
+    (void)closure;
+    if (!value) {
+        PyErr_SetString(PyExc_TypeError, "resident_budget cannot be deleted");
+        return -1;
+    }
+    if (!PyLong_Check(value) || PyBool_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "resident_budget: expected an int number of bytes, got %s",
+                     Py_TYPE(value)->tp_name);
+        return -1;
+    }
+    size_t v = PyLong_AsSize_t(value);
+    if (v == (size_t)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError, "resident_budget: expected a number of bytes >= 0");
+        return -1;
+    }
+    if (lock_device(self) < 0)
+        return -1;
+    self->budget = v;
+    while (self->ncache > 0 && self->cache_bytes > self->budget) { /* evict least recently used */
+        int lru = 0;
+        for (int i = 1; i < self->ncache; i++)
+            if (self->cache[i].last_use < self->cache[lru].last_use)
+                lru = i;
+        cache_remove(self, lru);
+    }
+    unlock_device(self);
+    return 0;
 }
 
 static PyObject *PfCLDevice_repr(PfCLDevice *self)
@@ -364,11 +489,15 @@ static PyObject *PfCLDevice_normals(PfCLDevice *self, PyObject *args)
 
 /* Finds or makes the resident weights for weights_key (device lock held).
  * Returns 0 with *w set (NULL: no key, transfer per call) or -1 with an
- * exception. */
+ * exception. *transient is set when *w is not cached (larger than the whole
+ * budget): the caller frees it after the call. */
 static int resident_weights(PfCLDevice *self, PyObject *key, const pf_dpe_args *a, PfArray *wl, PfArray *wc,
-                            PfArray *ws, pf_cl_weights **w)
+                            PfArray *ws, pf_cl_weights **w, int *transient)
 {
     *w = NULL;
+    *transient = 0;
+    if (cache_forget_pending(self) < 0)
+        return -1;
     if (key == Py_None)
         return 0;
     if (PyObject_Hash(key) == -1)
@@ -401,13 +530,6 @@ static int resident_weights(PfCLDevice *self, PyObject *key, const pf_dpe_args *
                 cache_remove(self, i);
         }
     }
-    if (self->ncache == PF_CL_WCACHE) {
-        int lru = 0;
-        for (int i = 1; i < self->ncache; i++)
-            if (self->cache[i].last_use < self->cache[lru].last_use)
-                lru = i;
-        cache_remove(self, lru);
-    }
     char err[PF_CL_ERRLEN] = "";
     pf_status st;
     pf_cl_weights *made = NULL;
@@ -418,6 +540,32 @@ static int resident_weights(PfCLDevice *self, PyObject *key, const pf_dpe_args *
         raise_cl(st, err, "making weights resident on the OpenCL device");
         return -1;
     }
+    size_t bytes = pf_cl_weights_bytes(made);
+    if (bytes > self->budget) { /* never kept: used for this call only */
+        *w = made;
+        *transient = 1;
+        return 0;
+    }
+    /* evict the least recently used entries until the new one fits the budget */
+    while (self->ncache > 0 && self->cache_bytes > self->budget - bytes) {
+        int lru = 0;
+        for (int i = 1; i < self->ncache; i++)
+            if (self->cache[i].last_use < self->cache[lru].last_use)
+                lru = i;
+        cache_remove(self, lru);
+    }
+    if (self->ncache == self->cap) {
+        int cap = self->cap ? 2 * self->cap : 8;
+        wentry *grown = self->cap < INT32_MAX / 2 ? PyMem_Realloc(self->cache, (size_t)cap * sizeof(wentry)) : NULL;
+        if (!grown) {
+            pf_cl_weights_free(made);
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->cache = grown;
+        self->cap = cap;
+    }
+    self->cache_bytes += bytes;
     wentry *e = &self->cache[self->ncache++];
     memset(e, 0, sizeof *e);
     e->w = made;
@@ -437,12 +585,13 @@ static int run_mvm(PfCLDevice *self, pf_dpe_args *a, pf_dpe_refs *refs, PyObject
     char err[PF_CL_ERRLEN] = "";
     pf_status st = PF_OK;
     pf_cl_weights *w = NULL;
+    int transient = 0;
     if (okey != Py_None && PyObject_Hash(okey) == -1)
         return -1; /* TypeError: unhashable weights_key (checked before the lock: hashing may run Python code) */
     if (lock_device(self) < 0)
         return -1;
     int empty = a->batch == 0 || a->rows == 0 || a->cols == 0 || a->inner == 0;
-    if (!empty && resident_weights(self, okey, a, refs->wl, refs->wc, refs->ws, &w) < 0) {
+    if (!empty && resident_weights(self, okey, a, refs->wl, refs->wc, refs->ws, &w, &transient) < 0) {
         unlock_device(self);
         return -1;
     }
@@ -456,6 +605,8 @@ static int run_mvm(PfCLDevice *self, pf_dpe_args *a, pf_dpe_refs *refs, PyObject
         again = pf_sigint_end(&guard, st == PF_EINTR);
     } while (again > 0);
     a->cancel = NULL;
+    if (transient)
+        pf_cl_weights_free(w);
     unlock_device(self);
     if (st == PF_EINTR)
         return pf_raise_status(st, what), -1; /* the exception the signal handler raised */
@@ -776,6 +927,9 @@ static PyMethodDef PfCLDevice_methods[] = {
      "(pf_dpe_mvm_tiled) under the current mvm_kernel mode."},
     {"release", (PyCFunction)PfCLDevice_release, METH_NOARGS,
      "release()\n--\n\nRelease resident weights and scratch buffers (the kernels stay built)."},
+    {"forget_weights", (PyCFunction)PfCLDevice_forget_weights, METH_O,
+     "forget_weights(key)\n--\n\nRelease the resident weights whose weights_key is key or a tuple starting with key "
+     "(now, or at the next call when the device is busy). pyfastpim calls it when a SlicedData dies."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -791,6 +945,10 @@ static PyGetSetDef PfCLDevice_getset[] = {
      "pf_dpe_mvm_tiled) or 'untiled' (pf_dpe_mvm); the results are bit-identical", NULL},
     {"scratch_bytes", (getter)PfCLDevice_get_scratch_bytes, NULL, "bytes of scratch buffers held", NULL},
     {"resident_weights", (getter)PfCLDevice_get_resident, NULL, "{weights_key: bytes} of resident weights", NULL},
+    {"resident_bytes", (getter)PfCLDevice_get_resident_bytes, NULL, "bytes of resident weights held", NULL},
+    {"resident_budget", (getter)PfCLDevice_get_budget, (setter)PfCLDevice_set_budget,
+     "bound on resident_bytes (default: a quarter of the device's global memory); least recently used weights "
+     "are evicted past it, and a weight set larger than the whole budget is transferred for its call only", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

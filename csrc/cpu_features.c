@@ -40,3 +40,19 @@ const char *pf_isa_name(pf_isa isa)
     default: return "generic";
     }
 }
+
+int pf_cpu_has_fma(void)
+{
+    static _Atomic int cached = -1;
+    int v = atomic_load(&cached);
+    if (v < 0) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx");
+#else
+        v = 0;
+#endif
+        atomic_store(&cached, v);
+    }
+    return v;
+}

@@ -16,5 +16,9 @@ pf_isa pf_detected_isa(void);
 /* Caps the ISA the kernels may use; returns the ISA now active. */
 pf_isa pf_set_isa_limit(pf_isa limit);
 const char *pf_isa_name(pf_isa isa);
+/* The CPU has FMA (and AVX): the portable kernels may call FMA-compiled code
+ * (SLEEF's scalar FMA builds, the fused portable micro-kernel) to compute the
+ * same bits as the SIMD kernels. Independent of the ISA limit. */
+int pf_cpu_has_fma(void);
 
 #endif

@@ -359,9 +359,14 @@ static pf_status pack_w(const pf_dpe_args *a, const pf_dpe_consts *s, float *Bp,
     return failed ? PF_ENOMEM : PF_OK;
 }
 
-/* ---- portable micro-kernel ---- */
+/* ---- portable micro-kernel ----
+ * The SIMD kernels accumulate with fused multiply-adds. Noise-free operands
+ * are small integers (every product and partial sum exact in float32), where
+ * a*b + c equals fma(a, b, c); with noise they are not, so the portable kernel
+ * then fuses too (tile_generic_fused: the FMA instruction where the CPU has
+ * it, else libm's correctly rounded fmaf) and gives the SIMD kernels' bits. */
 
-void pf_dpe_tile_generic(const pf_dpe_tile *t)
+static inline __attribute__((always_inline)) void tile_generic(const pf_dpe_tile *t, int fused)
 {
     float out[MR * NR] = {0};
     float tb[MR * NR];
@@ -377,8 +382,12 @@ void pf_dpe_tile_generic(const pf_dpe_tile *t)
                 for (int k = 0; k < n; k++)
                     for (int r = 0; r < MR; r++) {
                         float av = A[k * MR + r];
-                        for (int c = 0; c < NR; c++)
-                            acc[r * NR + c] += av * B[k * NR + c];
+                        if (fused)
+                            for (int c = 0; c < NR; c++)
+                                acc[r * NR + c] = fmaf(av, B[k * NR + c], acc[r * NR + c]);
+                        else
+                            for (int c = 0; c < NR; c++)
+                                acc[r * NR + c] += av * B[k * NR + c];
                     }
                 const float coef = t->coef[i * t->sw + j];
                 const float *tab = t->adc_table ? t->adc_table[j] : NULL;
@@ -405,6 +414,13 @@ void pf_dpe_tile_generic(const pf_dpe_tile *t)
         for (int c = 0; c < t->nr_valid; c++)
             t->out[r * t->ldr + c * t->ldc] = out[r * NR + c];
 }
+
+void pf_dpe_tile_generic(const pf_dpe_tile *t) { tile_generic(t, 0); }
+
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("fma"))) static void tile_generic_fma(const pf_dpe_tile *t) { tile_generic(t, 1); }
+#endif
+static void tile_generic_fmaf(const pf_dpe_tile *t) { tile_generic(t, 1); }
 
 /* ---- driver ---- */
 
@@ -471,6 +487,12 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
         tile_fn = pf_dpe_tile_avx512;
     else if (pf_active_isa() >= PF_ISA_AVX2)
         tile_fn = pf_dpe_tile_avx2;
+    else if (s.noise_x || s.noise_w) /* inexact operands: fuse as the SIMD kernels do */
+#if defined(__x86_64__) || defined(__i386__)
+        tile_fn = pf_cpu_has_fma() ? tile_generic_fma : tile_generic_fmaf;
+#else
+        tile_fn = tile_generic_fmaf;
+#endif
     int any_table = 0;
     for (int j = 0; j < a->sw; j++)
         any_table |= s.adc_table[j] != NULL;

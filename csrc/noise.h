@@ -1,6 +1,6 @@
 /* Bulk device noise on the CPU: the values of philox_noise.h for a run of
  * consecutive element indices, vectorized where the CPU allows (the scalar
- * and SIMD paths agree to within libm/SLEEF rounding, a few ulp). */
+ * and SIMD paths compute the same bits: the same SLEEF algorithms, see noise.c). */
 #ifndef PF_NOISE_H
 #define PF_NOISE_H
 

@@ -9,7 +9,14 @@ on an OpenCL device (``"opencl"``, ``"opencl:P:D"``), ``update_outgoing`` and
 ``apply`` (without ``engine``) run the kernels of ``kernels/attention.cl``,
 equal to the CPU within float32 rounding. See the C type's docstrings for the
 exact rules.
+
+Both types can be copied (``copy.deepcopy``) and pickled: the matrices, rates and
+strength travel; an OpenCL device is re-opened by its device string on load.
 """
+import copyreg
+
+import numpy as np
+
 from . import _core
 
 __all__ = ["AttentionContext"]
@@ -59,3 +66,47 @@ class AttentionContext(_core.AttentionContext):
     def gradients(self, x, grad_out, out=None):
         _check_out(out, "gradients")
         return super().gradients(x, grad_out, out=out)
+
+    def __reduce__(self):
+        dev = self.device
+        if self._device is not None:
+            info = self._device.info
+            dev = "opencl:%d:%d" % (info["platform"], info["device"])
+        return (_rebuild, (type(self), _ctx_state(self), dev, self.device))
+
+
+def _ctx_state(ctx):
+    def snap(a):
+        return None if a is None else np.array(a, dtype=np.float32, copy=True)
+    return {"update_rate": ctx.update_rate, "strength": ctx.strength, "embed_dim": ctx.embed_dim,
+            "incoming": snap(ctx.incoming), "outgoing": snap(ctx.outgoing)}
+
+
+def _restore(ctx, state):
+    for name in ("incoming", "outgoing"):
+        if state[name] is not None:
+            setattr(ctx, name, state[name])
+    return ctx
+
+
+def _rebuild(cls, state, device=None, device_name=None):
+    """Unpickling / deepcopy of an AttentionContext (either type)."""
+    kw = {"update_rate": state["update_rate"], "strength": state["strength"], "embed_dim": state["embed_dim"]}
+    if cls is None:  # the C type (its name clashes with this module's subclass: not picklable by name)
+        return _restore(_core.AttentionContext(**kw), state)
+    try:
+        ctx = cls(device=device, **kw)
+    except (RuntimeError, ValueError):
+        if device in (None, "cpu", "opencl") or device_name == device:  # the device named is gone
+            raise
+        ctx = cls(device="opencl", **kw)  # the numbered device is gone: the default one
+    if device_name is not None:
+        ctx.device = device_name
+    return _restore(ctx, state)
+
+
+def _reduce_core(ctx):
+    return (_rebuild, (None, _ctx_state(ctx)))
+
+
+copyreg.pickle(_core.AttentionContext, _reduce_core)

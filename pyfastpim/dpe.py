@@ -11,6 +11,7 @@ same output for any thread count.
 """
 import math
 import numbers
+import weakref
 
 import numpy as np
 
@@ -104,6 +105,23 @@ def _resolve_granule(rows, cols, paral, quant_gran):
     return (-(-q[0] // paral[0]) * paral[0], -(-q[1] // paral[1]) * paral[1])
 
 
+_registered = weakref.WeakKeyDictionary()  # SlicedData -> ids of the OpenCL handles told to forget it
+
+
+def _resident_key(handle, mat):
+    """weights_key of programmed weights on an OpenCL handle: (id, version). The first use on a
+    handle registers a finalizer releasing the device's copy when the SlicedData dies, so the
+    resident-weights cache holds only weights that are still alive (training re-programs every
+    step: each step's weights are released when the layer drops the previous SlicedData)."""
+    seen = _registered.get(mat)
+    if seen is None:
+        seen = _registered[mat] = set()
+    if id(handle) not in seen:
+        weakref.finalize(mat, handle.forget_weights, id(mat)).atexit = False
+        seen.add(id(handle))
+    return (id(mat), mat._version)
+
+
 class DPETensor:
     """Dot-product engine simulating bit-sliced matrix products on memristor crossbars.
 
@@ -187,6 +205,29 @@ class DPETensor:
         self.conductance_levels = np.array([self.LGS + i * self.Q_G for i in range(self.g_level)])
         self._read_sigma = np.array([self.read_variation[i] for i in range(self.g_level)], dtype=np.float32)
         self.reset(seed)
+
+    # -- copying and pickling ----------------------------------------------------
+    # An OpenCL handle cannot be pickled: the state names the device ("opencl:P:D") and
+    # unpickling re-opens it (the default OpenCL device if that one is gone). copy.deepcopy
+    # goes through the same path and shares the process's cached handle.
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        if self._cl is not None:
+            info = self._cl.info
+            state["_cl"] = "opencl:%d:%d" % (info["platform"], info["device"])
+        return state
+
+    def __setstate__(self, state):
+        spec = state.get("_cl")
+        self.__dict__.update(state)
+        if isinstance(spec, str):
+            from .devices import resolve_device
+            try:
+                self._cl = resolve_device(spec)
+            except (RuntimeError, ValueError):
+                if self.device == spec:  # the user named this device: it must exist
+                    raise
+                self._cl = resolve_device("opencl")
 
     # -- noise state ---------------------------------------------------------
     def reset(self, seed=None):
@@ -275,7 +316,7 @@ class DPETensor:
                     mat._levels, mat._conductance, mat._gran_scale[0], mat._granule, mat._widths,
                     x.paral_size[1], self.rdac, self.g_level, self._radc_lsb_first(len(mat)), self.HGS, self.LGS,
                     self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed, call, out, item0)
-            key = (id(mat), mat._version)
+            key = _resident_key(self._cl, mat) if self._cl is not None else None
         if self._cl is None:
             return _core.dpe_mvm(*args)
         from .devices import cl_dpe_mvm  # weights stay resident while (object, version) is unchanged
@@ -327,6 +368,18 @@ class DPETensor:
         xq, the dequantized input (for straight-through gradients), only when ``return_dequant``.
         Large batches are sliced and multiplied a chunk at a time (see ``_sliced_product``).
         """
+        shape = tuple(getattr(x, "shape", ()))
+        if len(shape) in (2, 3) and 0 in shape and hasattr(w_sliced, "shape") and w_sliced.shape is not None:
+            # an empty batch: empty results (as torch's layers give), on every device
+            if shape[-1] != w_sliced.shape[0]:
+                raise ValueError('The input data mismatches the shape of weight data!')
+            out = np.zeros(shape[:-1] + (w_sliced.shape[1],), np.float32)
+            dq = np.zeros(shape, np.float32) if return_dequant else None
+            self.calls += 1
+            if _is_torch(x):
+                torch = _torch()
+                return torch.from_numpy(out), (torch.from_numpy(dq) if dq is not None else None)
+            return out, dq
         return self._sliced_product(x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e,
                                     return_dequant)
 
@@ -370,6 +423,15 @@ class DPETensor:
         is_torch = _is_torch(x)
         if is_torch and x.requires_grad:
             x = x.detach()
+        if shape[0] == 0 and ho >= 1 and wo >= 1:
+            # an empty batch: empty results on every device (no kernel launch)
+            out = np.zeros((0, w_sliced.shape[1], ho, wo), np.float32)
+            dq = np.zeros((0, ho * wo, K), np.float32) if return_dequant else None
+            self.calls += 1
+            if is_torch:
+                torch = _torch()
+                return torch.from_numpy(out), (torch.from_numpy(dq) if dq is not None else None)
+            return out, dq
         from .sliced import _state_lock
         with _state_lock:  # one consistent programming of w_sliced (see _run)
             self._ensure_programmed(w_sliced)
@@ -378,7 +440,7 @@ class DPETensor:
                     w_sliced._widths, input_paral_size[1], self.rdac, self.g_level, radc, self.HGS, self.LGS,
                     self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed,
                     self.calls % 2 ** 32, bool(return_dequant))
-            key = (id(w_sliced), w_sliced._version)
+            key = _resident_key(self._cl, w_sliced) if self._cl is not None else None
         if self._cl is None:
             out, dq = _core.dpe_conv2d(*args)
         else:
@@ -401,7 +463,8 @@ class DPETensor:
             mat._levels = levels
             mat._conductance = conductance if (wv > 0 or rh > 0 or rl > 0) else None
             mat._program = key
-            mat._version += 1
+            from .sliced import _versions
+            mat._version = next(_versions)
 
 
 def dpe_matmul(x, w, engine, input_slice=(1, 1, 2, 2), weight_slice=(1, 1, 2, 2), input_paral_size=(1, 32),

@@ -11,7 +11,8 @@ in and out) and back-propagates the spec's gradients::
 they are float32 views of the C context's own buffers. Assigning a tensor to
 either copies it into the context (a snapshot: ``b.incoming = a.outgoing`` is
 not changed by ``a``'s later updates). ``incoming`` must not be reassigned
-between a forward and its backward (checked).
+between a forward and its backward (checked). ``copy.deepcopy``, ``pickle`` and
+``torch.save`` / ``torch.load`` work: the C context is rebuilt from the buffers.
 """
 import torch
 from torch import nn
@@ -143,6 +144,22 @@ class AttentionContext(nn.Module):
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
         self._sync()
+
+    # -- copying and pickling: the C context is rebuilt from the buffers --
+
+    def __getstate__(self):
+        self._sync()
+        state = self.__dict__.copy()
+        state["_ctx"] = {"update_rate": self._ctx.update_rate, "embed_dim": self._ctx.embed_dim}
+        state["_views"] = {"incoming": None, "outgoing": None}
+        state["_buffers"] = dict(self._buffers)
+        return state
+
+    def __setstate__(self, state):
+        spec = state["_ctx"]
+        super().__setstate__(state)
+        self._ctx = _core.AttentionContext(spec["update_rate"], 0.0, spec["embed_dim"])
+        self._sync()  # copies the restored buffers into the new context and views them
 
     def memory_usage_bytes(self):
         return self._ctx.memory_usage_bytes()

@@ -14,7 +14,12 @@ weight changed since it was programmed; the rule, checked cheaply on every forwa
 ``_version`` is bumped by every in-place update of the parameter itself (optimizer steps,
 ``load_state_dict``, DDP's initial broadcast, ``with torch.no_grad(): w.mul_(2)``);
 ``data_ptr`` changes when the parameter's storage is replaced (``module.to(...)``,
-``weight.data = t``). Not detected: in-place writes through ``weight.data`` (a tensor with
+``weight.data = t``). The rule does not rely on addresses being unique over time: the layer
+keeps a reference to the tensor it programmed (sharing the parameter's storage, so no extra
+memory while the parameter keeps it), so that storage cannot be freed and its address handed
+to a later ``weight.data = t`` (which does not bump ``_version``) while the programmed
+crossbars derive from it. A replaced storage stays alive until the next forward re-programs.
+Not detected: in-place writes through ``weight.data`` (a tensor with
 its own version counter, e.g. ``layer.weight.data.mul_(2)``); call :meth:`update_weight`
 after those, as MemIntelli requires after every change.
 
@@ -238,6 +243,7 @@ class _MemLayer(nn.Module):
         self.engine = engine
         self._weight_sliced = None
         self._programmed_key = None
+        self._programmed_ref = None  # the weight tensor programmed: its storage (address) stays alive
         if engine is not None:
             self.update_weight()
 
@@ -259,8 +265,17 @@ class _MemLayer(nn.Module):
                                                paral_size=self.weight_paral_size,
                                                quant_gran=self.weight_quant_gran)
         sliced.slice_data_imp(self.engine, self._weight_matrix())
+        self._set_programmed(sliced)
+
+    def _set_programmed(self, sliced):
         self._weight_sliced = sliced
+        if sliced is None:
+            self._programmed_key = self._programmed_ref = None
+            return
         self._programmed_key = self._weight_key()
+        # holding the programmed storage keeps its address from being reused by a new storage
+        # assigned through `weight.data = t` (which leaves _version unchanged)
+        self._programmed_ref = self.weight.detach()
 
     @property
     def weight_sliced(self):
@@ -274,8 +289,7 @@ class _MemLayer(nn.Module):
 
     @weight_sliced.setter
     def weight_sliced(self, value):
-        self._weight_sliced = value
-        self._programmed_key = self._weight_key() if value is not None else None
+        self._set_programmed(value)
 
     @property
     def input_slice(self):
@@ -295,6 +309,7 @@ class _MemLayer(nn.Module):
         state = self.__dict__.copy()
         state["_weight_sliced"] = None
         state["_programmed_key"] = None
+        state["_programmed_ref"] = None
         return state
 
     def __deepcopy__(self, memo):
@@ -371,6 +386,11 @@ class LinearMem(_MemLayer):
                                                  self.in_features))
         self._check_engine()
         shape = input.shape
+        if input.numel() == 0:
+            # an empty batch (0, in) or (B, 0, in): an empty output as nn.Linear gives (its graph
+            # yields zero gradients), nothing to program or multiply
+            return torch.nn.functional.linear(input, self.weight.to(input.dtype),
+                                               None if self.bias is None else self.bias.to(input.dtype))
         x = input
         if x.dim() == 1:
             x = x.unsqueeze(0)
@@ -449,6 +469,11 @@ class Conv2dMem(_MemLayer):
                              "dilation=%s (output would be %dx%d)" % (tuple(x.shape[2:]), self.kernel_size,
                                                                       self.padding, self.dilation, h_out, w_out))
         self._check_engine()
+        if x.shape[0] == 0:
+            # an empty batch: (0, C_out, H_out, W_out) on every device, as nn.Conv2d gives
+            return torch.nn.functional.conv2d(x, self.weight.to(x.dtype),
+                                              None if self.bias is None else self.bias.to(x.dtype),
+                                              self.stride, self.padding, self.dilation)
         x = x.to(torch.float32)
         if _needs_grad(input, self.weight, self.bias):
             out = _Conv2dMemFunction.apply(x, self.weight, self.bias, self)

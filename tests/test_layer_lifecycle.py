@@ -1,0 +1,236 @@
+"""Layers through their life cycle (issue 18 items 1, 7, 8): re-programming after `weight.data = t`,
+empty batches, copy.deepcopy / pickle / torch.save of models holding an AttentionContext or a layer
+on an OpenCL engine."""
+import copy
+import io
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+import pyfastpim
+from pyfastpim import _core
+from pyfastpim.nn import AttentionContext, Conv2dMem, LinearMem
+
+NOISE_OFF = dict(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
+NOISY = dict(write_variation=0.02, read_variation=0.05, vnoise=0.05, rate_stuck_HGS=0.001)
+S8 = (1, 1, 2, 4)
+HAVE_CL = _core.cl_devices()[0] > 0
+needs_cl = pytest.mark.skipif(not HAVE_CL, reason="no OpenCL platform (install pocl-opencl-icd)")
+DEVICES = ["cpu", pytest.param("opencl", marks=needs_cl)]
+
+
+def engine(device="cpu", **kw):
+    params = dict(NOISE_OFF, g_level=16, rdac=16, radc=2 ** 10, seed=3, device=device)
+    params.update(kw)
+    return pyfastpim.DPETensor(**params)
+
+
+def fresh_output(layer, x):
+    """What a layer freshly programmed with layer's current weights computes (same engine settings)."""
+    twin = copy.deepcopy(layer)
+    twin.update_weight()
+    with torch.no_grad():
+        return twin(x)
+
+
+# ----------------------------------------------------------------------------- 1. stale weights
+
+@pytest.mark.parametrize("n", [8, 16, 32, 64])
+def test_assigning_weight_data_twice_reprograms(n):
+    """`weight.data = t` leaves _version unchanged and the allocator may hand the programmed storage's
+    address to a later assignment: the layer must still see the new weights."""
+    torch.manual_seed(n)
+    layer = LinearMem(engine(), n, n, S8, S8, bias=False)
+    x = torch.randn(5, n)
+    for _ in range(6):
+        layer.weight.data = torch.randn(n, n)
+        with torch.no_grad():
+            layer(x)                               # programs these weights
+        layer.weight.data = torch.randn(n, n)      # two assignments without a forward in between
+        layer.weight.data = torch.randn(n, n)
+        with torch.no_grad():
+            y = layer(x)
+        assert torch.equal(y, fresh_output(layer, x))
+
+
+def test_assigning_conv_weight_data_reprograms():
+    torch.manual_seed(1)
+    conv = Conv2dMem(engine(), 2, 3, 3, S8, S8, bias=False)
+    x = torch.randn(2, 2, 6, 6)
+    for _ in range(4):
+        conv.weight.data = torch.randn(3, 2, 3, 3)
+        with torch.no_grad():
+            conv(x)
+        conv.weight.data = torch.randn(3, 2, 3, 3)
+        conv.weight.data = torch.randn(3, 2, 3, 3)
+        with torch.no_grad():
+            assert torch.equal(conv(x), fresh_output(conv, x))
+
+
+def test_programmed_reference_is_not_state():
+    layer = LinearMem(engine(), 8, 4, S8, S8)
+    layer(torch.randn(2, 8))
+    assert set(layer.state_dict()) == {"weight", "bias"}
+    state = layer.__getstate__()
+    assert state["_programmed_ref"] is None and state["_weight_sliced"] is None
+
+
+# ----------------------------------------------------------------------------- 7. empty batches
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", [(0, 12), (3, 0, 12), (0, 4, 12), (2, 3, 0, 12)])
+@pytest.mark.parametrize("grad", [False, True])
+def test_linear_empty_batches_like_nn_linear(device, shape, grad):
+    torch.manual_seed(0)
+    layer = LinearMem(engine(device), 12, 5, S8, S8)
+    ref = torch.nn.Linear(12, 5)
+    x = torch.randn(*shape, requires_grad=grad)
+    if grad:
+        y = layer(x)
+        y.sum().backward()
+        assert layer.weight.grad is not None and not layer.weight.grad.any()
+        assert x.grad.shape == x.shape
+    else:
+        with torch.no_grad():
+            y = layer(x)
+    assert y.shape == ref(x).shape == shape[:-1] + (5,)
+    assert y.dtype == x.dtype
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("grad", [False, True])
+def test_conv_empty_batch_like_nn_conv2d(device, grad):
+    torch.manual_seed(0)
+    conv = Conv2dMem(engine(device), 3, 4, 3, S8, S8, padding=1, stride=2)
+    ref = torch.nn.Conv2d(3, 4, 3, padding=1, stride=2)
+    x = torch.randn(0, 3, 9, 8, requires_grad=grad)
+    y = conv(x)
+    assert y.shape == ref(x).shape == (0, 4, 5, 4)
+    if grad:
+        y.sum().backward()
+        assert x.grad.shape == x.shape and not conv.weight.grad.any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_engine_entry_points_accept_empty_batches(device):
+    eng = engine(device)
+    conv = Conv2dMem(eng, 3, 4, 3, S8, S8)
+    for x in (np.zeros((0, 3, 8, 8), np.float32), torch.zeros(0, 3, 8, 8)):
+        out, dq = eng.forward_conv2d(x, conv.weight_sliced, 3, input_slice=S8, return_dequant=True)
+        assert tuple(out.shape) == (0, 4, 6, 6) and tuple(dq.shape) == (0, 36, 27)
+    for x in (np.zeros((0, 27), np.float32), torch.zeros(4, 0, 27)):
+        out, dq = eng.forward_linear(x, conv.weight_sliced, S8, return_dequant=True)
+        assert tuple(out.shape) == tuple(x.shape[:-1]) + (4,) and tuple(dq.shape) == tuple(x.shape)
+    with pytest.raises(ValueError, match="mismatches"):
+        eng.forward_linear(np.zeros((0, 26), np.float32), conv.weight_sliced, S8)
+
+
+# ----------------------------------------------------------------------------- 8. copy and save
+
+def torch_roundtrip(obj):
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=False)
+
+
+class Block(torch.nn.Module):
+    def __init__(self, eng):
+        super().__init__()
+        self.fc = LinearMem(eng, 8, 8, S8, S8)
+        self.ctx = AttentionContext(update_rate=0.25, strength=0.5)
+
+    def forward(self, x):
+        return self.ctx(self.fc(x))
+
+
+def trained_block(device="cpu"):
+    torch.manual_seed(2)
+    block = Block(engine(device))
+    x = torch.randn(6, 8)
+    block.ctx.update_outgoing(x, x)
+    block.ctx.incoming = block.ctx.outgoing.clone()
+    block.ctx.update_outgoing(x, 2 * x)
+    return block, x
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle", "torch.save"])
+def test_model_with_attention_context_copies_and_saves(how):
+    block, x = trained_block()
+    with torch.no_grad():
+        y = block(x)
+    other = {"deepcopy": copy.deepcopy, "pickle": lambda m: pickle.loads(pickle.dumps(m)),
+             "torch.save": torch_roundtrip}[how](block)
+    assert other.ctx is not block.ctx and other.ctx.context is not block.ctx.context
+    for name in ("incoming", "outgoing"):
+        assert torch.equal(getattr(other.ctx, name), getattr(block.ctx, name))
+    assert other.ctx.update_rate == block.ctx.update_rate and other.ctx.embed_dim == block.ctx.embed_dim
+    with torch.no_grad():
+        assert torch.equal(other(x), y)
+    # the copy is independent and its buffers still view its own C context
+    other.ctx.update_outgoing(x, x)
+    assert torch.equal(other.ctx.outgoing, torch.from_numpy(other.ctx.context.outgoing))
+    assert not torch.equal(other.ctx.outgoing, block.ctx.outgoing)
+    # gradients flow through the restored context
+    out = other(x.requires_grad_())
+    out.sum().backward()
+    assert other.ctx.strength.grad is not None and torch.isfinite(other.ctx.strength.grad)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("opencl", marks=needs_cl)])
+def test_plain_attention_context_copies_and_pickles(device):
+    ctx = pyfastpim.AttentionContext(update_rate=0.5, strength=0.25, embed_dim=6, device=device)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((5, 8)).astype(np.float32)
+    ctx.update_outgoing(x, x)
+    ctx.incoming = ctx.outgoing
+    core = _core.AttentionContext(0.5, 0.25, 6)
+    core.update_outgoing(x, x)
+    for c in (ctx, core):
+        for other in (copy.deepcopy(c), pickle.loads(pickle.dumps(c))):
+            assert type(other) is type(c)
+            assert (other.update_rate, other.strength, other.embed_dim) == (c.update_rate, c.strength, c.embed_dim)
+            for name in ("incoming", "outgoing"):
+                a, b = getattr(other, name), getattr(c, name)
+                assert (a is None) == (b is None) and (a is None or np.array_equal(a, b))
+            if type(c) is not _core.AttentionContext:
+                assert other.device == c.device
+                assert np.array_equal(other.apply(x[:, :6]), c.apply(x[:, :6]))
+
+
+@needs_cl
+@pytest.mark.parametrize("how", ["deepcopy", "pickle", "torch.save"])
+@pytest.mark.parametrize("noise", [False, True])
+def test_opencl_layers_copy_and_save(how, noise):
+    """The OpenCL handle is re-opened on load (same device), the programmed cells re-programmed."""
+    torch.manual_seed(4)
+    eng = engine("opencl", **(NOISY if noise else {}))
+    model = torch.nn.Sequential(Conv2dMem(eng, 2, 3, 3, S8, S8, padding=1), torch.nn.Flatten(),
+                                LinearMem(eng, 3 * 5 * 5, 4, S8, S8))
+    x = torch.randn(2, 2, 5, 5)
+    with torch.no_grad():
+        model(x)
+    copier = {"deepcopy": copy.deepcopy, "pickle": lambda m: pickle.loads(pickle.dumps(m)),
+              "torch.save": torch_roundtrip}[how]
+    other = copier(model)
+    e2 = other[0].engine
+    assert e2._cl is not None and e2._cl.info["name"] == eng._cl.info["name"]
+    assert other[2].engine is e2
+    if how == "deepcopy":
+        assert e2 is eng            # layers share their engine on deepcopy (as on the CPU)
+    else:
+        assert e2.calls == eng.calls and e2.seed == eng.seed
+    with torch.no_grad():
+        if how == "deepcopy":
+            eng.calls -= 2          # the shared engine: rewind so both see the same noise
+            y2 = other(x)
+            eng.calls -= 2
+            y1 = model(x)
+        else:
+            y1, y2 = model(x), other(x)
+    assert torch.equal(y1, y2)
+    # the engine alone pickles too
+    e3 = pickle.loads(pickle.dumps(eng))
+    assert e3._cl is eng._cl and e3.device == eng.device

@@ -10,6 +10,10 @@ int pf_bind_slicing_init(PyObject *module);
 int pf_bind_dpe_init(PyObject *module);
 int pf_bind_attention_init(PyObject *module);
 int pf_bind_opencl_init(PyObject *module);
+int pf_bind_process_init(PyObject *module); /* bind_process.c: CallCounter, fork handling */
+
+/* Nonzero in a process forked after the module was loaded (bind_process.c). */
+int pf_in_forked_child(void);
 
 /* Converts a pf_status into a Python exception (returns NULL for chaining). */
 PyObject *pf_raise_status(int status, const char *what);

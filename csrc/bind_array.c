@@ -362,8 +362,24 @@ static PfArray *view_from_dlpack(PyObject *obj, const char *argname)
         return NULL;
     }
     PyObject *cap = PyObject_CallMethod(obj, "__dlpack__", NULL);
-    if (!cap)
+    if (!cap) { /* e.g. torch: "Bool type is not supported by dlpack": say which argument */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
+        PyErr_Format(PyExc_TypeError, "argument '%s': its __dlpack__() failed: %S: %S", argname,
+                     et ? et : Py_None, ev ? ev : Py_None);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
         return NULL;
+    }
+    if (!PyCapsule_IsValid(cap, "dltensor")) { /* a consumed capsule is renamed "used_dltensor" */
+        PyErr_Format(PyExc_ValueError, "argument '%s': __dlpack__() returned %s, not an unconsumed DLPack capsule "
+                     "(each capsule can be consumed once)", argname,
+                     PyCapsule_CheckExact(cap) ? "an already consumed or foreign capsule" : Py_TYPE(cap)->tp_name);
+        Py_DECREF(cap);
+        return NULL;
+    }
     DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
     if (!m) {
         Py_DECREF(cap);

@@ -450,8 +450,8 @@ static PyObject *py_normals(PyObject *self, PyObject *args)
     Py_ssize_t count;
     if (!PyArg_ParseTuple(args, "KIIKn:normals", &seed, &stream, &call, &idx0, &count))
         return NULL;
-    if (count < 0) {
-        PyErr_SetString(PyExc_ValueError, "argument 'count': must be >= 0");
+    if (count < 0 || (size_t)count > PY_SSIZE_T_MAX / sizeof(float)) {
+        PyErr_SetString(PyExc_ValueError, "argument 'count': must be in 0..PY_SSIZE_T_MAX/4");
         return NULL;
     }
     PfArray *out = pf_array_new(PF_DT_F32, 1, &count);

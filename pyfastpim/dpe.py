@@ -301,7 +301,7 @@ class DPETensor:
             return xs
         per_item = int(np.prod(shape[1:], dtype=np.int64)) * len(_widths_of(input_slice)) if len(shape) == 3 else 0
         chunk = max(1, _CHUNK_CODE_BYTES // per_item) if per_item else 0
-        if len(shape) != 3 or chunk >= shape[0]:
+        if len(shape) != 3 or not per_item or chunk >= shape[0]:
             xs = sliced(x)
             out = self.MapReduceDot(xs, w_sliced)
             dq = None

@@ -62,7 +62,7 @@ tsan: deps
 	rm -rf $(TSAN_BUILD)
 	PYFASTPIM_TSAN=1 $(PYTHON) setup.py -q build --build-base $(TSAN_BUILD) --build-lib $(TSAN_BUILD)/lib
 	cd $(TSAN_BUILD)/lib && $(PYTEST_ENV) LD_PRELOAD="$(TSAN_LIB)" PYFASTPIM_SANITIZED=1 PYFASTPIM_STRESS_SECONDS=3 \
-	  TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp halt_on_error=0 exitcode=66 report_signal_unsafe=0" \
+	  TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp halt_on_error=0 exitcode=66 report_signal_unsafe=0 log_path=$(CURDIR)/$(TSAN_BUILD)/report" \
 	  $(PYTHON) -m pytest -q $(CURDIR)/tests/test_concurrency.py -p no:cacheprovider --rootdir=$(CURDIR)
 
 clean:

@@ -234,8 +234,10 @@ int pf_dpe_parse_mvm(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs
     double HGS, LGS, vnoise;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, key ? "OOOOOOOOOLiiOddOdLk|OLO:dpe_mvm" : "OOOOOOOOOLiiOddOdLk|OL:dpe_mvm",
                                      key ? kwlist : kwlist_cpu, &ox, &oxs, &oxg, &oxw, &owl, &owc, &ows, &owg, &oww, &n, &rdac, &g_level,
-                                     &oradc, &HGS, &LGS, &osig, &vnoise, &seed_ll, &call, &oout, &item0, &okey))
+                                     &oradc, &HGS, &LGS, &osig, &vnoise, &seed_ll, &call, &oout, &item0, &okey)) {
+        pf_name_parse_error(args, kwds, "OOOOOOOOOLiiOddOdLk|OLO", kwlist);
         return -1;
+    }
     if (key)
         *key = okey;
     if (item0 < 0) {
@@ -336,8 +338,10 @@ int pf_dpe_parse_conv2d(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_r
                                      key ? "OOOOOOOpOOOOOLiiOddOdLk|pO:dpe_conv2d" : "OOOOOOOpOOOOOLiiOddOdLk|p:dpe_conv2d",
                                      key ? kwlist : kwlist_cpu, &oimg, &oks, &ost, &opad, &odil, &oxg, &oxw, &bfp, &owl, &owc, &ows, &owg,
                                      &oww, &n, &rdac, &g_level, &oradc, &HGS, &LGS, &osig, &vnoise, &seed_ll, &call,
-                                     want_dq, &okey))
+                                     want_dq, &okey)) {
+        pf_name_parse_error(args, kwds, "OOOOOOOpOOOOOLiiOddOdLk|pO", kwlist);
         return -1;
+    }
     if (key)
         *key = okey;
     memset(a, 0, sizeof *a);

@@ -50,6 +50,50 @@ static PyObject *py_forked_child(PyObject *self, PyObject *noargs)
     return PyBool_FromLong(pf_in_forked_child());
 }
 
+/* ---- argument errors ----
+ * PyArg_ParseTupleAndKeywords reports a wrong scalar as "must be real number, not tuple",
+ * without saying which argument. After such a failure, this finds the first argument whose
+ * format unit rejects it and prefixes its name to the message. Format units handled: the
+ * single-letter scalar codes; 'O' never fails; '|' and ':' are skipped. */
+void pf_name_parse_error(PyObject *args, PyObject *kwds, const char *format, char **kwlist)
+{
+    if (!PyErr_Occurred() || !(PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_ValueError) ||
+                               PyErr_ExceptionMatches(PyExc_OverflowError)))
+        return;
+    Py_ssize_t npos = args ? PyTuple_GET_SIZE(args) : 0;
+    int k = 0;
+    for (const char *f = format; *f && *f != ':' && *f != ';' && kwlist[k]; f++) {
+        if (*f == '|' || *f == '$')
+            continue;
+        PyObject *obj = k < npos ? PyTuple_GET_ITEM(args, k) : (kwds ? PyDict_GetItemString(kwds, kwlist[k]) : NULL);
+        const char *name = kwlist[k++];
+        if (!obj || *f == 'O')
+            continue;
+        char unit[2] = {*f, 0};
+        union { long long ll; double d; unsigned long long ull; Py_ssize_t n; int i; } tmp;
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *one = PyTuple_Pack(1, obj);
+        int ok = one && PyArg_ParseTuple(one, unit, &tmp);
+        Py_XDECREF(one);
+        if (ok) {
+            PyErr_Restore(et, ev, tb);
+            continue;
+        }
+        PyObject *e2t, *e2v, *e2tb;
+        PyErr_Fetch(&e2t, &e2v, &e2tb);
+        PyErr_NormalizeException(&e2t, &e2v, &e2tb);
+        PyErr_Format(e2t ? e2t : et, "argument '%s': %S", name, e2v ? e2v : (ev ? ev : Py_None));
+        Py_XDECREF(e2t);
+        Py_XDECREF(e2v);
+        Py_XDECREF(e2tb);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        return;
+    }
+}
+
 /* ---- CallCounter ---- */
 
 typedef struct {

@@ -190,7 +190,8 @@ def g_object(r):
             return None
     if k == 9:
         import torch
-        t = torch.from_numpy(np.ascontiguousarray(g_array(r, allow_weird=False)))
+        a = g_array(r, allow_weird=False)
+        t = torch.from_numpy(np.ascontiguousarray(a.astype(a.dtype.newbyteorder("="))))
         return t.t() if t.dim() == 2 and r.integers(2) else t
     if k == 10:
         return memoryview(g_array(r, allow_weird=False).tobytes())

@@ -12,7 +12,7 @@ PYTEST_ENV := OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 # PYFASTPIM_BENCH_THREADS=n pins pyfastpim's and torch's counts to n for a comparison run.
 BENCH_ENV := env -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS -u OMP_WAIT_POLICY
 
-.PHONY: all deps build run test bench sanitize clean
+.PHONY: all deps build run test bench sanitize tsan fuzz clean
 
 all: build
 
@@ -47,6 +47,24 @@ sanitize: deps
 	  ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1:handle_segv=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  $(PYTHON) -m pytest -q -x $(CURDIR)/tests -p no:cacheprovider --rootdir=$(CURDIR)
+
+# Structured fuzzing of every public entry point: 10^5 cases, counts printed at the end
+# (tests/test_fuzz.py runs a short sample in `make test`).
+FUZZ_CASES ?= 100000
+fuzz: build
+	$(PYTEST_ENV) $(PYTHON) tests/fuzz.py --cases $(FUZZ_CASES)
+
+# ThreadSanitizer over the concurrency tests, in its own build tree. Python and NumPy are not
+# instrumented and GNU libgomp's barriers are invisible to TSan: tests/tsan.supp suppresses
+# reports inside those libraries only (see the file).
+TSAN_BUILD := build/tsan
+TSAN_LIB := $(shell gcc -print-file-name=libtsan.so 2>/dev/null)
+tsan: deps
+	rm -rf $(TSAN_BUILD)
+	PYFASTPIM_TSAN=1 $(PYTHON) setup.py -q build --build-base $(TSAN_BUILD) --build-lib $(TSAN_BUILD)/lib
+	cd $(TSAN_BUILD)/lib && $(PYTEST_ENV) LD_PRELOAD="$(TSAN_LIB)" PYFASTPIM_SANITIZED=1 PYFASTPIM_STRESS_SECONDS=3 \
+	  TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp halt_on_error=0 exitcode=66 report_signal_unsafe=0 log_path=$(CURDIR)/$(TSAN_BUILD)/report" \
+	  $(PYTHON) -m pytest -q $(CURDIR)/tests/test_concurrency.py -p no:cacheprovider --rootdir=$(CURDIR)
 
 clean:
 	rm -rf build pyfastpim/*.so *.egg-info .pytest_cache .benchmarks

@@ -8,6 +8,7 @@ build never uses -march=native and one binary runs on any x86-64.
 Environment:
   PYFASTPIM_SANITIZE=1  build with -fsanitize=address,undefined (make sanitize), without
                         Python's -fwrapv so that UBSan sees signed overflow
+  PYFASTPIM_TSAN=1      build with -fsanitize=thread (make tsan)
   PYFASTPIM_DEBUG=1     build with -O0 -g
 """
 import glob
@@ -68,6 +69,9 @@ def flags():
         cflags += ["-O0", "-g"]
     else:
         cflags += ["-O3", "-g1"]
+    if os.environ.get("PYFASTPIM_TSAN") == "1":  # make tsan
+        cflags += ["-fsanitize=thread", "-O1", "-fno-omit-frame-pointer"]
+        ldflags += ["-fsanitize=thread"]
     if os.environ.get("PYFASTPIM_SANITIZE") == "1":
         san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
         cflags += san + ["-O1", "-fno-wrapv"]  # see BuildExt.build_extensions

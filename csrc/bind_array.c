@@ -362,8 +362,24 @@ static PfArray *view_from_dlpack(PyObject *obj, const char *argname)
         return NULL;
     }
     PyObject *cap = PyObject_CallMethod(obj, "__dlpack__", NULL);
-    if (!cap)
+    if (!cap) { /* e.g. torch: "Bool type is not supported by dlpack": say which argument */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
+        PyErr_Format(PyExc_TypeError, "argument '%s': its __dlpack__() failed: %S: %S", argname,
+                     et ? et : Py_None, ev ? ev : Py_None);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
         return NULL;
+    }
+    if (!PyCapsule_IsValid(cap, "dltensor")) { /* a consumed capsule is renamed "used_dltensor" */
+        PyErr_Format(PyExc_ValueError, "argument '%s': __dlpack__() returned %s, not an unconsumed DLPack capsule "
+                     "(each capsule can be consumed once)", argname,
+                     PyCapsule_CheckExact(cap) ? "an already consumed or foreign capsule" : Py_TYPE(cap)->tp_name);
+        Py_DECREF(cap);
+        return NULL;
+    }
     DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
     if (!m) {
         Py_DECREF(cap);
@@ -537,11 +553,36 @@ static PfArray *view_any(PyObject *obj, int writable, const char *argname)
     return NULL;
 }
 
+/* The exporter's shape and strides must describe a byte range whose size and every offset fit in
+ * Py_ssize_t (an exporter can claim anything: a lying __array_interface__ with strides of 2**62
+ * would otherwise send the copy loops far outside the buffer). Returns 0 or -1 with ValueError. */
+static int check_extent(const PfArray *a, const char *argname)
+{
+    Py_ssize_t span = (Py_ssize_t)pf_dtype_size(a->dtype), n = 1;
+    for (int i = 0; i < a->ndim; i++) {
+        if (a->shape[i] == 0)
+            return 0; /* empty: nothing is read */
+        Py_ssize_t st = a->strides[i], term;
+        if (st == PY_SSIZE_T_MIN || __builtin_mul_overflow(st < 0 ? -st : st, a->shape[i] - 1, &term) ||
+            __builtin_add_overflow(span, term, &span) || __builtin_mul_overflow(n, a->shape[i], &n) ||
+            __builtin_mul_overflow(n, (Py_ssize_t)pf_dtype_size(a->dtype), &term)) {
+            PyErr_Format(PyExc_ValueError, "argument '%s': its shape and strides overflow the address space "
+                         "(dimension %d: size %zd, stride %zd)", argname, i, a->shape[i], a->strides[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 PfArray *pf_array_from_object(PyObject *obj, pf_dtype dt, int writable, const char *argname)
 {
     PfArray *v = view_any(obj, writable, argname);
     if (!v)
         return NULL;
+    if (check_extent(v, argname) < 0) {
+        Py_DECREF(v);
+        return NULL;
+    }
     int need_convert = dt != PF_DT_ANY && dt != v->dtype;
     /* kernels read elements with aligned loads (and vector code assumes element
      * alignment): data at an address that is not a multiple of the element

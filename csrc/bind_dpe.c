@@ -243,8 +243,10 @@ int pf_dpe_parse_mvm(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs
     double HGS, LGS, vnoise;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, key ? "OOOOOOOOOLiiOddOdLk|OLO:dpe_mvm" : "OOOOOOOOOLiiOddOdLk|OL:dpe_mvm",
                                      key ? kwlist : kwlist_cpu, &ox, &oxs, &oxg, &oxw, &owl, &owc, &ows, &owg, &oww, &n, &rdac, &g_level,
-                                     &oradc, &HGS, &LGS, &osig, &vnoise, &seed_ll, &call, &oout, &item0, &okey))
+                                     &oradc, &HGS, &LGS, &osig, &vnoise, &seed_ll, &call, &oout, &item0, &okey)) {
+        pf_name_parse_error(args, kwds, "OOOOOOOOOLiiOddOdLk|OLO", kwlist);
         return -1;
+    }
     if (key)
         *key = okey;
     if (item0 < 0) {
@@ -345,8 +347,10 @@ int pf_dpe_parse_conv2d(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_r
                                      key ? "OOOOOOOpOOOOOLiiOddOdLk|pO:dpe_conv2d" : "OOOOOOOpOOOOOLiiOddOdLk|p:dpe_conv2d",
                                      key ? kwlist : kwlist_cpu, &oimg, &oks, &ost, &opad, &odil, &oxg, &oxw, &bfp, &owl, &owc, &ows, &owg,
                                      &oww, &n, &rdac, &g_level, &oradc, &HGS, &LGS, &osig, &vnoise, &seed_ll, &call,
-                                     want_dq, &okey))
+                                     want_dq, &okey)) {
+        pf_name_parse_error(args, kwds, "OOOOOOOpOOOOOLiiOddOdLk|pO", kwlist);
         return -1;
+    }
     if (key)
         *key = okey;
     memset(a, 0, sizeof *a);
@@ -459,8 +463,8 @@ static PyObject *py_normals(PyObject *self, PyObject *args)
     Py_ssize_t count;
     if (!PyArg_ParseTuple(args, "KIIKn:normals", &seed, &stream, &call, &idx0, &count))
         return NULL;
-    if (count < 0) {
-        PyErr_SetString(PyExc_ValueError, "argument 'count': must be >= 0");
+    if (count < 0 || (size_t)count > PY_SSIZE_T_MAX / sizeof(float)) {
+        PyErr_SetString(PyExc_ValueError, "argument 'count': must be in 0..PY_SSIZE_T_MAX/4");
         return NULL;
     }
     PfArray *out = pf_array_new(PF_DT_F32, 1, &count);

@@ -21,6 +21,11 @@
 
 #include <math.h>
 #include <pythread.h>
+#include <unistd.h>
+
+/* Process that first initialised the OpenCL runtime here (listed devices or opened a
+ * context), 0 before; see "fork" below. */
+static pid_t g_cl_owner;
 
 /* Resident weights: a per-device cache bounded by bytes (least recently used
  * evicted past the budget; a set larger than the whole budget is used for its
@@ -121,6 +126,8 @@ static PyObject *py_cl_devices(PyObject *self, PyObject *noargs)
     Py_END_ALLOW_THREADS
     if (st != PF_OK)
         return raise_cl(st, err, "listing OpenCL devices");
+    if (!g_cl_owner && np > 0)
+        g_cl_owner = getpid(); /* the runtime is initialised now (PoCL: a forked child hangs after this) */
     PyObject *devs = PyList_New(count);
     for (int i = 0; devs && i < count; i++) {
         PyObject *d = info_dict(&list[i]);
@@ -136,11 +143,36 @@ static PyObject *py_cl_devices(PyObject *self, PyObject *noargs)
     return Py_BuildValue("(iN)", np, devs);
 }
 
+
+/* ---- fork ----
+ * OpenCL runtimes do not survive fork: a child forked after its parent
+ * initialised the runtime has the parent's context, queues and driver state
+ * but none of the runtime's threads (PoCL 3: the parent's context and any new
+ * one both hang at the first kernel, even when the parent only listed the
+ * devices). Listing devices in the child still works. So a forked child refuses every
+ * OpenCL operation with a RuntimeError naming the cause, and never releases
+ * the parent's objects (their memory is reclaimed with the process). */
+static int cl_forked(void) { return g_cl_owner != 0 && g_cl_owner != getpid(); }
+
+static int fork_check(const char *what)
+{
+    if (!cl_forked())
+        return 0;
+    PyErr_Format(PyExc_RuntimeError,
+                 "%s: this process (pid %ld) was forked from pid %ld after that process had initialised "
+                 "OpenCL; OpenCL runtimes do not survive fork (the parent's context, or a new one, would hang). "
+                 "Start workers with multiprocessing's 'spawn' or 'forkserver' method (torch: "
+                 "DataLoader(..., multiprocessing_context='spawn')), or use a CPU engine in forked workers",
+                 what, (long)getpid(), (long)g_cl_owner);
+    return -1;
+}
+
 /* ---- the handle type ---- */
 
 static void wentry_clear(wentry *e)
 {
-    pf_cl_weights_free(e->w);
+    if (!cl_forked()) /* a forked child must not call into the parent's runtime */
+        pf_cl_weights_free(e->w);
     e->w = NULL;
     Py_CLEAR(e->key);
     for (int i = 0; i < 3; i++)
@@ -206,6 +238,8 @@ static PyObject *PfCLDevice_new(PyTypeObject *type, PyObject *args, PyObject *kw
     int platform, device, zero_copy = 1;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "ii|p:OpenCLDevice", kwlist, &platform, &device, &zero_copy))
         return NULL;
+    if (fork_check("opening the OpenCL device") < 0)
+        return NULL;
     PfCLDevice *self = (PfCLDevice *)type->tp_alloc(type, 0);
     if (!self)
         return NULL;
@@ -230,6 +264,8 @@ static PyObject *PfCLDevice_new(PyTypeObject *type, PyObject *args, PyObject *kw
         Py_DECREF(self);
         return NULL;
     }
+    if (!g_cl_owner)
+        g_cl_owner = getpid();
     return (PyObject *)self;
 }
 
@@ -238,7 +274,7 @@ static void PfCLDevice_dealloc(PfCLDevice *self)
     cache_clear(self);
     PyMem_Free(self->cache);
     Py_CLEAR(self->pending);
-    if (self->dev)
+    if (self->dev && !cl_forked())
         pf_cl_close(self->dev);
     if (self->lock)
         PyThread_free_lock(self->lock);
@@ -247,6 +283,8 @@ static void PfCLDevice_dealloc(PfCLDevice *self)
 
 static int ensure_built(PfCLDevice *self)
 {
+    if (fork_check("building the OpenCL kernels") < 0)
+        return -1;
     char err[PF_CL_ERRLEN] = "";
     pf_status st;
     if (lock_device(self) < 0)
@@ -370,6 +408,8 @@ static PyObject *PfCLDevice_get_resident(PfCLDevice *self, void *closure)
 
 static PyObject *PfCLDevice_release(PfCLDevice *self, PyObject *noargs)
 {
+    if (fork_check("release()") < 0)
+        return NULL;
     (void)noargs;
     if (lock_device(self) < 0)
         return NULL;
@@ -456,13 +496,15 @@ static PyObject *PfCLDevice_repr(PfCLDevice *self)
 
 static PyObject *PfCLDevice_normals(PfCLDevice *self, PyObject *args)
 {
+    if (fork_check("normals()") < 0)
+        return NULL;
     unsigned long long seed, idx0;
     unsigned int stream, call;
     Py_ssize_t count;
     if (!PyArg_ParseTuple(args, "KIIKn:normals", &seed, &stream, &call, &idx0, &count))
         return NULL;
-    if (count < 0) {
-        PyErr_SetString(PyExc_ValueError, "argument 'count': must be >= 0");
+    if (count < 0 || (size_t)count > PY_SSIZE_T_MAX / sizeof(float)) {
+        PyErr_SetString(PyExc_ValueError, "argument 'count': must be in 0..PY_SSIZE_T_MAX/4");
         return NULL;
     }
     PfArray *out = pf_array_new(PF_DT_F32, 1, &count);
@@ -619,6 +661,8 @@ static int run_mvm(PfCLDevice *self, pf_dpe_args *a, pf_dpe_refs *refs, PyObject
 
 static PyObject *PfCLDevice_dpe_mvm(PfCLDevice *self, PyObject *args, PyObject *kwds)
 {
+    if (fork_check("dpe_mvm on OpenCL") < 0)
+        return NULL;
     pf_dpe_args a;
     pf_dpe_refs refs = {0};
     PyObject *okey = Py_None, *result = NULL;
@@ -633,6 +677,8 @@ static PyObject *PfCLDevice_dpe_mvm(PfCLDevice *self, PyObject *args, PyObject *
  * implicit im2col input, optional dequantized unfolded input. */
 static PyObject *PfCLDevice_dpe_conv2d(PfCLDevice *self, PyObject *args, PyObject *kwds)
 {
+    if (fork_check("dpe_conv2d on OpenCL") < 0)
+        return NULL;
     pf_dpe_args a;
     pf_dpe_refs refs = {0};
     pf_im2col c;
@@ -682,6 +728,8 @@ done:
 
 static PyObject *PfCLDevice_slice_quantize(PfCLDevice *self, PyObject *args, PyObject *kwds)
 {
+    if (fork_check("slice_quantize on OpenCL") < 0)
+        return NULL;
     pf_slice_call c;
     if (pf_slice_call_parse(args, kwds, &c) < 0)
         return NULL;
@@ -707,6 +755,8 @@ static PyObject *PfCLDevice_slice_quantize(PfCLDevice *self, PyObject *args, PyO
 
 static PyObject *PfCLDevice_program_conductance(PfCLDevice *self, PyObject *args, PyObject *kwds)
 {
+    if (fork_check("program_conductance on OpenCL") < 0)
+        return NULL;
     PfArray *levels, *g;
     pf_program_params p;
     if (pf_program_call_parse(args, kwds, &levels, &g, &p) < 0)
@@ -747,6 +797,8 @@ static int attn_rows(PfArray *a, const char *name, int64_t *t, int64_t *d)
 
 static PyObject *PfCLDevice_attn_update(PfCLDevice *self, PyObject *args, PyObject *kwds)
 {
+    if (fork_check("attention update on OpenCL") < 0)
+        return NULL;
     static char *kwlist[] = {"outgoing", "x", "y", "rate", NULL};
     PyObject *oo, *xo, *yo;
     double rate;
@@ -799,6 +851,8 @@ done:
 
 static PyObject *PfCLDevice_attn_apply(PfCLDevice *self, PyObject *args, PyObject *kwds)
 {
+    if (fork_check("attention apply on OpenCL") < 0)
+        return NULL;
     static char *kwlist[] = {"x", "incoming", "strength", "out", NULL};
     PyObject *xo, *wo, *outo = Py_None;
     double s;
@@ -863,6 +917,8 @@ done:
 
 static PyObject *PfCLDevice_attn_tanh(PfCLDevice *self, PyObject *arg)
 {
+    if (fork_check("attn_tanh on OpenCL") < 0)
+        return NULL;
     PfArray *x = pf_array_from_object(arg, PF_DT_F32, 0, "x");
     if (!x)
         return NULL;

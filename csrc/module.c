@@ -143,7 +143,8 @@ PyMODINIT_FUNC PyInit__core(void)
         return NULL;
     (void)pf_get_num_threads(); /* fixes the default from the environment at import */
     if (pf_array_module_init(m) < 0 || pf_bind_slicing_init(m) < 0 || pf_bind_dpe_init(m) < 0 ||
-        pf_bind_attention_init(m) < 0 || pf_bind_opencl_init(m) < 0) {
+        pf_bind_attention_init(m) < 0 || pf_bind_opencl_init(m) < 0 ||
+        pf_bind_process_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -8,10 +8,18 @@ levels and writes the final product, with device noise drawn inside the
 kernel from a counter-based generator (Philox4x32-10): key = ``engine.seed``,
 counter = (element, ``engine.calls``). The same seed and call number give the
 same output for any thread count.
+
+Call numbers are reserved atomically (:class:`pyfastpim._core.CallCounter`, one
+fetch-and-add) before any kernel releases the GIL: concurrent calls from several
+threads always draw distinct noise, and N concurrent calls give the same set of
+outputs as N serial calls. The counter is 64-bit; the noise counter takes the call
+number modulo 2**32 (spec section 7's Philox counter word), so every 2**32
+consecutive calls draw distinct noise and call ``c + 2**32`` repeats the noise of
+call ``c``: a RuntimeWarning says so when the counter crosses a multiple of 2**32.
 """
 import math
 import numbers
-import weakref
+import warnings
 
 import numpy as np
 
@@ -237,7 +245,28 @@ class DPETensor:
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2 ** 64:
             raise ValueError("argument 'seed': expected an int in [0, 2**64), got %r" % (seed,))
         self.seed = int(seed)
-        self.calls = 0
+        self._counter = _core.CallCounter(0)
+
+    @property
+    def calls(self):
+        """Number of calls made (the next call number); settable, an int in [0, 2**64)."""
+        return self._counter.value
+
+    @calls.setter
+    def calls(self, value):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError("argument 'calls': expected an int, got %r" % (value,))
+        self._counter.value = int(value)
+
+    def _reserve_call(self):
+        """Reserve this call's number (atomic: never shared by concurrent calls); the kernels' noise
+        counter word is its value modulo 2**32."""
+        c = self._counter.reserve()
+        if c and not c & 0xFFFFFFFF:
+            warnings.warn("DPETensor: the call counter reached %d, a multiple of 2**32: the noise counter wraps "
+                          "and this call repeats the noise of call %d (reset(seed=...) with a new seed to avoid it)"
+                          % (c, c - 2 ** 32), RuntimeWarning, stacklevel=3)
+        return c & 0xFFFFFFFF
 
     @property
     def program_seed(self):
@@ -275,8 +304,7 @@ class DPETensor:
         NumPy. ``out`` (optional) is a writable float32 array of shape (N, R, P) written in place.
         """
         self._check_pair(x, mat)
-        result = self._run(x, mat, out, self.calls % 2 ** 32, 0)
-        self.calls += 1
+        result = self._run(x, mat, out, self._reserve_call(), 0)
         if len(x.shape) == 2:
             result = np.asarray(result)[0]
             return _torch().from_numpy(result) if x._is_torch else result
@@ -336,7 +364,7 @@ class DPETensor:
             return xs
         per_item = int(np.prod(shape[1:], dtype=np.int64)) * len(_widths_of(input_slice)) if len(shape) == 3 else 0
         chunk = max(1, _CHUNK_CODE_BYTES // per_item) if per_item else 0
-        if len(shape) != 3 or chunk >= shape[0]:
+        if len(shape) != 3 or not per_item or chunk >= shape[0]:
             xs = sliced(x)
             out = self.MapReduceDot(xs, w_sliced)
             dq = None
@@ -346,14 +374,15 @@ class DPETensor:
             return out, dq
         out = np.empty((shape[0], shape[1], w_sliced.shape[1]), np.float32)
         dq = np.empty(shape, np.float32) if return_dequant else None
-        call = self.calls % 2 ** 32
+        call = None
         for s0 in range(0, shape[0], chunk):
             xs = sliced(x[s0:s0 + chunk])
             self._check_pair(xs, w_sliced)
+            if call is None:  # one number for the whole logical call, reserved before the first kernel
+                call = self._reserve_call()
             self._run(xs, w_sliced, out[s0:s0 + chunk], call, s0)
             if dq is not None:
                 dq[s0:s0 + chunk] = xs._dequant
-        self.calls += 1
         if _is_torch(x):
             torch = _torch()
             return torch.from_numpy(out), (torch.from_numpy(dq) if dq is not None else None)
@@ -375,7 +404,7 @@ class DPETensor:
                 raise ValueError('The input data mismatches the shape of weight data!')
             out = np.zeros(shape[:-1] + (w_sliced.shape[1],), np.float32)
             dq = np.zeros(shape, np.float32) if return_dequant else None
-            self.calls += 1
+            self._reserve_call()
             if _is_torch(x):
                 torch = _torch()
                 return torch.from_numpy(out), (torch.from_numpy(dq) if dq is not None else None)
@@ -427,7 +456,7 @@ class DPETensor:
             # an empty batch: empty results on every device (no kernel launch)
             out = np.zeros((0, w_sliced.shape[1], ho, wo), np.float32)
             dq = np.zeros((0, ho * wo, K), np.float32) if return_dequant else None
-            self.calls += 1
+            self._reserve_call()
             if is_torch:
                 torch = _torch()
                 return torch.from_numpy(out), (torch.from_numpy(dq) if dq is not None else None)
@@ -439,14 +468,13 @@ class DPETensor:
                     w_sliced._levels, w_sliced._conductance, w_sliced._gran_scale[0], w_sliced._granule,
                     w_sliced._widths, input_paral_size[1], self.rdac, self.g_level, radc, self.HGS, self.LGS,
                     self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed,
-                    self.calls % 2 ** 32, bool(return_dequant))
+                    self._reserve_call(), bool(return_dequant))
             key = _resident_key(self._cl, w_sliced) if self._cl is not None else None
         if self._cl is None:
             out, dq = _core.dpe_conv2d(*args)
         else:
             from .devices import cl_dpe_conv2d  # weights stay resident while (object, version) is unchanged
             out, dq = cl_dpe_conv2d(self._cl, *args, weights_key=key)
-        self.calls += 1
         if is_torch:
             return out.to_torch(), (dq.to_torch() if dq is not None else None)
         return np.asarray(out), (np.asarray(dq) if dq is not None else None)

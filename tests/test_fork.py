@@ -1,0 +1,166 @@
+"""fork and spawn (issues 13 and 18): children made after the parent ran parallel (OpenMP) kernels
+and OpenCL run the CPU kernels (forked children on one thread: GNU libgomp's pool does not survive
+fork) and never hang; a forked child refuses OpenCL with a RuntimeError naming the cause.
+
+Every child runs under a timeout: a hang fails the test instead of blocking the suite."""
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import pyfastpim
+from pyfastpim import DPETensor, dpe_matmul
+
+NPLAT = pyfastpim._core.cl_devices()[0]
+TIMEOUT = 300  # generous: a loaded machine under the sanitizers; a hang is forever
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(pyfastpim.__file__)))
+
+
+def _inputs():
+    rng = np.random.default_rng(5)
+    return (rng.standard_normal((2, 16, 64)).astype(np.float32),
+            rng.standard_normal((64, 24)).astype(np.float32))
+
+
+def _child_product(q):
+    try:
+        x, w = _inputs()
+        out = dpe_matmul(x, w, DPETensor(seed=3))
+        sl = pyfastpim.slice_quantize(x[0], (1, 1, 2, 4), (1, 32))
+        q.put(("ok", out, pyfastpim._core.forked_child(), pyfastpim.get_num_threads(), sl is not None))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        q.put(("error", repr(exc), None, None, None))
+
+
+def _run_child(method):
+    ctx = mp.get_context(method)
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_product, args=(q,))
+    p.start()
+    try:
+        res = q.get(timeout=TIMEOUT)
+    except Exception:  # queue.Empty: the child hangs
+        p.kill()
+        p.join()
+        pytest.fail("the %s child did not answer within %d s (hang)" % (method, TIMEOUT))
+    p.join(TIMEOUT)
+    assert p.exitcode == 0
+    assert res[0] == "ok", res[1]
+    return res
+
+
+def _parent_runs_parallel_kernels():
+    x, w = _inputs()
+    with pyfastpim.threads(2):
+        expected = dpe_matmul(x, w, DPETensor(seed=3))  # the OpenMP pool now has workers
+        pyfastpim.slice_quantize(x[0], (1, 1, 2, 4), (1, 32))
+    return expected
+
+
+def test_fork_child_after_parallel_kernels_runs_single_threaded():
+    expected = _parent_runs_parallel_kernels()
+    status, out, forked, nthreads, _ = _run_child("fork")
+    np.testing.assert_array_equal(out, expected)  # results never depend on the thread count
+    assert forked is True and nthreads == 1
+    assert pyfastpim._core.forked_child() is False  # the parent keeps its threads
+
+
+def test_spawn_child_after_parallel_kernels_keeps_its_threads():
+    expected = _parent_runs_parallel_kernels()
+    status, out, forked, nthreads, _ = _run_child("spawn")
+    np.testing.assert_array_equal(out, expected)
+    assert forked is False  # a fresh process: nothing inherited
+
+
+@pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform")
+def test_fork_child_refuses_the_parents_opencl_context_with_a_clear_error():
+    x, w = _inputs()
+    eng = DPETensor(device="opencl", seed=3)
+    dpe_matmul(x, w, eng)  # the parent has used this device
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+
+    def child(q):
+        msgs = []
+        for fn in (lambda: dpe_matmul(x, w, eng),                          # the parent's context
+                   lambda: pyfastpim._core.OpenCLDevice(0, 0)):            # a new one
+            try:
+                fn()
+                msgs.append("no error")
+            except RuntimeError as exc:
+                msgs.append(str(exc))
+        # the CPU still works in the same child
+        msgs.append(float(np.abs(dpe_matmul(x, w, DPETensor(seed=3))).sum()))
+        q.put(msgs)
+
+    p = ctx.Process(target=child, args=(q,))
+    p.start()
+    try:
+        msgs = q.get(timeout=TIMEOUT)
+    except Exception:
+        p.kill()
+        p.join()
+        pytest.fail("the forked child hung on OpenCL")
+    p.join(TIMEOUT)
+    assert p.exitcode == 0
+    for m in msgs[:2]:
+        assert "forked" in m and "OpenCL" in m and "spawn" in m, m
+    assert msgs[2] > 0
+
+
+def _run_script(body):
+    """Run a script in a fresh interpreter (its own fork tree), failing on a hang or error."""
+    script = "import sys; sys.path.insert(0, %r)\n" % ROOT + textwrap.dedent(body)
+    try:
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the DataLoader script hung (no answer in %d s)" % TIMEOUT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+DATALOADER = """
+import numpy as np, torch, pyfastpim
+from pyfastpim.nn import LinearMem
+torch.manual_seed(0)
+eng = pyfastpim.DPETensor(read_variation=0.0, vnoise=0.0, write_variation=0.0, rate_stuck_HGS=0.0,
+                          device=%(device)r)
+layer = LinearMem(eng, 32, 8, (1, 1, 2), (1, 1, 2), weight_paral_size=(32, 8), weight_quant_gran=(32, 8))
+xs = torch.randn(6, 4, 32)
+
+class Data(torch.utils.data.Dataset):
+    def __len__(self):
+        return len(xs)
+    def __getitem__(self, i):
+        with torch.no_grad():
+            return layer(xs[i])
+
+with torch.no_grad(), pyfastpim.threads(2):
+    serial = torch.stack([layer(x) for x in xs])  # the parent runs parallel kernels (and OpenCL) first
+loader = torch.utils.data.DataLoader(Data(), batch_size=2, num_workers=2, multiprocessing_context="fork",
+                                     timeout=%(timeout)d)
+try:
+    got = torch.cat(list(loader))
+except RuntimeError as exc:
+    print("ERROR", str(exc).replace("\\n", " "))
+else:
+    assert torch.equal(got, serial), (got - serial).abs().max()
+    print("EQUAL")
+"""
+
+
+def test_dataloader_fork_workers_run_cpu_layers():
+    pytest.importorskip("torch")
+    out = _run_script(DATALOADER % {"device": "cpu", "timeout": TIMEOUT - 60})
+    assert "EQUAL" in out, out
+
+
+@pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform")
+def test_dataloader_fork_workers_with_an_opencl_layer_raise_instead_of_hanging():
+    pytest.importorskip("torch")
+    out = _run_script(DATALOADER % {"device": "opencl", "timeout": TIMEOUT - 60})
+    assert "ERROR" in out and "forked" in out and "spawn" in out, out

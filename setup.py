@@ -182,4 +182,17 @@ ext = Extension(
     extra_link_args=ldflags,
 )
 
-setup(ext_modules=[ext], cmdclass={"build_ext": BuildExt})
+def license_metadata():
+    """MIT, as an SPDX expression (PEP 639) where setuptools knows the field (>= 77), else the
+    classic License field: pyproject.toml's `license = "MIT"` string is rejected by setuptools
+    < 77 (Debian 12 ships 66) and its `{text = ...}` table is deprecated by newer ones."""
+    import setuptools
+    try:
+        major = int(setuptools.__version__.split(".")[0])
+    except ValueError:
+        major = 0
+    return {"license_expression": "MIT"} if major >= 77 else {"license": "MIT"}
+
+
+if __name__ == "__main__":  # also how pip's build backend runs this file; tests import it for precheck()
+    setup(ext_modules=[ext], cmdclass={"build_ext": BuildExt}, **license_metadata())

@@ -3,9 +3,20 @@
 A drop-in engine for MemIntelli's layers: bit-sliced quantization, the fused
 DAC -> crossbar MVM -> ADC product with in-kernel device noise, and attention
 context kernels, written in C and shared with NumPy and torch without copies.
-The numbers contract is the project's spec (dpe-semantics.md); see README.md.
+The numbers contract is docs/semantics.md; see README.md.
 """
-from . import _core
+try:
+    from . import _core
+except ImportError as _exc:  # the source tree without a built extension shadows any installed copy
+    import os as _os
+    _here = _os.path.dirname(_os.path.abspath(__file__))
+    if _os.path.exists(_os.path.join(_os.path.dirname(_here), "setup.py")):
+        raise ImportError(
+            "pyfastpim's C extension (pyfastpim._core) is not built in the source tree %s (%s). Build it in place "
+            "(`python setup.py build_ext --inplace` or `make build`), or install the package (`pip install .`) and "
+            "run from outside the source tree: `python -m pytest` and `python -c` put the current directory "
+            "first on sys.path, so a checkout shadows the installed package." % (_here, _exc)) from _exc
+    raise
 from ._core import Array
 from . import memory
 

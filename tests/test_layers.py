@@ -4,8 +4,8 @@ import pickle
 
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
+torch = pytest.importorskip("torch", reason="the layers are torch modules")
+import torch.nn.functional as F  # noqa: E402
 
 import pyfastpim
 from pyfastpim.nn import Conv2dMem, LinearMem

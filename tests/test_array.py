@@ -126,7 +126,7 @@ def test_array_interface_and_plain_buffers():
 
 @pytest.mark.parametrize("bad, exc, word", [
     (np.zeros(3, dtype=np.complex64), TypeError, "obj"),
-    (np.zeros(3, dtype=np.float16), TypeError, "obj"),
+    (np.zeros(3, dtype=np.complex128), TypeError, "obj"),
     (object(), TypeError, "obj"),
     (np.zeros(3, dtype=">f4"), ValueError, "byte order"),
     (["not", "a", "buffer"], TypeError, "obj"),

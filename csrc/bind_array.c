@@ -327,9 +327,13 @@ static int parse_format(const char *fmt, Py_ssize_t itemsize, pf_dtype *out, con
             return 0;
         }
     }
+    if (strcmp(fmt, "bfloat16") == 0 && itemsize == 2) { /* MLX's buffer format: converted on import */
+        *out = PF_DT_BF16_IN;
+        return 0;
+    }
     PyErr_Format(PyExc_TypeError,
                  "argument '%s': unsupported element format '%s' (supported: float32, float64, uint8, "
-                 "int8, int16, uint16, int32, int64; float16 is converted to float32)", argname, fmt);
+                 "int8, int16, uint16, int32, int64; float16 and bfloat16 are converted to float32)", argname, fmt);
     return -1;
 }
 

@@ -1,5 +1,6 @@
 """Zero-copy array exchange and memory accounting (pyfastpim.asarray / Array / memory)."""
 import gc
+import os
 import subprocess
 import sys
 
@@ -192,8 +193,11 @@ def test_cuda_like_dlpack_device_is_rejected():
         pyfastpim.asarray(FakeCuda())
 
 
-def test_import_prints_no_warnings():
-    r = subprocess.run([sys.executable, "-W", "error", "-c", "import pyfastpim"], capture_output=True, text=True)
+def test_import_prints_no_warnings(tmp_path):
+    # `-c` puts the working directory first on sys.path: run where the imported package lives
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(pyfastpim.__file__)))
+    r = subprocess.run([sys.executable, "-W", "error", "-c", "import pyfastpim"], capture_output=True, text=True,
+                       cwd=pkg_root)
     assert r.returncode == 0, r.stderr
     assert r.stdout == "" and r.stderr == ""
 

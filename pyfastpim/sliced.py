@@ -303,7 +303,12 @@ class SlicedData:
     # ---- MemIntelli's attributes, produced on access ----
 
     def __repr__(self):
-        return "sliced data with slice_method:{}".format(self.slice_method)
+        from ._display import sliced_repr
+        return sliced_repr(self)
+
+    def _repr_html_(self):
+        from ._display import sliced_html
+        return sliced_html(self)
 
     def __len__(self):
         return len(self._widths)

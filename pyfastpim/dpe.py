@@ -3,7 +3,7 @@
 ``DPETensor`` keeps MemIntelli's parameters, defaults and validation errors;
 ``engine(x, w)`` / ``engine.MapReduceDot(x, w)`` multiply two
 :class:`pyfastpim.SlicedData` (input, programmed weights) through the simulated
-crossbar (spec section 7) in one C call that reads slice codes and conductance
+crossbar (docs/semantics.md section 7) in one C call that reads slice codes and conductance
 levels and writes the final product, with device noise drawn inside the
 kernel from a counter-based generator (Philox4x32-10): key = ``engine.seed``,
 counter = (element, ``engine.calls``). The same seed and call number give the
@@ -187,7 +187,7 @@ class DPETensor:
 
     @property
     def noise_free(self):
-        """True when every noise source is off: results are then exact (spec 'noise-free exactness')."""
+        """True when every noise source is off: results are then exact (docs/semantics.md section 7.1)."""
         return (self.write_variation == 0 and self.vnoise == 0 and self.rate_stuck_HGS == 0
                 and self.rate_stuck_LGS == 0 and not self._read_sigma.any())
 

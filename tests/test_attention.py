@@ -1,4 +1,4 @@
-"""Attention context (spec section 9): C kernels against the NumPy transcription in
+"""Attention context (docs/semantics.md section 9): C kernels against the NumPy transcription in
 tests/reference/attention_ref.py, bad input, zero allocations per call, determinism,
 the torch module and its gradients."""
 import numpy as np

@@ -1,4 +1,4 @@
-"""LinearMem / Conv2dMem: spec section 8 against the NumPy transcription, autograd, caching, errors."""
+"""LinearMem / Conv2dMem: docs/semantics.md section 8 against the NumPy transcription, autograd, caching, errors."""
 import copy
 import pickle
 

@@ -116,6 +116,7 @@ def _load_setup():
     path = os.path.join(ROOT, "setup.py")
     if not os.path.exists(path):
         pytest.skip("no setup.py here (installed package)")
+    pytest.importorskip("setuptools", reason="setup.py needs setuptools (a fresh 3.12+ venv has none)")
     spec = importlib.util.spec_from_file_location("pyfastpim_setup", path)
     mod = importlib.util.module_from_spec(spec)
     cwd = os.getcwd()

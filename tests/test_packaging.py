@@ -154,3 +154,15 @@ def test_license_metadata_matches_the_setuptools_in_use():
     else:
         assert meta == {"license": "MIT"}
     assert os.path.exists(os.path.join(ROOT, "LICENSE"))
+
+
+def test_demo_without_its_optional_dependencies_says_what_to_install(tmp_path):
+    code = ("import sys\n"
+            "sys.modules['torch'] = None\n"
+            "sys.modules['sklearn'] = None\n"
+            "from pyfastpim.__main__ import main\n"
+            "sys.exit(main(['demo', '--quick']))\n")
+    r = _run(code, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "needs torch, sklearn" in r.stderr and "pip install torch scikit-learn" in r.stderr
+    assert "python3-torch python3-sklearn" in r.stderr and "Traceback" not in r.stderr

@@ -3,7 +3,8 @@ PYTHON ?= /usr/bin/python3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEBS := build-essential python3-dev python3-numpy libopenblas-dev ocl-icd-opencl-dev opencl-c-headers \
         pocl-opencl-icd clinfo python3-pytest python3-pytest-benchmark python3-hypothesis python3-torch \
-        python3-sklearn python3-matplotlib python3-tqdm python3-psutil librandom123-dev libdlpack-dev libsleef-dev
+        python3-sklearn python3-matplotlib python3-tqdm python3-psutil librandom123-dev libdlpack-dev libsleef-dev \
+        pkg-config ocl-icd-libopencl1 python3-venv python3-pip python3-nbclient python3-nbconvert python3-ipykernel
 SAN_LIB := $(shell gcc -print-file-name=libasan.so 2>/dev/null) $(shell gcc -print-file-name=libubsan.so 2>/dev/null)
 SAN_BUILD := build/sanitize
 PYTEST_ENV := OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive
@@ -12,7 +13,14 @@ PYTEST_ENV := OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 # PYFASTPIM_BENCH_THREADS=n pins pyfastpim's and torch's counts to n for a comparison run.
 BENCH_ENV := env -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS -u OMP_WAIT_POLICY
 
-.PHONY: all deps build run test bench sanitize tsan fuzz clean
+# A second interpreter for `make test-venv` (pip install . into a fresh venv, numpy from PyPI,
+# no torch): the newest pyenv 3.13 or 3.12 found, else python3.13 / python3.12 on PATH.
+VENV_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3 $(HOME)/.pyenv/versions/3.12*/bin/python3) \
+                 $(shell command -v python3.13 python3.12 2>/dev/null))
+VENV := build/venv
+MLX_DIR := build/mlx-target
+
+.PHONY: all deps build run test test-venv test-mlx bench sanitize tsan fuzz clean
 
 all: build
 
@@ -32,6 +40,24 @@ run: build
 
 test: build
 	$(PYTEST_ENV) $(PYTHON) -m pytest -q tests
+
+# The pip/venv path of the README on another Python: `pip install .` (build isolation, setuptools
+# and numpy from PyPI), then the suite against the installed package, run from the checkout (whose
+# unbuilt pyfastpim/ the tests' conftest keeps off sys.path). torch is not installed: its tests skip.
+# MLX is installed when PyPI has a wheel for this platform ("mlx[cpu]"; its tests skip otherwise).
+test-venv: deps
+	@test -n "$(VENV_PYTHON)" || { echo "test-venv: no Python 3.12/3.13 found (set VENV_PYTHON=...)"; exit 1; }
+	rm -rf $(VENV)
+	$(VENV_PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q . pytest hypothesis
+	$(VENV)/bin/python -m pip install -q "mlx[cpu]" || echo "test-venv: mlx[cpu] not installable here; MLX tests skip"
+	$(PYTEST_ENV) $(VENV)/bin/python -m pytest -q tests
+
+# Real MLX arrays with the Debian interpreter (which has torch): MLX is installed with
+# `pip --target` into build/ (Debian's Python is externally managed; nothing system-wide changes).
+test-mlx: build
+	[ -d $(MLX_DIR)/mlx ] || $(PYTHON) -m pip install -q --target $(MLX_DIR) "mlx[cpu]"
+	PYTHONPATH=$(CURDIR)/$(MLX_DIR) $(PYTEST_ENV) $(PYTHON) -m pytest -q tests/test_mlx.py tests/test_dlpack.py
 
 bench: build
 	mkdir -p build

@@ -1,7 +1,12 @@
 """Build of the pyfastpim C extension (pyfastpim._core).
 
 All of csrc/*.c is compiled into one extension against the NumPy-free CPython
-API, OpenBLAS (cblas), the OpenCL ICD loader and OpenMP. SIMD kernels use
+API, OpenBLAS (cblas), SLEEF and OpenMP. The OpenCL ICD loader is not linked:
+it is opened at run time on first use (csrc/cl_loader.c), so only the OpenCL
+headers are needed to build. Include and library paths come from pkg-config
+(falling back to the compiler's search path), and a pre-check names every
+missing header or library with the Debian package that provides it before the
+compiler runs. SIMD kernels use
 function target attributes with runtime dispatch (csrc/cpu_features.c), so the
 build never uses -march=native and one binary runs on any x86-64.
 
@@ -13,6 +18,12 @@ Environment:
 """
 import glob
 import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -42,8 +53,102 @@ def embed_opencl_sources():
             fh.write(new)
 
 
+# What the build needs: (header, library to link or None, pkg-config module or None, Debian package).
+REQUIREMENTS = [
+    ("Python.h", None, None, "python3-dev (or your Python's development headers)"),
+    ("cblas.h", "openblas", "openblas", "libopenblas-dev"),
+    ("sleef.h", "sleef", "sleef", "libsleef-dev"),
+    ("Random123/philox.h", None, None, "librandom123-dev"),
+    ("dlpack/dlpack.h", None, None, "libdlpack-dev"),
+    ("CL/cl.h", None, "OpenCL-Headers", "opencl-c-headers"),
+    ("omp.h", None, None, "build-essential (gcc with libgomp)"),
+]
+
+
+def _pkg_config(module, *what):
+    exe = shutil.which("pkg-config") or shutil.which("pkgconf")
+    if not exe or not module:
+        return []
+    try:
+        r = subprocess.run([exe, *what, module], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return shlex.split(r.stdout) if r.returncode == 0 else []
+
+
+def _compiler():
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    return shlex.split(cc)
+
+
+def _multiarch():
+    try:
+        r = subprocess.run(_compiler() + ["-print-multiarch"], capture_output=True, text=True, timeout=30)
+        return r.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def build_paths():
+    """(include_dirs, library_dirs) for the libraries, from pkg-config where it knows them.
+
+    Without a pkg-config entry for OpenBLAS, cblas.h is looked for in the compiler's own
+    search path, then in the multiarch OpenBLAS variant directories Debian uses."""
+    inc, lib = [], []
+    for _, _, module, _ in REQUIREMENTS:
+        for flag in _pkg_config(module, "--cflags-only-I"):
+            if flag.startswith("-I") and flag[2:] not in inc:
+                inc.append(flag[2:])
+        for flag in _pkg_config(module, "--libs-only-L"):
+            if flag.startswith("-L") and flag[2:] not in lib:
+                lib.append(flag[2:])
+    if not _pkg_config("openblas", "--cflags-only-I"):
+        arch = _multiarch()
+        for d in sorted(glob.glob("/usr/include/%s/openblas*" % arch) if arch else []) + ["/usr/include/openblas"]:
+            if os.path.exists(os.path.join(d, "cblas.h")):
+                inc.append(d)
+                libdir = d.replace("/include/", "/lib/")
+                if os.path.isdir(libdir):
+                    lib.append(libdir)
+                break
+    return inc, lib
+
+
+def precheck(include_dirs, library_dirs):
+    """Compile one include per header and link each library; raise naming what is missing."""
+    cc = _compiler()
+    py_inc = sysconfig.get_paths()["include"]
+    missing = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for header, library, _, deb in REQUIREMENTS:
+            src = os.path.join(tmp, "t.c")
+            with open(src, "w") as fh:
+                fh.write("#include <%s>\n" % header)
+            cmd = cc + ["-fopenmp", "-E", src, "-o", os.devnull, "-I" + py_inc] + ["-I" + d for d in include_dirs]
+            try:
+                ok = subprocess.run(cmd, capture_output=True, timeout=60).returncode == 0
+            except OSError:
+                raise SystemExit("pyfastpim build: no C compiler (%s); Debian: apt install build-essential" % cc[0])
+            if not ok:
+                missing.append("header <%s> (Debian package: %s)" % (header, deb))
+                continue
+            if library:
+                with open(src, "w") as fh:
+                    fh.write("int main(void) { return 0; }\n")
+                cmd = cc + [src, "-o", os.path.join(tmp, "t"), "-Wl,--no-as-needed"] + \
+                    ["-L" + d for d in library_dirs] + ["-l" + library]
+                if subprocess.run(cmd, capture_output=True, timeout=60).returncode != 0:
+                    missing.append("library lib%s.so (Debian package: %s)" % (library, deb))
+    if missing:
+        raise SystemExit("pyfastpim cannot be built, missing:\n  " + "\n  ".join(missing) +
+                         "\nOn Debian/Ubuntu: apt install " +
+                         " ".join(sorted({m.split("package: ")[1].split()[0].rstrip(")") for m in missing})))
+
+
 class BuildExt(build_ext):
     def run(self):
+        if os.environ.get("PYFASTPIM_SKIP_PRECHECK") != "1":
+            precheck(INCLUDE_DIRS, LIBRARY_DIRS)
         embed_opencl_sources()
         super().run()
 
@@ -80,14 +185,29 @@ def flags():
 
 
 cflags, ldflags = flags()
+INCLUDE_DIRS, LIBRARY_DIRS = build_paths()
 ext = Extension(
     "pyfastpim._core",
     sources=sorted(glob.glob("csrc/*.c")),
     depends=sorted(glob.glob("csrc/*.h") + glob.glob("kernels/*.cl")),
-    include_dirs=["csrc", GENERATED, "/usr/include/x86_64-linux-gnu/openblas-pthread"],
-    libraries=["openblas", "OpenCL", "sleef", "m"],
+    include_dirs=["csrc", GENERATED] + INCLUDE_DIRS,
+    library_dirs=LIBRARY_DIRS,
+    libraries=["openblas", "sleef", "m", "dl"],
     extra_compile_args=cflags,
     extra_link_args=ldflags,
 )
 
-setup(ext_modules=[ext], cmdclass={"build_ext": BuildExt})
+def license_metadata():
+    """MIT, as an SPDX expression (PEP 639) where setuptools knows the field (>= 77), else the
+    classic License field: pyproject.toml's `license = "MIT"` string is rejected by setuptools
+    < 77 (Debian 12 ships 66) and its `{text = ...}` table is deprecated by newer ones."""
+    import setuptools
+    try:
+        major = int(setuptools.__version__.split(".")[0])
+    except ValueError:
+        major = 0
+    return {"license_expression": "MIT"} if major >= 77 else {"license": "MIT"}
+
+
+if __name__ == "__main__":  # also how pip's build backend runs this file; tests import it for precheck()
+    setup(ext_modules=[ext], cmdclass={"build_ext": BuildExt}, **license_metadata())

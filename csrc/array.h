@@ -10,7 +10,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <dlpack/dlpack.h>
+#include "dlpack_compat.h" /* <dlpack/dlpack.h> plus the DLPack 1.0 versioned tensor */
 
 #define PF_MAXDIM 8
 
@@ -24,6 +24,10 @@ typedef enum {
     PF_DT_I32,
     PF_DT_I64,
     PF_DT_COUNT,
+    /* import-only element types: asarray converts them once (counted) to float32,
+     * or to the requested float dtype; no Array ever holds them */
+    PF_DT_F16_IN = PF_DT_COUNT,
+    PF_DT_BF16_IN,
     PF_DT_ANY = -1
 } pf_dtype;
 
@@ -39,6 +43,7 @@ typedef struct {
     Py_buffer view;          /* held while viewing a buffer exporter */
     int has_view;
     DLManagedTensor *dl;     /* held while viewing an imported DLPack tensor */
+    DLManagedTensorVersioned *dlv; /* same, for a DLPack 1.0 (versioned) tensor */
     int owns_data;           /* data is a pf_alloc block */
     Py_ssize_t exports;      /* live buffer-protocol exports */
     PyObject *weakreflist;

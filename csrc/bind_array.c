@@ -4,6 +4,7 @@
 #include "memory.h"
 #include "pf_common.h"
 
+#include <math.h>
 #include <string.h>
 
 static const struct {
@@ -22,10 +23,40 @@ static const struct {
     [PF_DT_I64] = {"int64", 8, 'q', kDLInt},
 };
 
-size_t pf_dtype_size(pf_dtype dt) { return g_dtypes[dt].size; }
-const char *pf_dtype_name(pf_dtype dt) { return g_dtypes[dt].name; }
+size_t pf_dtype_size(pf_dtype dt)
+{
+    return dt == PF_DT_F16_IN || dt == PF_DT_BF16_IN ? 2 : g_dtypes[dt].size;
+}
+const char *pf_dtype_name(pf_dtype dt)
+{
+    return dt == PF_DT_F16_IN ? "float16" : dt == PF_DT_BF16_IN ? "bfloat16" : g_dtypes[dt].name;
+}
 
-static int dtype_is_float(pf_dtype dt) { return dt == PF_DT_F32 || dt == PF_DT_F64; }
+static int dtype_is_half(pf_dtype dt) { return dt == PF_DT_F16_IN || dt == PF_DT_BF16_IN; }
+static int dtype_is_float(pf_dtype dt) { return dt == PF_DT_F32 || dt == PF_DT_F64 || dtype_is_half(dt); }
+
+/* IEEE binary16 -> float (exact: every half is a float). */
+static float half_to_float(uint16_t h)
+{
+    unsigned exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    float f;
+    if (exp == 0)
+        f = ldexpf((float)man, -24); /* zero or subnormal */
+    else if (exp == 31)
+        f = man ? NAN : INFINITY;
+    else
+        f = ldexpf((float)(man | 0x400u), (int)exp - 25);
+    return (h & 0x8000u) ? -f : f;
+}
+
+/* bfloat16 is the upper half of a float32 (exact). */
+static float bf16_to_float(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 int pf_dtype_from_object(PyObject *obj, const char *argname, pf_dtype *out)
 {
@@ -123,6 +154,7 @@ static PfArray *alloc_struct(void)
     a->base = NULL;
     a->has_view = 0;
     a->dl = NULL;
+    a->dlv = NULL;
     a->owns_data = 0;
     a->exports = 0;
     a->weakreflist = NULL;
@@ -176,8 +208,16 @@ static void PfArray_dealloc(PfArray *a)
         pf_free(a->data);
     if (a->has_view)
         PyBuffer_Release(&a->view);
-    if (a->dl && a->dl->deleter)
-        a->dl->deleter(a->dl);
+    if ((a->dl && a->dl->deleter) || (a->dlv && a->dlv->deleter)) {
+        /* a producer's deleter may run Python code: keep a pending exception */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (a->dl && a->dl->deleter)
+            a->dl->deleter(a->dl);
+        if (a->dlv && a->dlv->deleter)
+            a->dlv->deleter(a->dlv);
+        PyErr_Restore(et, ev, tb);
+    }
     Py_XDECREF(a->base);
     PyObject_Free(a);
 }
@@ -189,6 +229,8 @@ static double load_f(const char *p, pf_dtype dt)
     switch (dt) {
     case PF_DT_F32: { float v; memcpy(&v, p, 4); return v; }
     case PF_DT_F64: { double v; memcpy(&v, p, 8); return v; }
+    case PF_DT_F16_IN: { uint16_t h; memcpy(&h, p, 2); return half_to_float(h); }
+    case PF_DT_BF16_IN: { uint16_t h; memcpy(&h, p, 2); return bf16_to_float(h); }
     default: return 0.0;
     }
 }
@@ -280,10 +322,18 @@ static int parse_format(const char *fmt, Py_ssize_t itemsize, pf_dtype *out, con
                 return 0;
             }
         }
+        if (c == 'e' && itemsize == 2) { /* float16: converted on import */
+            *out = PF_DT_F16_IN;
+            return 0;
+        }
+    }
+    if (strcmp(fmt, "bfloat16") == 0 && itemsize == 2) { /* MLX's buffer format: converted on import */
+        *out = PF_DT_BF16_IN;
+        return 0;
     }
     PyErr_Format(PyExc_TypeError,
                  "argument '%s': unsupported element format '%s' (supported: float32, float64, uint8, "
-                 "int8, int16, uint16, int32, int64)", argname, fmt);
+                 "int8, int16, uint16, int32, int64; float16 and bfloat16 are converted to float32)", argname, fmt);
     return -1;
 }
 
@@ -345,7 +395,36 @@ static void dl_capsule_destructor(PyObject *cap)
     }
 }
 
-static PfArray *view_from_dlpack(PyObject *obj, const char *argname)
+static void dlv_capsule_destructor(PyObject *cap)
+{
+    if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+        DLManagedTensorVersioned *m = PyCapsule_GetPointer(cap, "dltensor_versioned");
+        if (m && m->deleter)
+            m->deleter(m);
+    }
+}
+
+/* Calls obj.__dlpack__(max_version=(1, 0)); producers older than DLPack 1.0 do not take the
+ * keyword (TypeError): they are asked again without it and give an unversioned capsule. */
+static PyObject *call_dlpack(PyObject *obj)
+{
+    PyObject *meth = PyObject_GetAttrString(obj, "__dlpack__");
+    if (!meth)
+        return NULL;
+    PyObject *args = PyTuple_New(0);
+    PyObject *kw = Py_BuildValue("{s:(ii)}", "max_version", PF_DLPACK_MAJOR, PF_DLPACK_MINOR);
+    PyObject *cap = args && kw ? PyObject_Call(meth, args, kw) : NULL;
+    Py_XDECREF(kw);
+    if (!cap && args && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        cap = PyObject_Call(meth, args, NULL);
+    }
+    Py_XDECREF(args);
+    Py_DECREF(meth);
+    return cap;
+}
+
+static PfArray *view_from_dlpack(PyObject *obj, int writable, const char *argname)
 {
     PyObject *dev = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
     if (!dev)
@@ -361,7 +440,7 @@ static PfArray *view_from_dlpack(PyObject *obj, const char *argname)
                      "move the tensor to the CPU first", argname, dev_type);
         return NULL;
     }
-    PyObject *cap = PyObject_CallMethod(obj, "__dlpack__", NULL);
+    PyObject *cap = call_dlpack(obj);
     if (!cap) { /* e.g. torch: "Bool type is not supported by dlpack": say which argument */
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
@@ -373,31 +452,48 @@ static PfArray *view_from_dlpack(PyObject *obj, const char *argname)
         Py_XDECREF(tb);
         return NULL;
     }
-    if (!PyCapsule_IsValid(cap, "dltensor")) { /* a consumed capsule is renamed "used_dltensor" */
+    DLManagedTensor *m = NULL;
+    DLManagedTensorVersioned *mv = NULL;
+    if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+        mv = PyCapsule_GetPointer(cap, "dltensor_versioned");
+        if (mv && (PyCapsule_SetName(cap, "used_dltensor_versioned") < 0 || PyCapsule_SetDestructor(cap, NULL) < 0))
+            mv = NULL;
+    } else if (PyCapsule_IsValid(cap, "dltensor")) {
+        m = PyCapsule_GetPointer(cap, "dltensor");
+        if (m && (PyCapsule_SetName(cap, "used_dltensor") < 0 || PyCapsule_SetDestructor(cap, NULL) < 0))
+            m = NULL;
+    } else { /* a consumed capsule is renamed "used_dltensor[_versioned]" */
         PyErr_Format(PyExc_ValueError, "argument '%s': __dlpack__() returned %s, not an unconsumed DLPack capsule "
                      "(each capsule can be consumed once)", argname,
                      PyCapsule_CheckExact(cap) ? "an already consumed or foreign capsule" : Py_TYPE(cap)->tp_name);
-        Py_DECREF(cap);
-        return NULL;
-    }
-    DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
-    if (!m) {
-        Py_DECREF(cap);
-        return NULL;
-    }
-    /* consume the capsule: from now on we own m and call its deleter */
-    if (PyCapsule_SetName(cap, "used_dltensor") < 0 || PyCapsule_SetDestructor(cap, NULL) < 0) {
-        Py_DECREF(cap);
-        return NULL;
     }
     Py_DECREF(cap);
+    if (!m && !mv)
+        return NULL;
+    /* the capsule is consumed: from now on we own the tensor and call its deleter */
     PfArray *a = alloc_struct();
     if (!a) {
-        if (m->deleter) m->deleter(m);
+        if (mv && mv->deleter) mv->deleter(mv);
+        if (m && m->deleter) m->deleter(m);
         return NULL;
     }
     a->dl = m;
-    DLTensor *t = &m->dl_tensor;
+    a->dlv = mv;
+    if (mv && mv->version.major != PF_DLPACK_MAJOR) {
+        PyErr_Format(PyExc_BufferError, "argument '%s': DLPack version %u.%u is not supported (asked for at most %d.%d)",
+                     argname, (unsigned)mv->version.major, (unsigned)mv->version.minor, PF_DLPACK_MAJOR,
+                     PF_DLPACK_MINOR);
+        Py_DECREF(a);
+        return NULL;
+    }
+    DLTensor *t = mv ? &mv->dl_tensor : &m->dl_tensor;
+    a->readonly = mv && (mv->flags & DLPACK_FLAG_BITMASK_READ_ONLY) ? 1 : 0;
+    if (writable && a->readonly) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': a writable buffer is required but %s exported read-only "
+                     "memory (DLPack read-only flag)", argname, Py_TYPE(obj)->tp_name);
+        Py_DECREF(a);
+        return NULL;
+    }
     if (t->ndim > PF_MAXDIM || t->ndim < 0) {
         PyErr_Format(PyExc_ValueError, "argument '%s': at most %d dimensions are supported", argname, PF_MAXDIM);
         Py_DECREF(a);
@@ -411,17 +507,29 @@ static PfArray *view_from_dlpack(PyObject *obj, const char *argname)
             break;
         }
     }
+    if (!found && t->dtype.bits == 16 && t->dtype.lanes == 1 &&
+        (t->dtype.code == kDLFloat || t->dtype.code == kDLBfloat)) {
+        a->dtype = t->dtype.code == kDLFloat ? PF_DT_F16_IN : PF_DT_BF16_IN; /* converted on import */
+        found = 1;
+    }
     if (!found) {
         PyErr_Format(PyExc_TypeError, "argument '%s': unsupported DLPack dtype (code %d, %d bits, %d lanes); "
-                     "supported: float32, float64, uint8, int8, int16, uint16, int32, int64",
+                     "supported: float32, float64, uint8, int8, int16, uint16, int32, int64 (float16 and bfloat16 "
+                     "are converted to float32)",
                      argname, t->dtype.code, t->dtype.bits, t->dtype.lanes);
         Py_DECREF(a);
         return NULL;
     }
     a->ndim = t->ndim;
     a->data = (char *)t->data + t->byte_offset;
-    for (int i = 0; i < t->ndim; i++)
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] < 0) {
+            PyErr_Format(PyExc_ValueError, "argument '%s': negative dimension in the DLPack tensor", argname);
+            Py_DECREF(a);
+            return NULL;
+        }
         a->shape[i] = (Py_ssize_t)t->shape[i];
+    }
     if (t->strides) {
         for (int i = 0; i < t->ndim; i++)
             a->strides[i] = (Py_ssize_t)t->strides[i] * (Py_ssize_t)pf_dtype_size(a->dtype);
@@ -466,6 +574,8 @@ static PfArray *view_from_array_interface(PyObject *obj, PyObject *iface, int wr
         if (k == kind && (long)g_dtypes[i].size == isz)
             dt = (pf_dtype)i;
     }
+    if (kind == 'f' && isz == 2)
+        dt = PF_DT_F16_IN; /* converted on import */
     if (dt == PF_DT_ANY) {
         PyErr_Format(PyExc_TypeError, "argument '%s': unsupported typestr '%s'", argname, ts);
         return NULL;
@@ -546,7 +656,7 @@ static PfArray *view_any(PyObject *obj, int writable, const char *argname)
         return a;
     }
     if (PyObject_HasAttrString(obj, "__dlpack__") && PyObject_HasAttrString(obj, "__dlpack_device__"))
-        return view_from_dlpack(obj, argname);
+        return view_from_dlpack(obj, writable, argname);
     PyErr_Format(PyExc_TypeError,
                  "argument '%s': %s exposes no buffer, __array_interface__ or __dlpack__; pass a NumPy array, "
                  "a CPU torch tensor or a buffer", argname, Py_TYPE(obj)->tp_name);
@@ -579,6 +689,8 @@ PfArray *pf_array_from_object(PyObject *obj, pf_dtype dt, int writable, const ch
     PfArray *v = view_any(obj, writable, argname);
     if (!v)
         return NULL;
+    if (dtype_is_half(v->dtype) && dt == PF_DT_ANY)
+        dt = PF_DT_F32; /* float16 / bfloat16: one counted conversion to float32 */
     if (check_extent(v, argname) < 0) {
         Py_DECREF(v);
         return NULL;
@@ -676,34 +788,31 @@ typedef struct {
     int64_t strides[PF_MAXDIM];
 } pf_dl_export;
 
+typedef struct {
+    DLManagedTensorVersioned managed;
+    int64_t shape[PF_MAXDIM];
+    int64_t strides[PF_MAXDIM];
+} pf_dlv_export;
+
+/* Deleters may be called from any thread by the consumer. */
 static void dl_export_deleter(DLManagedTensor *m)
 {
-    /* may be called from any thread by the consumer */
     PyGILState_STATE st = PyGILState_Ensure();
     Py_XDECREF((PyObject *)m->manager_ctx);
     PyGILState_Release(st);
     PyMem_RawFree(m);
 }
 
-static PyObject *PfArray_dlpack(PfArray *a, PyObject *args, PyObject *kwds)
+static void dlv_export_deleter(DLManagedTensorVersioned *m)
 {
-    static char *kwlist[] = {"stream", NULL};
-    PyObject *stream = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:__dlpack__", kwlist, &stream))
-        return NULL;
-    if (stream != Py_None) {
-        PyErr_SetString(PyExc_ValueError, "argument 'stream': pyfastpim arrays live in host memory; stream must be None");
-        return NULL;
-    }
-    if (a->readonly) {
-        PyErr_SetString(PyExc_BufferError, "cannot export a read-only pyfastpim.Array through DLPack "
-                        "(DLPack cannot signal read-only memory)");
-        return NULL;
-    }
-    pf_dl_export *e = PyMem_RawCalloc(1, sizeof *e);
-    if (!e)
-        return PyErr_NoMemory();
-    DLTensor *t = &e->managed.dl_tensor;
+    PyGILState_STATE st = PyGILState_Ensure();
+    Py_XDECREF((PyObject *)m->manager_ctx);
+    PyGILState_Release(st);
+    PyMem_RawFree(m);
+}
+
+static void fill_dltensor(DLTensor *t, int64_t *shape, int64_t *strides, const PfArray *a)
+{
     t->data = a->data;
     t->device.device_type = kDLCPU;
     t->device.device_id = 0;
@@ -712,21 +821,110 @@ static PyObject *PfArray_dlpack(PfArray *a, PyObject *args, PyObject *kwds)
     t->dtype.bits = (uint8_t)(g_dtypes[a->dtype].size * 8);
     t->dtype.lanes = 1;
     for (int i = 0; i < a->ndim; i++) {
-        e->shape[i] = a->shape[i];
-        e->strides[i] = a->strides[i] / (Py_ssize_t)pf_dtype_size(a->dtype);
+        shape[i] = a->shape[i];
+        strides[i] = a->strides[i] / (Py_ssize_t)pf_dtype_size(a->dtype);
     }
-    t->shape = e->shape;
-    t->strides = e->strides;
+    t->shape = shape;
+    t->strides = strides;
     t->byte_offset = 0;
-    Py_INCREF(a);
-    e->managed.manager_ctx = a;
-    e->managed.deleter = dl_export_deleter;
-    PyObject *cap = PyCapsule_New(&e->managed, "dltensor", dl_capsule_destructor);
-    if (!cap) {
-        Py_DECREF(a);
-        PyMem_RawFree(e);
+}
+
+/* __dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None), DLPack 1.0:
+ * max_version >= (1, 0) gives a "dltensor_versioned" capsule (read-only arrays carry the
+ * read-only flag), else a "dltensor" capsule (read-only arrays are refused: that format
+ * cannot say so). dl_device must be None or the CPU (1, 0). copy=True exports a counted
+ * copy (flagged IS_COPIED); copy=False and None share the memory (never a copy). */
+static PyObject *PfArray_dlpack(PfArray *a, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
+    PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O$OOO:__dlpack__", kwlist, &stream, &max_version, &dl_device,
+                                     &copy_obj))
+        return NULL;
+    if (stream != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "argument 'stream': pyfastpim arrays live in host memory; stream must be None");
         return NULL;
     }
+    int versioned = 0;
+    if (max_version != Py_None) {
+        long major = -1, minor = -1;
+        if (!PyTuple_Check(max_version) || PyTuple_GET_SIZE(max_version) != 2 ||
+            !PyArg_ParseTuple(max_version, "ll", &major, &minor)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "argument 'max_version': expected None or a (major, minor) tuple of ints, "
+                         "got %R", max_version);
+            return NULL;
+        }
+        versioned = major >= PF_DLPACK_MAJOR;
+    }
+    if (dl_device != Py_None) {
+        long type = -1, id = -1;
+        if (!PyTuple_Check(dl_device) || PyTuple_GET_SIZE(dl_device) != 2 ||
+            !PyArg_ParseTuple(dl_device, "ll", &type, &id)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "argument 'dl_device': expected None or a (device_type, device_id) tuple, "
+                         "got %R", dl_device);
+            return NULL;
+        }
+        if (type != kDLCPU || id != 0) {
+            PyErr_Format(PyExc_BufferError, "argument 'dl_device': pyfastpim.Array lives in host memory (kDLCPU, 0) "
+                         "and cannot be exported to device (%ld, %ld)", type, id);
+            return NULL;
+        }
+    }
+    int copy = 0;
+    if (copy_obj != Py_None) {
+        copy = PyObject_IsTrue(copy_obj);
+        if (copy < 0)
+            return NULL;
+    }
+    if (a->readonly && !versioned && !copy) {
+        PyErr_SetString(PyExc_BufferError, "cannot export a read-only pyfastpim.Array through an unversioned DLPack "
+                        "capsule (it cannot signal read-only memory): pass max_version=(1, 0), or copy=True");
+        return NULL;
+    }
+    PfArray *src = a;
+    if (copy) {
+        src = pf_array_new(a->dtype, a->ndim, a->shape);
+        if (!src)
+            return NULL;
+        copy_strided(src->data, src->dtype, a);
+        pf_record_copy(PF_COPY_HOST, pf_array_nbytes(src));
+    } else {
+        Py_INCREF(src);
+    }
+    PyObject *cap;
+    if (versioned) {
+        pf_dlv_export *e = PyMem_RawCalloc(1, sizeof *e);
+        if (!e) {
+            Py_DECREF(src);
+            return PyErr_NoMemory();
+        }
+        fill_dltensor(&e->managed.dl_tensor, e->shape, e->strides, src);
+        e->managed.version.major = PF_DLPACK_MAJOR;
+        e->managed.version.minor = PF_DLPACK_MINOR;
+        e->managed.flags = (src->readonly ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) |
+                           (copy ? DLPACK_FLAG_BITMASK_IS_COPIED : 0);
+        e->managed.manager_ctx = src;
+        e->managed.deleter = dlv_export_deleter;
+        cap = PyCapsule_New(&e->managed, "dltensor_versioned", dlv_capsule_destructor);
+        if (!cap)
+            PyMem_RawFree(e);
+    } else {
+        pf_dl_export *e = PyMem_RawCalloc(1, sizeof *e);
+        if (!e) {
+            Py_DECREF(src);
+            return PyErr_NoMemory();
+        }
+        fill_dltensor(&e->managed.dl_tensor, e->shape, e->strides, src);
+        e->managed.manager_ctx = src;
+        e->managed.deleter = dl_export_deleter;
+        cap = PyCapsule_New(&e->managed, "dltensor", dl_capsule_destructor);
+        if (!cap)
+            PyMem_RawFree(e);
+    }
+    if (!cap)
+        Py_DECREF(src);
     return cap;
 }
 
@@ -814,7 +1012,9 @@ static PyObject *PfArray_to_torch(PfArray *a, PyObject *noargs)
 
 static PyMethodDef PfArray_methods[] = {
     {"__dlpack__", (PyCFunction)(void (*)(void))PfArray_dlpack, METH_VARARGS | METH_KEYWORDS,
-     "__dlpack__(stream=None)\n--\n\nExport as a DLPack capsule sharing this memory."},
+     "__dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None)\n--\n\n"
+     "Export as a DLPack capsule sharing this memory: versioned (DLPack 1.0, read-only flag) when\n"
+     "max_version >= (1, 0); dl_device must be None or (1, 0) (the CPU); copy=True exports a counted copy."},
     {"__dlpack_device__", (PyCFunction)PfArray_dlpack_device, METH_NOARGS,
      "Return (device_type, device_id) = (kDLCPU, 0)."},
     {"to_numpy", (PyCFunction)PfArray_to_numpy, METH_NOARGS,

@@ -123,7 +123,9 @@ int pf_dpe_parse_weights_and_device(pf_dpe_args *a, pf_dpe_refs *refs, PyObject 
         return -1;
     }
     if (!(vnoise >= 0) || !(vnoise <= PF_REL_SIGMA_MAX)) {
-        PyErr_Format(PyExc_ValueError, "argument 'vnoise': must be in [0, %g], got %g", PF_REL_SIGMA_MAX, vnoise);
+        char b1[40], b2[40];
+        PyErr_Format(PyExc_ValueError, "argument 'vnoise': must be in [0, %s], got %s",
+                     pf_fmt_double(b1, sizeof b1, PF_REL_SIGMA_MAX), pf_fmt_double(b2, sizeof b2, vnoise));
         return -1;
     }
     PyObject *rseq = PySequence_Fast(oradc, "argument 'radc': expected a sequence");
@@ -186,8 +188,10 @@ int pf_dpe_parse_weights_and_device(pf_dpe_args *a, pf_dpe_refs *refs, PyObject 
         const float *sv = (const float *)refs->sig->data;
         for (int l = 0; l < g_level; l++)
             if (!(sv[l] >= 0.0f) || !(sv[l] <= PF_READ_SIGMA_MAX)) {
-                PyErr_Format(PyExc_ValueError, "argument 'read_sigma': every sigma must be in [0, %g] (exp(sigma*z) "
-                             "overflows float32 from about 15), got %g at level %d", PF_READ_SIGMA_MAX, (double)sv[l], l);
+                char b1[40], b2[40];
+                PyErr_Format(PyExc_ValueError, "argument 'read_sigma': every sigma must be in [0, %s] (exp(sigma*z) "
+                             "overflows float32 from about 15), got %s at level %d",
+                             pf_fmt_double(b1, sizeof b1, PF_READ_SIGMA_MAX), pf_fmt_double(b2, sizeof b2, sv[l]), l);
                 return -1;
             }
         a->read_sigma = sv;

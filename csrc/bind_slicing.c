@@ -362,7 +362,9 @@ fail:
 static int parse_rate(double v, const char *argname)
 {
     if (!(v >= 0.0 && v <= 1.0)) {
-        PyErr_Format(PyExc_ValueError, "argument '%s': must be a probability in [0, 1], got %g", argname, v);
+        char b[40];
+        PyErr_Format(PyExc_ValueError, "argument '%s': must be a probability in [0, 1], got %s", argname,
+                     pf_fmt_double(b, sizeof b, v));
         return -1;
     }
     return 0;
@@ -382,12 +384,15 @@ int pf_program_call_parse(PyObject *args, PyObject *kwds, PfArray **levels_out, 
     if (parse_g_level(g_level_obj, NULL, &p.g_level) < 0)
         return -1;
     if (!(p.lgs < p.hgs) || !isfinite(p.hgs) || !isfinite(p.lgs)) {
-        PyErr_Format(PyExc_ValueError, "argument 'LGS': must be finite and below HGS (LGS=%g, HGS=%g)", p.lgs, p.hgs);
+        char b1[40], b2[40];
+        PyErr_Format(PyExc_ValueError, "argument 'LGS': must be finite and below HGS (LGS=%s, HGS=%s)",
+                     pf_fmt_double(b1, sizeof b1, p.lgs), pf_fmt_double(b2, sizeof b2, p.hgs));
         return -1;
     }
     if (!(p.write_variation >= 0.0) || !(p.write_variation <= PF_REL_SIGMA_MAX)) {
-        PyErr_Format(PyExc_ValueError, "argument 'write_variation': must be in [0, %g], got %g", PF_REL_SIGMA_MAX,
-                     p.write_variation);
+        char b[40], lim[40];
+        PyErr_Format(PyExc_ValueError, "argument 'write_variation': must be in [0, %s], got %s",
+                     pf_fmt_double(lim, sizeof lim, PF_REL_SIGMA_MAX), pf_fmt_double(b, sizeof b, p.write_variation));
         return -1;
     }
     if (parse_rate(p.rate_stuck_hgs, "rate_stuck_HGS") < 0 || parse_rate(p.rate_stuck_lgs, "rate_stuck_LGS") < 0)

@@ -2,6 +2,7 @@
  * dispatch controls. Kernel families register themselves (bindings.h). */
 #include "array.h"
 #include "bindings.h"
+#include "cl_loader.h"
 #include "cpu_features.h"
 #include "memory.h"
 #include "pf_common.h"
@@ -117,6 +118,19 @@ static PyObject *py_set_isa_limit(PyObject *self, PyObject *arg)
     return PyUnicode_FromString(pf_isa_name(pf_set_isa_limit(lim)));
 }
 
+static PyObject *py_cl_library_error(PyObject *self, PyObject *noargs)
+{
+    PF_UNUSED(self);
+    PF_UNUSED(noargs);
+    int st;
+    Py_BEGIN_ALLOW_THREADS
+    st = pf_cl_load();
+    Py_END_ALLOW_THREADS
+    if (st == 0)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(pf_cl_loader_error());
+}
+
 static PyMethodDef core_methods[] = {
     {"asarray", (PyCFunction)(void (*)(void))pf_py_asarray, METH_VARARGS | METH_KEYWORDS,
      "asarray(obj, dtype=None, writable=False)\n--\n\nView obj as a C-contiguous pyfastpim.Array."},
@@ -129,6 +143,8 @@ static PyMethodDef core_methods[] = {
      "OMP_NUM_THREADS when it is a positive integer, else the CPUs in the process's affinity mask."},
     {"cpu_isa", py_cpu_isa, METH_NOARGS, "(active ISA, detected ISA) of the CPU kernels."},
     {"set_isa_limit", py_set_isa_limit, METH_O, "Cap the SIMD level ('generic', 'avx2', 'avx512'); returns the active one."},
+    {"cl_library_error", py_cl_library_error, METH_NOARGS,
+     "cl_library_error()\n--\n\nNone when the OpenCL ICD loader is loaded (it is loaded here if needed), else why not."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -4,7 +4,7 @@
 #include "memory.h"
 #include "pf_cl_sources.h"
 
-#include <CL/cl.h>
+#include "cl_loader.h" /* <CL/cl.h>, with the library loaded at run time */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>

@@ -3,9 +3,37 @@
 A drop-in engine for MemIntelli's layers: bit-sliced quantization, the fused
 DAC -> crossbar MVM -> ADC product with in-kernel device noise, and attention
 context kernels, written in C and shared with NumPy and torch without copies.
-The numbers contract is the project's spec (dpe-semantics.md); see README.md.
+The numbers contract is docs/semantics.md; see README.md.
 """
-from . import _core
+def _core_import_error(exc):
+    """A clearer ImportError for the two usual ways `pyfastpim._core` fails to load."""
+    import glob
+    import os
+    import sysconfig
+    here = os.path.dirname(os.path.abspath(__file__))
+    built = glob.glob(os.path.join(here, "_core" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")))
+    if not built and os.path.exists(os.path.join(os.path.dirname(here), "setup.py")):
+        # the source tree without a built extension shadows any installed copy
+        return ImportError(
+            "pyfastpim's C extension (pyfastpim._core) is not built for this Python in the source tree %s. Build "
+            "it in place (`python setup.py build_ext --inplace` or `make build`), or install the package "
+            "(`pip install .`) and run from outside the source tree: `python -m pytest` and `python -c` put the "
+            "current directory first on sys.path, so a checkout shadows the installed package." % here)
+    # the runtime libraries the extension links (OpenCL is opened at run time and is optional)
+    debs = {"libopenblas": "libopenblas0", "libsleef": "libsleef3", "libgomp": "libgomp1"}
+    for lib, deb in debs.items():
+        if lib in str(exc):
+            return ImportError("%s (pyfastpim needs %s at run time; Debian: apt install %s)" % (exc, lib, deb))
+    return None
+
+
+try:
+    from . import _core
+except ImportError as _exc:
+    _clear = _core_import_error(_exc)
+    if _clear is None:
+        raise
+    raise _clear from None
 from ._core import Array
 from . import memory
 

@@ -15,8 +15,30 @@ def main(argv=None):
         import pyfastpim
         print("pyfastpim", pyfastpim.__version__, "isa", pyfastpim.cpu_isa(), "threads", pyfastpim.get_num_threads())
         return 0
+    missing = _missing_demo_modules(bool(args.plot))
+    if missing:
+        print("python3 -m pyfastpim demo needs %s (optional dependencies of pyfastpim): pip install %s; Debian: "
+              "apt install %s" % (", ".join(m for m, _, _ in missing), " ".join(p for _, p, _ in missing),
+                                 " ".join(d for _, _, d in missing)), file=sys.stderr)
+        return 2
     from . import demo as demo_mod
     return demo_mod.main(args)
+
+
+def _missing_demo_modules(plot):
+    import importlib.util
+    need = [("torch", "torch", "python3-torch"), ("sklearn", "scikit-learn", "python3-sklearn")]
+    if plot:
+        need.append(("matplotlib", "matplotlib", "python3-matplotlib"))
+    missing = []
+    for mod, pip_name, deb in need:
+        try:
+            found = importlib.util.find_spec(mod) is not None
+        except (ImportError, ValueError):  # a module blocked with sys.modules[name] = None
+            found = False
+        if not found:
+            missing.append((mod, pip_name, deb))
+    return missing
 
 
 if __name__ == "__main__":

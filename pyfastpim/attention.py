@@ -1,4 +1,4 @@
-"""Attention context (spec section 9): the similarity context that transformer
+"""Attention context (docs/semantics.md section 9): the similarity context that transformer
 and diffusion blocks share between layers.
 
 :class:`AttentionContext` extends the C type ``pyfastpim._core.AttentionContext``

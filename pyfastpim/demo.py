@@ -12,7 +12,6 @@ The last row fine-tunes the converted models on the noisy engine for a few epoch
 the crossbar layers and the weights are re-programmed automatically after every optimizer step.
 """
 import copy
-import sys
 import time
 
 import numpy as np
@@ -122,16 +121,18 @@ def sweeps(quick=False):
 
 
 def _progress(total, desc):
-    from tqdm import tqdm
-    return tqdm(total=total, desc=desc, leave=False, disable=not sys.stderr.isatty(), file=sys.stderr)
+    # tqdm when installed and stderr is a terminal (PYFASTPIM_PROGRESS=1/0 forces it on/off)
+    from ._progress import progress
+    return progress(total, desc)
 
 
-def plot(path, results):
-    """Accuracy vs ADC bits and vs read variation, for both models, into ``path`` (PNG)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+def plot_figure(results):
+    """Accuracy vs ADC bits and vs read variation, for both models, on a new
+    :class:`matplotlib.figure.Figure` (no pyplot, no backend change: a notebook displays it,
+    ``fig.savefig`` writes it)."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(10, 4), constrained_layout=True)
+    axes = fig.subplots(1, 2)
     for ax, kind, xlabel, title in ((axes[0], "adc", "ADC resolution (bits)", "Accuracy vs ADC bits (default noise)"),
                                     (axes[1], "read", "read variation (sigma)", "Accuracy vs read variation")):
         for name, marker in (("MLP", "o"), ("CNN", "s")):
@@ -151,8 +152,12 @@ def plot(path, results):
     nseeds = len(next(v for k, v in results.items() if k[0] != "float"))
     fig.suptitle("pyfastpim, digits: slices %s (inputs) / %s (weights); mean and min-max over %d engine seed%s"
                  % (INPUT_SLICE, WEIGHT_SLICE, nseeds, "s" if nseeds > 1 else ""), fontsize=11)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
+
+
+def plot(path, results):
+    """:func:`plot_figure` written to ``path`` (PNG)."""
+    plot_figure(results).savefig(path, dpi=100)
 
 
 def main(args=None):

@@ -102,6 +102,9 @@ def _parse(device):
 
 
 def _no_platform_error(what):
+    missing = _core.cl_library_error()  # the ICD loader is opened at run time, on first use
+    if missing is not None:
+        return RuntimeError("%s: OpenCL is not available: %s" % (what, missing))
     return RuntimeError("%s: no OpenCL platform found (the OpenCL ICD loader lists none; install an ICD such as "
                         "pocl-opencl-icd, registered under /etc/OpenCL/vendors)" % what)
 

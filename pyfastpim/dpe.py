@@ -3,7 +3,7 @@
 ``DPETensor`` keeps MemIntelli's parameters, defaults and validation errors;
 ``engine(x, w)`` / ``engine.MapReduceDot(x, w)`` multiply two
 :class:`pyfastpim.SlicedData` (input, programmed weights) through the simulated
-crossbar (spec section 7) in one C call that reads slice codes and conductance
+crossbar (docs/semantics.md section 7) in one C call that reads slice codes and conductance
 levels and writes the final product, with device noise drawn inside the
 kernel from a counter-based generator (Philox4x32-10): key = ``engine.seed``,
 counter = (element, ``engine.calls``). The same seed and call number give the
@@ -205,7 +205,8 @@ class DPETensor:
             sigma = _sigma(read_variation, "read_variation", READ_VARIATION_MAX)
             self.read_variation = {i: sigma for i in range(self.g_level)}
         else:
-            raise ValueError('read_variation must be a dict, float, or None')
+            raise ValueError("argument 'read_variation': expected a number (one sigma for every level; 0 for no read "
+                             "noise) or a dict {level: sigma} for levels 0..%d, got %r" % (self.g_level - 1, read_variation))
         from .devices import resolve_device
         self._cl = resolve_device(device)  # None: CPU; ValueError / RuntimeError naming the device
         self.device = "cpu" if self._cl is None else (device if isinstance(device, str) else "opencl")
@@ -275,7 +276,7 @@ class DPETensor:
 
     @property
     def noise_free(self):
-        """True when every noise source is off: results are then exact (spec 'noise-free exactness')."""
+        """True when every noise source is off: results are then exact (docs/semantics.md section 7.1)."""
         return (self.write_variation == 0 and self.vnoise == 0 and self.rate_stuck_HGS == 0
                 and self.rate_stuck_LGS == 0 and not self._read_sigma.any())
 
@@ -288,10 +289,12 @@ class DPETensor:
         return [self.radc] * n_slices
 
     def __repr__(self):
-        return ("DPETensor(HGS=%g, LGS=%g, g_level=%d, write_variation=%g, read_variation=%s, vnoise=%g, rdac=%d, "
-                "radc=%s, vread=%g, rate_stuck_HGS=%g, rate_stuck_LGS=%g, seed=%d, calls=%d)"
-                % (self.HGS, self.LGS, self.g_level, self.write_variation, self.read_variation, self.vnoise,
-                   self.rdac, self.radc, self.vread, self.rate_stuck_HGS, self.rate_stuck_LGS, self.seed, self.calls))
+        from ._display import engine_repr
+        return engine_repr(self)  # read_variation shown compactly (one sigma, or its range over the levels)
+
+    def _repr_html_(self):
+        from ._display import engine_html
+        return engine_html(self)
 
     # -- products --------------------------------------------------------------
     def __call__(self, x, mat):
@@ -322,7 +325,9 @@ class DPETensor:
         if not mat.is_weight:
             raise ValueError("argument 'mat': expected weights (SlicedData(..., is_weight=True))")
         if x.shape[-1] != mat.shape[-2]:
-            raise ValueError('The input data mismatches the shape of weight data!')
+            raise ValueError("The input data mismatches the shape of weight data: input %s has %d columns, weights "
+                             "%s have %d rows (x @ w needs them equal)"
+                             % (tuple(x.shape), x.shape[-1], tuple(mat.shape), mat.shape[-2]))
         if x.paral_size[1] != mat.paral_size[0]:
             raise ValueError("paral_size mismatch: the input's block columns (%d) must equal the weights' block rows "
                              "(%d), the crossbar height" % (x.paral_size[1], mat.paral_size[0]))

@@ -1,4 +1,4 @@
-"""Bit-sliced quantization (spec sections 1-6) and MemIntelli's ``SlicedData``.
+"""Bit-sliced quantization (docs/semantics.md sections 1-6) and MemIntelli's ``SlicedData``.
 
 The work is done by the C core (``_core.slice_quantize``, one pass over the
 data, nothing allocated beyond the outputs). This module parses MemIntelli's
@@ -142,7 +142,7 @@ def _quant_gran(value):
 
 
 def slice_params(slice_method):
-    """``(m, w, off)`` of a slice method (spec 1), int64 arrays, least significant slice first.
+    """``(m, w, off)`` of a slice method (docs/semantics.md section 1), int64 arrays, least significant slice first.
 
     ``m[s] = 2**width - 1`` (slice maximum), ``w[s] = 2**off[s]`` (shift weight)
     except the sign slice ``w[S-1] = -2**(B-1)``, ``off[s]`` = bits below slice ``s``.
@@ -167,7 +167,7 @@ def _np(a):
 
 
 def slice_quantize(data, slice_method, paral_size=(64, 64), quant_gran=None, bw_e=None, dequant=False, g_level=None):
-    """Quantize and bit-slice ``data`` (spec 1-5) in one pass of the C core.
+    """Quantize and bit-slice ``data`` (docs/semantics.md sections 1-5) in one pass of the C core.
 
     data: float32 or float64 (converted once, counted by pyfastpim.memory), 2-D
     ``(R, C)`` or 3-D ``(N, R, C)``, NumPy array or CPU torch tensor (viewed
@@ -179,7 +179,7 @@ def slice_quantize(data, slice_method, paral_size=(64, 64), quant_gran=None, bw_
     multiples of the block.
     bw_e: None (or 0) for INT quantization, a positive int for BFP.
     dequant: also return the dequantized values. g_level: for 2-D weights,
-    also return the programmed conductance levels (spec 6).
+    also return the programmed conductance levels (docs/semantics.md section 6).
 
     Raises ValueError naming the argument for invalid arguments, empty data,
     more than 3 dimensions, and data holding NaN or infinity (detected in the
@@ -197,7 +197,7 @@ def slice_quantize(data, slice_method, paral_size=(64, 64), quant_gran=None, bw_
 
 def program_weights(codes, slice_method, g_level, HGS=1e-5, LGS=1e-7, write_variation=0.0, rate_stuck_HGS=0.0,
                     rate_stuck_LGS=0.0, seed=None):
-    """Program weight slice codes into conductances (spec 6).
+    """Program weight slice codes into conductances (docs/semantics.md section 6).
 
     codes: uint8 ``(S, C, P)`` (or ``(S, 1, C, P)`` as slice_quantize returns).
     Returns ``(levels, conductance)``: uint8 levels
@@ -338,7 +338,12 @@ class SlicedData:
     # ---- MemIntelli's attributes, produced on access ----
 
     def __repr__(self):
-        return "sliced data with slice_method:{}".format(self.slice_method)
+        from ._display import sliced_repr
+        return sliced_repr(self)
+
+    def _repr_html_(self):
+        from ._display import sliced_html
+        return sliced_html(self)
 
     def __len__(self):
         return len(self._widths)

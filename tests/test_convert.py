@@ -2,8 +2,8 @@
 import warnings
 
 import pytest
-import torch
-from torch import nn
+torch = pytest.importorskip("torch", reason="convert() works on torch models")
+from torch import nn  # noqa: E402
 
 import pyfastpim
 import pyfastpim.nn

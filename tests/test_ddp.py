@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-import torch
+torch = pytest.importorskip("torch", reason="DistributedDataParallel is torch")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -83,7 +83,9 @@ def test_ddp_two_processes_match_one(tmp_path):
     ref = _step(_model(seed=0), *_data())
 
     port = _free_port()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+    # the children import the same pyfastpim as this process (the checkout or the installed package)
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(pyfastpim.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([pkg_root] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
                OMP_NUM_THREADS="1")
     procs = [subprocess.Popen([sys.executable, __file__, str(r), str(port), str(tmp_path / ("r%d.pt" % r))],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(WORLD)]

@@ -9,12 +9,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_demo_quick_prints_table_and_writes_plot(tmp_path):
+    pytest.importorskip("torch", reason="the demo trains torch models")
+    pytest.importorskip("sklearn", reason="the demo uses scikit-learn's digits")
+    pytest.importorskip("matplotlib", reason="--plot needs matplotlib")
     import pyfastpim
     if not hasattr(pyfastpim, "DPETensor"):
         pytest.skip("pyfastpim.DPETensor not in this build")
     png = tmp_path / "demo.png"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    proc = subprocess.run([sys.executable, "-m", "pyfastpim", "demo", "--quick", "--plot", str(png)], cwd=ROOT,
+    # the child imports the same pyfastpim as this process (the checkout or the installed package)
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(pyfastpim.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([pkg_root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    proc = subprocess.run([sys.executable, "-m", "pyfastpim", "demo", "--quick", "--plot", str(png)], cwd=tmp_path,
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
     out = proc.stdout.decode()
     assert proc.returncode == 0, out + proc.stderr.decode()

@@ -1,11 +1,11 @@
-"""LinearMem / Conv2dMem: spec section 8 against the NumPy transcription, autograd, caching, errors."""
+"""LinearMem / Conv2dMem: docs/semantics.md section 8 against the NumPy transcription, autograd, caching, errors."""
 import copy
 import pickle
 
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
+torch = pytest.importorskip("torch", reason="the layers are torch modules")
+import torch.nn.functional as F  # noqa: E402
 
 import pyfastpim
 from pyfastpim.nn import Conv2dMem, LinearMem

@@ -338,7 +338,8 @@ def test_no_platform_gives_clear_errors_not_a_crash(tmp_path):
     env = dict(os.environ, OCL_ICD_VENDORS=str(tmp_path))
     root = os.path.dirname(os.path.dirname(os.path.abspath(pyfastpim.__file__)))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path)
     if "ignored" in r.stdout:
         pytest.skip("this OpenCL ICD loader ignores OCL_ICD_VENDORS")
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""AttentionContext as a torch module: the spec section 9 context with a learnable strength.
+"""AttentionContext as a torch module: the docs/semantics.md section 9 context with a learnable strength.
 
 ``forward(x) = x + (strength / D) * (x @ incoming)`` runs the C kernels of
 :class:`pyfastpim.AttentionContext` (float32; other float dtypes are converted

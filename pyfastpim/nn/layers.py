@@ -1,6 +1,6 @@
 """MemIntelli drop-in layers: ``LinearMem`` and ``Conv2dMem`` on the simulated crossbar.
 
-Forward (spec section 8): the input is bit-sliced and quantized per granule, multiplied
+Forward (docs/semantics.md section 8): the input is bit-sliced and quantized per granule, multiplied
 with the programmed weights by the engine (DAC -> crossbar -> ADC -> shift-add), and the
 bias is added. Backward is straight-through: the gradients of an ordinary linear layer /
 convolution taken with the dequantized weight ``Wq`` and dequantized input ``xq``.
@@ -154,7 +154,7 @@ def _conv_out_hw(hw, kernel_size, stride, padding, dilation):
 # ----------------------------------------------------------------------------- autograd functions
 
 class _LinearMemFunction(torch.autograd.Function):
-    """y = engine(x, W) + b; straight-through backward with Wq and xq (spec section 8)."""
+    """y = engine(x, W) + b; straight-through backward with Wq and xq (docs/semantics.md section 8)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, layer):
@@ -324,14 +324,17 @@ class _MemLayer(nn.Module):
         return new
 
     def _mem_extra_repr(self):
-        return "input_slice=%s, weight_slice=%s, bw_e=%s, input_paral_size=%s, weight_paral_size=%s" % (
-            self._input_slice, self._weight_slice, self.bw_e, self.input_paral_size, self.weight_paral_size)
+        return ("input_slice=%s, weight_slice=%s, bw_e=%s, input_paral_size=%s, weight_paral_size=%s, device=%s, %s"
+                % (self._input_slice, self._weight_slice, self.bw_e, self.input_paral_size, self.weight_paral_size,
+                   getattr(self.engine, "device", "cpu"),
+                   "programmed" if self._programmed_key is not None and self._programmed_key == self._weight_key()
+                   else "re-programs on next forward"))
 
 
 class LinearMem(_MemLayer):
     """A linear layer computed on the simulated memristive crossbar (MemIntelli's ``LinearMem``).
 
-    ``y = MapReduceDot(slice(x), programmed(W^T)) + b`` (spec section 8). Inputs of shape
+    ``y = MapReduceDot(slice(x), programmed(W^T)) + b`` (docs/semantics.md section 8). Inputs of shape
     ``(N, in_features)`` or ``(B, N, in_features)`` (each batch item quantized independently);
     more leading dimensions are folded into ``B`` and a 1-D input is treated as one row.
 
@@ -341,7 +344,7 @@ class LinearMem(_MemLayer):
         input_slice, weight_slice: bit widths of the slices, most significant first, e.g. ``(1, 1, 2, 4)``.
         bias: learn an additive bias.
         device, dtype: of the parameters (computation is float32 on the CPU).
-        bw_e: None for INT quantization, else block floating point (spec section 4).
+        bw_e: None for INT quantization, else block floating point (docs/semantics.md section 4).
         input_paral_size, weight_paral_size: crossbar block shapes; ``input_paral_size[1]`` must equal
             ``weight_paral_size[0]``.
         input_quant_gran, weight_quant_gran: quantization granularity (pair, 'per-matrix', 'per-row',

@@ -1,4 +1,4 @@
-"""Independent NumPy transcription of spec section 7 (one MVM call).
+"""Independent NumPy transcription of docs/semantics.md section 7 (one MVM call).
 
 Slow and obviously correct: integers where the spec says exact, float32 in
 the order the spec and csrc/dpe.h document. Inputs are slice codes (as the

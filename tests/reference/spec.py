@@ -1,4 +1,4 @@
-"""Slow, obviously correct NumPy transcription of dpe-semantics.md sections 1-6.
+"""Slow, obviously correct NumPy transcription of docs/semantics.md sections 1-6.
 
 Written from the spec, not from the C code: explicit zero padding, a Python
 loop over granules, integers wherever the spec's quantity is an integer, and

@@ -1,0 +1,286 @@
+"""DLPack 1.0 exchange (versioned capsules, max_version, dl_device, copy, read-only flag) and
+float16 / bfloat16 inputs converted once (counted) by asarray.
+
+The producers below are independent of pyfastpim's exporter where it matters: NumPy's buffer
+protocol for float16, hand-made ctypes DLManagedTensorVersioned capsules for the import path,
+ctypes reads of exported capsules for the export path."""
+import ctypes
+
+import numpy as np
+import pytest
+
+import pyfastpim
+from pyfastpim import memory
+
+try:
+    import torch
+except ImportError:  # numpy-only install: conftest skips the tests that use torch
+    torch = None
+
+
+# ---- the DLPack 1.0 ABI, transcribed from dlpack.h 1.0 with ctypes ----
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    pass
+
+
+DELETER_V = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensorVersioned))
+DLManagedTensorVersioned._fields_ = [("version", DLPackVersion), ("manager_ctx", ctypes.c_void_p),
+                                     ("deleter", DELETER_V), ("flags", ctypes.c_uint64), ("dl_tensor", DLTensor)]
+READ_ONLY, IS_COPIED = 1, 2
+
+_capi = ctypes.pythonapi
+_capi.PyCapsule_GetPointer.restype = ctypes.c_void_p
+_capi.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capi.PyCapsule_GetName.restype = ctypes.c_char_p
+_capi.PyCapsule_GetName.argtypes = [ctypes.py_object]
+_capi.PyCapsule_New.restype = ctypes.py_object
+_capi.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+def capsule_name(cap):
+    return _capi.PyCapsule_GetName(cap).decode()
+
+
+def read_versioned(cap):
+    ptr = _capi.PyCapsule_GetPointer(cap, b"dltensor_versioned")
+    return ctypes.cast(ptr, ctypes.POINTER(DLManagedTensorVersioned)).contents
+
+
+class VersionedProducer:
+    """A DLPack 1.0 producer over a NumPy array, written with ctypes (not pyfastpim's exporter).
+
+    It records the keywords it was called with and counts deleter calls."""
+
+    def __init__(self, arr, flags=0, code=2, bits=None, version=(1, 0)):
+        self.arr, self.flags, self.code, self.version = arr, flags, code, version
+        self.bits = bits or arr.itemsize * 8
+        self.kwargs = None
+        self.deleted = 0
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        self.kwargs = dict(max_version=max_version, dl_device=dl_device, copy=copy)
+        a = self.arr
+        self._shape = (ctypes.c_int64 * a.ndim)(*a.shape)
+        self._strides = (ctypes.c_int64 * a.ndim)(*[s // a.itemsize for s in a.strides])
+        m = DLManagedTensorVersioned()
+        m.version = DLPackVersion(*self.version)
+        m.flags = self.flags
+        m.dl_tensor = DLTensor(a.ctypes.data, DLDevice(1, 0), a.ndim, DLDataType(self.code, self.bits, 1),
+                               self._shape, self._strides, 0)
+
+        def deleter(_):
+            self.deleted += 1
+        self._deleter = DELETER_V(deleter)
+        m.deleter = self._deleter
+        self._managed = m
+        return _capi.PyCapsule_New(ctypes.addressof(m), b"dltensor_versioned", None)
+
+
+# ---- export ----
+
+def test_export_versioned_capsule_shares_memory_and_reports_version():
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    a = pyfastpim.asarray(x)
+    cap = a.__dlpack__(max_version=(1, 0))
+    assert capsule_name(cap) == "dltensor_versioned"
+    m = read_versioned(cap)
+    assert (m.version.major, m.version.minor) == (1, 0)
+    assert m.flags & READ_ONLY == 0 and m.flags & IS_COPIED == 0
+    t = m.dl_tensor
+    assert t.data == x.ctypes.data and t.ndim == 2 and [t.shape[i] for i in range(2)] == [3, 4]
+    assert (t.dtype.code, t.dtype.bits, t.dtype.lanes) == (2, 32, 1)
+    assert (t.device.device_type, t.device.device_id) == (1, 0)
+    # an older max_version, or none, gives the unversioned capsule
+    assert capsule_name(a.__dlpack__()) == "dltensor"
+    assert capsule_name(a.__dlpack__(max_version=(0, 8))) == "dltensor"
+    assert capsule_name(a.__dlpack__(max_version=(2, 3))) == "dltensor_versioned"
+
+
+def test_export_read_only_needs_a_versioned_capsule_and_flags_it():
+    x = np.arange(5, dtype=np.float64)
+    x.flags.writeable = False
+    a = pyfastpim.asarray(x)
+    assert a.readonly
+    with pytest.raises(BufferError, match="max_version"):
+        a.__dlpack__()
+    cap = a.__dlpack__(max_version=(1, 0))
+    m = read_versioned(cap)
+    assert m.flags & READ_ONLY and m.dl_tensor.data == x.ctypes.data
+    # a copy is writable, so even the unversioned format may carry it
+    with memory.trace() as t:
+        cap = a.__dlpack__(copy=True)
+    assert capsule_name(cap) == "dltensor" and t.by_kind["host_copy"] == (1, x.nbytes)
+
+
+def test_export_copy_and_dl_device():
+    x = np.arange(6, dtype=np.int32)
+    a = pyfastpim.asarray(x)
+    with memory.trace() as t:
+        cap = a.__dlpack__(max_version=(1, 0), copy=True)
+    m = read_versioned(cap)
+    assert t.copies == 1 and m.flags & IS_COPIED and m.dl_tensor.data != x.ctypes.data
+    got = np.ctypeslib.as_array(ctypes.cast(m.dl_tensor.data, ctypes.POINTER(ctypes.c_int32)), shape=(6,))
+    np.testing.assert_array_equal(got, x)
+    with memory.trace() as t:
+        cap = a.__dlpack__(max_version=(1, 0), copy=False, dl_device=(1, 0))
+    m = read_versioned(cap)
+    assert t.copies == 0 and m.dl_tensor.data == x.ctypes.data and not m.flags & IS_COPIED
+    with pytest.raises(BufferError, match="dl_device"):
+        a.__dlpack__(dl_device=(2, 0))
+    with pytest.raises(TypeError, match="dl_device"):
+        a.__dlpack__(dl_device="cpu")
+    with pytest.raises(TypeError, match="max_version"):
+        a.__dlpack__(max_version=1)
+    with pytest.raises(ValueError, match="stream"):
+        a.__dlpack__(stream=1)
+
+
+def test_numpy_consumes_our_capsules():
+    x = np.arange(4, dtype=np.float32)
+    y = np.from_dlpack(pyfastpim.asarray(x))
+    assert y.ctypes.data == x.ctypes.data
+
+
+# ---- import ----
+
+def test_import_versioned_asks_for_1_0_and_keeps_read_only():
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    prod = VersionedProducer(x, flags=READ_ONLY)
+    with memory.trace() as t:
+        a = pyfastpim.asarray(prod)
+    assert prod.kwargs["max_version"] == (1, 0)
+    assert t.copies == 0 and a.data_ptr == x.ctypes.data and a.readonly and a.shape == (2, 4)
+    np.testing.assert_array_equal(np.asarray(a), x)
+    with pytest.raises(ValueError):  # read-only: NumPy gets a read-only view
+        np.asarray(a)[0, 0] = 1
+    del a
+    assert prod.deleted == 1
+    with pytest.raises(ValueError, match="read-only"):
+        pyfastpim.asarray(VersionedProducer(x, flags=READ_ONLY), writable=True)
+    w = pyfastpim.asarray(VersionedProducer(x), writable=True)
+    assert not w.readonly and w.data_ptr == x.ctypes.data
+
+
+def test_import_rejects_a_newer_major_version_and_releases_it():
+    prod = VersionedProducer(np.zeros(3, np.float32), version=(2, 0))
+    with pytest.raises(BufferError, match="version 2.0"):
+        pyfastpim.asarray(prod)
+    assert prod.deleted == 1
+
+
+def test_import_from_pre_1_0_producers_still_works():
+    class Old:  # __dlpack__ without max_version (DLPack < 1.0 producers)
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, stream=None):
+            return self.a.__dlpack__()
+
+        def __dlpack_device__(self):
+            return (1, 0)
+    x = np.arange(3, dtype=np.int64)
+    a = pyfastpim.asarray(Old(pyfastpim.asarray(x)))
+    assert a.data_ptr == x.ctypes.data and not a.readonly
+
+
+def test_round_trip_through_our_own_versioned_export():
+    x = np.arange(6, dtype=np.float32)
+    x.flags.writeable = False
+    src = pyfastpim.asarray(x)
+
+    class Via:
+        def __dlpack__(self, **kw):
+            return src.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return src.__dlpack_device__()
+    b = pyfastpim.asarray(Via())
+    assert b.readonly and b.data_ptr == x.ctypes.data
+
+
+# ---- float16 / bfloat16 ----
+
+def _bf16_bits(values):
+    """bfloat16 bit patterns by truncation of exactly representable float32 values."""
+    return (np.asarray(values, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def test_float16_from_numpy_is_converted_once_and_counted():
+    # every finite half: zero, subnormals, normals, the largest, negative values
+    bits = np.arange(0, 1 << 16, dtype=np.uint16)
+    h = bits.view(np.float16)
+    finite = np.isfinite(h)
+    h = h[finite]
+    with memory.trace() as t:
+        a = pyfastpim.asarray(h)
+    assert a.dtype == "float32" and t.copies == 1
+    assert t.by_kind["dtype_conversion"] == (1, h.size * 4)
+    np.testing.assert_array_equal(np.asarray(a), h.astype(np.float32))
+    with memory.trace() as t:
+        d = pyfastpim.asarray(h[:100], dtype="float64")
+    assert d.dtype == "float64" and t.copies == 1
+    np.testing.assert_array_equal(np.asarray(d), h[:100].astype(np.float64))
+    special = np.array([np.inf, -np.inf, np.nan], np.float16)
+    got = np.asarray(pyfastpim.asarray(special))
+    assert got[0] == np.inf and got[1] == -np.inf and np.isnan(got[2])
+
+
+def test_half_inputs_cannot_be_written_through_or_cast_to_integers():
+    h = np.ones(4, np.float16)
+    with pytest.raises(ValueError, match="float16"):
+        pyfastpim.asarray(h, writable=True)
+    with pytest.raises(TypeError, match="float16 to int32"):
+        pyfastpim.asarray(h, dtype="int32")
+
+
+def test_bfloat16_and_float16_through_dlpack():
+    vals = np.array([1.5, -3.25, 2.0 ** -130, 1.5 * 2.0 ** 127, 0.0, -2.0 ** -126], np.float32)  # exact in bfloat16
+    bits = _bf16_bits(vals)
+    with memory.trace() as t:
+        a = pyfastpim.asarray(VersionedProducer(bits, code=4, bits=16))  # kDLBfloat
+    assert a.dtype == "float32" and t.by_kind["dtype_conversion"] == (1, vals.nbytes)
+    np.testing.assert_array_equal(np.asarray(a), vals)
+    h = np.array([0.5, -65504.0, 6.0e-8], np.float16)
+    b = pyfastpim.asarray(VersionedProducer(h, code=2, bits=16))
+    np.testing.assert_array_equal(np.asarray(b), h.astype(np.float32))
+
+
+def test_torch_half_tensors_are_converted_once():
+    x = torch.randn(4, 64, dtype=torch.float32)
+    for dt in (torch.float16, torch.bfloat16):
+        xh = x.to(dt)
+        with memory.trace() as t:
+            a = pyfastpim.asarray(xh)
+        assert a.dtype == "float32" and t.by_kind["dtype_conversion"] == (1, x.numel() * 4)
+        np.testing.assert_array_equal(np.asarray(a), xh.float().numpy())
+
+
+def test_float16_input_feeds_a_product_like_its_float32_value():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 64)).astype(np.float16)
+    w = rng.standard_normal((64, 32)).astype(np.float32)
+    y16 = pyfastpim.dpe_matmul(x, w, pyfastpim.DPETensor(seed=5))
+    y32 = pyfastpim.dpe_matmul(x.astype(np.float32), w, pyfastpim.DPETensor(seed=5))
+    np.testing.assert_array_equal(np.asarray(y16), np.asarray(y32))

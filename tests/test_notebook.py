@@ -1,0 +1,162 @@
+"""Notebook-grade objects: the example notebook runs, reprs say what an object is, the demo
+draws on its own Figure, progress bars stay off where output is captured."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import pyfastpim
+from pyfastpim import DPETensor, SlicedData
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(pyfastpim.__file__)))
+NOTEBOOK = os.path.join(ROOT, "examples", "quickstart.ipynb")
+
+
+def test_example_notebook_executes_with_its_plot_and_tables(tmp_path, monkeypatch):
+    if not os.path.exists(NOTEBOOK):
+        pytest.skip("examples/ is not here (installed package)")
+    nbformat = pytest.importorskip("nbformat", reason="nbformat/nbclient not installed (Debian: python3-nbclient)")
+    nbclient = pytest.importorskip("nbclient", reason="nbclient not installed (Debian: python3-nbclient)")
+    pytest.importorskip("ipykernel", reason="ipykernel not installed (Debian: python3-ipykernel)")
+    pytest.importorskip("matplotlib", reason="the notebook plots with matplotlib")
+    # a kernel spec running this interpreter, importing the pyfastpim under test
+    spec_dir = tmp_path / "jupyter" / "kernels" / "pyfastpim-test"
+    spec_dir.mkdir(parents=True)
+    (spec_dir / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "pyfastpim test", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([PKG_ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="pyfastpim-test",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    data = [o.get("data", {}) for o in outputs]
+    pngs = [d["image/png"] for d in data if "image/png" in d]
+    assert len(pngs) == 1 and len(pngs[0]) > 5000  # the SNR figure, base64
+    htmls = [d["text/html"] for d in data if "text/html" in d]
+    assert any("<table>" in h and "read_variation" in h for h in htmls)      # the engine
+    assert any("<table>" in h and "shift weight" in h for h in htmls)       # the sliced weights
+    text = "".join(o.get("text", "") for o in outputs)
+    snr = float(text.split("SNR against the float product: ")[1].split()[0])
+    assert snr > 10
+    assert "(0, 0) (1, %d)" % (32 * 256 * 4) in text  # no host copy; one counted float16 conversion
+
+
+def _engine_and_data():
+    e = DPETensor(g_level=64, read_variation={i: 0.01 + 0.001 * i for i in range(64)}, seed=3)
+    w = SlicedData([1, 2, 3], is_weight=True, paral_size=(16, 16), quant_gran=(16, 16))
+    return e, w
+
+
+def test_engine_repr_is_compact_and_names_the_device():
+    e, _ = _engine_and_data()
+    r = repr(e)
+    assert "device='cpu'" in r and "g_level=64" in r
+    assert "read_variation={0.01..0.073 over 64 levels}" in r
+    assert r.count(":") == 0  # no per-level dict entries
+    assert "read_variation=0.02," in repr(DPETensor())
+    html = e._repr_html_()
+    assert html.count("<tr>") == len(r.split(", ")) + 2  # header, one row per field, the per-level sigmas
+    assert "63: 0.073" in html
+
+
+def test_sliced_repr_says_kind_shape_slicing_and_programming():
+    e, w = _engine_and_data()
+    assert repr(w).startswith("SlicedData(weights, not sliced yet, slice_method=(1, 2, 3) (6 bits, INT)")
+    w.slice_data_imp(e, np.ones((40, 24), np.float32))
+    r = repr(w)
+    assert "shape=(40, 24)" in r and "paral_size=(16, 16)" in r and "granule=(16, 16)" in r
+    assert "programmed: g_level=64" in r and "seed=3" in r
+    x = SlicedData([1, 3], bw_e=4, paral_size=(1, 16), quant_gran="per-row")
+    x.slice_data_imp(e, np.ones((2, 3, 16), np.float32))
+    r = repr(x)
+    assert r.startswith("SlicedData(input, shape=(2, 3, 16)") and "(4 bits, BFP)" in r and "programmed" not in r
+    html = w._repr_html_()
+    # one row per slice, most significant first: sign bit 5, then bits 3..4, then 0..2
+    assert html.count("<tr>") == 4
+    assert "<td>0</td><td>1</td><td>5</td><td>1</td><td>-32</td><td>sign</td>" in html
+    assert "<td>2</td><td>3</td><td>0..2</td><td>7</td><td>1</td>" in html
+
+
+def test_layer_repr_shows_device_and_programming():
+    torch = pytest.importorskip("torch", reason="layers are torch modules")
+    from pyfastpim.nn import LinearMem
+    layer = LinearMem(DPETensor(), 32, 4, [1, 1, 2, 2], [1, 1, 2, 2])
+    assert repr(layer).endswith("device=cpu, programmed)")
+    with torch.no_grad():
+        layer.weight.mul_(2)  # a changed weight is re-programmed on the next forward
+    assert repr(layer).endswith("device=cpu, re-programs on next forward)")
+    with torch.no_grad():
+        layer(torch.ones(2, 32))
+    assert repr(layer).endswith("device=cpu, programmed)")
+
+
+def test_clear_errors_for_read_variation_none_and_shape_mismatch():
+    with pytest.raises(ValueError) as e:
+        DPETensor(read_variation=None)
+    msg = str(e.value)
+    assert "read_variation" in msg and "got None" in msg and "or None" not in msg
+    engine = DPETensor()
+    with pytest.raises(ValueError, match=r"input \(4, 64\) has 64 columns, weights \(96, 8\) have 96 rows"):
+        pyfastpim.dpe_matmul(np.ones((4, 64), np.float32), np.ones((96, 8), np.float32), engine)
+
+
+def test_demo_draws_on_its_own_figure_without_pyplot_or_backend_change():
+    pytest.importorskip("matplotlib")
+    code = (
+        "import sys, matplotlib\n"
+        "backend = matplotlib.get_backend()\n"
+        "from pyfastpim import demo\n"
+        "res = {('float', 'MLP', None): 0.9, ('float', 'CNN', None): 0.95}\n"
+        "for kind, vals in (('adc', (4, 8)), ('read', (0.0, 0.2))):\n"
+        "    for m in ('MLP', 'CNN'):\n"
+        "        for v in vals:\n"
+        "            res[(kind, m, v)] = [0.5 + v / 100, 0.6]\n"
+        "fig = demo.plot_figure(res)\n"
+        "from matplotlib.figure import Figure\n"
+        "assert isinstance(fig, Figure) and len(fig.axes) == 2, fig\n"
+        "assert 'matplotlib.pyplot' not in sys.modules\n"
+        "assert matplotlib.get_backend() == backend, (backend, matplotlib.get_backend())\n"
+        "demo.plot(sys.argv[1], res)\n"
+        "print('ok')\n")
+    out = os.path.join(os.environ.get("TMPDIR", "/tmp"), "pyfastpim-demo-%d.png" % os.getpid())
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([PKG_ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+               MPLBACKEND="module://matplotlib_inline.backend_inline")
+    env.pop("PYFASTPIM_PROGRESS", None)
+    r = subprocess.run([sys.executable, "-c", code, out], capture_output=True, text=True, timeout=300, env=env,
+                       cwd=os.path.dirname(out))
+    try:
+        assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-3000:]
+        with open(out, "rb") as fh:
+            assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+    finally:
+        if os.path.exists(out):
+            os.remove(out)
+
+
+def test_progress_is_off_when_captured_and_optional(monkeypatch):
+    from pyfastpim import _progress
+    monkeypatch.delenv("PYFASTPIM_PROGRESS", raising=False)
+    bar = _progress.progress(3, "x")  # pytest captures stderr: not a terminal
+    assert isinstance(bar, _progress._Silent)
+    monkeypatch.setenv("PYFASTPIM_PROGRESS", "1")
+    try:
+        import tqdm  # noqa: F401
+        assert not isinstance(_progress.progress(3, "x"), _progress._Silent)
+    except ImportError:
+        assert isinstance(_progress.progress(3, "x"), _progress._Silent)
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+    with _progress.progress(2, "x") as b:  # tqdm missing: silent, same interface
+        b.update(2)
+    assert b.n == 2
+    monkeypatch.setenv("PYFASTPIM_PROGRESS", "0")
+    assert isinstance(_progress.progress(3, "x", enable=None), _progress._Silent)

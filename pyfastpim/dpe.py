@@ -97,7 +97,9 @@ class DPETensor:
         read_variation: sigma of the log-normal read noise, a float for all levels or a dict
             {level: sigma} with a key for every level 0 .. g_level-1; fresh every call.
         vnoise: sigma of the relative Gaussian DAC voltage noise, fresh every call.
-        wire_resistance: must be 0 (> 0 raises NotImplementedError, as in MemIntelli).
+        wire_resistance: ohms of one wire segment between adjacent cells (rows and columns). 0: ideal
+            wires; > 0: IR drop, each crossbar block's effective conductances are solved once when the
+            weights are programmed (docs/physics.md).
         rdac: DAC resolution (>= 2 levels).
         radc: ADC resolution, an int or one per weight slice (given most significant slice first).
         vread: read voltage.
@@ -107,6 +109,8 @@ class DPETensor:
             (MapReduceDot, forward_linear) and convolutions (forward_conv2d) run on the device.
         seed: engine seed (int in [0, 2**64)); None uses ``DEFAULT_SEED``. It keys the read and
             voltage noise (with the call counter) and weight programming.
+
+    :meth:`drift` ages the programmed conductances (G(t) = G(t0) (t/t0)^-nu, per-cell nu).
 
     Attributes ``seed`` and ``calls`` (the call counter, part of every noise counter) are
     inspectable; :meth:`reset` rewinds them.
@@ -167,6 +171,7 @@ class DPETensor:
         self.Q_G = (self.HGS - self.LGS) / (self.g_level - 1)
         self.conductance_levels = np.array([self.LGS + i * self.Q_G for i in range(self.g_level)])
         self._read_sigma = np.array([self.read_variation[i] for i in range(self.g_level)], dtype=np.float32)
+        self._drift = None  # pyfastpim.physics.DriftSettings once drift() is called
         self.reset(seed)
 
     # -- noise state ---------------------------------------------------------
@@ -190,6 +195,32 @@ class DPETensor:
         return (self.write_variation == 0 and self.vnoise == 0 and self.rate_stuck_HGS == 0
                 and self.rate_stuck_LGS == 0 and not self._read_sigma.any())
 
+    def drift(self, t_seconds, t0=1.0, nu_mean=0.05, nu_std=0.01, compensation=False):
+        """Age every programmed weight this engine multiplies to ``t_seconds`` after programming.
+
+        ``G(t) = G(t0) * (t / t0)^(-nu)`` per cell, ``nu = max(0, nu_mean + nu_std * z)`` with z
+        the cell's normal from the engine's Philox generator (key = engine seed): the same seed
+        gives the same cells for any thread count. ``compensation=True`` applies global drift
+        compensation: one digital output scale per layer, the ratio of the layer's noise-free
+        readouts of an all-ones calibration input at t0 and at t (as aihwkit's
+        GlobalDriftCompensation). ``t_seconds=None`` removes drift. Applied once per weights
+        and setting (not per call), after write variation and stuck-at faults, before IR drop.
+        Returns the engine.
+        """
+        if t_seconds is None:
+            self._drift = None
+            return self
+        from .physics import DriftSettings
+        self._drift = DriftSettings(t_seconds, t0, nu_mean, nu_std, compensation)
+        return self
+
+    def _weights_operand(self, mat):
+        """(conductance or None, weight scales) the kernel reads: the effective conductances with
+        IR drop / drift (computed once per programming, pyfastpim.physics), else the programmed ones."""
+        from .physics import program_physics
+        geff, scale = program_physics(self, mat)
+        return (mat._conductance if geff is None else geff), scale
+
     def _radc_lsb_first(self, n_slices):
         if self.radc_is_list:
             if len(self.radc) != n_slices:
@@ -199,10 +230,12 @@ class DPETensor:
         return [self.radc] * n_slices
 
     def __repr__(self):
-        return ("DPETensor(HGS=%g, LGS=%g, g_level=%d, write_variation=%g, read_variation=%s, vnoise=%g, rdac=%d, "
-                "radc=%s, vread=%g, rate_stuck_HGS=%g, rate_stuck_LGS=%g, seed=%d, calls=%d)"
+        return ("DPETensor(HGS=%g, LGS=%g, g_level=%d, write_variation=%g, read_variation=%s, vnoise=%g, "
+                "wire_resistance=%g, rdac=%d, radc=%s, vread=%g, rate_stuck_HGS=%g, rate_stuck_LGS=%g, seed=%d, "
+                "calls=%d%s)"
                 % (self.HGS, self.LGS, self.g_level, self.write_variation, self.read_variation, self.vnoise,
-                   self.rdac, self.radc, self.vread, self.rate_stuck_HGS, self.rate_stuck_LGS, self.seed, self.calls))
+                   self.wire_resistance, self.rdac, self.radc, self.vread, self.rate_stuck_HGS, self.rate_stuck_LGS,
+                   self.seed, self.calls, "" if self._drift is None else ", drift=%r" % (self._drift,)))
 
     # -- products --------------------------------------------------------------
     def __call__(self, x, mat):
@@ -241,16 +274,15 @@ class DPETensor:
         if (x.bw_e is None) != (mat.bw_e is None):
             raise ValueError("input and weights must both be INT (bw_e=None) or both BFP")
         self._radc_lsb_first(len(mat))
-        if self.wire_resistance > 0:
-            raise NotImplementedError('The wire_factor is not supported in the training version!')
         if max(2 ** w - 1 for w in mat._widths) > self.g_level - 1:
             raise ValueError('The weight data is out of the range!')
         self._ensure_programmed(mat)
 
     def _run(self, x, mat, out, call, item0):
         """One kernel call on checked operands (x's batch items start at item0 of the logical batch)."""
+        w_conductance, w_scale = self._weights_operand(mat)
         args = (x._codes, x._gran_scale, x._granule, x._widths,
-                mat._levels, mat._conductance, mat._gran_scale[0], mat._granule, mat._widths,
+                mat._levels, w_conductance, w_scale, mat._granule, mat._widths,
                 x.paral_size[1], self.rdac, self.g_level, self._radc_lsb_first(len(mat)), self.HGS, self.LGS,
                 self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed, call, out, item0)
         if self._cl is None:
@@ -338,8 +370,6 @@ class DPETensor:
         if (bw_e is None) != (w_sliced.bw_e is None):
             raise ValueError("input and weights must both be INT (bw_e=None) or both BFP")
         radc = self._radc_lsb_first(len(w_sliced))
-        if self.wire_resistance > 0:
-            raise NotImplementedError('The wire_factor is not supported in the training version!')
         self._ensure_programmed(w_sliced)
         ho = (shape[2] + 2 * ph - dh * (kh - 1) - 1) // sh + 1
         wo = (shape[3] + 2 * pw - dw * (kw - 1) - 1) // sw + 1
@@ -347,8 +377,9 @@ class DPETensor:
         is_torch = _is_torch(x)
         if is_torch and x.requires_grad:
             x = x.detach()
+        w_conductance, w_scale = self._weights_operand(w_sliced)
         args = (x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), granule, _widths(input_slice), bw_e is not None,
-                w_sliced._levels, w_sliced._conductance, w_sliced._gran_scale[0], w_sliced._granule, w_sliced._widths,
+                w_sliced._levels, w_conductance, w_scale, w_sliced._granule, w_sliced._widths,
                 input_paral_size[1], self.rdac, self.g_level, radc, self.HGS, self.LGS,
                 self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed, self.calls % 2 ** 32,
                 bool(return_dequant))

@@ -10,19 +10,24 @@
  * h = g R), form a symmetric matrix that is positive definite when every
  * g >= 0: each node reaches a fixed-potential node through wires.
  *
- * Node ordering for a small band: cells in row-major order when m <= n
- * (column-major otherwise), the two nodes of a cell adjacent: r = 2q,
- * c = 2q + 1. Links then span at most 2 min(n, m) indices, the half
- * bandwidth kd; the system (N = 2nm unknowns) is factored once by banded
- * Cholesky (below; LAPACK's banded LU dgbsv with pivoting only when a
- * negative cell conductance makes the matrix indefinite), then solved for
- * min(n, m) right-hand sides: by reciprocity (A symmetric)
- *   geff(i,j) = G_w * x_i[c(n-1,j)]   (x_i = A^-1 e_r(i,0), unit voltage on row i)
- *             = G_w * y_j[r(i,0)]     (y_j = A^-1 e_c(n-1,j)),
- * so whichever side of the block is shorter gives the right-hand sides.
- * Cost per block: ~N kd^2 for the factorization plus 4 N kd per right-hand
- * side (about half of it: forward substitution starts at the unit entry),
- * i.e. O(n m min(n,m)^2). */
+ * Solver (schur_block below): the row nodes of each row are eliminated
+ * through their tridiagonal wire (O(m^2) per row), leaving the n m column
+ * nodes in a symmetric positive definite system of half bandwidth m, factored
+ * once by banded Cholesky and solved for the m unit currents injected at the
+ * ADC ends; the row-node voltages at the drivers follow by one dot product per
+ * row, and by reciprocity (the network is symmetric)
+ *   geff(i,j) = G_w * x_i[c(n-1,j)]   (x_i: unit voltage on row i)
+ *             = G_w * y_j[r(i,0)]     (y_j = A^-1 e_c(n-1,j)).
+ * Blocks wider than tall run on the dual network (the shorter wires are
+ * eliminated). Cost per 32 x 32 block ~2 n m^3 = 2M multiply-adds, about
+ * 1.5 ms of one core here. When a negative cell conductance (large write
+ * variation) makes the system indefinite, the full 2nm-unknown system is
+ * solved instead (full_block: same band ordering as below, LAPACK's banded
+ * LU dgbsv with partial pivoting).
+ *
+ * Full-system node ordering: cells in row-major order when m <= n (column-
+ * major otherwise), the two nodes of a cell adjacent: r = 2q, c = 2q + 1, so
+ * links span at most 2 min(n, m) indices (the half bandwidth kd). */
 #include "physics.h"
 
 #include <limits.h>
@@ -131,13 +136,12 @@ static void band_unit_solve(const double *lb, int64_t N, int64_t kd, int64_t s, 
     }
 }
 
-pf_status pf_irdrop_block(const double *g, int64_t n, int64_t m, int64_t ldg, double r_wire, double *geff,
-                          int64_t ldo)
+/* The full 2nm-unknown system: banded Cholesky, or LAPACK's banded LU when
+ * it is indefinite. Used when the Schur path below fails (a negative cell
+ * conductance). */
+static pf_status full_block(const double *g, int64_t n, int64_t m, int64_t ldg, double r_wire, double *geff,
+                            int64_t ldo)
 {
-    if (!g || !geff || n < 1 || m < 1 || ldg < m || ldo < m || !(r_wire > 0.0) || !isfinite(r_wire))
-        return PF_EINVAL;
-    if (n > INT_MAX / 4 / m)
-        return PF_EOVERFLOW;
     const int N = (int)(2 * n * m);
     /* Cells in row-major order when m <= n, else column-major, both reversed
      * where needed so that the right-hand sides (unit currents injected at the
@@ -232,6 +236,140 @@ done:
     pf_free(ab);
     pf_free(rhs);
     pf_free(ipiv);
+    return st;
+}
+
+/* Schur path for m <= n (the fast one). Scaled cell conductances h (n x m,
+ * h = g R). Eliminating the row nodes of row i, whose wire is the
+ * tridiagonal T_i = tridiag(-1, h_ij + 1 + [j < m-1], -1) (driver segment at
+ * j = 0 included), leaves the column nodes c (nm unknowns, row-major) with
+ *   S = blockdiag(diag(h_i) + (1 + [i > 0]) I - H_i T_i^-1 H_i) - (I on the
+ *       first block off-diagonals),
+ * symmetric positive definite with half bandwidth m. For a unit current
+ * injected at c(n-1, j) (the ADC end of column j), S y = e; the row nodes
+ * follow as r_i = T_i^-1 H_i y_i, so r(i, 0) = u_i . (h_i * y_i) with
+ * u_i = T_i^-1 e_0, and by reciprocity geff(i, j) = r(i, 0) / R.
+ * Cost: n m^2 to form S, n m^3 / 2 to factor it, n m^2 per right-hand side
+ * (m of them): ~2 n m^3 multiply-adds against ~2 n m^3 * 4 for the full
+ * 2nm system of band 2m. Returns 0, 1 when S or some T_i is not positive
+ * definite, -1 on allocation failure. */
+static int schur_block(const double *h, int64_t n, int64_t m, double r_wire, double *geff, int64_t ldo)
+{
+    const int64_t N = n * m, kd = m, w = kd + 1;
+    double *lb = pf_calloc((size_t)N * (size_t)w, sizeof(double));
+    double *u = pf_alloc((size_t)N * sizeof(double));
+    double *x = pf_alloc((size_t)m * (size_t)m * sizeof(double));
+    double *ld = pf_alloc((size_t)m * 2 * sizeof(double));
+    double *y = pf_alloc((size_t)N * sizeof(double));
+    int rc = 0;
+    if (!lb || !u || !x || !ld || !y) {
+        rc = -1;
+        goto out;
+    }
+    double *diag = ld, *sub = ld + m; /* T_i = L L^T, L bidiagonal: diag[j], sub[j] = L(j, j-1) */
+    for (int64_t i = 0; i < n; i++) {
+        const double *hi = h + i * m;
+        for (int64_t j = 0; j < m; j++) {
+            double d = hi[j] + 1.0 + (j + 1 < m ? 1.0 : 0.0);
+            if (j > 0) {
+                sub[j] = -1.0 / diag[j - 1];
+                d -= sub[j] * sub[j];
+            }
+            if (!(d > 0.0)) {
+                rc = 1;
+                goto out;
+            }
+            diag[j] = sqrt(d);
+        }
+        /* x = T_i^-1 column by column (only b <= a is needed: symmetric) */
+        for (int64_t b = 0; b < m; b++) {
+            double *col = x + b * m;
+            for (int64_t a = 0; a < b; a++)
+                col[a] = 0.0;
+            col[b] = 1.0 / diag[b];
+            for (int64_t a = b + 1; a < m; a++)
+                col[a] = -sub[a] * col[a - 1] / diag[a];
+            col[m - 1] /= diag[m - 1];
+            for (int64_t a = m - 2; a >= 0; a--)
+                col[a] = (col[a] - sub[a + 1] * col[a + 1]) / diag[a];
+        }
+        for (int64_t a = 0; a < m; a++)
+            u[i * m + a] = x[a]; /* column 0: T_i^-1 e_0 */
+        /* block i of S into the lower band rows */
+        for (int64_t a = 0; a < m; a++) {
+            double *row = lb + (i * m + a) * w + kd; /* row[-d] = S(A, A - d) */
+            for (int64_t b = 0; b <= a; b++)
+                row[b - a] = -hi[a] * x[b * m + a] * hi[b];
+            row[0] += hi[a] + (i > 0 ? 1.0 : 0.0) + 1.0;
+            if (i > 0)
+                row[-kd] = -1.0;
+        }
+    }
+    if (band_cholesky(lb, N, kd) != 0) {
+        rc = 1;
+        goto out;
+    }
+    const double gw = 1.0 / r_wire;
+    for (int64_t j = 0; j < m; j++) {
+        band_unit_solve(lb, N, kd, (n - 1) * m + j, y);
+        for (int64_t i = 0; i < n; i++) {
+            const double *hi = h + i * m, *ui = u + i * m, *yi = y + i * m;
+            double r0 = 0.0;
+            for (int64_t a = 0; a < m; a++)
+                r0 += ui[a] * hi[a] * yi[a];
+            geff[i * ldo + j] = gw * r0;
+        }
+    }
+out:
+    pf_free(lb);
+    pf_free(u);
+    pf_free(x);
+    pf_free(ld);
+    pf_free(y);
+    return rc;
+}
+
+pf_status pf_irdrop_block(const double *g, int64_t n, int64_t m, int64_t ldg, double r_wire, double *geff,
+                          int64_t ldo)
+{
+    if (!g || !geff || n < 1 || m < 1 || ldg < m || ldo < m || !(r_wire > 0.0) || !isfinite(r_wire))
+        return PF_EINVAL;
+    if (n > INT_MAX / 4 / m)
+        return PF_EOVERFLOW;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < m; j++)
+            if (!isfinite(g[i * ldg + j]))
+                return PF_EINVAL;
+    /* The Schur path eliminates the shorter wires (band = their length). For
+     * n < m it runs on the dual network: rows' = the columns read from their
+     * ADC end, columns' = the rows read from their driver end, i.e.
+     * g'(a, b) = g(n-1-b, m-1-a); by reciprocity the transfer conductance
+     * between driver i and ADC j is the same in both, geff(i, j) = geff'(m-1-j, n-1-i). */
+    const int dual = n < m;
+    const int64_t nn = dual ? m : n, mm = dual ? n : m;
+    double *h = pf_alloc((size_t)n * (size_t)m * sizeof(double));
+    double *e = pf_alloc((size_t)n * (size_t)m * sizeof(double));
+    if (!h || !e) {
+        pf_free(h);
+        pf_free(e);
+        return PF_ENOMEM;
+    }
+    for (int64_t a = 0; a < nn; a++)
+        for (int64_t b = 0; b < mm; b++)
+            h[a * mm + b] = r_wire * (dual ? g[(n - 1 - b) * ldg + (m - 1 - a)] : g[a * ldg + b]);
+    int rc = schur_block(h, nn, mm, r_wire, e, mm);
+    pf_status st = PF_OK;
+    if (rc == 0) {
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < m; j++)
+                geff[i * ldo + j] = dual ? e[(m - 1 - j) * mm + (n - 1 - i)] : e[i * mm + j];
+    } else if (rc < 0) {
+        st = PF_ENOMEM;
+    } else {
+        st = full_block(g, n, m, ldg, r_wire, geff, ldo);
+    }
+    pf_free(h);
+    pf_free(e);
     return st;
 }
 

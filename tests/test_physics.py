@@ -44,11 +44,13 @@ def test_block_currents_match_dense_nodal_analysis(n, m, r_wire):
     assert (V @ G >= got * (1 - 1e-12)).all()
 
 
-def test_negative_conductance_falls_back_to_pivoted_lu():
+@pytest.mark.parametrize("shape", [(9, 6), (6, 9)])
+@pytest.mark.parametrize("h", [-0.6, -3.0])
+def test_negative_conductance_falls_back_to_pivoted_lu(shape, h):
     rng = np.random.default_rng(5)
-    G = rng.uniform(0, HGS, (9, 6))
-    G[2, 3] = -0.6 / 5.0  # indefinite nodal matrix: Cholesky fails, banded LU solves it
-    V = rng.uniform(0, 0.2, (3, 9))
+    G = rng.uniform(0, HGS, shape)
+    G[2, 3] = h / 5.0  # h = g R: at -3 the nodal matrix is indefinite, Cholesky fails, banded LU solves it
+    V = rng.uniform(0, 0.2, (3, shape[0]))
     ref = irdrop_currents(G, V, 5.0)
     np.testing.assert_allclose(physics.column_currents(G, V, 5.0), ref, rtol=1e-9, atol=1e-12 * np.abs(ref).max())
 

@@ -40,8 +40,11 @@ def test_block_currents_match_dense_nodal_analysis(n, m, r_wire):
     ref = irdrop_currents(G, V, r_wire)
     got = physics.column_currents(G, V, r_wire)
     np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12 * np.abs(ref).max())
-    # IR drop only loses current (every node lies between 0 and the largest drive)
-    assert (V @ G >= got * (1 - 1e-12)).all()
+    # every node lies between 0 V and the drive: G_eff >= 0, and for 1 V on one row the current
+    # reaching all ADCs never exceeds the ideal row total (single entries may: sneak paths)
+    geff = physics.effective_conductance(G, r_wire)
+    assert (geff >= 0).all()
+    assert (geff.sum(axis=1) <= G.sum(axis=1) * (1 + 1e-12)).all()
 
 
 @pytest.mark.parametrize("shape", [(9, 6), (6, 9)])

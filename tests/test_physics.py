@@ -382,3 +382,19 @@ def test_drift_then_ir_drop_compose():
     gt, _ = drift_ref(ws._levels.astype(np.float32) * q_g + np.float32(LGS), eng.seed, 1e3, 1.0, 0.05, 0.02)
     ref, _ = reference_ir_product(eng, xs, ws, 40.0, conductance=gt)
     np.testing.assert_allclose(got, ref, rtol=0, atol=3e-4 * np.abs(ref).max())
+
+
+@pytest.mark.skipif(_core.cl_devices()[0] == 0, reason="no OpenCL platform (install pocl-opencl-icd)")
+def test_opencl_engine_reads_the_same_effective_conductances():
+    rng = np.random.default_rng(26)
+    x, w = engine_case(rng, K=30, P=20)
+    outs = []
+    for device in ("cpu", "opencl"):
+        eng = DPETensor(wire_resistance=10.0, radc=2 ** 12, device=device, **NOISE_OFF).drift(100.0, nu_std=0.01)
+        xs, ws = sliced_pair(eng, x, w)
+        outs.append(eng(xs, ws))
+        eng.wire_resistance = 60.0  # same programmed weights: the new G_eff must reach the device copy
+        outs.append(eng(xs, ws))
+    assert not np.array_equal(outs[0], outs[1])
+    np.testing.assert_allclose(outs[2], outs[0], rtol=1e-5, atol=1e-5 * np.abs(outs[0]).max())
+    np.testing.assert_allclose(outs[3], outs[1], rtol=1e-5, atol=1e-5 * np.abs(outs[1]).max())

@@ -19,6 +19,8 @@ void pf_name_parse_error(PyObject *args, PyObject *kwds, const char *format, cha
 /* Nonzero in a process forked after the module was loaded (bind_process.c). */
 int pf_in_forked_child(void);
 
+int pf_bind_physics_init(PyObject *module); /* bind_physics.c: IR drop, drift */
+
 /* Python's error-message formatter has no %g (3.12+ raise SystemError on it):
  * doubles are formatted here and passed as %s. */
 static inline const char *pf_fmt_double(char *buf, size_t size, double v)

@@ -160,7 +160,8 @@ PyMODINIT_FUNC PyInit__core(void)
     (void)pf_get_num_threads(); /* fixes the default from the environment at import */
     if (pf_array_module_init(m) < 0 || pf_bind_slicing_init(m) < 0 || pf_bind_dpe_init(m) < 0 ||
         pf_bind_attention_init(m) < 0 || pf_bind_opencl_init(m) < 0 ||
-        pf_bind_process_init(m) < 0) {
+        pf_bind_process_init(m) < 0 ||
+        pf_bind_physics_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

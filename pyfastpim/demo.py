@@ -7,6 +7,11 @@ settings (noise off, MemIntelli's defaults, noisier devices, fewer ADC bits) wit
 batch. ``--plot out.png`` also sweeps the ADC resolution and the read variation and draws the
 accuracy curves (mean and spread over engine seeds); ``--quick`` runs a reduced set (for tests).
 
+A second table shows the CNN under device physics with noise otherwise off: accuracy against
+the wire resistance (IR drop, ohms per wire segment) and against the time since programming
+(conductance drift, with and without global drift compensation); ``--plot`` draws both curves
+as well.
+
 The last row fine-tunes the converted models on the noisy engine for a few epochs
 (hardware-aware training, MemIntelli's example 3): the straight-through gradients flow through
 the crossbar layers and the weights are re-programmed automatically after every optimizer step.
@@ -120,6 +125,32 @@ def sweeps(quick=False):
             [("read", r, dict(NOISE_OFF, read_variation=r)) for r in read_var])
 
 
+#: Drift model of the physics sweep: G(t) = G(t0) (t/t0)^-nu, nu ~ N(nu_mean, nu_std) per cell.
+DRIFT = dict(t0=1.0, nu_mean=0.05, nu_std=0.005)
+
+
+def physics_sweeps(quick=False):
+    """(kind, value, engine kwargs, drift kwargs or None) of the CNN's device-physics sweeps."""
+    # with MemIntelli's 0.1-10 uS cells, wires of a few ohms (realistic) change nothing: the sweep
+    # goes on until the IR drop costs accuracy
+    wires = [0.0, 20.0] if quick else [0.0, 1.0, 10.0, 100.0, 300.0, 1000.0, 3000.0]
+    times = [1e4] if quick else [1.0, 1e2, 1e4, 1e6, 1e8, 1e10]
+    rows = [("wire", r, dict(NOISE_OFF, wire_resistance=r), None) for r in wires]
+    for comp, kind in ((False, "drift"), (True, "drift, compensated")):
+        rows += [(kind, t, dict(NOISE_OFF), dict(DRIFT, t_seconds=t, compensation=comp)) for t in times]
+    return rows
+
+
+def on_engine_physics(model, engine_kw, drift_kw, seed=SEED):
+    """Like :func:`on_engine`, with the engine drifted as ``drift_kw`` says (None: no drift)."""
+    import pyfastpim
+    import pyfastpim.nn
+    engine = pyfastpim.DPETensor(seed=seed, **engine_kw)
+    if drift_kw is not None:
+        engine.drift(**drift_kw)
+    return pyfastpim.nn.convert(copy.deepcopy(model), engine, INPUT_SLICE, WEIGHT_SLICE)
+
+
 def _progress(total, desc):
     # tqdm when installed and stderr is a terminal (PYFASTPIM_PROGRESS=1/0 forces it on/off)
     from ._progress import progress
@@ -127,12 +158,12 @@ def _progress(total, desc):
 
 
 def plot_figure(results):
-    """Accuracy vs ADC bits and vs read variation, for both models, on a new
-    :class:`matplotlib.figure.Figure` (no pyplot, no backend change: a notebook displays it,
-    ``fig.savefig`` writes it)."""
+    """Accuracy vs ADC bits and vs read variation for both models, and the CNN under IR drop and
+    drift, on a new :class:`matplotlib.figure.Figure` (no pyplot, no backend change: a notebook
+    displays it, ``fig.savefig`` writes it)."""
     from matplotlib.figure import Figure
-    fig = Figure(figsize=(10, 4), constrained_layout=True)
-    axes = fig.subplots(1, 2)
+    fig = Figure(figsize=(10, 8), constrained_layout=True)
+    axes = fig.subplots(2, 2).ravel()
     for ax, kind, xlabel, title in ((axes[0], "adc", "ADC resolution (bits)", "Accuracy vs ADC bits (default noise)"),
                                     (axes[1], "read", "read variation (sigma)", "Accuracy vs read variation")):
         for name, marker in (("MLP", "o"), ("CNN", "s")):
@@ -149,6 +180,7 @@ def plot_figure(results):
         ax.set_ylim(0, 100)
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right" if kind == "adc" else "lower left")
+    _plot_physics(axes[2], axes[3], results)
     nseeds = len(next(v for k, v in results.items() if k[0] != "float"))
     fig.suptitle("pyfastpim, digits: slices %s (inputs) / %s (weights); mean and min-max over %d engine seed%s"
                  % (INPUT_SLICE, WEIGHT_SLICE, nseeds, "s" if nseeds > 1 else ""), fontsize=11)
@@ -158,6 +190,47 @@ def plot_figure(results):
 def plot(path, results):
     """:func:`plot_figure` written to ``path`` (PNG)."""
     plot_figure(results).savefig(path, dpi=100)
+
+
+def print_physics(results, nseeds):
+    """The CNN's device-physics table: accuracy per wire resistance and per drift time."""
+    print()
+    print("CNN under device physics (noise otherwise off; mean over %d engine seed%s):"
+          % (nseeds, "s" if nseeds > 1 else ""))
+    for kind, unit in (("wire", "ohm"), ("drift", "s"), ("drift, compensated", "s")):
+        pts = sorted((v, 100 * np.mean(a)) for (k, m, v), a in results.items() if k == kind and m == "CNN")
+        label = {"wire": "IR drop, wire resistance",
+                 "drift": "drift, t since programming",
+                 "drift, compensated": "drift + global compensation"}[kind]
+        print("  %-30s %s" % (label, "  ".join("%g %s: %.1f%%" % (v, unit, acc) for v, acc in pts)))
+    print("  (drift: t0 = %g s, nu = %g +- %g per cell; docs/physics.md)" % (DRIFT["t0"], DRIFT["nu_mean"],
+                                                                             DRIFT["nu_std"]))
+
+
+def _plot_physics(ax_wire, ax_drift, results):
+    """CNN accuracy vs wire resistance and vs drift time (panels 3 and 4)."""
+    float_acc = 100 * results[("float", "CNN", None)]
+    for ax, kinds, xlabel, title in (
+            (ax_wire, ("wire",), "wire resistance per segment (ohm)", "CNN: IR drop (noise off)"),
+            (ax_drift, ("drift", "drift, compensated"), "time since programming (s)",
+             "CNN: drift, nu = %g +- %g (noise off)" % (DRIFT["nu_mean"], DRIFT["nu_std"]))):
+        for kind in kinds:
+            pts = sorted((v, 100 * np.mean(a), 100 * np.min(a), 100 * np.max(a))
+                         for (k, m, v), a in results.items() if k == kind and m == "CNN")
+            if not pts:
+                continue
+            xs, mean, lo, hi = (np.array(c) for c in zip(*pts))
+            xplot = np.maximum(xs, 0.5) if kind == "wire" else xs  # log axis: 0 ohm drawn at 0.5
+            ax.plot(xplot, mean, marker="s", label=kind)
+            ax.fill_between(xplot, lo, hi, alpha=0.2, color=ax.lines[-1].get_color())
+        ax.axhline(float_acc, ls="--", lw=0.8, color="gray", label="CNN float")
+        ax.set_xscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("test accuracy (%)")
+        ax.set_title(title)
+        ax.set_ylim(0, 100)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower left")
 
 
 def main(args=None):
@@ -196,10 +269,18 @@ def _run(args):
     if plot_path:
         tasks += [((kind, value), kw, name, seed) for kind, value, kw in sweeps(quick) for name in models
                   for seed in seeds]
+    phys_seeds = seeds if plot_path else [SEED]
+    drift_of = {}
+    for kind, value, kw, dkw in physics_sweeps(quick):
+        drift_of[(kind, value)] = dkw
+        tasks += [((kind, value), kw, "CNN", seed) for seed in phys_seeds]
     table = {}
     with _progress(len(tasks), "evaluating") as bar:
         for label, kw, name, seed in tasks:
-            model = models[name] if kw is None else on_engine(models[name], kw, seed)
+            if isinstance(label, tuple) and label in drift_of:
+                model = on_engine_physics(models[name], kw, drift_of[label], seed)
+            else:
+                model = models[name] if kw is None else on_engine(models[name], kw, seed)
             if label == FINETUNE_LABEL:  # hardware-aware training on the noisy engine
                 train(model, xtr, ytr, epochs=FINETUNE_EPOCHS, lr=1e-3)
             acc, spb = evaluate(model, xte, yte)
@@ -222,6 +303,7 @@ def _run(args):
         if label == FINETUNE_LABEL:
             what = "as above, then %d epoch of training on the engine" % FINETUNE_EPOCHS
         print("%-20s %8.1f%% %8.1f%% %11.2f %11.2f  %s" % (label, 100 * am, 100 * ac, 1e3 * tm, 1e3 * tc, what))
+    print_physics(results, len(phys_seeds))
     if plot_path:
         plot(plot_path, results)
         print("\nplot written to %s" % plot_path)

@@ -142,7 +142,9 @@ class DPETensor:
             0 <= sigma <= READ_VARIATION_MAX (5.0), else ValueError (exp(sigma * z) would overflow).
         vnoise: sigma of the relative Gaussian DAC voltage noise, fresh every call (0 .. 1e6; also
             write_variation: larger values raise ValueError rather than give inf/NaN outputs).
-        wire_resistance: must be 0 (> 0 raises NotImplementedError, as in MemIntelli).
+        wire_resistance: ohms of one wire segment between adjacent cells (rows and columns). 0: ideal
+            wires; > 0: IR drop, each crossbar block's effective conductances are solved once when the
+            weights are programmed (docs/physics.md).
         rdac: DAC resolution (>= 2 levels).
         radc: ADC resolution, an int or one per weight slice (given most significant slice first).
         vread: read voltage.
@@ -152,6 +154,8 @@ class DPETensor:
             (MapReduceDot, forward_linear) and convolutions (forward_conv2d) run on the device.
         seed: engine seed (int in [0, 2**64)); None uses ``DEFAULT_SEED``. It keys the read and
             voltage noise (with the call counter) and weight programming.
+
+    :meth:`drift` ages the programmed conductances (G(t) = G(t0) (t/t0)^-nu, per-cell nu).
 
     Attributes ``seed`` and ``calls`` (the call counter, part of every noise counter) are
     inspectable; :meth:`reset` rewinds them.
@@ -213,6 +217,7 @@ class DPETensor:
         self.Q_G = (self.HGS - self.LGS) / (self.g_level - 1)
         self.conductance_levels = np.array([self.LGS + i * self.Q_G for i in range(self.g_level)])
         self._read_sigma = np.array([self.read_variation[i] for i in range(self.g_level)], dtype=np.float32)
+        self._drift = None  # pyfastpim.physics.DriftSettings once drift() is called
         self.reset(seed)
 
     # -- copying and pickling ----------------------------------------------------
@@ -280,6 +285,32 @@ class DPETensor:
         return (self.write_variation == 0 and self.vnoise == 0 and self.rate_stuck_HGS == 0
                 and self.rate_stuck_LGS == 0 and not self._read_sigma.any())
 
+    def drift(self, t_seconds, t0=1.0, nu_mean=0.05, nu_std=0.01, compensation=False):
+        """Age every programmed weight this engine multiplies to ``t_seconds`` after programming.
+
+        ``G(t) = G(t0) * (t / t0)^(-nu)`` per cell, ``nu = max(0, nu_mean + nu_std * z)`` with z
+        the cell's normal from the engine's Philox generator (key = engine seed): the same seed
+        gives the same cells for any thread count. ``compensation=True`` applies global drift
+        compensation: one digital output scale per layer, the ratio of the layer's noise-free
+        readouts of an all-ones calibration input at t0 and at t (as aihwkit's
+        GlobalDriftCompensation). ``t_seconds=None`` removes drift. Applied once per weights
+        and setting (not per call), after write variation and stuck-at faults, before IR drop.
+        Returns the engine.
+        """
+        if t_seconds is None:
+            self._drift = None
+            return self
+        from .physics import DriftSettings
+        self._drift = DriftSettings(t_seconds, t0, nu_mean, nu_std, compensation)
+        return self
+
+    def _weights_operand(self, mat):
+        """(conductance or None, weight scales) the kernel reads: the effective conductances with
+        IR drop / drift (computed once per programming, pyfastpim.physics), else the programmed ones."""
+        from .physics import program_physics
+        geff, scale = program_physics(self, mat)
+        return (mat._conductance if geff is None else geff), scale
+
     def _radc_lsb_first(self, n_slices):
         if self.radc_is_list:
             if len(self.radc) != n_slices:
@@ -334,8 +365,6 @@ class DPETensor:
         if (x.bw_e is None) != (mat.bw_e is None):
             raise ValueError("input and weights must both be INT (bw_e=None) or both BFP")
         self._radc_lsb_first(len(mat))
-        if self.wire_resistance > 0:
-            raise NotImplementedError('The wire_factor is not supported in the training version!')
         if max(2 ** w - 1 for w in mat._widths) > self.g_level - 1:
             raise ValueError('The weight data is out of the range!')
         self._ensure_programmed(mat)
@@ -345,8 +374,9 @@ class DPETensor:
         from .sliced import _state_lock
         with _state_lock:  # one consistent programming of mat, even if another thread re-programs it
             self._ensure_programmed(mat)
+            w_conductance, w_scale = self._weights_operand(mat)  # IR drop / drift (pyfastpim.physics)
             args = (x._codes, x._gran_scale, x._granule, x._widths,
-                    mat._levels, mat._conductance, mat._gran_scale[0], mat._granule, mat._widths,
+                    mat._levels, w_conductance, w_scale, mat._granule, mat._widths,
                     x.paral_size[1], self.rdac, self.g_level, self._radc_lsb_first(len(mat)), self.HGS, self.LGS,
                     self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed, call, out, item0)
             key = _resident_key(self._cl, mat) if self._cl is not None else None
@@ -448,8 +478,6 @@ class DPETensor:
         if (bw_e is None) != (w_sliced.bw_e is None):
             raise ValueError("input and weights must both be INT (bw_e=None) or both BFP")
         radc = self._radc_lsb_first(len(w_sliced))
-        if self.wire_resistance > 0:
-            raise NotImplementedError('The wire_factor is not supported in the training version!')
         self._ensure_programmed(w_sliced)
         ho = (shape[2] + 2 * ph - dh * (kh - 1) - 1) // sh + 1
         wo = (shape[3] + 2 * pw - dw * (kw - 1) - 1) // sw + 1
@@ -469,8 +497,9 @@ class DPETensor:
         from .sliced import _state_lock
         with _state_lock:  # one consistent programming of w_sliced (see _run)
             self._ensure_programmed(w_sliced)
+            w_conductance, w_scale = self._weights_operand(w_sliced)
             args = (x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), granule, _widths(input_slice), bw_e is not None,
-                    w_sliced._levels, w_sliced._conductance, w_sliced._gran_scale[0], w_sliced._granule,
+                    w_sliced._levels, w_conductance, w_scale, w_sliced._granule,
                     w_sliced._widths, input_paral_size[1], self.rdac, self.g_level, radc, self.HGS, self.LGS,
                     self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed,
                     self._reserve_call(), bool(return_dequant))

@@ -334,6 +334,8 @@ class SlicedData:
                 self._levels, self._conductance, self._program = levels, conductance, program
             self.shape = tuple(data.shape)
             self._version = next(_versions)
+            if self.is_weight and hasattr(engine, "_weights_operand"):
+                engine._weights_operand(self)  # IR drop / drift: effective conductances at programming time
 
     # ---- MemIntelli's attributes, produced on access ----
 

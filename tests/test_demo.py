@@ -1,5 +1,6 @@
 """The digits demo: ``python3 -m pyfastpim demo --quick --plot out.png``."""
 import os
+import re
 import subprocess
 import sys
 
@@ -38,6 +39,19 @@ def test_demo_quick_prints_table_and_writes_plot(tmp_path):
         assert 70.0 <= mlp <= 100.0 and 70.0 <= cnn <= 100.0
     # noise off with 8-bit slices is within a few points of the float model
     assert abs(rows["noise off"][0] - rows["float (PyTorch)"][0]) <= 3.0
+    # device physics table: CNN accuracy per wire resistance and per drift time
+    phys = {}
+    for line in lines:
+        m = re.match(r"\s+(IR drop, wire resistance|drift, t since programming|drift \+ global compensation)\s+(.*)$",
+                     line)
+        if m:
+            phys[m.group(1)] = [(float(v), float(a)) for v, a in re.findall(r"([0-9.e+]+) (?:ohm|s): ([0-9.]+)%",
+                                                                             m.group(2))]
+    assert set(phys) == {"IR drop, wire resistance", "drift, t since programming", "drift + global compensation"}, out
+    assert [v for v, _ in phys["IR drop, wire resistance"]] == [0.0, 20.0]
+    assert phys["IR drop, wire resistance"][0][1] == rows["noise off"][1]  # 0 ohm is the noise-off CNN
+    for points in phys.values():
+        assert points and all(50.0 <= acc <= 100.0 for _, acc in points)
     assert "\r" not in out and "it/s" not in proc.stderr.decode()        # no progress bar when not a tty
     with open(png, "rb") as fh:
         assert fh.read(8) == b"\x89PNG\r\n\x1a\n"

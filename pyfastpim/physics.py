@@ -1,0 +1,146 @@
+"""Device physics of programmed weights: IR drop from wire resistance and conductance drift.
+
+See docs/physics.md for the network, boundary conditions, units and the error bound of
+the read-noise approximation. Everything here runs once per programming (or per
+``engine.drift`` change), never per call: the engine hands the kernel the effective
+conductances ``G_eff`` instead of the programmed ones, so the ADC quantizes IR-dropped,
+drifted currents at the per-call cost of programmed conductances.
+
+- :func:`effective_conductance`: ``G_eff`` of one block (float64), ``I = V @ G_eff``.
+- :func:`column_currents`: column currents of one block for row voltages ``V``.
+- :func:`drift_conductance`: ``G(t) = G(t0) * (t / t0)^(-nu)`` with per-cell ``nu``.
+"""
+import math
+import numbers
+
+import numpy as np
+
+from . import _core
+
+__all__ = ["effective_conductance", "column_currents", "drift_conductance", "DriftSettings"]
+
+
+def _positive(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+        raise ValueError("argument '%s': must be a finite number > 0, got %r" % (name, value))
+    return float(value)
+
+
+def effective_conductance(G, wire_resistance):
+    """Effective conductance matrix (float64, same shape) of one crossbar block.
+
+    G: cell conductances in siemens, (rows, cols); wire_resistance: ohms per wire segment
+    (> 0). Rows are driven at their left end, columns read by a virtual-ground ADC at their
+    bottom end (docs/physics.md). Column currents are ``V @ G_eff`` for row voltages V.
+    """
+    r = _positive(wire_resistance, "wire_resistance")
+    return np.asarray(_core.irdrop_block(np.ascontiguousarray(G, dtype=np.float64), r))
+
+
+def column_currents(G, V, wire_resistance):
+    """Column currents in amperes of block G (rows, cols) for row voltages V (rows,) or (k, rows)."""
+    V = np.asarray(V, dtype=np.float64)
+    if wire_resistance == 0:
+        return V @ np.asarray(G, dtype=np.float64)
+    return V @ effective_conductance(G, wire_resistance)
+
+
+def drift_conductance(G, t_seconds, t0=1.0, nu_mean=0.05, nu_std=0.01, seed=_core.DEFAULT_SEED, return_nu=False):
+    """Conductances G (float32, any shape) drifted from t0 to t_seconds with per-cell nu.
+
+    ``nu = max(0, nu_mean + nu_std * z)``, z the engine's Philox normal of the cell (stream
+    64, counter = flat C-order index, call 0), ``G(t) = G * exp(-nu * log(t / t0))``.
+    """
+    return _core.drift(np.ascontiguousarray(G, dtype=np.float32), seed, float(t_seconds), float(t0),
+                       float(nu_mean), float(nu_std), bool(return_nu))
+
+
+class DriftSettings:
+    """Validated drift parameters of an engine (see ``DPETensor.drift``)."""
+
+    __slots__ = ("t", "t0", "nu_mean", "nu_std", "compensation")
+
+    def __init__(self, t_seconds, t0, nu_mean, nu_std, compensation):
+        self.t0 = _positive(t0, "t0")
+        if isinstance(t_seconds, bool) or not isinstance(t_seconds, numbers.Real) or not math.isfinite(t_seconds):
+            raise ValueError("argument 't_seconds': expected a finite number, got %r" % (t_seconds,))
+        if t_seconds < self.t0:
+            raise ValueError("argument 't_seconds': must be >= t0 (%g), got %r" % (self.t0, t_seconds))
+        self.t = float(t_seconds)
+        for name, v in (("nu_mean", nu_mean), ("nu_std", nu_std)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+                raise ValueError("argument '%s': expected a finite number, got %r" % (name, v))
+        if nu_std < 0:
+            raise ValueError("argument 'nu_std': must be >= 0, got %r" % (nu_std,))
+        self.nu_mean, self.nu_std = float(nu_mean), float(nu_std)
+        self.compensation = bool(compensation)
+
+    def key(self):
+        return (self.t, self.t0, self.nu_mean, self.nu_std, self.compensation)
+
+    def __repr__(self):
+        return ("DriftSettings(t_seconds=%g, t0=%g, nu_mean=%g, nu_std=%g, compensation=%s)"
+                % (self.t, self.t0, self.nu_mean, self.nu_std, self.compensation))
+
+
+def _programmed_conductance(mat):
+    """Programmed cell conductances (S, K, P) float32 of weights (as ``SlicedData.G``, unpadded)."""
+    if mat._conductance is not None:
+        return mat._conductance
+    g_level, HGS, LGS = mat._program[:3]
+    q_g = np.float32((HGS - LGS) / (g_level - 1))
+    return mat._levels.astype(np.float32) * q_g + np.float32(LGS)
+
+
+def _calibration_readout(geff, mat, LGS, q_g, g_level):
+    """Noise-free analog readout of the layer for an all-ones calibration input:
+    sum over outputs p of |sum_k W_eff[k, p]|, W_eff the weights the conductances represent."""
+    from .sliced import slice_params
+    m, w, _ = slice_params(mat._widths)
+    K, P = geff.shape[1:]
+    qr, qc = mat._granule
+    scale = mat._gran_scale[0].astype(np.float64)
+    scale = np.repeat(np.repeat(scale, qr, axis=0), qc, axis=1)[:K, :P]
+    weights = np.zeros((K, P))
+    for j in range(geff.shape[0]):
+        weights += (w[j] * m[j] / (g_level - 1)) * (geff[j].astype(np.float64) - LGS) / q_g
+    return float(np.abs((weights * scale).sum(axis=0)).sum())
+
+
+def program_physics(engine, mat):
+    """(conductance or None, weight scales) the kernel reads for programmed weights ``mat``.
+
+    None when neither IR drop nor drift is active (the programmed cells are used as they
+    are). Cached on ``mat`` per (programming, wire resistance, drift settings, block size);
+    ``mat._version`` moves on whenever the result changes, so device-resident copies
+    (OpenCL) are refreshed.
+    """
+    r = engine.wire_resistance
+    drift = engine._drift
+    if r == 0 and drift is None:
+        return None, mat._gran_scale[0]
+    key = (mat._program, r, drift.key() if drift is not None else None, tuple(mat.paral_size))
+    cached = getattr(mat, "_physics", None)
+    if cached is not None and cached[0] == key and cached[1] == mat._version:
+        return cached[2], cached[3]
+    g_level, HGS, LGS = mat._program[:3]
+    g0 = np.ascontiguousarray(_programmed_conductance(mat), dtype=np.float32)
+    g = g0
+    if drift is not None:
+        g = np.asarray(_core.drift(g0, mat._program[6], drift.t, drift.t0, drift.nu_mean, drift.nu_std))
+    pr, pc = mat.paral_size
+
+    def ir(a):
+        return a if r == 0 else np.asarray(_core.irdrop_layer(a, r, pr, pc, LGS))
+    geff = ir(g)
+    scale = mat._gran_scale[0]
+    if drift is not None and drift.compensation:
+        q_g = (HGS - LGS) / (g_level - 1)
+        ref = _calibration_readout(ir(g0), mat, LGS, q_g, g_level)
+        now = _calibration_readout(geff, mat, LGS, q_g, g_level)
+        alpha = ref / now if now > 0 else 1.0
+        scale = (scale.astype(np.float64) * alpha).astype(np.float32)
+    from .sliced import _versions
+    mat._version = next(_versions)
+    mat._physics = (key, mat._version, geff, scale)
+    return geff, scale

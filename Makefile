@@ -3,7 +3,7 @@ PYTHON ?= /usr/bin/python3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEBS := build-essential python3-dev python3-numpy libopenblas-dev ocl-icd-opencl-dev opencl-c-headers \
         pocl-opencl-icd clinfo python3-pytest python3-pytest-benchmark python3-hypothesis python3-torch \
-        python3-sklearn python3-matplotlib python3-tqdm python3-psutil librandom123-dev libdlpack-dev libsleef-dev
+        python3-torchvision python3-sklearn python3-matplotlib python3-tqdm python3-psutil librandom123-dev libdlpack-dev libsleef-dev
 SAN_LIB := $(shell gcc -print-file-name=libasan.so 2>/dev/null) $(shell gcc -print-file-name=libubsan.so 2>/dev/null)
 SAN_BUILD := build/sanitize
 PYTEST_ENV := OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive

@@ -39,6 +39,7 @@ OpenCLDevice = _core.OpenCLDevice
 _handles = {}
 _lock = threading.Lock()
 _DEVICE_RE = re.compile(r"^opencl(?::(\d+):(\d+))?$")
+_CUDA_RE = re.compile(r"^cuda(?::\d+)?$")
 
 
 def devices():
@@ -65,11 +66,16 @@ def _parse(device):
         return None
     if isinstance(device, OpenCLDevice):
         return device
+    if type(device).__module__ == "torch" and type(device).__name__ == "device":
+        device = str(device)  # torch.device('cpu') / torch.device('cuda', 0)
     if not isinstance(device, str):
-        raise TypeError("argument 'device': expected None, 'cpu', 'opencl' or 'opencl:P:D', got %r" % (device,))
+        raise TypeError("argument 'device': expected None, 'cpu', 'cuda[:N]', 'opencl', 'opencl:P:D' or a "
+                        "torch.device, got %r" % (device,))
     s = device.strip().lower()
     if s == "cpu":
         return None
+    if _CUDA_RE.match(s):
+        return "gpu-or-cpu"
     m = _DEVICE_RE.match(s)
     if not m:
         raise ValueError("argument 'device': expected 'cpu', 'opencl' or 'opencl:P:D' (platform and device "
@@ -94,6 +100,12 @@ def resolve_device(device):
     if spec is None or isinstance(spec, OpenCLDevice):
         return spec
     nplat, cl = _core.cl_devices()
+    if spec == "gpu-or-cpu":  # 'cuda' (MemIntelli scripts): the best OpenCL GPU, else the CPU kernels
+        gpus = [d for d in cl if d["type"] == "gpu"]
+        if not gpus:
+            return None
+        pick = max(gpus, key=lambda d: (d.get("compute_units", 0), d.get("global_mem_bytes", 0)))
+        spec = (pick["platform"], pick["device"])
     if spec == "default":
         if not cl:
             if nplat == 0:

@@ -102,7 +102,8 @@ class DPETensor:
         radc: ADC resolution, an int or one per weight slice (given most significant slice first).
         vread: read voltage.
         rate_stuck_HGS, rate_stuck_LGS: probabilities of cells stuck at HGS / LGS.
-        device: None or "cpu" (the CPU kernels), "opencl" (first GPU, else first OpenCL device) or
+        device: None, "cpu" or torch.device("cpu") (the CPU kernels), "opencl" (first GPU, else first
+            OpenCL device), "cuda[:N]" / torch.device("cuda") (the best OpenCL GPU, else the CPU) or
             "opencl:P:D" (see pyfastpim.devices()): the same results on any device. On OpenCL, MVMs
             (MapReduceDot, forward_linear) and convolutions (forward_conv2d) run on the device.
         seed: engine seed (int in [0, 2**64)); None uses ``DEFAULT_SEED``. It keys the read and

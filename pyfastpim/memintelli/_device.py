@@ -19,7 +19,7 @@ def torch_device(device, name="device"):
         return device
     if isinstance(device, str):
         try:
-            return torch.device(device)
+            return torch.device(device.strip().lower())
         except RuntimeError as exc:
             raise ValueError("argument '%s': %s" % (name, exc)) from None
     raise TypeError("argument '%s': expected None, a str or a torch.device, got %r" % (name, device))

@@ -639,7 +639,8 @@ def test_script_03_hardware_aware_training():
 
 def test_script_04_ddp_gloo_two_processes(tmp_path):
     out = str(tmp_path / "ddp.pt")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(pyfastpim.__file__)))  # the build under test
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run([sys.executable, os.path.join(SCRIPTS, "ex04_mlp_hardware_aware_training_ddp.py"), out],
                           cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -31,8 +31,8 @@ import threading
 
 from . import _core
 
-__all__ = ["devices", "resolve_device", "cl_dpe_mvm", "cl_dpe_conv2d", "cl_attention_update", "cl_attention_apply",
-           "OpenCLDevice"]
+__all__ = ["devices", "resolve_device", "resolve_engine_device", "cl_dpe_mvm", "cl_dpe_conv2d",
+           "cl_attention_update", "cl_attention_apply", "OpenCLDevice"]
 
 OpenCLDevice = _core.OpenCLDevice
 
@@ -66,16 +66,11 @@ def _parse(device):
         return None
     if isinstance(device, OpenCLDevice):
         return device
-    if type(device).__module__ == "torch" and type(device).__name__ == "device":
-        device = str(device)  # torch.device('cpu') / torch.device('cuda', 0)
     if not isinstance(device, str):
-        raise TypeError("argument 'device': expected None, 'cpu', 'cuda[:N]', 'opencl', 'opencl:P:D' or a "
-                        "torch.device, got %r" % (device,))
+        raise TypeError("argument 'device': expected None, 'cpu', 'opencl' or 'opencl:P:D', got %r" % (device,))
     s = device.strip().lower()
     if s == "cpu":
         return None
-    if _CUDA_RE.match(s):
-        return "gpu-or-cpu"
     m = _DEVICE_RE.match(s)
     if not m:
         raise ValueError("argument 'device': expected 'cpu', 'opencl' or 'opencl:P:D' (platform and device "
@@ -100,12 +95,6 @@ def resolve_device(device):
     if spec is None or isinstance(spec, OpenCLDevice):
         return spec
     nplat, cl = _core.cl_devices()
-    if spec == "gpu-or-cpu":  # 'cuda' (MemIntelli scripts): the best OpenCL GPU, else the CPU kernels
-        gpus = [d for d in cl if d["type"] == "gpu"]
-        if not gpus:
-            return None
-        pick = max(gpus, key=lambda d: (d.get("compute_units", 0), d.get("global_mem_bytes", 0)))
-        spec = (pick["platform"], pick["device"])
     if spec == "default":
         if not cl:
             if nplat == 0:
@@ -127,6 +116,29 @@ def resolve_device(device):
         if handle is None:
             handle = _handles[key] = OpenCLDevice(*key)
         return handle
+
+
+def resolve_engine_device(device):
+    """The compute handle for an engine's ``device=`` argument: :func:`resolve_device`'s values plus
+    ``torch.device`` objects and 'cuda[:N]' strings (as MemIntelli scripts pass them).
+
+    'cpu' / torch.device('cpu') is the CPU kernels; 'cuda[:N]' / torch.device('cuda') is the OpenCL
+    GPU with the most compute units when one is present, else the CPU kernels (None). Tensors on
+    CUDA are handled by :mod:`pyfastpim.memintelli` (copied to the host and back, counted).
+    """
+    if type(device).__module__ == "torch" and type(device).__name__ == "device":
+        device = str(device)  # torch.device('cpu') / torch.device('cuda', 0)
+    if isinstance(device, str) and _CUDA_RE.match(device.strip().lower()):
+        _, cl = _core.cl_devices()
+        gpus = [d for d in cl if d["type"] == "gpu"]
+        if not gpus:
+            return None
+        pick = max(gpus, key=lambda d: (d.get("compute_units", 0), d.get("global_mem_bytes", 0)))
+        return resolve_device("opencl:%d:%d" % (pick["platform"], pick["device"]))
+    if device is not None and not isinstance(device, (str, OpenCLDevice)):
+        raise TypeError("argument 'device': expected None, 'cpu', 'cuda[:N]', 'opencl', 'opencl:P:D' or a "
+                        "torch.device, got %r" % (device,))
+    return resolve_device(device)
 
 
 def cl_dpe_mvm(handle, *args, weights_key=None, **kwargs):

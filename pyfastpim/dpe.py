@@ -162,8 +162,8 @@ class DPETensor:
             self.read_variation = {i: sigma for i in range(self.g_level)}
         else:
             raise ValueError('read_variation must be a dict, float, or None')
-        from .devices import resolve_device
-        self._cl = resolve_device(device)  # None: CPU; ValueError / RuntimeError naming the device
+        from .devices import resolve_engine_device
+        self._cl = resolve_engine_device(device)  # None: CPU; ValueError / RuntimeError naming the device
         self.device = "cpu" if self._cl is None else (device if isinstance(device, str) else "opencl")
         self.Q_G = (self.HGS - self.LGS) / (self.g_level - 1)
         self.conductance_levels = np.array([self.LGS + i * self.Q_G for i in range(self.g_level)])

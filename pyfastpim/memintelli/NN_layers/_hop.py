@@ -4,7 +4,8 @@ Used by the compatibility layers when the input or the parameters live on CUDA (
 Conv1dMem): the input is copied to the host, multiplied by the engine, and the result copied
 back; backward is straight-through like pyfastpim.nn's layers (gradients taken with the
 dequantized weights ``Wq`` and inputs ``xq``), computed on the host and returned on each
-argument's device. Every copy is counted in :mod:`pyfastpim.memory`.
+argument's device. Every copy is counted in :mod:`pyfastpim.memory`. ``need`` (the caller's
+``torch.is_grad_enabled()`` and some argument requiring grad) keeps what backward needs.
 """
 import torch
 
@@ -17,9 +18,8 @@ def _host_param(p):
 
 class HostLinear(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, layer):
+    def forward(ctx, x, weight, bias, layer, need):
         dev = x.device
-        need = any(ctx.needs_input_grad[:3])
         xh = _device.to_host(x.detach()).to(torch.float32)
         out, xq = layer.engine.forward_linear(xh, layer.weight_sliced, layer._input_slice, layer.input_paral_size,
                                               layer.input_quant_gran, bw_e=layer.bw_e, return_dequant=need)
@@ -44,16 +44,15 @@ class HostLinear(torch.autograd.Function):
             dw = _device.to_device(dy2.t().mm(xq.reshape(-1, xq.shape[-1])), w_dev).to(w_dtype)
         if b_meta is not None and ctx.needs_input_grad[2]:
             db = _device.to_device(dy2.sum(0), b_meta[0]).to(b_meta[1])
-        return dx, dw, db, None
+        return dx, dw, db, None, None
 
 
 class HostConv2d(torch.autograd.Function):
     """x (N, C, H, W); the layer's kernel_size/stride/padding/dilation are pairs (a 1-D conv uses height 1)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, layer):
+    def forward(ctx, x, weight, bias, layer, need):
         dev = x.device
-        need = any(ctx.needs_input_grad[:3])
         xh = _device.to_host(x.detach()).to(torch.float32)
         geom = (layer._kernel2d, layer._stride2d, layer._padding2d, layer._dilation2d)
         out, xq = layer.engine.forward_conv2d(xh, layer.weight_sliced, *geom, layer._input_slice,
@@ -87,4 +86,4 @@ class HostConv2d(torch.autograd.Function):
             dw = _device.to_device(dw, w_dev).to(w_dtype)
         if b_meta is not None and ctx.needs_input_grad[2]:
             db = _device.to_device(dy.sum((0, 2, 3)), b_meta[0]).to(b_meta[1])
-        return dx, dw, db, None
+        return dx, dw, db, None, None

@@ -48,7 +48,7 @@ class Conv2dMem(_layers.Conv2dMem):
                              % (self.in_channels, self.in_channels, tuple(input.shape)))
         self._check_engine()
         x = input.unsqueeze(0) if input.dim() == 3 else input
-        out = HostConv2d.apply(x, self.weight, self.bias, self)
+        out = HostConv2d.apply(x, self.weight, self.bias, self, _layers._needs_grad(input, self.weight, self.bias))
         return out.squeeze(0) if input.dim() == 3 else out
 
 
@@ -128,7 +128,8 @@ class Conv1dMem(_layers._MemLayer):
                              % (input.shape[-1], self.kernel_size[0], self.padding[0], self.dilation[0]))
         self._check_engine()
         x = input.unsqueeze(0) if input.dim() == 2 else input
-        out = HostConv2d.apply(x.unsqueeze(2), self.weight, self.bias, self).squeeze(2)
+        out = HostConv2d.apply(x.unsqueeze(2), self.weight, self.bias, self,
+                               _layers._needs_grad(input, self.weight, self.bias)).squeeze(2)
         return out.squeeze(0) if input.dim() == 2 else out
 
     def extra_repr(self):

@@ -43,5 +43,6 @@ class LinearMem(_layers.LinearMem):
         x = input.unsqueeze(0) if input.dim() == 1 else input
         if x.dim() > 3:
             x = x.reshape(-1, shape[-2], shape[-1])
-        out = HostLinear.apply(x, self.weight, self.bias, self)  # on the input's device
+        out = HostLinear.apply(x, self.weight, self.bias, self,
+                               _layers._needs_grad(input, self.weight, self.bias))  # on the input's device
         return out.reshape(shape[:-1] + (self.out_features,))

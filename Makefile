@@ -3,7 +3,7 @@ PYTHON ?= /usr/bin/python3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEBS := build-essential python3-dev python3-numpy libopenblas-dev ocl-icd-opencl-dev opencl-c-headers \
         pocl-opencl-icd clinfo python3-pytest python3-pytest-benchmark python3-hypothesis python3-torch \
-        python3-sklearn python3-matplotlib python3-tqdm python3-psutil librandom123-dev libdlpack-dev libsleef-dev \
+        python3-torchvision python3-sklearn python3-matplotlib python3-tqdm python3-psutil librandom123-dev libdlpack-dev libsleef-dev \
         pkg-config ocl-icd-libopencl1 python3-venv python3-pip python3-nbclient python3-nbconvert python3-ipykernel ngspice
 SAN_LIB := $(shell gcc -print-file-name=libasan.so 2>/dev/null) $(shell gcc -print-file-name=libubsan.so 2>/dev/null)
 SAN_BUILD := build/sanitize

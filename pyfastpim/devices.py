@@ -39,8 +39,8 @@ import threading
 
 from . import _core
 
-__all__ = ["devices", "resolve_device", "cl_dpe_mvm", "cl_dpe_conv2d", "cl_attention_update", "cl_attention_apply",
-           "OpenCLDevice"]
+__all__ = ["devices", "resolve_device", "resolve_engine_device", "cl_dpe_mvm", "cl_dpe_conv2d",
+           "cl_attention_update", "cl_attention_apply", "OpenCLDevice"]
 
 OpenCLDevice = _core.OpenCLDevice
 
@@ -61,6 +61,7 @@ def _env_device():
         raise ValueError("environment variable %s: expected 'opencl:P:D' or 'P:D' (platform and device numbers "
                          "as pyfastpim.devices() lists them), got %r" % (_ENV_DEVICE, raw))
     return int(m.group(1)), int(m.group(2))
+_CUDA_RE = re.compile(r"^cuda(?::\d+)?$")
 
 
 def devices():
@@ -149,6 +150,29 @@ def resolve_device(device):
         if handle is None:
             handle = _handles[key] = OpenCLDevice(*key)
         return handle
+
+
+def resolve_engine_device(device):
+    """The compute handle for an engine's ``device=`` argument: :func:`resolve_device`'s values plus
+    ``torch.device`` objects and 'cuda[:N]' strings (as MemIntelli scripts pass them).
+
+    'cpu' / torch.device('cpu') is the CPU kernels; 'cuda[:N]' / torch.device('cuda') is the OpenCL
+    GPU with the most compute units when one is present, else the CPU kernels (None). Tensors on
+    CUDA are handled by :mod:`pyfastpim.memintelli` (copied to the host and back, counted).
+    """
+    if type(device).__module__ == "torch" and type(device).__name__ == "device":
+        device = str(device)  # torch.device('cpu') / torch.device('cuda', 0)
+    if isinstance(device, str) and _CUDA_RE.match(device.strip().lower()):
+        _, cl = _core.cl_devices()
+        gpus = [d for d in cl if d["type"] == "gpu"]
+        if not gpus:
+            return None
+        pick = max(gpus, key=lambda d: (d.get("compute_units", 0), d.get("global_mem_bytes", 0)))
+        return resolve_device("opencl:%d:%d" % (pick["platform"], pick["device"]))
+    if device is not None and not isinstance(device, (str, OpenCLDevice)):
+        raise TypeError("argument 'device': expected None, 'cpu', 'cuda[:N]', 'opencl', 'opencl:P:D' or a "
+                        "torch.device, got %r" % (device,))
+    return resolve_device(device)
 
 
 def cl_dpe_mvm(handle, *args, weights_key=None, **kwargs):

@@ -149,7 +149,8 @@ class DPETensor:
         radc: ADC resolution, an int or one per weight slice (given most significant slice first).
         vread: read voltage.
         rate_stuck_HGS, rate_stuck_LGS: probabilities of cells stuck at HGS / LGS.
-        device: None or "cpu" (the CPU kernels), "opencl" (first GPU, else first OpenCL device) or
+        device: None, "cpu" or torch.device("cpu") (the CPU kernels), "opencl" (first GPU, else first
+            OpenCL device), "cuda[:N]" / torch.device("cuda") (the best OpenCL GPU, else the CPU) or
             "opencl:P:D" (see pyfastpim.devices()): the same results on any device. On OpenCL, MVMs
             (MapReduceDot, forward_linear) and convolutions (forward_conv2d) run on the device.
         seed: engine seed (int in [0, 2**64)); None uses ``DEFAULT_SEED``. It keys the read and
@@ -211,8 +212,8 @@ class DPETensor:
         else:
             raise ValueError("argument 'read_variation': expected a number (one sigma for every level; 0 for no read "
                              "noise) or a dict {level: sigma} for levels 0..%d, got %r" % (self.g_level - 1, read_variation))
-        from .devices import resolve_device
-        self._cl = resolve_device(device)  # None: CPU; ValueError / RuntimeError naming the device
+        from .devices import resolve_engine_device
+        self._cl = resolve_engine_device(device)  # None: CPU; ValueError / RuntimeError naming the device
         self.device = "cpu" if self._cl is None else (device if isinstance(device, str) else "opencl")
         self.Q_G = (self.HGS - self.LGS) / (self.g_level - 1)
         self.conductance_levels = np.array([self.LGS + i * self.Q_G for i in range(self.g_level)])

@@ -6,7 +6,9 @@ Every byte the C core allocates and every copy it makes is counted:
   since the last :func:`reset_peak`.
 - copies by kind, each as ``<kind>_count`` and ``<kind>_bytes``:
   ``host_copy`` (layout change), ``dtype_conversion`` (e.g. float64 ->
-  float32), ``host_to_device`` and ``device_to_host`` (OpenCL transfers).
+  float32), ``host_to_device`` and ``device_to_host`` (OpenCL transfers),
+  ``cuda_to_host`` and ``host_to_cuda`` (torch CUDA tensors moved to the
+  host kernels and back by :mod:`pyfastpim.memintelli`; counted in Python).
 
 Tests use :func:`trace` to assert zero copies where zero are promised::
 
@@ -16,12 +18,27 @@ Tests use :func:`trace` to assert zero copies where zero are promised::
 """
 from . import _core
 
-COPY_KINDS = ("host_copy", "dtype_conversion", "host_to_device", "device_to_host")
+import threading
+
+COPY_KINDS = ("host_copy", "dtype_conversion", "host_to_device", "device_to_host", "cuda_to_host", "host_to_cuda")
+_PY_KINDS = ("cuda_to_host", "host_to_cuda")  # transfers made by torch, counted here
+_py_counts = {k + suffix: 0 for k in _PY_KINDS for suffix in ("_count", "_bytes")}
+_py_lock = threading.Lock()
+
+
+def _count_transfer(kind, nbytes):
+    """Record one transfer of ``nbytes`` of a Python-counted kind ('cuda_to_host' / 'host_to_cuda')."""
+    with _py_lock:
+        _py_counts[kind + "_count"] += 1
+        _py_counts[kind + "_bytes"] += int(nbytes)
 
 
 def stats():
     """A dict of the core's memory counters (see the module docstring)."""
-    return _core.memory_stats()
+    s = _core.memory_stats()
+    with _py_lock:
+        s.update(_py_counts)
+    return s
 
 
 def reset_peak():

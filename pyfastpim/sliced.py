@@ -388,6 +388,77 @@ class SlicedData:
             return None
         return _out(self._blocks(self._codes, 0, np.uint8))
 
+    @sliced_data.setter
+    def sliced_data(self, value):
+        """Assign slice codes in the getter's layout (MemIntelli code does, e.g. ``s.sliced_data = t.to(dev)``).
+
+        The codes replace the stored ones (values checked against each slice's width, padding
+        ignored); weights are re-programmed from them with the same device parameters and seed,
+        so the engine multiplies with exactly the assigned codes. ``None`` (the faster fork's
+        ``prepare_for_inference`` frees it) releases nothing the engine needs: pyfastpim stores
+        only compact uint8 codes and builds this layout on access, so the attribute keeps
+        reading the codes.
+        """
+        if value is None:
+            return
+        self._require()
+        codes = self._unblocks(value, "sliced_data", np.uint8)
+        if codes.dtype.kind not in "ui" and not np.array_equal(codes, np.rint(codes)):
+            raise ValueError("argument 'sliced_data': slice codes must be integers")
+        limits = np.array([(1 << w) - 1 for w in reversed(self._widths)], dtype=np.int64)  # slice 0 least significant
+        if codes.min(initial=0) < 0 or (codes.reshape(codes.shape[0], -1).max(axis=1, initial=0) > limits).any():
+            raise ValueError("argument 'sliced_data': codes exceed the slice widths %r (most significant first)"
+                             % (tuple(self._widths),))
+        self._codes = np.ascontiguousarray(codes.astype(np.uint8))
+        self._dequant = None  # recomputed from the new codes on access
+        if self.is_weight and self._program is not None:
+            g_level, HGS, LGS, wv, rh, rl, seed = self._program
+            levels, g = program_weights(self._codes[:, 0], self._widths, g_level, HGS, LGS, wv, rh, rl, seed)
+            self._levels = levels
+            self._conductance = g if (wv > 0 or rh > 0 or rl > 0) else None
+        self._version = next(_versions)
+
+    def _unblocks(self, value, name, dtype):
+        """Inverse of :meth:`_blocks`: a getter-layout value -> (S, N, R, C) NumPy array of ``dtype``."""
+        if _is_torch_tensor(value):
+            value = value.detach().cpu().numpy()
+        a = np.asarray(value)
+        N, R, C, Rp, Cp = self._padded_grid()
+        pr, pc = self.paral_size
+        S = self._codes.shape[0]
+        want = (Rp // pr, Cp // pc, S, pr, pc)
+        if not self._data_2d:
+            want = (N,) + want
+        if a.shape != want:
+            raise ValueError("argument '%s': expected shape %r (MemIntelli's block layout), got %r"
+                             % (name, want, a.shape))
+        if not np.isfinite(a).all():
+            raise ValueError("argument '%s': values must be finite" % name)
+        if self._data_2d:
+            a = a[None]
+        planes = a.transpose(3, 0, 1, 4, 2, 5).reshape(S, N, Rp, Cp)[:, :, :R, :C]
+        return np.ascontiguousarray(planes).astype(dtype) if dtype is not np.uint8 else planes
+
+    def _per_granule(self, value, name):
+        """Inverse of :meth:`_per_block`: one value per granule (N, gr, gc); blocks of a granule must agree."""
+        if _is_torch_tensor(value):
+            value = value.detach().cpu().numpy()
+        a = np.asarray(value, dtype=np.float64)
+        ref = self._per_block(self._gran_max)
+        if a.shape != ref.shape:
+            raise ValueError("argument '%s': expected shape %r, got %r" % (name, ref.shape, a.shape))
+        if not np.isfinite(a).all():
+            raise ValueError("argument '%s': values must be finite" % name)
+        if self._data_2d:
+            a = a[None]
+        qr, qc = self._granule
+        pr, pc = self.paral_size
+        per = a[:, ::qr // pr, ::qc // pc, 0, 0]
+        if not np.array_equal(np.repeat(np.repeat(per, qr // pr, axis=1), qc // pc, axis=2), a[..., 0, 0]):
+            raise ValueError("argument '%s': every block of a quantization granule %r must carry the same value"
+                             % (name, self._granule))
+        return per
+
     @property
     def max_data(self):
         """Max-abs of each block's granule, ([N,] Rp/pr, Cp/pc, 1, 1) float32."""
@@ -395,12 +466,48 @@ class SlicedData:
             return None
         return _out(self._per_block(self._gran_max))
 
+    @max_data.setter
+    def max_data(self, value):
+        """Assign the granules' max-abs values (getter layout). INT: the scales ``M / K`` follow, so
+        products and dequantized values use the new maxima; BFP: stored only (the scale is the
+        exponent's). ``None`` is ignored (the values are needed by the engine)."""
+        if value is None:
+            return
+        self._require()
+        m = self._per_granule(value, "max_data").astype(np.float32)
+        if (m < 0).any():
+            raise ValueError("argument 'max_data': max-abs values must be >= 0")
+        self._gran_max = np.ascontiguousarray(m)
+        if self._gran_exp is None:
+            k = np.float32(2 ** (sum(self._widths) - 1) - 1)
+            self._gran_scale = np.ascontiguousarray(m / k)
+        self._dequant = None
+        self._version = next(_versions)
+
     @property
     def e_bias(self):
         """BFP exponent of each block's granule, ([N,] Rp/pr, Cp/pc, 1, 1) float32; None for INT."""
         if self._codes is None or self._gran_exp is None:
             return None
         return _out(self._per_block(self._gran_exp.astype(np.float32)))
+
+    @e_bias.setter
+    def e_bias(self, value):
+        """Assign BFP exponents (getter layout, integers); the scales ``2**(e + 2 - B)`` follow.
+        ``None`` is ignored; INT data (no exponents) accepts only None."""
+        if value is None:
+            return
+        self._require()
+        if self._gran_exp is None:
+            raise ValueError("argument 'e_bias': INT data (bw_e=None) has no exponents")
+        e = self._per_granule(value, "e_bias")
+        if (e != np.rint(e)).any() or np.abs(e).max(initial=0) > 126:
+            raise ValueError("argument 'e_bias': exponents must be integers in [-126, 126]")
+        self._gran_exp = np.ascontiguousarray(e.astype(np.int32))
+        self._gran_scale = np.ascontiguousarray(
+            np.ldexp(np.float32(1), self._gran_exp + 2 - sum(self._widths)).astype(np.float32))
+        self._dequant = None
+        self._version = next(_versions)
 
     def _dequantized(self):
         if self._dequant is not None:
@@ -427,6 +534,24 @@ class SlicedData:
         dq = self._dequantized()
         return _out(dq[0] if self._data_2d else dq)
 
+    @quantized_data.setter
+    def quantized_data(self, value):
+        """``None`` frees the stored dequantized copy (it is recomputed from the codes on access, so
+        training after the fork's ``prepare_for_inference`` still works); a tensor of the data's
+        shape replaces the values returned here (used, as in MemIntelli, only by backward passes;
+        the product reads the codes)."""
+        if value is None:
+            self._dequant = None
+            return
+        self._require()
+        if _is_torch_tensor(value):
+            value = value.detach().cpu().numpy()
+        a = np.asarray(value, dtype=np.float32)
+        want = tuple(self.shape)
+        if a.shape != want:
+            raise ValueError("argument 'quantized_data': expected shape %r, got %r" % (want, a.shape))
+        self._dequant = np.ascontiguousarray(a[None] if self._data_2d else a)
+
     @property
     def G(self):
         """Weights: programmed conductances in siemens, MemIntelli's layout (Rp/pr, Cp/pc, S, pr, pc)."""
@@ -439,6 +564,29 @@ class SlicedData:
             q_g = np.float32((HGS - LGS) / (g_level - 1))
             g = self._levels.astype(np.float32) * q_g + np.float32(LGS)
         return _out(self._blocks(g[:, None], np.float32(LGS), np.float32))
+
+    @G.setter
+    def G(self, value):
+        """Weights: assign programmed conductances in siemens (getter layout; padding ignored).
+
+        The engine then reads exactly these cells (read noise still follows the nominal level of
+        each cell). ``None`` restores the cells programmed from the codes. Weights re-programmed
+        for an engine with other device parameters lose the assignment."""
+        if not self.is_weight:
+            raise AttributeError("SlicedData.G: only weights (is_weight=True) have conductances")
+        self._require()
+        if self._levels is None:
+            raise RuntimeError("SlicedData.G: the weights are not programmed")
+        g_level, HGS, LGS, wv, rh, rl, seed = self._program
+        if value is None:
+            _, g = program_weights(self._codes[:, 0], self._widths, g_level, HGS, LGS, wv, rh, rl, seed)
+            self._conductance = g if (wv > 0 or rh > 0 or rl > 0) else None
+        else:
+            g = self._unblocks(value, "G", np.float32)[:, 0]
+            if (g < 0).any():
+                raise ValueError("argument 'G': conductances must be >= 0")
+            self._conductance = np.ascontiguousarray(g)
+        self._version = next(_versions)
 
     # ---- transpose ----
 

@@ -20,7 +20,7 @@ def test_pip_install_builds_an_importable_package(tmp_path):
                         "--no-cache-dir", "--target", str(target), ROOT],
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
-    code = ("import pyfastpim, pyfastpim.nn, numpy as np; "
+    code = ("import pyfastpim, pyfastpim.nn, pyfastpim.memintelli, numpy as np; "
             "print(pyfastpim.__file__); "
             "print(np.asarray(pyfastpim.asarray(np.ones(3, np.float32))).sum())")
     env = dict(os.environ, PYTHONPATH=str(target))

@@ -1,0 +1,89 @@
+"""Autograd functions running a Mem layer's product on the host for tensors on another device.
+
+Used by the compatibility layers when the input or the parameters live on CUDA (and always by
+Conv1dMem): the input is copied to the host, multiplied by the engine, and the result copied
+back; backward is straight-through like pyfastpim.nn's layers (gradients taken with the
+dequantized weights ``Wq`` and inputs ``xq``), computed on the host and returned on each
+argument's device. Every copy is counted in :mod:`pyfastpim.memory`. ``need`` (the caller's
+``torch.is_grad_enabled()`` and some argument requiring grad) keeps what backward needs.
+"""
+import torch
+
+from .. import _device
+
+
+def _host_param(p):
+    return None if p is None else _device.to_host(p.detach()).to(torch.float32)
+
+
+class HostLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, layer, need):
+        dev = x.device
+        xh = _device.to_host(x.detach()).to(torch.float32)
+        out, xq = layer.engine.forward_linear(xh, layer.weight_sliced, layer._input_slice, layer.input_paral_size,
+                                              layer.input_quant_gran, bw_e=layer.bw_e, return_dequant=need)
+        out = torch.as_tensor(out)
+        if bias is not None:
+            out = out + _host_param(bias)
+        if need:
+            ctx.save_for_backward(torch.as_tensor(xq), torch.as_tensor(layer.weight_sliced.quantized_data))
+        ctx.meta = (x.dtype, weight.device, weight.dtype, None if bias is None else (bias.device, bias.dtype), dev)
+        return _device.to_device(out, dev).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        xq, wq = ctx.saved_tensors
+        x_dtype, w_dev, w_dtype, b_meta, x_dev = ctx.meta
+        dy = _device.to_host(dy).to(torch.float32)
+        dy2 = dy.reshape(-1, dy.shape[-1])
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = _device.to_device(torch.matmul(dy, wq.t()), x_dev).to(x_dtype)
+        if ctx.needs_input_grad[1]:
+            dw = _device.to_device(dy2.t().mm(xq.reshape(-1, xq.shape[-1])), w_dev).to(w_dtype)
+        if b_meta is not None and ctx.needs_input_grad[2]:
+            db = _device.to_device(dy2.sum(0), b_meta[0]).to(b_meta[1])
+        return dx, dw, db, None, None
+
+
+class HostConv2d(torch.autograd.Function):
+    """x (N, C, H, W); the layer's kernel_size/stride/padding/dilation are pairs (a 1-D conv uses height 1)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, layer, need):
+        dev = x.device
+        xh = _device.to_host(x.detach()).to(torch.float32)
+        geom = (layer._kernel2d, layer._stride2d, layer._padding2d, layer._dilation2d)
+        out, xq = layer.engine.forward_conv2d(xh, layer.weight_sliced, *geom, layer._input_slice,
+                                              layer.input_paral_size, layer.input_quant_gran, bw_e=layer.bw_e,
+                                              return_dequant=need)
+        out = torch.as_tensor(out)
+        if bias is not None:
+            out = out + _host_param(bias).view(1, -1, 1, 1)
+        if need:
+            ctx.save_for_backward(torch.as_tensor(xq), torch.as_tensor(layer.weight_sliced.quantized_data))
+        ctx.geom = (tuple(x.shape), geom)
+        ctx.meta = (x.dtype, tuple(weight.shape), weight.device, weight.dtype,
+                    None if bias is None else (bias.device, bias.dtype), dev)
+        return _device.to_device(out, dev).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        xq, wq = ctx.saved_tensors
+        x_shape, (kernel, stride, padding, dilation) = ctx.geom
+        x_dtype, w_shape, w_dev, w_dtype, b_meta, x_dev = ctx.meta
+        dy = _device.to_host(dy).to(torch.float32).contiguous()
+        n, c_out = dy.shape[:2]
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            w4 = wq.t().reshape(c_out, x_shape[1], kernel[0], kernel[1])
+            dx = torch.nn.grad.conv2d_input(x_shape, w4, dy, stride=stride, padding=padding, dilation=dilation)
+            dx = _device.to_device(dx, x_dev).to(x_dtype)
+        if ctx.needs_input_grad[1]:
+            dy_t = dy.reshape(n, c_out, -1).transpose(0, 1).reshape(c_out, -1)  # (C_out, N*L)
+            dw = dy_t.mm(xq.reshape(-1, xq.shape[-1])).reshape(w_shape)
+            dw = _device.to_device(dw, w_dev).to(w_dtype)
+        if b_meta is not None and ctx.needs_input_grad[2]:
+            db = _device.to_device(dy.sum((0, 2, 3)), b_meta[0]).to(b_meta[1])
+        return dx, dw, db, None, None

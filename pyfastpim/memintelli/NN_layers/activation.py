@@ -1,0 +1,33 @@
+"""MemIntelli's quantized activations (``NN_layers.activation``): outputs scaled to ``bit_width``-bit ranges.
+
+``scale = 2**(bit_width - 1)``. relu_q clamps to ``[0, scale - 1]``; sigmoid_q, tanh_q and
+softmax_q (over dim 1) multiply the ordinary activation by ``scale``. As in MemIntelli, no
+rounding is applied (the results are differentiable).
+"""
+import numbers
+
+import torch
+
+__all__ = ["relu_q", "sigmoid_q", "tanh_q", "softmax_q"]
+
+
+def _scale(bit_width):
+    if isinstance(bit_width, bool) or not isinstance(bit_width, numbers.Integral) or bit_width < 1:
+        raise ValueError("argument 'bit_width': expected a positive int, got %r" % (bit_width,))
+    return 2 ** (int(bit_width) - 1)
+
+
+def relu_q(x: torch.Tensor, bit_width: int):
+    return torch.clamp(x, 0, _scale(bit_width) - 1)
+
+
+def sigmoid_q(x: torch.Tensor, bit_width: int):
+    return torch.sigmoid(x) * _scale(bit_width)
+
+
+def tanh_q(x: torch.Tensor, bit_width: int):
+    return torch.tanh(x) * _scale(bit_width)
+
+
+def softmax_q(x: torch.Tensor, bit_width: int):
+    return torch.softmax(x, dim=1) * _scale(bit_width)

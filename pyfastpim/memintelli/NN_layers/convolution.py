@@ -1,0 +1,138 @@
+"""MemIntelli's ``Conv2dMem`` (pyfastpim.nn.Conv2dMem, with torch devices) and a working ``Conv1dMem``."""
+import math
+import numbers
+
+import torch
+import torch.nn as nn
+
+from ...nn import layers as _layers
+from .. import _device
+from ._hop import HostConv2d
+
+__all__ = ["Conv1dMem", "Conv2dMem"]
+
+
+class Conv2dMem(_layers.Conv2dMem):
+    """``Conv2dMem(engine, in_channels, out_channels, kernel_size, input_slice, weight_slice, stride=1,
+    padding=0, dilation=1, bias=True, device=None, dtype=None, bw_e=None, input_paral_size=(1, 32),
+    weight_paral_size=(32, 32), input_quant_gran=(1, 32), weight_quant_gran=(32, 32))``.
+
+    On the CPU this is :class:`pyfastpim.nn.Conv2dMem`; tensors on CUDA are handled as in
+    :class:`LinearMem` (product on the engine's device, results and gradients on the tensors'
+    devices, copies counted).
+    """
+
+    def __init__(self, engine, in_channels, out_channels, kernel_size, input_slice, weight_slice, stride=1,
+                 padding=0, dilation=1, bias=True, device=None, dtype=None, bw_e=None, input_paral_size=(1, 32),
+                 weight_paral_size=(32, 32), input_quant_gran=(1, 32), weight_quant_gran=(32, 32)):
+        super().__init__(engine, in_channels, out_channels, kernel_size, input_slice, weight_slice, stride=stride,
+                         padding=padding, dilation=dilation, bias=bias,
+                         device=_device.torch_device(device) if device is not None else None, dtype=dtype,
+                         bw_e=bw_e, input_paral_size=input_paral_size, weight_paral_size=weight_paral_size,
+                         input_quant_gran=input_quant_gran, weight_quant_gran=weight_quant_gran)
+
+    _kernel2d = property(lambda self: self.kernel_size)
+    _stride2d = property(lambda self: self.stride)
+    _padding2d = property(lambda self: self.padding)
+    _dilation2d = property(lambda self: self.dilation)
+
+    def _weight_matrix(self):
+        return _device.to_host(super()._weight_matrix())
+
+    def forward(self, input):
+        if not (_device.is_foreign(input) or _device.is_foreign(self.weight)):
+            return super().forward(input)
+        _layers._check_float_input(input, "Conv2dMem")
+        if input.dim() not in (3, 4) or input.shape[-3] != self.in_channels:
+            raise ValueError("Conv2dMem: expected an input (N, %d, H, W) or (%d, H, W), got shape %s"
+                             % (self.in_channels, self.in_channels, tuple(input.shape)))
+        self._check_engine()
+        x = input.unsqueeze(0) if input.dim() == 3 else input
+        out = HostConv2d.apply(x, self.weight, self.bias, self, _layers._needs_grad(input, self.weight, self.bias))
+        return out.squeeze(0) if input.dim() == 3 else out
+
+
+def _int1(value, name, minimum):
+    if isinstance(value, (tuple, list)) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError("%s must be an int >= %d (or a 1-tuple), got %r" % (name, minimum, value))
+    return int(value)
+
+
+class Conv1dMem(_layers._MemLayer):
+    """A 1-D convolution on the simulated crossbar (MemIntelli's ``Conv1dMem`` is an unfinished stub).
+
+    ``Conv1dMem(engine, in_channels, out_channels, kernel_size, input_slice, weight_slice, stride=1,
+    padding=0, dilation=1, bias=True, device=None, dtype=None, bw_e=None, input_paral_size=(1, 32),
+    weight_paral_size=(32, 32), input_quant_gran=(1, 32), weight_quant_gran=(32, 32))``: the
+    arguments of :class:`Conv2dMem` with integer sizes (MemIntelli's stub takes no engine and
+    no slicing options, and its forward takes ``(engine, input)``; both forms of forward work here).
+
+    Input ``(N, C_in, L)`` or ``(C_in, L)``; weight ``(C_out, C_in, kernel_size)`` as in
+    ``nn.Conv1d``. It is computed as a 2-D convolution of height 1 (the same patches and
+    crossbar product as Conv2dMem with a ``(1, k)`` kernel); backward is straight-through.
+    """
+
+    def __init__(self, engine, in_channels, out_channels, kernel_size, input_slice, weight_slice, stride=1,
+                 padding=0, dilation=1, bias=True, device=None, dtype=None, bw_e=None, input_paral_size=(1, 32),
+                 weight_paral_size=(32, 32), input_quant_gran=(1, 32), weight_quant_gran=(32, 32)):
+        super().__init__()
+        self.in_channels = _int1(in_channels, "in_channels", 1)
+        self.out_channels = _int1(out_channels, "out_channels", 1)
+        self.kernel_size = (_int1(kernel_size, "kernel_size", 1),)
+        self.stride = (_int1(stride, "stride", 1),)
+        self.padding = (_int1(padding, "padding", 0),)
+        self.dilation = (_int1(dilation, "dilation", 1),)
+        factory = {"device": _device.torch_device(device) if device is not None else None, "dtype": dtype}
+        self.weight = nn.Parameter(torch.empty((self.out_channels, self.in_channels) + self.kernel_size, **factory))
+        if bias:
+            self.bias = nn.Parameter(torch.empty(self.out_channels, **factory))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+        self._init_mem(engine, input_slice, weight_slice, bw_e, input_paral_size, weight_paral_size,
+                       input_quant_gran, weight_quant_gran, device)
+
+    _kernel2d = property(lambda self: (1, self.kernel_size[0]))
+    _stride2d = property(lambda self: (1, self.stride[0]))
+    _padding2d = property(lambda self: (0, self.padding[0]))
+    _dilation2d = property(lambda self: (1, self.dilation[0]))
+
+    def reset_parameters(self):
+        """nn.Conv1d's initialization (Kaiming-uniform weights, uniform bias)."""
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1 / math.sqrt(self.weight[0].numel())
+            nn.init.uniform_(self.bias, -bound, bound)
+
+    def _weight_matrix(self):
+        return _device.to_host(super()._weight_matrix())
+
+    def forward(self, *args):
+        if len(args) == 2:  # MemIntelli's stub signature forward(dot_engine, input)
+            engine, input = args
+            if engine is not self.engine:
+                self.engine = engine
+        elif len(args) == 1:
+            input = args[0]
+        else:
+            raise TypeError("Conv1dMem.forward takes (input) or (engine, input), got %d arguments" % len(args))
+        _layers._check_float_input(input, "Conv1dMem")
+        if input.dim() not in (2, 3) or input.shape[-2] != self.in_channels:
+            raise ValueError("Conv1dMem: expected an input (N, %d, L) or (%d, L), got shape %s"
+                             % (self.in_channels, self.in_channels, tuple(input.shape)))
+        length = input.shape[-1] + 2 * self.padding[0] - self.dilation[0] * (self.kernel_size[0] - 1) - 1
+        if length < 0:
+            raise ValueError("Conv1dMem: input length %d is too small for kernel_size=%d, padding=%d, dilation=%d"
+                             % (input.shape[-1], self.kernel_size[0], self.padding[0], self.dilation[0]))
+        self._check_engine()
+        x = input.unsqueeze(0) if input.dim() == 2 else input
+        out = HostConv2d.apply(x.unsqueeze(2), self.weight, self.bias, self,
+                               _layers._needs_grad(input, self.weight, self.bias)).squeeze(2)
+        return out.squeeze(0) if input.dim() == 2 else out
+
+    def extra_repr(self):
+        return "%d, %d, kernel_size=%s, stride=%s, padding=%s, bias=%s, %s" % (
+            self.in_channels, self.out_channels, self.kernel_size, self.stride, self.padding,
+            self.bias is not None, self._mem_extra_repr())

@@ -1,0 +1,55 @@
+"""MemIntelli's ``DPETensor`` on pyfastpim's fused kernel, with torch devices.
+
+``DPETensor(HGS=1e-5, LGS=1e-7, g_level=16, write_variation=0.02, read_variation=0.02,
+vnoise=0.05, wire_resistance=0, rdac=2**4, radc=2**8, vread=0.2, rate_stuck_HGS=0.001,
+rate_stuck_LGS=0.0, device=<cuda:0 if available else cpu>, seed=None)``.
+
+``device`` is a torch.device or a string. ``engine.device`` is that torch.device (MemIntelli
+code moves tensors ``.to(engine.device)``). The products run on the CPU kernels for ``cpu``;
+for ``cuda`` on the best OpenCL GPU when one is present, else on the CPU kernels. Results are
+torch tensors on the device of the input's SlicedData (``x.device``); the host copies are
+counted in :mod:`pyfastpim.memory` (``cuda_to_host`` / ``host_to_cuda``).
+"""
+import torch
+
+from ...dpe import DPETensor as _BaseDPETensor
+from .. import _device
+
+__all__ = ["DPETensor"]
+
+
+def _default_device():
+    return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+
+
+class DPETensor(_BaseDPETensor):
+    __doc__ = __doc__ + "\n" + _BaseDPETensor.__doc__
+
+    def __init__(self, HGS=1e-5, LGS=1e-7, g_level=16, write_variation=0.02, read_variation=0.02, vnoise=0.05,
+                 wire_resistance=0, rdac=2 ** 4, radc=2 ** 8, vread=0.2, rate_stuck_HGS=0.001, rate_stuck_LGS=0.0,
+                 device=None, seed=None):
+        device = _default_device() if device is None else device
+        if isinstance(device, str) and device.strip().lower().startswith("opencl"):
+            compute, user = device, torch.device("cpu")  # pyfastpim's own device strings: tensors stay on the host
+        else:
+            user = _device.torch_device(device)
+            compute = str(user)
+        super().__init__(HGS=HGS, LGS=LGS, g_level=g_level, write_variation=write_variation,
+                         read_variation=read_variation, vnoise=vnoise, wire_resistance=wire_resistance, rdac=rdac,
+                         radc=radc, vread=vread, rate_stuck_HGS=rate_stuck_HGS, rate_stuck_LGS=rate_stuck_LGS,
+                         device=compute, seed=seed)
+        self.compute_device = "cpu" if self._cl is None else "opencl"
+        self.device = user
+
+    def MapReduceDot(self, x, mat, out=None):
+        """x @ mat through the crossbar (SlicedData input and programmed weights); a torch tensor on x's device."""
+        if hasattr(x, "shape") and hasattr(mat, "shape") and x.shape is not None and mat.shape is not None \
+                and x.shape[-1] != mat.shape[-2]:
+            raise ValueError('The input data mismatches the shape of weight data!')
+        result = super().MapReduceDot(x, mat, out=out)
+        if not isinstance(result, torch.Tensor):
+            result = torch.from_numpy(result)
+        return _device.to_device(result, getattr(x, "device", None))
+
+    def __call__(self, x, mat):
+        return self.MapReduceDot(x, mat)

@@ -1,0 +1,681 @@
+"""pyfastpim.memintelli: MemIntelli's module paths, names and behaviour on pyfastpim's kernels.
+
+The MemIntelli-style scripts in tests/memintelli_scripts (written for this repository) cover the
+shapes of MemIntelli's examples 01-10; the other tests check the compatibility layer against
+pyfastpim's own engine and layers, against independent transcriptions, and across devices.
+"""
+import importlib
+import os
+import runpy
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pyfastpim
+from pyfastpim import memory
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SCRIPTS = os.path.join(HERE, "memintelli_scripts")
+SANITIZED = os.environ.get("PYFASTPIM_SANITIZED") == "1"
+
+mi = pytest.importorskip("pyfastpim.memintelli")
+from pyfastpim.memintelli._device import torch_device  # noqa: E402
+from pyfastpim.memintelli.NN_layers import Conv1dMem, Conv2dMem, LinearMem  # noqa: E402
+from pyfastpim.memintelli.NN_layers import functions as fn  # noqa: E402
+from pyfastpim.memintelli.pimpy import DPETensor, SlicedData  # noqa: E402
+from pyfastpim.memintelli.pimpy import utils  # noqa: E402
+
+NAMES = {
+    "pyfastpim.memintelli": ["DPETensor", "SlicedData", "SNR", "RE", "ABSE", "dot_high_dim", "LinearMem", "Conv1dMem",
+                             "Conv2dMem", "linear_mem_func", "LeNet5", "ResNet_CIFAR_zoo"],
+    "pyfastpim.memintelli.pimpy": ["SlicedData", "DPETensor", "RE", "ABSE", "SNR", "dot_high_dim"],
+    "pyfastpim.memintelli.pimpy.memmat_tensor": ["DPETensor"],
+    "pyfastpim.memintelli.pimpy.data_formats": ["SlicedData"],
+    "pyfastpim.memintelli.pimpy.utils": ["dot_high_dim", "quant_map_tensor", "bfp_map_tensor", "SNR", "RE", "ABSE"],
+    "pyfastpim.memintelli.NN_layers": ["LinearMem", "Conv1dMem", "Conv2dMem", "linear_mem_func", "conv2d_mem_func",
+                                       "LinearMemRunc", "Conv2dMemRunc", "map_reduce_dot_func", "MapReduceDot",
+                                       "conv1d_mem_func", "Conv1dMemRunc", "is_tuple_2"],
+    "pyfastpim.memintelli.NN_layers.linear": ["LinearMem"],
+    "pyfastpim.memintelli.NN_layers.convolution": ["Conv1dMem", "Conv2dMem"],
+    "pyfastpim.memintelli.NN_layers.functions": ["linear_mem_func", "conv2d_mem_func", "conv1d_mem_func",
+                                                 "LinearMemRunc", "Conv2dMemRunc", "Conv1dMemRunc",
+                                                 "map_reduce_dot_func", "MapReduceDot", "is_tuple_2"],
+    "pyfastpim.memintelli.NN_layers.activation": ["relu_q", "sigmoid_q", "tanh_q", "softmax_q"],
+    "pyfastpim.memintelli.NN_layers.model_decorators": ["record_linear", "record_conv2d", "record_conv1d",
+                                                        "record_maxpool2d", "record_activation"],
+    "pyfastpim.memintelli.NN_models": ["LeNet5", "VGG_CIFAR", "vgg_cifar_zoo", "ResNet_CIFAR", "ResNet_CIFAR_zoo",
+                                       "ResNet", "ResNet_zoo", "MobileNetV2", "MobileNetV2_zoo", "DeiT", "deit_zoo",
+                                       "BasicBlock", "Bottleneck"],
+}
+
+
+def _quiet_engine(cls=DPETensor, **kw):
+    args = dict(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0,
+                radc=2 ** 12, device="cpu", seed=5)
+    args.update(kw)
+    return cls(**args)
+
+
+def _noisy_engine(cls=DPETensor, **kw):
+    args = dict(HGS=1e-5, LGS=1e-8, write_variation=0.05, rate_stuck_HGS=0.01, read_variation=0.05, vnoise=0.05,
+                rdac=2 ** 4, g_level=2 ** 4, radc=2 ** 10, device="cpu", seed=11)
+    args.update(kw)
+    return cls(**args)
+
+
+def _run_script(name, **kwargs):
+    mod = runpy.run_path(os.path.join(SCRIPTS, name + ".py"), run_name="memintelli_script")
+    return mod["main"](**kwargs)
+
+
+# ----------------------------------------------------------------------------- namespace
+
+@pytest.mark.parametrize("module", sorted(NAMES))
+def test_module_paths_and_names(module):
+    m = importlib.import_module(module)
+    missing = [n for n in NAMES[module] if not hasattr(m, n)]
+    assert not missing, (module, missing)
+
+
+def test_star_import_of_pimpy_is_memintellis_list():
+    ns = {}
+    exec("from pyfastpim.memintelli.pimpy import *", ns)
+    assert {n for n in ns if not n.startswith("__")} == {"SlicedData", "DPETensor", "RE", "ABSE", "SNR",
+                                                        "dot_high_dim"}
+
+
+# ----------------------------------------------------------------------------- engine and devices
+
+def _sliced_pair(engine, x, w, bw_e=None, cls=SlicedData):
+    xs = cls([1, 1, 2, 4], bw_e=bw_e, paral_size=(1, 32), quant_gran=(1, 64))
+    ws = cls(torch.tensor([1, 1, 2, 4]), bw_e=bw_e, is_weight=True, paral_size=(32, 32), quant_gran=(64, 64))
+    xs.slice_data_imp(engine, x)
+    ws.slice_data_imp(engine, w)
+    return xs, ws
+
+
+@pytest.mark.parametrize("bw_e", [None, 8])
+def test_compat_engine_is_pyfastpims_engine(bw_e):
+    """Same parameters and seed: the compatibility classes give pyfastpim's results bit for bit."""
+    g = torch.Generator().manual_seed(1)
+    x, w = torch.randn(2, 7, 90, generator=g), torch.randn(90, 50, generator=g)
+    compat = _noisy_engine()
+    core = _noisy_engine(pyfastpim.DPETensor)
+    y1 = compat(*_sliced_pair(compat, x, w, bw_e))
+    y2 = core(*_sliced_pair(core, x, w, bw_e, cls=pyfastpim.SlicedData))
+    assert isinstance(y1, torch.Tensor) and y1.shape == (2, 7, 50)
+    assert torch.equal(y1, y2)
+
+
+@pytest.mark.parametrize("device", ["cpu", "CPU", torch.device("cpu"), "cuda", "cuda:1", torch.device("cuda", 0)])
+def test_device_arguments_accept_torch_devices_and_strings(device):
+    e = DPETensor(device=device)
+    assert e.device == torch_device(str(device).lower())
+    assert isinstance(e.device, torch.device)
+    # 'cuda' runs on the best OpenCL GPU when there is one, else on the CPU kernels
+    gpus = [d for d in pyfastpim.devices() if d.get("type") == "gpu"]
+    expect_cl = torch_device(str(device).lower()).type == "cuda" and bool(gpus)
+    assert (e._cl is not None) == expect_cl
+    # pyfastpim's own engine accepts the same arguments
+    core = pyfastpim.DPETensor(device=device)
+    assert (core._cl is not None) == expect_cl
+    s = SlicedData([1, 1, 2], device=device)
+    assert s.device == torch_device(str(device).lower())
+
+
+@pytest.mark.parametrize("bad, exc", [("tpu", ValueError), ("cuda:x", ValueError), (3, TypeError)])
+def test_bad_devices_raise_clear_errors(bad, exc):
+    with pytest.raises(exc, match="device"):
+        DPETensor(device=bad)
+    with pytest.raises(exc, match="device"):
+        pyfastpim.DPETensor(device=bad)
+
+
+def test_default_device_follows_cuda_availability():
+    assert DPETensor().device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_cuda_picks_an_opencl_gpu_when_present(monkeypatch):
+    """'cuda' selects the OpenCL GPU with the most compute units; results equal the CPU kernels'."""
+    dev_mod = importlib.import_module("pyfastpim.devices")
+    cl = [d for d in pyfastpim.devices() if d["device"] != "cpu"]
+    if not cl:
+        pytest.skip("no OpenCL device")
+    real = dev_mod._core.cl_devices
+    nplat, entries = real()
+    fake = [dict(e, type="gpu" if i == 0 else e["type"], compute_units=99 if i == 0 else 1)
+            for i, e in enumerate(entries)]
+    monkeypatch.setattr(dev_mod._core, "cl_devices", lambda: (nplat, fake))
+    e = _noisy_engine(device="cuda")
+    assert e._cl is not None and e.compute_device == "opencl" and e.device.type == "cuda"
+    cpu = _noisy_engine(device="cpu")
+    g = torch.Generator().manual_seed(3)
+    x, w = torch.randn(5, 70, generator=g), torch.randn(70, 40, generator=g)
+    xs, ws = _sliced_pair(cpu, x, w)
+    # the engine's device is CUDA (for the user): the result is placed there, which needs CUDA;
+    # compare on the compute level through the base class
+    y_cl = pyfastpim.DPETensor.MapReduceDot(e, xs, ws)
+    y_cpu = pyfastpim.DPETensor.MapReduceDot(cpu, xs, ws)
+    assert torch.equal(torch.as_tensor(y_cl), torch.as_tensor(y_cpu))
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """Treat every torch tensor as living on another device: the layers take their host-hop path
+    (copies to the host and back), which is what CUDA tensors go through."""
+    from pyfastpim.memintelli import _device
+    monkeypatch.setattr(_device, "is_foreign", lambda t: isinstance(t, torch.Tensor))
+
+
+def _layer_pair(kind, engine_seed=4):
+    torch.manual_seed(0)
+    if kind == "linear":
+        a = LinearMem(_noisy_engine(seed=engine_seed), 40, 24, [1, 1, 2, 4], [1, 1, 2, 4])
+        b = LinearMem(_noisy_engine(seed=engine_seed), 40, 24, [1, 1, 2, 4], [1, 1, 2, 4])
+        x = torch.randn(3, 5, 40)
+    else:
+        a = Conv2dMem(_noisy_engine(seed=engine_seed), 3, 6, 3, [1, 1, 2, 4], [1, 1, 2, 4], stride=2, padding=1)
+        b = Conv2dMem(_noisy_engine(seed=engine_seed), 3, 6, 3, [1, 1, 2, 4], [1, 1, 2, 4], stride=2, padding=1)
+        x = torch.randn(2, 3, 9, 8)
+    b.load_state_dict(a.state_dict())
+    return a, b, x
+
+
+@pytest.mark.parametrize("kind", ["linear", "conv"])
+def test_host_hop_path_matches_cpu_path(kind, monkeypatch):
+    """The path CUDA tensors take gives the CPU path's outputs and gradients, and counts its copies."""
+    a, b, x = _layer_pair(kind)
+    xa = x.clone().requires_grad_()
+    ya = a(xa)
+    ya.square().sum().backward()
+    from pyfastpim.memintelli import _device
+    monkeypatch.setattr(_device, "is_foreign", lambda t: isinstance(t, torch.Tensor))
+    xb = x.clone().requires_grad_()
+    with memory.trace() as t:
+        yb = b(xb)
+        yb.square().sum().backward()
+    assert torch.equal(ya, yb)
+    assert torch.allclose(xa.grad, xb.grad, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(a.weight.grad, b.weight.grad, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(a.bias.grad, b.bias.grad, rtol=1e-5, atol=1e-6)
+    count, nbytes = t.by_kind["cuda_to_host"]
+    assert count >= 3 and nbytes >= x.numel() * 4  # input, bias, gradient (and the weight if re-programmed)
+    with torch.no_grad():
+        a.engine.reset(9)
+        b.engine.reset(9)
+        assert torch.equal(a(x), b(x))
+
+
+def test_transfer_counters_record_bytes():
+    from pyfastpim.memintelli import _device
+    t0 = memory.stats()
+    _device.to_host(torch.ones(3))  # already on the host: nothing counted
+    assert memory.stats()["cuda_to_host_count"] == t0["cuda_to_host_count"]
+    memory._count_transfer("host_to_cuda", 40)
+    s = memory.stats()
+    assert s["host_to_cuda_count"] == t0["host_to_cuda_count"] + 1
+    assert s["host_to_cuda_bytes"] == t0["host_to_cuda_bytes"] + 40
+
+
+# ----------------------------------------------------------------------------- settable SlicedData
+
+def _small_model(engine):
+    torch.manual_seed(2)
+    return torch.nn.Sequential(Conv2dMem(engine, 2, 4, 3, [1, 1, 2, 4], [1, 1, 2, 4], padding=1), torch.nn.ReLU(),
+                               torch.nn.Flatten(), LinearMem(engine, 4 * 6 * 6, 5, [1, 1, 2, 4], [1, 1, 2, 4]))
+
+
+def _fork_prepare_for_inference(model):
+    """memintelli_flash's prepare_for_inference, as that fork's model code writes it."""
+    model.eval()
+    for module in model.modules():
+        if isinstance(module, (LinearMem, Conv2dMem)):
+            module.inference_mode = True
+            module.weight_sliced.inference = True
+            module.weight_sliced.quantized_data = None
+            module.weight_sliced.sliced_data = None
+
+
+def test_fork_prepare_for_inference_pattern_keeps_results_and_training():
+    engine = _noisy_engine()
+    model = _small_model(engine)
+    x = torch.randn(3, 2, 6, 6)
+    y = torch.tensor([0, 3, 1])
+    model.eval()
+    engine.reset(21)
+    with torch.no_grad():
+        before = model(x)
+    engine.reset(22)
+    loss0 = F.cross_entropy(model(x), y)
+    loss0.backward()
+    grads0 = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    _fork_prepare_for_inference(model)
+    engine.reset(21)
+    with torch.no_grad():
+        after = model(x)
+    assert torch.equal(before, after)
+    # training after it still works (the dequantized weights are recomputed from the codes)
+    engine.reset(22)
+    loss1 = F.cross_entropy(model(x), y)
+    loss1.backward()
+    assert torch.equal(loss0, loss1)
+    for g0, p in zip(grads0, model.parameters()):
+        assert torch.equal(g0, p.grad)
+
+
+def test_zoo_prepare_for_inference():
+    from pyfastpim.memintelli.NN_models import LeNet5
+    engine = _noisy_engine()
+    model = LeNet5(engine=engine, device="cpu")
+    x = torch.randn(2, 1, 28, 28)
+    model.eval()
+    engine.reset(1)
+    with torch.no_grad():
+        before = model(x)
+    model.train()
+    model.prepare_for_inference()
+    assert not model.training
+    engine.reset(1)
+    with torch.no_grad():
+        assert torch.equal(before, model(x))
+
+
+@pytest.mark.parametrize("bw_e", [None, 8])
+def test_assigned_codes_and_scales_are_what_the_engine_multiplies(bw_e):
+    """Writing another matrix's sliced_data / max_data / e_bias makes the crossbar hold that matrix:
+    the product equals slicing it directly (programming is re-done with the same seed)."""
+    g = torch.Generator().manual_seed(7)
+    x, w1, w2 = torch.randn(4, 80, generator=g), torch.randn(80, 36, generator=g), torch.randn(80, 36, generator=g)
+    engine = _noisy_engine()
+    xs, ws1 = _sliced_pair(engine, x, w1, bw_e)
+    _, ws2 = _sliced_pair(engine, x, w2, bw_e)
+    ws1.sliced_data = ws2.sliced_data.clone()
+    if bw_e is None:
+        ws1.max_data = ws2.max_data.clone()
+    else:
+        ws1.e_bias = ws2.e_bias.clone()
+    assert torch.equal(ws1.quantized_data, ws2.quantized_data)
+    assert torch.equal(ws1.G, ws2.G)
+    engine.reset(3)
+    y1 = engine(xs, ws1)
+    engine.reset(3)
+    y2 = engine(xs, ws2)
+    assert torch.equal(y1, y2)
+
+
+def test_assigned_conductances_are_read():
+    """G assigned from a noise-free programming makes a noisy-programmed crossbar give the noise-free product."""
+    g = torch.Generator().manual_seed(8)
+    x, w = torch.randn(4, 70, generator=g), torch.randn(70, 30, generator=g)
+    noisy = _noisy_engine(read_variation=0.0, vnoise=0.0)
+    clean = _noisy_engine(read_variation=0.0, vnoise=0.0, write_variation=0.0, rate_stuck_HGS=0.0)
+    xs, ws_noisy = _sliced_pair(noisy, x, w)
+    _, ws_clean = _sliced_pair(clean, x, w)
+    y_noisy, y_clean = noisy(xs, ws_noisy), clean(xs, ws_clean)
+    assert not torch.allclose(y_noisy, y_clean)
+    ws_noisy.G = ws_clean.G
+    assert torch.allclose(noisy(xs, ws_noisy), y_clean, rtol=1e-5, atol=1e-5)
+    ws_noisy.G = None  # back to the programmed cells
+    assert torch.equal(noisy(xs, ws_noisy), y_noisy)
+
+
+def test_assignments_are_validated():
+    engine = _noisy_engine()
+    xs, ws = _sliced_pair(engine, torch.randn(3, 40), torch.randn(40, 20))
+    with pytest.raises(ValueError, match="sliced_data"):
+        ws.sliced_data = ws.sliced_data[..., :-1]
+    bad = ws.sliced_data.clone()
+    bad[0, 0, -1, 0, 0] = 3  # slices are stored least significant first: the last is the 1-bit sign slice
+    with pytest.raises(ValueError, match="slice widths"):
+        ws.sliced_data = bad
+    with pytest.raises(ValueError, match="quantized_data"):
+        ws.quantized_data = torch.zeros(3, 3)
+    with pytest.raises(ValueError, match="G"):
+        ws.G = -ws.G
+    with pytest.raises(ValueError, match="e_bias"):
+        ws.e_bias = ws.max_data
+    q = torch.randn(40, 20)
+    ws.quantized_data = q
+    assert torch.equal(ws.quantized_data, q)
+
+
+# ----------------------------------------------------------------------------- functions and layers
+
+def test_linear_mem_func_forward_and_straight_through_gradients():
+    engine = _noisy_engine()
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(6, 50, generator=g, requires_grad=True)
+    w = torch.randn(30, 50, generator=g, requires_grad=True)
+    b = torch.randn(30, generator=g, requires_grad=True)
+    xs, ws = _sliced_pair(engine, x.detach(), w.detach().t())
+    engine.reset(2)
+    y = fn.linear_mem_func(engine, x, w, xs, ws, b)
+    engine.reset(2)
+    assert torch.equal(y, engine.MapReduceDot(xs, ws) + b.detach())
+    dy = torch.randn(6, 30, generator=g)
+    y.backward(dy)
+    wq, xq = ws.quantized_data, xs.quantized_data
+    assert torch.allclose(x.grad, dy @ wq.t(), rtol=1e-5, atol=1e-5)
+    assert torch.allclose(w.grad, dy.t() @ xq, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(b.grad, dy.sum(0))
+
+
+def test_map_reduce_dot_func_slices_its_input():
+    engine = _noisy_engine()
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(5, 64, generator=g, requires_grad=True)
+    ws = SlicedData([1, 1, 2, 4], is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+    ws.slice_data_imp(engine, torch.randn(64, 16, generator=g))
+    engine.reset(1)
+    y = fn.map_reduce_dot_func(engine, x, torch.tensor([1, 1, 2, 2]), ws)
+    xs = SlicedData([1, 1, 2, 2], paral_size=(1, 32), quant_gran=(1, 32))
+    xs.slice_data_imp(engine, x.detach())
+    engine.reset(1)
+    assert torch.equal(y, engine(xs, ws))
+    y.sum().backward()
+    assert torch.allclose(x.grad, torch.ones(5, 16) @ ws.quantized_data.t(), rtol=1e-5, atol=1e-5)
+
+
+def test_conv2d_mem_func_matches_the_layer():
+    torch.manual_seed(3)
+    engine = _noisy_engine()
+    layer = Conv2dMem(engine, 3, 5, 3, [1, 1, 2, 4], [1, 1, 2, 4], stride=2, padding=1, dilation=1,
+                      input_quant_gran=(1, 32))
+    x = torch.randn(2, 3, 8, 7)
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    engine.reset(6)
+    y1 = layer(x1)
+    y1.square().sum().backward()
+    gw1, gb1 = layer.weight.grad.clone(), layer.bias.grad.clone()
+    layer.zero_grad()
+    xs = SlicedData([1, 1, 2, 4], paral_size=(1, 32), quant_gran=(1, 32))
+    xs.slice_data_imp(engine, F.unfold(x, 3, padding=1, stride=2).transpose(1, 2))
+    engine.reset(6)
+    y2 = fn.conv2d_mem_func(engine, x2, layer.weight, xs, layer.weight_sliced, layer.bias, 2, 1, 1)
+    assert torch.allclose(y1, y2, rtol=1e-5, atol=1e-5)
+    y2.square().sum().backward()
+    assert torch.allclose(x1.grad, x2.grad, rtol=1e-4, atol=1e-4)
+    assert torch.allclose(gw1, layer.weight.grad, rtol=1e-4, atol=1e-3)
+    assert torch.allclose(gb1, layer.bias.grad, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("stride, padding, dilation", [(1, 0, 1), (2, 2, 1), (1, 1, 2)])
+def test_conv1d_mem_equals_a_height_one_conv2d(stride, padding, dilation):
+    """Conv1dMem (a stub in MemIntelli) is the Conv2dMem of height 1: same outputs and gradients."""
+    torch.manual_seed(1)
+    e1, e2 = _noisy_engine(), _noisy_engine()
+    c1 = Conv1dMem(e1, 3, 4, 3, [1, 1, 2, 4], [1, 1, 2, 4], stride=stride, padding=padding, dilation=dilation)
+    c2 = Conv2dMem(e2, 3, 4, (1, 3), [1, 1, 2, 4], [1, 1, 2, 4], stride=(1, stride), padding=(0, padding),
+                   dilation=(1, dilation))
+    with torch.no_grad():
+        c2.weight.copy_(c1.weight.unsqueeze(2))
+        c2.bias.copy_(c1.bias)
+    x = torch.randn(2, 3, 11)
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    y1 = c1(x1)
+    y2 = c2(x2.unsqueeze(2)).squeeze(2)
+    assert y1.shape == F.conv1d(x, c1.weight.detach(), stride=stride, padding=padding, dilation=dilation).shape
+    assert torch.equal(y1, y2)
+    y1.square().sum().backward()
+    y2.square().sum().backward()
+    assert torch.allclose(x1.grad, x2.grad, rtol=1e-5, atol=1e-5)
+    assert torch.allclose(c1.weight.grad, c2.weight.grad.squeeze(2), rtol=1e-5, atol=1e-4)
+    assert torch.allclose(c1.bias.grad, c2.bias.grad, rtol=1e-5, atol=1e-5)
+    # MemIntelli's stub forward signature (engine, input) and unbatched input
+    e1.reset(0)
+    y3 = c1(e1, x[0])
+    e1.reset(0)
+    assert torch.equal(y3, c1(x[:1])[0])
+
+
+def test_conv1d_mem_func():
+    torch.manual_seed(2)
+    engine = _quiet_engine()
+    layer = Conv1dMem(engine, 2, 3, 3, [1, 1, 2, 4], [1, 1, 2, 4], stride=2, padding=1)
+    x = torch.randn(2, 2, 9, requires_grad=True)
+    xs = SlicedData([1, 1, 2, 4], paral_size=(1, 32), quant_gran=(1, 32))
+    xs.slice_data_imp(engine, F.unfold(x.detach().unsqueeze(2), (1, 3), padding=(0, 1), stride=(1, 2)).transpose(1, 2))
+    y = fn.conv1d_mem_func(engine, x, layer.weight, xs, layer.weight_sliced, layer.bias, 2, 1, 1)
+    assert torch.equal(y, layer(x.detach()))
+    y.sum().backward()
+    assert x.grad.shape == x.shape and layer.weight.grad.shape == layer.weight.shape
+
+
+def test_is_tuple_2():
+    assert fn.is_tuple_2(3) == (3, 3) and fn.is_tuple_2((1, 2)) == (1, 2)
+    with pytest.raises(ValueError):
+        fn.is_tuple_2("a")
+
+
+# ----------------------------------------------------------------------------- utils, activations, decorators
+
+def _np_slices_to_int(d, widths):
+    """Independent transcription: least-significant-first slices -> two's complement integers."""
+    total, shift = np.zeros(d.shape[:-3] + d.shape[-2:], dtype=np.int64), 0
+    for i, w in enumerate(reversed(widths)):
+        total += d[..., i, :, :].astype(np.int64) << shift
+        shift += w
+    return np.where(total >= 2 ** (shift - 1), total - 2 ** shift, total)
+
+
+@pytest.mark.parametrize("blk", [[1, 1, 2, 4], [1, 3, 4, 4]])
+def test_quant_map_tensor(blk):
+    g = torch.Generator().manual_seed(0)
+    mat = torch.randn(2, 3, 2, 4, 5, generator=g)
+    mat[1, 2, 1] = 0  # an all-zero block
+    d, dq, mx, e = utils.quant_map_tensor(mat, torch.tensor(blk))
+    bits = sum(blk)
+    assert d.shape == (2, 3, 2, len(blk), 4, 5) and e is None
+    assert d.dtype == torch.uint8
+    m = np.abs(mat.numpy()).max(axis=(-1, -2), keepdims=True)
+    q = _np_slices_to_int(d.numpy(), blk)
+    k = 2 ** (bits - 1) - 1
+    assert np.array_equal(q, np.round(mat.numpy() / np.where(m > 0, m, 1) * k))
+    assert np.allclose(dq.numpy(), q / k * m, atol=1e-6)
+    assert np.allclose(mx.numpy(), m)
+    assert (dq[1, 2, 1] == 0).all()
+
+
+def test_bfp_map_tensor():
+    g = torch.Generator().manual_seed(1)
+    mat = torch.randn(1, 2, 2, 3, 4, generator=g) * 5
+    blk = [1, 1, 2, 4]
+    d, dq, mx, e = utils.bfp_map_tensor(mat, blk)
+    m = np.abs(mat.numpy()).max(axis=(-1, -2), keepdims=True)
+    exp = np.floor(np.log2(m + 1e-10))
+    assert np.array_equal(e.numpy(), exp)
+    q = _np_slices_to_int(d.numpy(), blk)
+    assert np.array_equal(q, np.clip(np.round(mat.numpy() / 2.0 ** exp * 2.0 ** 6), -128, 127))
+    assert np.allclose(dq.numpy(), q * 2.0 ** (exp + 2 - 8))
+
+
+def test_dot_high_dim_and_metrics():
+    g = torch.Generator().manual_seed(2)
+    x, y = torch.randn(2, 3, 2, 4, 5, generator=g), torch.randn(3, 2, 3, 5, 6, generator=g)
+    out = utils.dot_high_dim(x, y)
+    assert out.shape == (2, 3, 2, 2, 3, 4, 6)
+    assert torch.allclose(out[1, 2, 0, 1, 2], x[1, 2, 1] @ y[2, 0, 2], atol=1e-5)
+    xb = torch.stack([x, -x])
+    assert torch.allclose(utils.dot_high_dim(xb, y)[1], -out, atol=1e-5)
+    with pytest.raises(ValueError):
+        utils.dot_high_dim(x[0], y)
+    a = np.array([[1.0, 2.0], [3.0, 4.0]])
+    b = a + np.array([[0.1, 0.0], [0.0, -0.2]])
+    assert np.isclose(utils.SNR(a, b), 10 * np.log10(30 / 0.05))
+    assert np.isclose(utils.RE(a, b), np.sqrt(0.05 / 30))
+    assert np.isclose(utils.ABSE(a, b), (0.1 + 0.05) / 4)
+    assert np.isclose(utils.SNR(torch.tensor(a), torch.tensor(b)), utils.SNR(a, b))
+
+
+def test_quantized_activations():
+    from pyfastpim.memintelli.NN_layers.activation import relu_q, sigmoid_q, softmax_q, tanh_q
+    x = torch.linspace(-20, 20, 41).reshape(1, 41)
+    assert torch.equal(relu_q(x, 4), x.clamp(0, 7))
+    assert torch.allclose(sigmoid_q(x, 4), torch.sigmoid(x) * 8)
+    assert torch.allclose(tanh_q(x, 3), torch.tanh(x) * 4)
+    assert torch.allclose(softmax_q(x, 5).sum(1), torch.tensor([16.0]))
+    with pytest.raises(ValueError, match="bit_width"):
+        relu_q(x, 0)
+
+
+def test_model_decorators_record_calls():
+    from pyfastpim.memintelli.NN_layers.model_decorators import record_conv2d, record_linear
+
+    class L(LinearMem):
+        @record_linear
+        def forward(self, x):
+            return super().forward(x)
+
+    class C(Conv2dMem):
+        @record_conv2d
+        def forward(self, x):
+            return super().forward(x)
+
+    engine = _quiet_engine()
+    lin, conv = L(engine, 8, 3, [1, 1, 2], [1, 1, 2]), C(engine, 2, 3, 3, [1, 1, 2], [1, 1, 2])
+    lin(torch.randn(4, 8))
+    conv(torch.randn(1, 2, 5, 5))
+    assert lin.params["L"] == {"type": "linear", "in_dim": (4, 8), "out_dim": (4, 3), "in_features": 8,
+                               "out_features": 3, "bias": True, "input_slice": (1, 1, 2), "len_input_slice": 3,
+                               "weight_slice": (1, 1, 2), "len_weight_slice": 3}
+    assert conv.params["C"]["out_dim"] == (1, 3, 3, 3) and conv.params["C"]["kernel_size"] == (3, 3)
+
+
+# ----------------------------------------------------------------------------- pretrained weights
+
+@pytest.fixture
+def hub_dir(tmp_path):
+    old = torch.hub.get_dir()
+    torch.hub.set_dir(str(tmp_path))
+    os.makedirs(os.path.join(str(tmp_path), "checkpoints"))
+    yield os.path.join(str(tmp_path), "checkpoints")
+    torch.hub.set_dir(old)
+
+
+def _randomized(model, seed):
+    g = torch.Generator().manual_seed(seed)
+    return {k: (torch.randn(v.shape, generator=g) if v.is_floating_point() else v) for k, v in
+            model.state_dict().items()}
+
+
+PRETRAINED = [
+    ("ResNet_zoo", dict(model_name="resnet18", num_classes=1000), None),
+    ("ResNet_CIFAR_zoo", dict(model_name="resnet18", num_classes=10), None),
+    ("vgg_cifar_zoo", dict(model_name="vgg11_bn", num_classes=100), None),
+    ("MobileNetV2_zoo", dict(num_classes=1000, width_mult=0.25), None),
+    ("deit_zoo", dict(model_name="deit_tiny_patch16_224", num_classes=1000), "model"),
+]
+
+
+@pytest.mark.parametrize("factory, kwargs, key", PRETRAINED, ids=[p[0] for p in PRETRAINED])
+def test_pretrained_weights_load_from_the_hub_cache(factory, kwargs, key, hub_dir):
+    """pretrained=True reads the checkpoint through torchvision's / torch.hub's loader (here a local
+    file in the hub cache: nothing is downloaded) and programs the crossbars with it."""
+    if SANITIZED and factory in ("deit_zoo", "ResNet_zoo", "vgg_cifar_zoo"):
+        pytest.skip("large model: too slow under the sanitizers")
+    from pyfastpim.memintelli import NN_models
+    make = getattr(NN_models, factory)
+    digital = make(**kwargs, mem_enabled=False, device="cpu")
+    state = _randomized(digital, 1)
+    if factory == "ResNet_zoo":
+        import torchvision.models as tvm
+        url = tvm.ResNet18_Weights.IMAGENET1K_V1.url  # torchvision's own weights and loader
+    else:
+        module = importlib.import_module(make.__module__)
+        url = {"ResNet_CIFAR_zoo": lambda: module.resnet_pretrained_urls[10]["resnet18"],
+               "vgg_cifar_zoo": lambda: module.cifar_pretrained_urls[100]["vgg11_bn"],
+               "MobileNetV2_zoo": lambda: module.model_urls["mobilenet_v2"],
+               "deit_zoo": lambda: module.model_urls["deit_tiny_patch16_224"]}[factory]()
+    torch.save({key: state} if key else state, os.path.join(hub_dir, os.path.basename(url)))
+    engine = _quiet_engine()
+    model = make(**kwargs, pretrained=True, mem_enabled=True, engine=engine, device="cpu")
+    loaded = model.state_dict()
+    assert set(loaded) == set(state)
+    for k, v in state.items():
+        assert torch.equal(loaded[k], v), k
+    mem_layers = [m for m in model.modules() if isinstance(m, (LinearMem, Conv2dMem))]
+    assert mem_layers
+    for m in mem_layers:  # the crossbars hold the loaded weights (quantized)
+        w = m.weight.detach().reshape(m.weight.shape[0], -1).t()
+        assert torch.allclose(m.weight_sliced.quantized_data, w, atol=float(w.abs().max()) / 100)
+
+
+def test_pretrained_missing_file_is_not_silently_random(hub_dir, monkeypatch):
+    from pyfastpim.memintelli.NN_models import ResNet_CIFAR_zoo
+
+    def no_network(*a, **k):
+        raise OSError("download attempted")
+    monkeypatch.setattr(torch.hub, "download_url_to_file", no_network)
+    with pytest.raises(OSError, match="download attempted"):
+        ResNet_CIFAR_zoo("resnet18", 10, pretrained=True)
+    with pytest.raises(ValueError, match="pretrained"):
+        ResNet_CIFAR_zoo("resnet34", 10, pretrained=True)
+
+
+# ----------------------------------------------------------------------------- the example scripts
+
+def test_script_01_matrix_multiplication_snr():
+    snr = _run_script("ex01_matrix_multiplication")
+    assert snr["INT"] > 10 and snr["FP"] > 5  # measured about 13 dB and 8 dB with these noisy settings
+
+
+def test_script_02_mlp_inference():
+    acc_ref, acc_mem = _run_script("ex02_mlp_inference")
+    assert acc_ref > 0.9
+    assert acc_mem >= acc_ref - 0.1
+
+
+def test_script_03_hardware_aware_training():
+    losses, acc0, acc1 = _run_script("ex03_mlp_hardware_aware_training")
+    assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
+    assert acc1 > max(acc0, 0.8)
+
+
+def test_script_04_ddp_gloo_two_processes(tmp_path):
+    out = str(tmp_path / "ddp.pt")
+    here = os.path.dirname(os.path.dirname(os.path.abspath(pyfastpim.__file__)))  # the build under test
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, os.path.join(SCRIPTS, "ex04_mlp_hardware_aware_training_ddp.py"), out],
+                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = torch.load(out)
+    assert result["param_diff"] == 0.0  # DDP kept the ranks' weights identical
+    assert result["wq_diff"] == 0.0     # and every rank re-programmed its crossbars with them
+    assert len(result["losses"]) == 3 and all(np.isfinite(result["losses"]))
+
+
+ZOO = ["vgg_cifar", "vgg_cifar100_finetune", "resnet_cifar", "resnet_imagenet", "mobilenetv2", "deit"]
+
+
+@pytest.mark.parametrize("case", ZOO)
+def test_scripts_05_10_zoo_inference_and_finetuning(case):
+    if SANITIZED and case != "mobilenetv2":
+        pytest.skip("large model: too slow under the sanitizers")
+    mod = runpy.run_path(os.path.join(SCRIPTS, "ex05_10_model_zoo.py"), run_name="memintelli_script")
+    r = mod["main"](case)
+    out, model, x = r["out"], r["model"], r["x"]
+    assert out.shape[0] == x.shape[0] and torch.isfinite(out).all()
+    assert np.isfinite(r["loss"]) and r["grads"] and all(r["grads"].values())
+    mem = [m for m in model.modules() if isinstance(m, (LinearMem, Conv2dMem))]
+    assert mem and all(m.engine is not None for m in mem)
+    if case == "mobilenetv2":  # depthwise convolutions stay digital, as in MemIntelli
+        assert any(isinstance(m, torch.nn.Conv2d) and m.groups > 1 for m in model.modules())
+    # after the fine-tuning step the crossbars hold the updated weights
+    for m in mem:
+        w = m.weight.detach().reshape(m.weight.shape[0], -1).t()
+        assert torch.allclose(m.weight_sliced.quantized_data, w, atol=float(w.abs().max()) / 50)
+    # the crossbar model tracks its digital twin (same weights, float layers)
+    factory, kwargs, _ = mod["CASES"][case]
+    twin = factory(**kwargs, mem_enabled=False, device="cpu")
+    twin.load_state_dict(model.state_dict())
+    model.eval()
+    twin.eval()
+    with torch.no_grad():
+        a, b = model(x).flatten(), twin(x).flatten()
+    assert F.cosine_similarity(a, b, dim=0) > 0.9

@@ -17,7 +17,9 @@
 static int positive_finite(double v, const char *name)
 {
     if (!(v > 0.0) || !isfinite(v)) {
-        PyErr_Format(PyExc_ValueError, "argument '%s': must be finite and > 0, got %g", name, v);
+        char b[40];
+        PyErr_Format(PyExc_ValueError, "argument '%s': must be finite and > 0, got %s", name,
+                     pf_fmt_double(b, sizeof b, v));
         return -1;
     }
     return 0;
@@ -80,7 +82,9 @@ static PyObject *py_irdrop_layer(PyObject *self, PyObject *args, PyObject *kwds)
         return NULL;
     }
     if (!isfinite(pad_g) || pad_g < 0.0) {
-        PyErr_Format(PyExc_ValueError, "argument 'pad_g': must be finite and >= 0, got %g", pad_g);
+        char b[40];
+        PyErr_Format(PyExc_ValueError, "argument 'pad_g': must be finite and >= 0, got %s",
+                     pf_fmt_double(b, sizeof b, pad_g));
         return NULL;
     }
     PfArray *g = pf_array_from_object(g_obj, PF_DT_F32, 0, "g");
@@ -136,15 +140,19 @@ static PyObject *py_drift(PyObject *self, PyObject *args, PyObject *kwds)
     if (positive_finite(t0, "t0") < 0)
         return NULL;
     if (!isfinite(t) || !(t >= t0)) {
-        PyErr_Format(PyExc_ValueError, "argument 't_seconds': must be finite and >= t0 (%g), got %g", t0, t);
+        char b1[40], b2[40];
+        PyErr_Format(PyExc_ValueError, "argument 't_seconds': must be finite and >= t0 (%s), got %s",
+                     pf_fmt_double(b1, sizeof b1, t0), pf_fmt_double(b2, sizeof b2, t));
         return NULL;
     }
     if (!isfinite(nu_mean)) {
-        PyErr_Format(PyExc_ValueError, "argument 'nu_mean': must be finite, got %g", nu_mean);
+        char b[40];
+        PyErr_Format(PyExc_ValueError, "argument 'nu_mean': must be finite, got %s", pf_fmt_double(b, sizeof b, nu_mean));
         return NULL;
     }
     if (!isfinite(nu_std) || nu_std < 0.0) {
-        PyErr_Format(PyExc_ValueError, "argument 'nu_std': must be finite and >= 0, got %g", nu_std);
+        char b[40];
+        PyErr_Format(PyExc_ValueError, "argument 'nu_std': must be finite and >= 0, got %s", pf_fmt_double(b, sizeof b, nu_std));
         return NULL;
     }
     PfArray *g = pf_array_from_object(g_obj, PF_DT_F32, 0, "g");

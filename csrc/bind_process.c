@@ -18,6 +18,7 @@
  * A child made with the spawn or forkserver start method is a fresh process
  * and keeps all threads. */
 #include "bindings.h"
+#include "threads.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -37,8 +38,9 @@ static void after_fork_child(void)
     atomic_store(&g_forked, 1);
 #ifdef _OPENMP
     omp_set_max_active_levels(0); /* every parallel region runs on the calling thread only */
-    omp_set_num_threads(1);       /* so that get_num_threads() reports what runs */
+    omp_set_num_threads(1);
 #endif
+    pf_set_num_threads(1); /* pyfastpim's own count, so that get_num_threads() reports what runs */
 }
 
 int pf_in_forked_child(void) { return atomic_load(&g_forked); }

@@ -20,6 +20,7 @@ call ``c``: a RuntimeWarning says so when the counter crosses a multiple of 2**3
 import math
 import numbers
 import warnings
+import weakref
 
 import numpy as np
 

@@ -122,7 +122,7 @@ def test_demo_draws_on_its_own_figure_without_pyplot_or_backend_change():
         "            res[(kind, m, v)] = [0.5 + v / 100, 0.6]\n"
         "fig = demo.plot_figure(res)\n"
         "from matplotlib.figure import Figure\n"
-        "assert isinstance(fig, Figure) and len(fig.axes) == 2, fig\n"
+        "assert isinstance(fig, Figure) and len(fig.axes) == 4, fig\n"
         "assert 'matplotlib.pyplot' not in sys.modules\n"
         "assert matplotlib.get_backend() == backend, (backend, matplotlib.get_backend())\n"
         "demo.plot(sys.argv[1], res)\n"

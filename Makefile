@@ -51,7 +51,9 @@ test-venv: deps
 	$(VENV_PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q . pytest hypothesis
 	$(VENV)/bin/python -m pip install -q "mlx[cpu]" || echo "test-venv: mlx[cpu] not installable here; MLX tests skip"
-	$(PYTEST_ENV) $(VENV)/bin/python -m pytest -q tests
+	# from outside the checkout, so that neither the tests nor their subprocesses import the
+	# unbuilt source tree instead of the installed package
+	cd build && $(PYTEST_ENV) $(CURDIR)/$(VENV)/bin/python -m pytest -q $(CURDIR)/tests --rootdir=$(CURDIR) -p no:cacheprovider
 
 # Real MLX arrays with the Debian interpreter (which has torch): MLX is installed with
 # `pip --target` into build/ (Debian's Python is externally managed; nothing system-wide changes).

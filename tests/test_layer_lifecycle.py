@@ -7,7 +7,8 @@ import pickle
 
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="the layers are torch modules")
 
 import pyfastpim
 from pyfastpim import _core

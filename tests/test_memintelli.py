@@ -12,8 +12,9 @@ import sys
 
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
+
+torch = pytest.importorskip("torch", reason="MemIntelli's API is torch's")
+F = torch.nn.functional
 
 import pyfastpim
 from pyfastpim import memory

@@ -6,7 +6,8 @@ micro-kernels do when the operands are inexact. Bit-identity needs FMA, which ev
 has; on a CPU without AVX2 the generic path is compared with OpenCL within the README's 1e-5."""
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="pyfastpim.nn needs torch")
 
 import pyfastpim
 from pyfastpim import _core

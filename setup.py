@@ -1,13 +1,13 @@
 """Build of the pyfastpim C extension (pyfastpim._core).
 
-All of csrc/*.c is compiled into one extension against the NumPy-free CPython
+All of csrc/*/*.c (layers core, cpu, opencl, python) is compiled into one extension against the NumPy-free CPython
 API, OpenBLAS (cblas), SLEEF and OpenMP. The OpenCL ICD loader is not linked:
-it is opened at run time on first use (csrc/cl_loader.c), so only the OpenCL
+it is opened at run time on first use (csrc/opencl/cl_loader.c), so only the OpenCL
 headers are needed to build. Include and library paths come from pkg-config
 (falling back to the compiler's search path), and a pre-check names every
 missing header or library with the Debian package that provides it before the
 compiler runs. SIMD kernels use
-function target attributes with runtime dispatch (csrc/cpu_features.c), so the
+function target attributes with runtime dispatch (csrc/cpu/cpu_features.c), so the
 build never uses -march=native and one binary runs on any x86-64.
 
 Environment:
@@ -188,8 +188,8 @@ cflags, ldflags = flags()
 INCLUDE_DIRS, LIBRARY_DIRS = build_paths()
 ext = Extension(
     "pyfastpim._core",
-    sources=sorted(glob.glob("csrc/*.c")),
-    depends=sorted(glob.glob("csrc/*.h") + glob.glob("kernels/*.cl")),
+    sources=sorted(glob.glob("csrc/*/*.c")),
+    depends=sorted(glob.glob("csrc/*/*.h") + glob.glob("kernels/*.cl")),
     include_dirs=["csrc", GENERATED] + INCLUDE_DIRS,
     library_dirs=LIBRARY_DIRS,
     libraries=["openblas", "sleef", "m", "dl"],

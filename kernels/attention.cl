@@ -1,6 +1,6 @@
 /* Attention-context update and apply on OpenCL devices (contract of
- * csrc/attention.h: pf_attn_update, pf_attn_apply). The elementwise parts
- * transcribe csrc/attention.c operation by operation (non-finite values read
+ * csrc/core/attention.h: pf_attn_update, pf_attn_apply). The elementwise parts
+ * transcribe csrc/cpu/attention.c operation by operation (non-finite values read
  * as 0, the sample's column statistics in the CPU's order, the same Cephes
  * tanh), so they are bit-identical given the same inputs; the products
  * (covariance, x @ w) are plain ordered sums where the CPU calls OpenBLAS's

@@ -1,11 +1,11 @@
-/* Prelude of every pyfastpim OpenCL program (csrc/opencl.c puts it first).
+/* Prelude of every pyfastpim OpenCL program (csrc/opencl/opencl.c puts it first).
  *
  * Exact float semantics: no contraction of a*b+c into fma behind our back
  * (kernels call fma() explicitly where the CPU path uses FMA instructions),
  * and the host adds -cl-fp32-correctly-rounded-divide-sqrt when the device
  * supports it.
  *
- * Counter-based device noise: a transcription of csrc/philox_noise.h into
+ * Counter-based device noise: a transcription of csrc/core/philox_noise.h into
  * OpenCL C (Random123's philox4x32-10 with the same key/counter layout, the
  * same u01 and Box-Muller formulas), embedded so the module needs no headers
  * at run time.
@@ -168,7 +168,7 @@ inline float pf_lane(float4 v, uint lane)
     return lane == 0 ? v.s0 : lane == 1 ? v.s1 : lane == 2 ? v.s2 : v.s3;
 }
 
-/* ---- csrc/quantize.h transcribed (spec sections 3-5) ----
+/* ---- csrc/core/quantize.h transcribed (spec sections 3-5) ----
  * Float32 in the spec's order, rint = round half to even, no contraction, the
  * division correctly rounded (host build option): the same codes as the CPU's
  * slicing stage and fused im2col packer. */
@@ -236,7 +236,7 @@ inline pf_qgran pf_qgran_make(float max_abs, int total_bits, int bfp)
 
 inline int pf_quantize(float x, const pf_qgran *g)
 {
-    if (!g->bfp) { /* clamped to [-K, K] (NaN to -K) as csrc/quantize.h: racing writers */
+    if (!g->bfp) { /* clamped to [-K, K] (NaN to -K) as csrc/core/quantize.h: racing writers */
         float q = pf_rintf(x / g->divisor * g->k);
         q = !(q >= -g->k) ? -g->k : q;
         return (int)(q > g->k ? g->k : q);
@@ -395,7 +395,7 @@ kernel void pf_normals(global float *out, ulong seed, uint stream, uint call, ul
     out[e] = pf_lane(pf_normal4(seed, stream, call, idx >> 2), (uint)(idx & 3));
 }
 
-/* Zero-copy probe (csrc/opencl.c): does the device read and write host memory
+/* Zero-copy probe (csrc/opencl/opencl.c): does the device read and write host memory
  * given with CL_MEM_USE_HOST_PTR in place, without a runtime copy? */
 kernel void pf_probe(global float *out, global const float *in)
 {

@@ -1,5 +1,5 @@
-/* Fused DPE MVM on OpenCL devices: the contract of csrc/dpe.h, the same three
- * stages as csrc/dpe.c (pack weights, pack inputs, tile kernel) and the same
+/* Fused DPE MVM on OpenCL devices: the contract of csrc/core/dpe.h, the same three
+ * stages as csrc/cpu/dpe.c (pack weights, pack inputs, tile kernel) and the same
  * operation order, so noise-free outputs are bit-identical to the CPU path and
  * noisy outputs equal to it up to the ulp error of log/sin/cos/exp.
  *

@@ -16,7 +16,7 @@
  * and TN weights per crossbar row from local memory. Global traffic per
  * work-group drops by lx (inputs) and ly (weights) against pf_dpe_mvm.
  *
- * kt, lA and lB are sized by the host (csrc/opencl.c: mvm_tiled_chunk) from
+ * kt, lA and lB are sized by the host (csrc/opencl/opencl.c: mvm_tiled_chunk) from
  * CL_DEVICE_LOCAL_MEM_SIZE less the kernel's own local use; the kernel takes
  * its work-group shape from get_local_size. Every work-item reaches every
  * barrier: out-of-range work-items (none with the host's exact global sizes)

@@ -1,6 +1,6 @@
 /* Bit-slice/quantize and weight programming on OpenCL devices: the contract
- * of csrc/slicing.h (pf_slice_quantize, pf_program_conductance) with the
- * arithmetic of csrc/quantize.h (base.cl), so every output is bit-identical
+ * of csrc/core/slicing.h (pf_slice_quantize, pf_program_conductance) with the
+ * arithmetic of csrc/core/quantize.h (base.cl), so every output is bit-identical
  * to the CPU's. Stages of slice_quantize (the CPU's, split for the device):
  *   pf_slice_max    global (N*R, ceil(C/span)): max of the abs bit patterns
  *                   of each granule's part of one row span, merged with
@@ -74,7 +74,7 @@ inline void pf_slice_quant8(global const float *x, ulong e, const pf_qgran *g, g
     const float8 v = vload8(0, x + e);
     int8 qv;
     if (!g->bfp) {
-        /* clamped to [-K, K] (NaN to -K) as csrc/quantize.h: racing writers */
+        /* clamped to [-K, K] (NaN to -K) as csrc/core/quantize.h: racing writers */
         float8 y = pf_rint8(v / g->divisor * g->k);
         y = select((float8)(-g->k), y, y >= -g->k);
         y = select(y, (float8)(g->k), y > g->k);
@@ -147,7 +147,7 @@ kernel void pf_slice_quant(global const float *x, global const float *gmax, glob
 }
 
 /* Standard normals of one group as the CPU's scalar pf_normal4
- * (csrc/philox_noise.h): log, sqrt, sin and cos in double, as C's <math.h>
+ * (csrc/core/philox_noise.h): log, sqrt, sin and cos in double, as C's <math.h>
  * evaluates them there (float builtins without fp64: equal up to an ulp). */
 inline float4 pf_normal4_scalar(ulong seed, uint stream, uint call, ulong group)
 {

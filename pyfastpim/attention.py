@@ -2,7 +2,7 @@
 and diffusion blocks share between layers.
 
 :class:`AttentionContext` extends the C type ``pyfastpim._core.AttentionContext``
-(kernels in ``csrc/attention.c``: OpenBLAS sgemm for the products, a vectorized
+(kernels in ``csrc/cpu/attention.c``: OpenBLAS sgemm for the products, a vectorized
 tanh, caller-provided outputs and a workspace the context owns and reuses, so
 calls after the first with the same shapes allocate nothing) with a ``device``:
 on an OpenCL device (``"opencl"``, ``"opencl:P:D"``), ``update_outgoing`` and

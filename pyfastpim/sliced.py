@@ -5,7 +5,7 @@ data, nothing allocated beyond the outputs). This module parses MemIntelli's
 arguments, keeps the compact results the engine reads, and produces
 MemIntelli's padded block layouts only when they are asked for.
 
-Compact layout (see csrc/slicing.h), all NumPy arrays sharing the core's
+Compact layout (see csrc/core/slicing.h), all NumPy arrays sharing the core's
 buffers:
 
 - ``codes``: uint8 ``(S, N, R, C)``, slice ``s = 0`` least significant, unpadded;

@@ -22,7 +22,7 @@ def _compile_commands(tmp_path, sanitize):
                         "--build-temp", str(tmp_path / "t"), "--build-lib", str(tmp_path / "l")],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    cmds = [line for line in r.stdout.splitlines() + r.stderr.splitlines() if re.search(r" -c csrc/\w+\.c ", line)]
+    cmds = [line for line in r.stdout.splitlines() + r.stderr.splitlines() if re.search(r" -c csrc/\w+/\w+\.c ", line)]
     assert len(cmds) >= 10, "no compile commands in the dry run"
     return cmds
 

@@ -18,7 +18,7 @@ def _sections():
 
 
 def _files():
-    pats = ["README.md", "pyfastpim/*.py", "pyfastpim/nn/*.py", "csrc/*.[ch]", "kernels/*.cl", "tests/*.py",
+    pats = ["README.md", "pyfastpim/*.py", "pyfastpim/nn/*.py", "csrc/*/*.[ch]", "kernels/*.cl", "tests/*.py",
             "tests/reference/*.py"]
     return [p for pat in pats for p in sorted(glob.glob(os.path.join(ROOT, pat)))]
 

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform: the Open
 SIMD_NOISE = pyfastpim.cpu_isa()[0] in ("avx2", "avx512")
 SAN = os.environ.get("PYFASTPIM_SANITIZED") == "1"
 
-# PYFASTPIM_CL_TILE = "TM,TN,LX,LY,PANEL" (csrc/opencl.c choose_tile)
+# PYFASTPIM_CL_TILE = "TM,TN,LX,LY,PANEL" (csrc/opencl/opencl.c choose_tile)
 TILES = {"device": None, "gpu": "4,4,16,8,0", "ragged": "3,2,4,2,1"}
 
 

@@ -24,7 +24,7 @@ _CONV = re.compile(r"%(?:%|[-0 #+]?\d*(?:\.\d+)?(?:ll|l|z)?[a-zA-Z])")
 
 
 def test_c_format_strings_use_only_conversions_python_knows():
-    sources = sorted(glob.glob(os.path.join(ROOT, "csrc", "*.c")))
+    sources = sorted(glob.glob(os.path.join(ROOT, "csrc", "*", "*.c")))
     if not sources:
         pytest.skip("no C sources here (installed package)")
     bad = []

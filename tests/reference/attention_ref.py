@@ -1,5 +1,5 @@
 """Pure-NumPy transcription of docs/semantics.md section 9 (attention context), written from the
-spec text, independently of csrc/attention.c. Float32 throughout, as NumPy computes
+spec text, independently of csrc/cpu/attention.c. Float32 throughout, as NumPy computes
 it, except where the spec says float64 (grad_strength). Allocates freely: this is
 also the "reference" case of the benchmark.
 

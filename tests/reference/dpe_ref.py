@@ -1,7 +1,7 @@
 """Independent NumPy transcription of docs/semantics.md section 7 (one MVM call).
 
 Slow and obviously correct: integers where the spec says exact, float32 in
-the order the spec and csrc/dpe.h document. Inputs are slice codes (as the
+the order the spec and csrc/core/dpe.h document. Inputs are slice codes (as the
 slicing stage produces them) so the MVM can be checked on its own.
 """
 import numpy as np

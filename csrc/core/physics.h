@@ -1,0 +1,52 @@
+/* Device physics applied to programmed conductances: IR drop from wire
+ * resistance (irdrop.c) and conductance drift (drift.c). See docs/physics.md
+ * for the network, boundary conditions and units.
+ *
+ * Plain pointers and sizes, nothing Python-specific. */
+#ifndef PF_PHYSICS_H
+#define PF_PHYSICS_H
+
+#include <stdint.h>
+
+#include "core/pf_common.h"
+
+/* Philox stream of the per-cell drift exponents nu (counter = cell index,
+ * call = 0). Chosen far from the streams of philox_noise.h (0..3) so that
+ * new noise families added there do not collide with it. */
+#define PF_STREAM_DRIFT 64u
+
+/* Effective conductance matrix of one crossbar block with wire resistance.
+ *
+ * g: cell conductances in siemens, n rows x m columns, element (i, j) at
+ * g[i * ldg + j]; every g >= 0 is physical (a negative value, possible with
+ * large write variation, is accepted: the network is then solved by banded
+ * LU with pivoting instead of Cholesky). r_wire: resistance in ohms of one
+ * wire segment, > 0. Network: row i is driven by an ideal source at its left
+ * end, one segment before cell (i, 0) and one between adjacent cells; column j
+ * is read by a virtual-ground ADC at its bottom end, one segment after cell
+ * (n-1, j) and one between adjacent cells. The column current is then linear
+ * in the row voltages: I_j = sum_i geff[i * ldo + j] * V_i.
+ *
+ * Returns PF_OK, PF_EINVAL (bad sizes/values, a singular network),
+ * PF_EOVERFLOW, PF_ENOMEM. */
+pf_status pf_irdrop_block(const double *g, int64_t n, int64_t m, int64_t ldg, double r_wire, double *geff,
+                          int64_t ldo);
+
+/* G_eff of every crossbar block of programmed layer conductances g (S, K, P)
+ * float32 siemens: blocks of block_rows x block_cols cells tile (K, P); the
+ * cells of a partial block past K or P are padding (conductance pad_g,
+ * rows driven at 0 V). Writes geff (S, K, P) float32, the valid cells only.
+ * Blocks run in parallel (OpenMP); each block's result is independent of the
+ * thread count. */
+pf_status pf_irdrop_layer(const float *g, int64_t n_slices, int64_t rows, int64_t cols, int64_t block_rows,
+                          int64_t block_cols, double r_wire, double pad_g, float *geff);
+
+/* Conductance drift of count cells:
+ *   nu[idx]  = max(0, nu_mean + nu_std * pf_normal(seed, PF_STREAM_DRIFT, 0, idx))
+ *   out[idx] = (float)((double)g[idx] * exp(-nu[idx] * log(t / t0)))
+ * for idx = index0 .. index0 + count - 1 (g, out and nu_out indexed from 0;
+ * nu_out may be NULL). Requires t >= t0 > 0 and finite values, nu_std >= 0. */
+pf_status pf_drift(const float *g, int64_t count, uint64_t index0, uint64_t seed, double t, double t0,
+                   double nu_mean, double nu_std, float *out, float *nu_out);
+
+#endif

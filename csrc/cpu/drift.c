@@ -1,0 +1,35 @@
+/* Conductance drift G(t) = G(t0) * (t / t0)^(-nu), per-cell nu from the
+ * engine's counter-based generator (see physics.h). Every cell is a pure
+ * function of (seed, index), so the result does not depend on the thread
+ * count or on how the cells are split. */
+#include "core/physics.h"
+
+#include <math.h>
+
+#include "core/philox_noise.h"
+
+pf_status pf_drift(const float *g, int64_t count, uint64_t index0, uint64_t seed, double t, double t0,
+                   double nu_mean, double nu_std, float *out, float *nu_out)
+{
+    if (count < 0 || !(t0 > 0.0) || !(t >= t0) || !isfinite(t) || !isfinite(t0) || !isfinite(nu_mean) ||
+        !(nu_std >= 0.0) || !isfinite(nu_std))
+        return PF_EINVAL;
+    if (count == 0)
+        return PF_OK;
+    if (!g || !out)
+        return PF_EINVAL;
+    const double log_ratio = log(t / t0);
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < count; k++) {
+        const uint64_t idx = index0 + (uint64_t)k;
+        double nu = nu_mean;
+        if (nu_std > 0.0)
+            nu += nu_std * (double)pf_normal(seed, PF_STREAM_DRIFT, 0, idx);
+        if (nu < 0.0)
+            nu = 0.0;
+        out[k] = (float)((double)g[k] * exp(-nu * log_ratio));
+        if (nu_out)
+            nu_out[k] = (float)nu;
+    }
+    return PF_OK;
+}

@@ -1,0 +1,102 @@
+/* Bulk device noise on the CPU (noise.h). Every ISA computes the same bits:
+ * the AVX2 path (noise_avx2.c, also used under AVX-512) evaluates log and
+ * sin/cos with SLEEF's FMA vector functions (logf_u35, sincosf_u35), sqrt with
+ * the correctly rounded instruction and exp with expf_u10 on runs of 8 (glibc's
+ * expf on a row's tail); the portable path below calls SLEEF's scalar builds of
+ * the same algorithms (Sleef_*f1_*purecfma: the same FMA polynomials and
+ * operation order, so lane for lane the same results) in the same places, and
+ * kernels/base.cl transcribes those algorithms for OpenCL. A CPU without FMA
+ * (where no SIMD path exists) uses SLEEF's non-FMA scalar builds (purec),
+ * within an ulp or so of the others. */
+#include "cpu/noise.h"
+#include "cpu/cpu_features.h"
+#include "core/philox_noise.h"
+
+#include <math.h>
+#include <sleef.h>
+#include <string.h>
+
+/* libsleef exports its FMA scalar builds; sleef.h declares them only when the
+ * includer itself is compiled with FMA (FP_FAST_FMA). Called only after the
+ * CPU was seen to have FMA. */
+float Sleef_logf1_u35purecfma(float);
+Sleef_float_2 Sleef_sincosf1_u35purecfma(float);
+float Sleef_expf1_u10purecfma(float);
+
+/* Runs of this many groups go through the SIMD generator at once. */
+#define GROUP_BATCH 64
+/* Lanes of the AVX2 exp: runs of this many elements use SLEEF's expf_u10, the tail glibc's expf. */
+#define EXP_RUN 8
+
+/* Four standard normals of one group, in lane order, as normals8 (noise_avx2.c)
+ * computes each lane: r = sqrt(-2 * logf_u35(u)), (sin, cos) = sincosf_u35(2 pi u'). */
+static void normal4_sleef(uint64_t seed, uint32_t stream, uint32_t call, uint64_t group, int fma, float out[4])
+{
+    philox4x32_ctr_t r = pf_philox_group(seed, stream, call, group);
+    const float two_pi = 6.283185307179586f;
+    float u0 = pf_u01(r.v[0]), a0 = two_pi * pf_u01(r.v[1]);
+    float u1 = pf_u01(r.v[2]), a1 = two_pi * pf_u01(r.v[3]);
+    float l0, l1;
+    Sleef_float_2 sc0, sc1;
+    if (fma) {
+        l0 = Sleef_logf1_u35purecfma(u0);
+        l1 = Sleef_logf1_u35purecfma(u1);
+        sc0 = Sleef_sincosf1_u35purecfma(a0);
+        sc1 = Sleef_sincosf1_u35purecfma(a1);
+    } else {
+        l0 = Sleef_logf1_u35purec(u0);
+        l1 = Sleef_logf1_u35purec(u1);
+        sc0 = Sleef_sincosf1_u35purec(a0);
+        sc1 = Sleef_sincosf1_u35purec(a1);
+    }
+    const float r0 = sqrtf(-2.0f * l0), r1 = sqrtf(-2.0f * l1);
+    out[0] = r0 * sc0.y; /* cos */
+    out[1] = r0 * sc0.x; /* sin */
+    out[2] = r1 * sc1.y;
+    out[3] = r1 * sc1.x;
+}
+
+void pf_normals(uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0, int64_t count, float *out)
+{
+    if (count <= 0)
+        return;
+    int simd = pf_active_isa() >= PF_ISA_AVX2;
+    int fma = simd || pf_cpu_has_fma();
+    uint64_t g = idx0 >> 2, g_end = (idx0 + (uint64_t)count + 3) >> 2;
+    float buf[4 * GROUP_BATCH];
+    int64_t e = 0;
+    while (g < g_end) {
+        int64_t ng = (int64_t)(g_end - g) < GROUP_BATCH ? (int64_t)(g_end - g) : GROUP_BATCH;
+        if (simd)
+            pf_normals_avx2(seed, stream, call, g, ng, buf);
+        else
+            for (int64_t q = 0; q < ng; q++)
+                normal4_sleef(seed, stream, call, g + (uint64_t)q, fma, buf + 4 * q);
+        /* copy the part of this batch that lies inside [idx0, idx0 + count) */
+        uint64_t first = g * 4;
+        for (int64_t q = 0; q < 4 * ng; q++) {
+            uint64_t idx = first + (uint64_t)q;
+            if (idx >= idx0 && e < count)
+                out[e++] = buf[q];
+        }
+        g += (uint64_t)ng;
+    }
+}
+
+void pf_exp_inplace(float *v, int64_t count)
+{
+    if (pf_active_isa() >= PF_ISA_AVX2) {
+        pf_exp_inplace_avx2(v, count);
+        return;
+    }
+    /* the AVX2 path's split: SLEEF on whole runs of 8, glibc's expf on the tail */
+    int64_t runs = count - count % EXP_RUN, e = 0;
+    if (pf_cpu_has_fma())
+        for (; e < runs; e++)
+            v[e] = Sleef_expf1_u10purecfma(v[e]);
+    else
+        for (; e < runs; e++)
+            v[e] = Sleef_expf1_u10purec(v[e]);
+    for (; e < count; e++)
+        v[e] = expf(v[e]);
+}

@@ -1,0 +1,1084 @@
+/* pyfastpim.Array and asarray: zero-copy exchange with NumPy (buffer
+ * protocol, __array_interface__), torch (DLPack) and any buffer exporter. */
+#include "python/array.h"
+#include "core/memory.h"
+#include "core/pf_common.h"
+
+#include <math.h>
+#include <string.h>
+
+static const struct {
+    const char *name;
+    size_t size;
+    char fmt;        /* struct-module format character */
+    uint8_t dl_code; /* DLDataTypeCode */
+} g_dtypes[PF_DT_COUNT] = {
+    [PF_DT_F32] = {"float32", 4, 'f', kDLFloat},
+    [PF_DT_F64] = {"float64", 8, 'd', kDLFloat},
+    [PF_DT_U8] = {"uint8", 1, 'B', kDLUInt},
+    [PF_DT_I8] = {"int8", 1, 'b', kDLInt},
+    [PF_DT_I16] = {"int16", 2, 'h', kDLInt},
+    [PF_DT_U16] = {"uint16", 2, 'H', kDLUInt},
+    [PF_DT_I32] = {"int32", 4, 'i', kDLInt},
+    [PF_DT_I64] = {"int64", 8, 'q', kDLInt},
+};
+
+size_t pf_dtype_size(pf_dtype dt)
+{
+    return dt == PF_DT_F16_IN || dt == PF_DT_BF16_IN ? 2 : g_dtypes[dt].size;
+}
+const char *pf_dtype_name(pf_dtype dt)
+{
+    return dt == PF_DT_F16_IN ? "float16" : dt == PF_DT_BF16_IN ? "bfloat16" : g_dtypes[dt].name;
+}
+
+static int dtype_is_half(pf_dtype dt) { return dt == PF_DT_F16_IN || dt == PF_DT_BF16_IN; }
+static int dtype_is_float(pf_dtype dt) { return dt == PF_DT_F32 || dt == PF_DT_F64 || dtype_is_half(dt); }
+
+/* IEEE binary16 -> float (exact: every half is a float). */
+static float half_to_float(uint16_t h)
+{
+    unsigned exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    float f;
+    if (exp == 0)
+        f = ldexpf((float)man, -24); /* zero or subnormal */
+    else if (exp == 31)
+        f = man ? NAN : INFINITY;
+    else
+        f = ldexpf((float)(man | 0x400u), (int)exp - 25);
+    return (h & 0x8000u) ? -f : f;
+}
+
+/* bfloat16 is the upper half of a float32 (exact). */
+static float bf16_to_float(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+int pf_dtype_from_object(PyObject *obj, const char *argname, pf_dtype *out)
+{
+    if (obj == NULL || obj == Py_None) {
+        *out = PF_DT_ANY;
+        return 0;
+    }
+    PyObject *name = NULL;
+    if (PyUnicode_Check(obj)) {
+        name = obj;
+        Py_INCREF(name);
+    } else {
+        /* numpy.dtype and numpy scalar types have .name / dtype; torch dtypes
+         * print as "torch.float32". */
+        PyObject *s = PyObject_Str(obj);
+        if (!s)
+            return -1;
+        const char *c = PyUnicode_AsUTF8(s);
+        if (c && strncmp(c, "torch.", 6) == 0) {
+            name = PyUnicode_FromString(c + 6);
+        } else if (PyObject_HasAttrString(obj, "name")) {
+            name = PyObject_GetAttrString(obj, "name");
+        } else if (PyType_Check(obj) && PyObject_HasAttrString(obj, "__name__")) {
+            name = PyObject_GetAttrString(obj, "__name__");
+        }
+        Py_DECREF(s);
+        if (!name || !PyUnicode_Check(name)) {
+            Py_XDECREF(name);
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "argument '%s': cannot interpret %R as a dtype", argname, obj);
+            return -1;
+        }
+    }
+    const char *c = PyUnicode_AsUTF8(name);
+    if (!c) {
+        Py_DECREF(name);
+        return -1;
+    }
+    for (int i = 0; i < PF_DT_COUNT; i++) {
+        if (strcmp(c, g_dtypes[i].name) == 0) {
+            *out = (pf_dtype)i;
+            Py_DECREF(name);
+            return 0;
+        }
+    }
+    PyErr_Format(PyExc_TypeError,
+                 "argument '%s': unsupported dtype '%s' (supported: float32, float64, uint8, int8, "
+                 "int16, uint16, int32, int64)",
+                 argname, c);
+    Py_DECREF(name);
+    return -1;
+}
+
+size_t pf_array_size(const PfArray *a)
+{
+    size_t n = 1;
+    for (int i = 0; i < a->ndim; i++)
+        n *= (size_t)a->shape[i];
+    return n;
+}
+
+size_t pf_array_nbytes(const PfArray *a) { return pf_array_size(a) * pf_dtype_size(a->dtype); }
+
+static void set_c_strides(PfArray *a)
+{
+    Py_ssize_t s = (Py_ssize_t)pf_dtype_size(a->dtype);
+    for (int i = a->ndim - 1; i >= 0; i--) {
+        a->strides[i] = s;
+        s *= a->shape[i] > 0 ? a->shape[i] : 1;
+    }
+}
+
+static int is_c_contiguous(const PfArray *a)
+{
+    Py_ssize_t s = (Py_ssize_t)pf_dtype_size(a->dtype);
+    for (int i = a->ndim - 1; i >= 0; i--) {
+        if (a->shape[i] == 0)
+            return 1;
+        if (a->shape[i] != 1 && a->strides[i] != s)
+            return 0;
+        s *= a->shape[i];
+    }
+    return 1;
+}
+
+static PfArray *alloc_struct(void)
+{
+    PfArray *a = PyObject_New(PfArray, &PfArray_Type);
+    if (!a)
+        return NULL;
+    a->data = NULL;
+    a->ndim = 0;
+    a->dtype = PF_DT_F32;
+    a->readonly = 0;
+    a->base = NULL;
+    a->has_view = 0;
+    a->dl = NULL;
+    a->dlv = NULL;
+    a->owns_data = 0;
+    a->exports = 0;
+    a->weakreflist = NULL;
+    return a;
+}
+
+static PfArray *new_owned(pf_dtype dt, int ndim, const Py_ssize_t *shape, int zero)
+{
+    if (ndim < 0 || ndim > PF_MAXDIM) {
+        PyErr_Format(PyExc_ValueError, "arrays may have at most %d dimensions", PF_MAXDIM);
+        return NULL;
+    }
+    size_t nbytes = pf_dtype_size(dt);
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) {
+            PyErr_SetString(PyExc_ValueError, "negative dimension");
+            return NULL;
+        }
+        if (pf_mul_size(nbytes, (size_t)shape[i], &nbytes) != PF_OK || nbytes > (size_t)PY_SSIZE_T_MAX) {
+            PyErr_SetString(PyExc_ValueError, "array size overflows");
+            return NULL;
+        }
+    }
+    PfArray *a = alloc_struct();
+    if (!a)
+        return NULL;
+    a->dtype = dt;
+    a->ndim = ndim;
+    for (int i = 0; i < ndim; i++)
+        a->shape[i] = shape[i];
+    set_c_strides(a);
+    /* size 0 still gets a valid (minimal) block so data is never NULL */
+    a->data = zero ? pf_calloc(nbytes ? nbytes : 1, 1) : pf_alloc(nbytes ? nbytes : 1);
+    if (!a->data) {
+        Py_DECREF(a);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    a->owns_data = 1;
+    return a;
+}
+
+PfArray *pf_array_new(pf_dtype dt, int ndim, const Py_ssize_t *shape) { return new_owned(dt, ndim, shape, 0); }
+PfArray *pf_array_zeros(pf_dtype dt, int ndim, const Py_ssize_t *shape) { return new_owned(dt, ndim, shape, 1); }
+
+static void PfArray_dealloc(PfArray *a)
+{
+    if (a->weakreflist)
+        PyObject_ClearWeakRefs((PyObject *)a);
+    if (a->owns_data)
+        pf_free(a->data);
+    if (a->has_view)
+        PyBuffer_Release(&a->view);
+    if ((a->dl && a->dl->deleter) || (a->dlv && a->dlv->deleter)) {
+        /* a producer's deleter may run Python code: keep a pending exception */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (a->dl && a->dl->deleter)
+            a->dl->deleter(a->dl);
+        if (a->dlv && a->dlv->deleter)
+            a->dlv->deleter(a->dlv);
+        PyErr_Restore(et, ev, tb);
+    }
+    Py_XDECREF(a->base);
+    PyObject_Free(a);
+}
+
+/* ---- element conversion for the one counted copy ---- */
+
+static double load_f(const char *p, pf_dtype dt)
+{
+    switch (dt) {
+    case PF_DT_F32: { float v; memcpy(&v, p, 4); return v; }
+    case PF_DT_F64: { double v; memcpy(&v, p, 8); return v; }
+    case PF_DT_F16_IN: { uint16_t h; memcpy(&h, p, 2); return half_to_float(h); }
+    case PF_DT_BF16_IN: { uint16_t h; memcpy(&h, p, 2); return bf16_to_float(h); }
+    default: return 0.0;
+    }
+}
+
+static int64_t load_i(const char *p, pf_dtype dt)
+{
+    switch (dt) {
+    case PF_DT_U8: return *(const uint8_t *)p;
+    case PF_DT_I8: return *(const int8_t *)p;
+    case PF_DT_I16: { int16_t v; memcpy(&v, p, 2); return v; }
+    case PF_DT_U16: { uint16_t v; memcpy(&v, p, 2); return v; }
+    case PF_DT_I32: { int32_t v; memcpy(&v, p, 4); return v; }
+    case PF_DT_I64: { int64_t v; memcpy(&v, p, 8); return v; }
+    default: return 0;
+    }
+}
+
+static void store(char *p, pf_dtype dt, const char *src, pf_dtype sdt)
+{
+    if (dtype_is_float(dt)) {
+        double v = dtype_is_float(sdt) ? load_f(src, sdt) : (double)load_i(src, sdt);
+        if (dt == PF_DT_F32) { float f = (float)v; memcpy(p, &f, 4); }
+        else memcpy(p, &v, 8);
+        return;
+    }
+    /* integer target from integer source: two's complement wrap, as numpy's
+     * astype(casting='unsafe') does */
+    uint64_t u = (uint64_t)load_i(src, sdt);
+    switch (dt) {
+    case PF_DT_U8: *(uint8_t *)p = (uint8_t)u; break;
+    case PF_DT_I8: *(int8_t *)p = (int8_t)(uint8_t)u; break;
+    case PF_DT_I16: case PF_DT_U16: { uint16_t v = (uint16_t)u; memcpy(p, &v, 2); break; }
+    case PF_DT_I32: { uint32_t v = (uint32_t)u; memcpy(p, &v, 4); break; }
+    case PF_DT_I64: memcpy(p, &u, 8); break;
+    default: break;
+    }
+}
+
+/* Copies the strided source into the C-contiguous destination, converting. */
+static void copy_strided(char *dst, pf_dtype ddt, const PfArray *src)
+{
+    size_t n = pf_array_size(src);
+    if (n == 0)
+        return;
+    size_t isz = pf_dtype_size(ddt);
+    Py_ssize_t idx[PF_MAXDIM] = {0};
+    const char *p = src->data;
+    int same = ddt == src->dtype;
+    for (size_t k = 0; k < n; k++) {
+        if (same)
+            memcpy(dst + k * isz, p, isz);
+        else
+            store(dst + k * isz, ddt, p, src->dtype);
+        for (int d = src->ndim - 1; d >= 0; d--) {
+            if (++idx[d] < src->shape[d]) {
+                p += src->strides[d];
+                break;
+            }
+            p -= src->strides[d] * (src->shape[d] - 1);
+            idx[d] = 0;
+        }
+    }
+}
+
+/* ---- importing ---- */
+
+static int parse_format(const char *fmt, Py_ssize_t itemsize, pf_dtype *out, const char *argname)
+{
+    if (!fmt)
+        fmt = "B";
+    char order = '@';
+    if (*fmt == '@' || *fmt == '=' || *fmt == '<' || *fmt == '>' || *fmt == '!')
+        order = *fmt++;
+    int little = 1;
+    if ((order == '>' || order == '!') && little) {
+        PyErr_Format(PyExc_ValueError,
+                     "argument '%s': non-native (big-endian) byte order is not supported; "
+                     "convert with .astype(dtype.newbyteorder('='))", argname);
+        return -1;
+    }
+    if (fmt[0] && fmt[1] == '\0') {
+        char c = fmt[0];
+        /* 'l'/'L' are 8 bytes on LP64 in native mode, NumPy uses them for int64 */
+        if (c == 'l' && itemsize == 8) c = 'q';
+        if (c == 'l' && itemsize == 4) c = 'i';
+        for (int i = 0; i < PF_DT_COUNT; i++) {
+            if (g_dtypes[i].fmt == c && (Py_ssize_t)g_dtypes[i].size == itemsize) {
+                *out = (pf_dtype)i;
+                return 0;
+            }
+        }
+        if (c == 'e' && itemsize == 2) { /* float16: converted on import */
+            *out = PF_DT_F16_IN;
+            return 0;
+        }
+    }
+    if (strcmp(fmt, "bfloat16") == 0 && itemsize == 2) { /* MLX's buffer format: converted on import */
+        *out = PF_DT_BF16_IN;
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError,
+                 "argument '%s': unsupported element format '%s' (supported: float32, float64, uint8, "
+                 "int8, int16, uint16, int32, int64; float16 and bfloat16 are converted to float32)", argname, fmt);
+    return -1;
+}
+
+static PfArray *view_from_buffer(PyObject *obj, int writable, const char *argname)
+{
+    PfArray *a = alloc_struct();
+    if (!a)
+        return NULL;
+    int flags = PyBUF_RECORDS_RO;
+    if (writable)
+        flags |= PyBUF_WRITABLE;
+    if (PyObject_GetBuffer(obj, &a->view, flags) < 0) {
+        Py_DECREF(a);
+        /* NumPy reports a read-only array as ValueError, others as BufferError */
+        if (writable && (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_ValueError))) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "argument '%s': a writable buffer is required but %s is read-only",
+                         argname, Py_TYPE(obj)->tp_name);
+        }
+        return NULL;
+    }
+    a->has_view = 1;
+    Py_buffer *v = &a->view;
+    if (v->ndim > PF_MAXDIM) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': at most %d dimensions are supported", argname, PF_MAXDIM);
+        Py_DECREF(a);
+        return NULL;
+    }
+    if (parse_format(v->format, v->itemsize, &a->dtype, argname) < 0) {
+        Py_DECREF(a);
+        return NULL;
+    }
+    a->ndim = v->ndim;
+    a->data = v->buf;
+    a->readonly = v->readonly;
+    if (v->ndim == 0) {
+        /* scalar buffer */
+    } else if (v->shape == NULL) {
+        a->ndim = 1;
+        a->shape[0] = v->len / v->itemsize;
+        a->strides[0] = v->itemsize;
+    } else {
+        for (int i = 0; i < v->ndim; i++) {
+            a->shape[i] = v->shape[i];
+            a->strides[i] = v->strides ? v->strides[i] : 0;
+        }
+        if (!v->strides)
+            set_c_strides(a);
+    }
+    return a;
+}
+
+static void dl_capsule_destructor(PyObject *cap)
+{
+    if (PyCapsule_IsValid(cap, "dltensor")) {
+        DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
+        if (m && m->deleter)
+            m->deleter(m);
+    }
+}
+
+static void dlv_capsule_destructor(PyObject *cap)
+{
+    if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+        DLManagedTensorVersioned *m = PyCapsule_GetPointer(cap, "dltensor_versioned");
+        if (m && m->deleter)
+            m->deleter(m);
+    }
+}
+
+/* Calls obj.__dlpack__(max_version=(1, 0)); producers older than DLPack 1.0 do not take the
+ * keyword (TypeError): they are asked again without it and give an unversioned capsule. */
+static PyObject *call_dlpack(PyObject *obj)
+{
+    PyObject *meth = PyObject_GetAttrString(obj, "__dlpack__");
+    if (!meth)
+        return NULL;
+    PyObject *args = PyTuple_New(0);
+    PyObject *kw = Py_BuildValue("{s:(ii)}", "max_version", PF_DLPACK_MAJOR, PF_DLPACK_MINOR);
+    PyObject *cap = args && kw ? PyObject_Call(meth, args, kw) : NULL;
+    Py_XDECREF(kw);
+    if (!cap && args && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        cap = PyObject_Call(meth, args, NULL);
+    }
+    Py_XDECREF(args);
+    Py_DECREF(meth);
+    return cap;
+}
+
+static PfArray *view_from_dlpack(PyObject *obj, int writable, const char *argname)
+{
+    PyObject *dev = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
+    if (!dev)
+        return NULL;
+    int dev_type = 0;
+    if (PyTuple_Check(dev) && PyTuple_GET_SIZE(dev) >= 1)
+        dev_type = (int)PyLong_AsLong(PyTuple_GET_ITEM(dev, 0));
+    Py_DECREF(dev);
+    if (PyErr_Occurred())
+        return NULL;
+    if (dev_type != kDLCPU && dev_type != kDLCUDAHost) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': DLPack device type %d is not host memory; "
+                     "move the tensor to the CPU first", argname, dev_type);
+        return NULL;
+    }
+    PyObject *cap = call_dlpack(obj);
+    if (!cap) { /* e.g. torch: "Bool type is not supported by dlpack": say which argument */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
+        PyErr_Format(PyExc_TypeError, "argument '%s': its __dlpack__() failed: %S: %S", argname,
+                     et ? et : Py_None, ev ? ev : Py_None);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        return NULL;
+    }
+    DLManagedTensor *m = NULL;
+    DLManagedTensorVersioned *mv = NULL;
+    if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+        mv = PyCapsule_GetPointer(cap, "dltensor_versioned");
+        if (mv && (PyCapsule_SetName(cap, "used_dltensor_versioned") < 0 || PyCapsule_SetDestructor(cap, NULL) < 0))
+            mv = NULL;
+    } else if (PyCapsule_IsValid(cap, "dltensor")) {
+        m = PyCapsule_GetPointer(cap, "dltensor");
+        if (m && (PyCapsule_SetName(cap, "used_dltensor") < 0 || PyCapsule_SetDestructor(cap, NULL) < 0))
+            m = NULL;
+    } else { /* a consumed capsule is renamed "used_dltensor[_versioned]" */
+        PyErr_Format(PyExc_ValueError, "argument '%s': __dlpack__() returned %s, not an unconsumed DLPack capsule "
+                     "(each capsule can be consumed once)", argname,
+                     PyCapsule_CheckExact(cap) ? "an already consumed or foreign capsule" : Py_TYPE(cap)->tp_name);
+    }
+    Py_DECREF(cap);
+    if (!m && !mv)
+        return NULL;
+    /* the capsule is consumed: from now on we own the tensor and call its deleter */
+    PfArray *a = alloc_struct();
+    if (!a) {
+        if (mv && mv->deleter) mv->deleter(mv);
+        if (m && m->deleter) m->deleter(m);
+        return NULL;
+    }
+    a->dl = m;
+    a->dlv = mv;
+    if (mv && mv->version.major != PF_DLPACK_MAJOR) {
+        PyErr_Format(PyExc_BufferError, "argument '%s': DLPack version %u.%u is not supported (asked for at most %d.%d)",
+                     argname, (unsigned)mv->version.major, (unsigned)mv->version.minor, PF_DLPACK_MAJOR,
+                     PF_DLPACK_MINOR);
+        Py_DECREF(a);
+        return NULL;
+    }
+    DLTensor *t = mv ? &mv->dl_tensor : &m->dl_tensor;
+    a->readonly = mv && (mv->flags & DLPACK_FLAG_BITMASK_READ_ONLY) ? 1 : 0;
+    if (writable && a->readonly) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': a writable buffer is required but %s exported read-only "
+                     "memory (DLPack read-only flag)", argname, Py_TYPE(obj)->tp_name);
+        Py_DECREF(a);
+        return NULL;
+    }
+    if (t->ndim > PF_MAXDIM || t->ndim < 0) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': at most %d dimensions are supported", argname, PF_MAXDIM);
+        Py_DECREF(a);
+        return NULL;
+    }
+    int found = 0;
+    for (int i = 0; i < PF_DT_COUNT; i++) {
+        if (g_dtypes[i].dl_code == t->dtype.code && g_dtypes[i].size * 8 == t->dtype.bits && t->dtype.lanes == 1) {
+            a->dtype = (pf_dtype)i;
+            found = 1;
+            break;
+        }
+    }
+    if (!found && t->dtype.bits == 16 && t->dtype.lanes == 1 &&
+        (t->dtype.code == kDLFloat || t->dtype.code == kDLBfloat)) {
+        a->dtype = t->dtype.code == kDLFloat ? PF_DT_F16_IN : PF_DT_BF16_IN; /* converted on import */
+        found = 1;
+    }
+    if (!found) {
+        PyErr_Format(PyExc_TypeError, "argument '%s': unsupported DLPack dtype (code %d, %d bits, %d lanes); "
+                     "supported: float32, float64, uint8, int8, int16, uint16, int32, int64 (float16 and bfloat16 "
+                     "are converted to float32)",
+                     argname, t->dtype.code, t->dtype.bits, t->dtype.lanes);
+        Py_DECREF(a);
+        return NULL;
+    }
+    a->ndim = t->ndim;
+    a->data = (char *)t->data + t->byte_offset;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] < 0) {
+            PyErr_Format(PyExc_ValueError, "argument '%s': negative dimension in the DLPack tensor", argname);
+            Py_DECREF(a);
+            return NULL;
+        }
+        a->shape[i] = (Py_ssize_t)t->shape[i];
+    }
+    if (t->strides) {
+        for (int i = 0; i < t->ndim; i++)
+            a->strides[i] = (Py_ssize_t)t->strides[i] * (Py_ssize_t)pf_dtype_size(a->dtype);
+    } else {
+        set_c_strides(a);
+    }
+    return a;
+}
+
+static PfArray *view_from_array_interface(PyObject *obj, PyObject *iface, int writable, const char *argname)
+{
+    if (!PyDict_Check(iface)) {
+        PyErr_Format(PyExc_TypeError, "argument '%s': __array_interface__ is not a dict", argname);
+        return NULL;
+    }
+    PyObject *shape = PyDict_GetItemString(iface, "shape");
+    PyObject *typestr = PyDict_GetItemString(iface, "typestr");
+    PyObject *data = PyDict_GetItemString(iface, "data");
+    PyObject *strides = PyDict_GetItemString(iface, "strides");
+    if (!shape || !PyTuple_Check(shape) || !typestr || !PyUnicode_Check(typestr) || !data || !PyTuple_Check(data) ||
+        PyTuple_GET_SIZE(data) != 2) {
+        PyErr_Format(PyExc_TypeError, "argument '%s': __array_interface__ needs shape, typestr and a (ptr, readonly) "
+                     "data tuple", argname);
+        return NULL;
+    }
+    const char *ts = PyUnicode_AsUTF8(typestr);
+    if (!ts)
+        return NULL;
+    if (strlen(ts) < 3) {
+        PyErr_Format(PyExc_TypeError, "argument '%s': bad typestr '%s'", argname, ts);
+        return NULL;
+    }
+    if (ts[0] == '>') {
+        PyErr_Format(PyExc_ValueError, "argument '%s': non-native (big-endian) byte order is not supported", argname);
+        return NULL;
+    }
+    long isz = strtol(ts + 2, NULL, 10);
+    char kind = ts[1];
+    pf_dtype dt = PF_DT_ANY;
+    for (int i = 0; i < PF_DT_COUNT; i++) {
+        char k = g_dtypes[i].dl_code == kDLFloat ? 'f' : g_dtypes[i].dl_code == kDLInt ? 'i' : 'u';
+        if (k == kind && (long)g_dtypes[i].size == isz)
+            dt = (pf_dtype)i;
+    }
+    if (kind == 'f' && isz == 2)
+        dt = PF_DT_F16_IN; /* converted on import */
+    if (dt == PF_DT_ANY) {
+        PyErr_Format(PyExc_TypeError, "argument '%s': unsupported typestr '%s'", argname, ts);
+        return NULL;
+    }
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    if (nd > PF_MAXDIM) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': at most %d dimensions are supported", argname, PF_MAXDIM);
+        return NULL;
+    }
+    PfArray *a = alloc_struct();
+    if (!a)
+        return NULL;
+    a->dtype = dt;
+    a->ndim = (int)nd;
+    for (Py_ssize_t i = 0; i < nd; i++) {
+        a->shape[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        if (a->shape[i] < 0) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "argument '%s': negative dimension", argname);
+            Py_DECREF(a);
+            return NULL;
+        }
+    }
+    if (strides && strides != Py_None) {
+        if (!PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != nd) {
+            PyErr_Format(PyExc_TypeError, "argument '%s': bad strides in __array_interface__", argname);
+            Py_DECREF(a);
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < nd; i++)
+            a->strides[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, i));
+    } else {
+        set_c_strides(a);
+    }
+    a->data = PyLong_AsVoidPtr(PyTuple_GET_ITEM(data, 0));
+    a->readonly = PyObject_IsTrue(PyTuple_GET_ITEM(data, 1));
+    if (PyErr_Occurred()) {
+        Py_DECREF(a);
+        return NULL;
+    }
+    if (writable && a->readonly) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': a writable buffer is required but %s is read-only",
+                     argname, Py_TYPE(obj)->tp_name);
+        Py_DECREF(a);
+        return NULL;
+    }
+    if (!a->data && pf_array_size(a) > 0) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': NULL data pointer", argname);
+        Py_DECREF(a);
+        return NULL;
+    }
+    Py_INCREF(obj);
+    a->base = obj;
+    return a;
+}
+
+/* Any supported exporter -> PfArray view (dtype and layout as found). */
+static PfArray *view_any(PyObject *obj, int writable, const char *argname)
+{
+    if (PfArray_Check(obj)) {
+        PfArray *src = (PfArray *)obj;
+        if (writable && src->readonly) {
+            PyErr_Format(PyExc_ValueError, "argument '%s': a writable buffer is required but the Array is read-only",
+                         argname);
+            return NULL;
+        }
+        Py_INCREF(obj);
+        return src;
+    }
+    if (PyObject_CheckBuffer(obj))
+        return view_from_buffer(obj, writable, argname);
+    if (PyObject_HasAttrString(obj, "__array_interface__")) {
+        PyObject *iface = PyObject_GetAttrString(obj, "__array_interface__");
+        if (!iface)
+            return NULL;
+        PfArray *a = view_from_array_interface(obj, iface, writable, argname);
+        Py_DECREF(iface);
+        return a;
+    }
+    if (PyObject_HasAttrString(obj, "__dlpack__") && PyObject_HasAttrString(obj, "__dlpack_device__"))
+        return view_from_dlpack(obj, writable, argname);
+    PyErr_Format(PyExc_TypeError,
+                 "argument '%s': %s exposes no buffer, __array_interface__ or __dlpack__; pass a NumPy array, "
+                 "a CPU torch tensor or a buffer", argname, Py_TYPE(obj)->tp_name);
+    return NULL;
+}
+
+/* The exporter's shape and strides must describe a byte range whose size and every offset fit in
+ * Py_ssize_t (an exporter can claim anything: a lying __array_interface__ with strides of 2**62
+ * would otherwise send the copy loops far outside the buffer). Returns 0 or -1 with ValueError. */
+static int check_extent(const PfArray *a, const char *argname)
+{
+    Py_ssize_t span = (Py_ssize_t)pf_dtype_size(a->dtype), n = 1;
+    for (int i = 0; i < a->ndim; i++) {
+        if (a->shape[i] == 0)
+            return 0; /* empty: nothing is read */
+        Py_ssize_t st = a->strides[i], term;
+        if (st == PY_SSIZE_T_MIN || __builtin_mul_overflow(st < 0 ? -st : st, a->shape[i] - 1, &term) ||
+            __builtin_add_overflow(span, term, &span) || __builtin_mul_overflow(n, a->shape[i], &n) ||
+            __builtin_mul_overflow(n, (Py_ssize_t)pf_dtype_size(a->dtype), &term)) {
+            PyErr_Format(PyExc_ValueError, "argument '%s': its shape and strides overflow the address space "
+                         "(dimension %d: size %zd, stride %zd)", argname, i, a->shape[i], a->strides[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+PfArray *pf_array_from_object(PyObject *obj, pf_dtype dt, int writable, const char *argname)
+{
+    PfArray *v = view_any(obj, writable, argname);
+    if (!v)
+        return NULL;
+    if (dtype_is_half(v->dtype) && dt == PF_DT_ANY)
+        dt = PF_DT_F32; /* float16 / bfloat16: one counted conversion to float32 */
+    if (check_extent(v, argname) < 0) {
+        Py_DECREF(v);
+        return NULL;
+    }
+    int need_convert = dt != PF_DT_ANY && dt != v->dtype;
+    /* kernels read elements with aligned loads (and vector code assumes element
+     * alignment): data at an address that is not a multiple of the element
+     * size (e.g. a NumPy view at byte offset 1 into a bytes buffer) is copied */
+    int aligned = pf_array_size(v) == 0 || ((uintptr_t)v->data % pf_dtype_size(v->dtype)) == 0;
+    if (!need_convert && aligned && is_c_contiguous(v))
+        return v;
+    if (writable) {
+        PyErr_Format(PyExc_ValueError,
+                     "argument '%s': a writable %s C-contiguous array%s is required (got %s%s%s); it cannot be "
+                     "written through a copy", argname, pf_dtype_name(dt == PF_DT_ANY ? v->dtype : dt),
+                     aligned ? "" : " aligned to its element size", pf_dtype_name(v->dtype),
+                     is_c_contiguous(v) ? "" : ", non-contiguous", aligned ? "" : ", misaligned");
+        Py_DECREF(v);
+        return NULL;
+    }
+    pf_dtype target = need_convert ? dt : v->dtype;
+    if (need_convert && dtype_is_float(v->dtype) && !dtype_is_float(target)) {
+        PyErr_Format(PyExc_TypeError, "argument '%s': refusing to convert %s to %s (float to integer)", argname,
+                     pf_dtype_name(v->dtype), pf_dtype_name(target));
+        Py_DECREF(v);
+        return NULL;
+    }
+    PfArray *c = pf_array_new(target, v->ndim, v->shape);
+    if (!c) {
+        Py_DECREF(v);
+        return NULL;
+    }
+    copy_strided(c->data, target, v);
+    pf_record_copy(need_convert ? PF_COPY_CONVERT : PF_COPY_HOST, pf_array_nbytes(c));
+    Py_DECREF(v);
+    return c;
+}
+
+PyObject *pf_py_asarray(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    PF_UNUSED(self);
+    static char *kwlist[] = {"obj", "dtype", "writable", NULL};
+    PyObject *obj, *dtype = Py_None;
+    int writable = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|Op:asarray", kwlist, &obj, &dtype, &writable))
+        return NULL;
+    pf_dtype dt;
+    if (pf_dtype_from_object(dtype, "dtype", &dt) < 0)
+        return NULL;
+    return (PyObject *)pf_array_from_object(obj, dt, writable, "obj");
+}
+
+/* ---- exporting: buffer protocol ---- */
+
+static int PfArray_getbuffer(PfArray *a, Py_buffer *view, int flags)
+{
+    if ((flags & PyBUF_WRITABLE) && a->readonly) {
+        PyErr_SetString(PyExc_BufferError, "pyfastpim.Array is read-only");
+        view->obj = NULL;
+        return -1;
+    }
+    view->buf = a->data;
+    view->obj = (PyObject *)a;
+    Py_INCREF(a);
+    view->len = (Py_ssize_t)pf_array_nbytes(a);
+    view->readonly = a->readonly;
+    view->itemsize = (Py_ssize_t)pf_dtype_size(a->dtype);
+    static const char *fmtstr[PF_DT_COUNT] = {"f", "d", "B", "b", "h", "H", "i", "q"};
+    view->format = (flags & PyBUF_FORMAT) ? (char *)fmtstr[a->dtype] : NULL;
+    view->ndim = a->ndim;
+    view->shape = (flags & PyBUF_ND) == PyBUF_ND ? a->shape : NULL;
+    view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? a->strides : NULL;
+    view->suboffsets = NULL;
+    view->internal = NULL;
+    a->exports++;
+    return 0;
+}
+
+static void PfArray_releasebuffer(PfArray *a, Py_buffer *view)
+{
+    PF_UNUSED(view);
+    a->exports--;
+}
+
+static PyBufferProcs PfArray_as_buffer = {
+    (getbufferproc)PfArray_getbuffer,
+    (releasebufferproc)PfArray_releasebuffer,
+};
+
+/* ---- exporting: DLPack ---- */
+
+typedef struct {
+    DLManagedTensor managed;
+    int64_t shape[PF_MAXDIM];
+    int64_t strides[PF_MAXDIM];
+} pf_dl_export;
+
+typedef struct {
+    DLManagedTensorVersioned managed;
+    int64_t shape[PF_MAXDIM];
+    int64_t strides[PF_MAXDIM];
+} pf_dlv_export;
+
+/* Deleters may be called from any thread by the consumer. */
+static void dl_export_deleter(DLManagedTensor *m)
+{
+    PyGILState_STATE st = PyGILState_Ensure();
+    Py_XDECREF((PyObject *)m->manager_ctx);
+    PyGILState_Release(st);
+    PyMem_RawFree(m);
+}
+
+static void dlv_export_deleter(DLManagedTensorVersioned *m)
+{
+    PyGILState_STATE st = PyGILState_Ensure();
+    Py_XDECREF((PyObject *)m->manager_ctx);
+    PyGILState_Release(st);
+    PyMem_RawFree(m);
+}
+
+static void fill_dltensor(DLTensor *t, int64_t *shape, int64_t *strides, const PfArray *a)
+{
+    t->data = a->data;
+    t->device.device_type = kDLCPU;
+    t->device.device_id = 0;
+    t->ndim = a->ndim;
+    t->dtype.code = g_dtypes[a->dtype].dl_code;
+    t->dtype.bits = (uint8_t)(g_dtypes[a->dtype].size * 8);
+    t->dtype.lanes = 1;
+    for (int i = 0; i < a->ndim; i++) {
+        shape[i] = a->shape[i];
+        strides[i] = a->strides[i] / (Py_ssize_t)pf_dtype_size(a->dtype);
+    }
+    t->shape = shape;
+    t->strides = strides;
+    t->byte_offset = 0;
+}
+
+/* __dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None), DLPack 1.0:
+ * max_version >= (1, 0) gives a "dltensor_versioned" capsule (read-only arrays carry the
+ * read-only flag), else a "dltensor" capsule (read-only arrays are refused: that format
+ * cannot say so). dl_device must be None or the CPU (1, 0). copy=True exports a counted
+ * copy (flagged IS_COPIED); copy=False and None share the memory (never a copy). */
+static PyObject *PfArray_dlpack(PfArray *a, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
+    PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O$OOO:__dlpack__", kwlist, &stream, &max_version, &dl_device,
+                                     &copy_obj))
+        return NULL;
+    if (stream != Py_None) {
+        PyErr_SetString(PyExc_ValueError, "argument 'stream': pyfastpim arrays live in host memory; stream must be None");
+        return NULL;
+    }
+    int versioned = 0;
+    if (max_version != Py_None) {
+        long major = -1, minor = -1;
+        if (!PyTuple_Check(max_version) || PyTuple_GET_SIZE(max_version) != 2 ||
+            !PyArg_ParseTuple(max_version, "ll", &major, &minor)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "argument 'max_version': expected None or a (major, minor) tuple of ints, "
+                         "got %R", max_version);
+            return NULL;
+        }
+        versioned = major >= PF_DLPACK_MAJOR;
+    }
+    if (dl_device != Py_None) {
+        long type = -1, id = -1;
+        if (!PyTuple_Check(dl_device) || PyTuple_GET_SIZE(dl_device) != 2 ||
+            !PyArg_ParseTuple(dl_device, "ll", &type, &id)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "argument 'dl_device': expected None or a (device_type, device_id) tuple, "
+                         "got %R", dl_device);
+            return NULL;
+        }
+        if (type != kDLCPU || id != 0) {
+            PyErr_Format(PyExc_BufferError, "argument 'dl_device': pyfastpim.Array lives in host memory (kDLCPU, 0) "
+                         "and cannot be exported to device (%ld, %ld)", type, id);
+            return NULL;
+        }
+    }
+    int copy = 0;
+    if (copy_obj != Py_None) {
+        copy = PyObject_IsTrue(copy_obj);
+        if (copy < 0)
+            return NULL;
+    }
+    if (a->readonly && !versioned && !copy) {
+        PyErr_SetString(PyExc_BufferError, "cannot export a read-only pyfastpim.Array through an unversioned DLPack "
+                        "capsule (it cannot signal read-only memory): pass max_version=(1, 0), or copy=True");
+        return NULL;
+    }
+    PfArray *src = a;
+    if (copy) {
+        src = pf_array_new(a->dtype, a->ndim, a->shape);
+        if (!src)
+            return NULL;
+        copy_strided(src->data, src->dtype, a);
+        pf_record_copy(PF_COPY_HOST, pf_array_nbytes(src));
+    } else {
+        Py_INCREF(src);
+    }
+    PyObject *cap;
+    if (versioned) {
+        pf_dlv_export *e = PyMem_RawCalloc(1, sizeof *e);
+        if (!e) {
+            Py_DECREF(src);
+            return PyErr_NoMemory();
+        }
+        fill_dltensor(&e->managed.dl_tensor, e->shape, e->strides, src);
+        e->managed.version.major = PF_DLPACK_MAJOR;
+        e->managed.version.minor = PF_DLPACK_MINOR;
+        e->managed.flags = (src->readonly ? DLPACK_FLAG_BITMASK_READ_ONLY : 0) |
+                           (copy ? DLPACK_FLAG_BITMASK_IS_COPIED : 0);
+        e->managed.manager_ctx = src;
+        e->managed.deleter = dlv_export_deleter;
+        cap = PyCapsule_New(&e->managed, "dltensor_versioned", dlv_capsule_destructor);
+        if (!cap)
+            PyMem_RawFree(e);
+    } else {
+        pf_dl_export *e = PyMem_RawCalloc(1, sizeof *e);
+        if (!e) {
+            Py_DECREF(src);
+            return PyErr_NoMemory();
+        }
+        fill_dltensor(&e->managed.dl_tensor, e->shape, e->strides, src);
+        e->managed.manager_ctx = src;
+        e->managed.deleter = dl_export_deleter;
+        cap = PyCapsule_New(&e->managed, "dltensor", dl_capsule_destructor);
+        if (!cap)
+            PyMem_RawFree(e);
+    }
+    if (!cap)
+        Py_DECREF(src);
+    return cap;
+}
+
+static PyObject *PfArray_dlpack_device(PfArray *a, PyObject *noargs)
+{
+    PF_UNUSED(a);
+    PF_UNUSED(noargs);
+    return Py_BuildValue("(ii)", (int)kDLCPU, 0);
+}
+
+/* ---- Python-visible attributes ---- */
+
+static PyObject *shape_tuple(const Py_ssize_t *v, int n)
+{
+    PyObject *t = PyTuple_New(n);
+    if (!t)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        PyObject *x = PyLong_FromSsize_t(v[i]);
+        if (!x) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, x);
+    }
+    return t;
+}
+
+static PyObject *PfArray_get_shape(PfArray *a, void *c) { PF_UNUSED(c); return shape_tuple(a->shape, a->ndim); }
+static PyObject *PfArray_get_strides(PfArray *a, void *c) { PF_UNUSED(c); return shape_tuple(a->strides, a->ndim); }
+static PyObject *PfArray_get_dtype(PfArray *a, void *c) { PF_UNUSED(c); return PyUnicode_FromString(pf_dtype_name(a->dtype)); }
+static PyObject *PfArray_get_ndim(PfArray *a, void *c) { PF_UNUSED(c); return PyLong_FromLong(a->ndim); }
+static PyObject *PfArray_get_size(PfArray *a, void *c) { PF_UNUSED(c); return PyLong_FromSize_t(pf_array_size(a)); }
+static PyObject *PfArray_get_nbytes(PfArray *a, void *c) { PF_UNUSED(c); return PyLong_FromSize_t(pf_array_nbytes(a)); }
+static PyObject *PfArray_get_readonly(PfArray *a, void *c) { PF_UNUSED(c); return PyBool_FromLong(a->readonly); }
+static PyObject *PfArray_get_owns(PfArray *a, void *c) { PF_UNUSED(c); return PyBool_FromLong(a->owns_data); }
+static PyObject *PfArray_get_ptr(PfArray *a, void *c) { PF_UNUSED(c); return PyLong_FromVoidPtr(a->data); }
+
+static PyGetSetDef PfArray_getset[] = {
+    {"shape", (getter)PfArray_get_shape, NULL, "Tuple of dimensions.", NULL},
+    {"strides", (getter)PfArray_get_strides, NULL, "Tuple of byte strides.", NULL},
+    {"dtype", (getter)PfArray_get_dtype, NULL, "Element type name, e.g. 'float32'.", NULL},
+    {"ndim", (getter)PfArray_get_ndim, NULL, "Number of dimensions.", NULL},
+    {"size", (getter)PfArray_get_size, NULL, "Number of elements.", NULL},
+    {"nbytes", (getter)PfArray_get_nbytes, NULL, "Bytes spanned by the elements.", NULL},
+    {"readonly", (getter)PfArray_get_readonly, NULL, "True when the memory may not be written.", NULL},
+    {"owns_data", (getter)PfArray_get_owns, NULL, "True when the core allocated the memory (a copy or an output).", NULL},
+    {"data_ptr", (getter)PfArray_get_ptr, NULL, "Address of the first element (for sharing checks).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyObject *PfArray_to_numpy(PfArray *a, PyObject *noargs)
+{
+    PF_UNUSED(noargs);
+    PyObject *np = PyImport_ImportModule("numpy");
+    if (!np)
+        return NULL;
+    PyObject *r = PyObject_CallMethod(np, "asarray", "O", (PyObject *)a);
+    Py_DECREF(np);
+    return r;
+}
+
+static PyObject *PfArray_to_torch(PfArray *a, PyObject *noargs)
+{
+    PF_UNUSED(noargs);
+    PyObject *tu = PyImport_ImportModule("torch.utils.dlpack");
+    if (!tu)
+        return NULL;
+    PyObject *noargs_tuple = PyTuple_New(0);
+    if (!noargs_tuple) {
+        Py_DECREF(tu);
+        return NULL;
+    }
+    PyObject *cap = PfArray_dlpack(a, noargs_tuple, NULL);
+    Py_DECREF(noargs_tuple);
+    if (!cap) {
+        Py_DECREF(tu);
+        return NULL;
+    }
+    PyObject *r = PyObject_CallMethod(tu, "from_dlpack", "O", cap);
+    Py_DECREF(cap);
+    Py_DECREF(tu);
+    return r;
+}
+
+static PyMethodDef PfArray_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))PfArray_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "__dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None)\n--\n\n"
+     "Export as a DLPack capsule sharing this memory: versioned (DLPack 1.0, read-only flag) when\n"
+     "max_version >= (1, 0); dl_device must be None or (1, 0) (the CPU); copy=True exports a counted copy."},
+    {"__dlpack_device__", (PyCFunction)PfArray_dlpack_device, METH_NOARGS,
+     "Return (device_type, device_id) = (kDLCPU, 0)."},
+    {"to_numpy", (PyCFunction)PfArray_to_numpy, METH_NOARGS,
+     "to_numpy()\n--\n\nA numpy.ndarray sharing this memory (no copy)."},
+    {"to_torch", (PyCFunction)PfArray_to_torch, METH_NOARGS,
+     "to_torch()\n--\n\nA CPU torch.Tensor sharing this memory (no copy, through DLPack)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *PfArray_repr(PfArray *a)
+{
+    PyObject *shape = PfArray_get_shape(a, NULL);
+    if (!shape)
+        return NULL;
+    PyObject *r = PyUnicode_FromFormat("pyfastpim.Array(shape=%R, dtype=%s%s)", shape, pf_dtype_name(a->dtype),
+                                       a->readonly ? ", readonly" : "");
+    Py_DECREF(shape);
+    return r;
+}
+
+static Py_ssize_t PfArray_len(PfArray *a)
+{
+    if (a->ndim == 0) {
+        PyErr_SetString(PyExc_TypeError, "len() of a 0-d Array");
+        return -1;
+    }
+    return a->shape[0];
+}
+
+static PySequenceMethods PfArray_as_sequence = {
+    .sq_length = (lenfunc)PfArray_len,
+};
+
+static PyObject *PfArray_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PF_UNUSED(type);
+    return pf_py_asarray(NULL, args, kwds);
+}
+
+PyTypeObject PfArray_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pyfastpim.Array",
+    .tp_basicsize = sizeof(PfArray),
+    .tp_dealloc = (destructor)PfArray_dealloc,
+    .tp_repr = (reprfunc)PfArray_repr,
+    .tp_as_buffer = &PfArray_as_buffer,
+    .tp_as_sequence = &PfArray_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Array(obj, dtype=None, writable=False)\n--\n\n"
+              "An n-dimensional array in host memory shared with NumPy (buffer protocol) and torch (DLPack).\n"
+              "Constructing one is the same as pyfastpim.asarray(obj, dtype, writable).",
+    .tp_methods = PfArray_methods,
+    .tp_getset = PfArray_getset,
+    .tp_new = PfArray_new,
+    .tp_weaklistoffset = offsetof(PfArray, weakreflist),
+};
+
+int pf_array_module_init(PyObject *module)
+{
+    if (PyType_Ready(&PfArray_Type) < 0)
+        return -1;
+    Py_INCREF(&PfArray_Type);
+    if (PyModule_AddObject(module, "Array", (PyObject *)&PfArray_Type) < 0) {
+        Py_DECREF(&PfArray_Type);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,63 @@
+/* Ctrl-C during long kernels: see bind_interrupt.h. */
+#include "python/bindings.h"
+#include "python/bind_interrupt.h"
+
+#include <errno.h>
+#include <string.h>
+
+static pf_cancel g_cancel;
+static struct sigaction g_previous; /* the handler chained to; read by the signal handler */
+static volatile sig_atomic_t g_installed;
+
+static void sigint_handler(int sig, siginfo_t *info, void *uctx)
+{
+    int saved = errno;
+    atomic_store_explicit(&g_cancel.flag, 1, memory_order_relaxed);
+    /* forward to the previous handler (Python's marks the signal pending) */
+    if (g_previous.sa_flags & SA_SIGINFO) {
+        if (g_previous.sa_sigaction)
+            g_previous.sa_sigaction(sig, info, uctx);
+    } else if (g_previous.sa_handler != SIG_DFL && g_previous.sa_handler != SIG_IGN && g_previous.sa_handler) {
+        g_previous.sa_handler(sig);
+    }
+    errno = saved;
+}
+
+pf_cancel *pf_sigint_begin(pf_sigint_guard *g)
+{
+    g->active = 0;
+    if (g_installed || !_PyOS_IsMainThread())
+        return NULL; /* signals are handled by the main thread only; no nesting */
+    struct sigaction cur;
+    if (sigaction(SIGINT, NULL, &cur) != 0)
+        return NULL;
+    if (!(cur.sa_flags & SA_SIGINFO) && (cur.sa_handler == SIG_DFL || cur.sa_handler == SIG_IGN))
+        return NULL; /* no handler to chain to: Ctrl-C keeps its default meaning */
+    atomic_store_explicit(&g_cancel.flag, 0, memory_order_relaxed);
+    g_previous = cur;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = sigint_handler;
+    sa.sa_flags = SA_SIGINFO | (cur.sa_flags & (SA_ONSTACK | SA_RESTART));
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGINT, &sa, NULL) != 0)
+        return NULL;
+    g->previous = cur;
+    g->active = 1;
+    g_installed = 1;
+    return &g_cancel;
+}
+
+int pf_sigint_end(pf_sigint_guard *g, int interrupted)
+{
+    if (!g->active)
+        return 0;
+    sigaction(SIGINT, &g->previous, NULL);
+    g->active = 0;
+    g_installed = 0;
+    if (!interrupted)
+        return 0; /* a signal that came late stays pending for the interpreter */
+    if (PyErr_CheckSignals() < 0)
+        return -1;
+    return 1;
+}

@@ -1,0 +1,36 @@
+/* Ctrl-C during a kernel that runs with the GIL released.
+ *
+ * pf_sigint_begin (main thread only, and only while SIGINT has a handler, e.g.
+ * Python's) installs a C SIGINT handler that sets a pf_cancel flag and then
+ * calls the previous handler (so Python still sees the signal), and returns
+ * the flag for the kernel to poll; elsewhere it returns NULL (the kernel then
+ * runs to completion, as before). pf_sigint_end restores the previous handler.
+ *
+ * Use (with the GIL held around both):
+ *     pf_sigint_guard g;
+ *     do {
+ *         cancel = pf_sigint_begin(&g);
+ *         Py_BEGIN_ALLOW_THREADS  st = kernel(..., cancel);  Py_END_ALLOW_THREADS
+ *     } while (pf_sigint_end(&g, st == PF_EINTR) > 0);
+ *     if (st == PF_EINTR) -> an exception is set (KeyboardInterrupt, or what the
+ *                            Python handler raised): return NULL
+ * pf_sigint_end returns -1 when the kernel was interrupted and the Python
+ * signal handlers raised, 1 when it was interrupted but they did not raise
+ * (a handler that ignores Ctrl-C: the kernel is deterministic, run it again),
+ * 0 otherwise. */
+#ifndef PF_BIND_INTERRUPT_H
+#define PF_BIND_INTERRUPT_H
+
+#include <signal.h>
+
+#include "core/interrupt.h"
+
+typedef struct {
+    int active;
+    struct sigaction previous;
+} pf_sigint_guard;
+
+pf_cancel *pf_sigint_begin(pf_sigint_guard *g);
+int pf_sigint_end(pf_sigint_guard *g, int interrupted);
+
+#endif

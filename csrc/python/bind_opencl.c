@@ -1,0 +1,1042 @@
+/* Python bindings of the OpenCL backend: device listing, the device handle
+ * type pyfastpim._core.OpenCLDevice (context, queue, program, scratch and the
+ * resident-weights cache of one device) and its ops. Argument validation is
+ * here, with the same rules and messages as bind_dpe.c; opencl.c sees plain
+ * pointers.
+ *
+ * Threading: one lock per handle serializes its calls. It is taken after the
+ * call's arguments are converted, waited for with the GIL released, and held
+ * while the kernels run with the GIL released and while the resident-weights
+ * cache is searched or changed (which may run Python code: a weights_key's
+ * __eq__, a dropped reference's finalizer); a call made by such code on the
+ * same handle raises RuntimeError instead of deadlocking. */
+#include "python/array.h"
+#include "python/bind_dpe.h"
+#include "python/bind_interrupt.h"
+#include "python/bindings.h"
+#include "python/bind_slicing.h"
+#include "core/dpe.h"
+#include "core/memory.h"
+#include "opencl/opencl.h"
+
+#include <math.h>
+#include <pythread.h>
+#include <unistd.h>
+
+/* Process that first initialised the OpenCL runtime here (listed devices or opened a
+ * context), 0 before; see "fork" below. */
+static pid_t g_cl_owner;
+
+/* Resident weights: a per-device cache bounded by bytes (least recently used
+ * evicted past the budget; a set larger than the whole budget is used for its
+ * call only). Callers release entries when the weights they hold die
+ * (forget_weights, called by SlicedData finalizers in pyfastpim/dpe.py). */
+#define PF_CL_BUDGET_DEFAULT ((size_t)256 << 20) /* when the device reports no memory size */
+
+typedef struct {
+    PyObject *key;        /* weights_key given by the caller */
+    PyObject *refs[3];    /* w_levels, w_conductance, w_scale arrays the buffers belong to */
+    pf_cl_weights *w;
+    uint64_t last_use;
+} wentry;
+
+typedef struct {
+    PyObject_HEAD
+    pf_cl_device *dev;
+    PyThread_type_lock lock;
+    unsigned long owner; /* thread ident of the lock's holder, 0 when free (read and written with the GIL) */
+    wentry *cache;        /* ncache entries, room for cap */
+    int ncache, cap;
+    size_t cache_bytes;   /* sum of the entries' bytes */
+    size_t budget;        /* bound on cache_bytes */
+    PyObject *pending;    /* list of keys to forget, queued while the device was busy */
+    uint64_t clock;
+} PfCLDevice;
+
+static PyObject *raise_cl(pf_status st, const char *err, const char *what)
+{
+    switch (st) {
+    case PF_ENOMEM: PyErr_Format(PyExc_MemoryError, "%s: out of memory", what); break;
+    case PF_EOVERFLOW: PyErr_Format(PyExc_ValueError, "%s: array sizes overflow", what); break;
+    case PF_EINVAL: PyErr_Format(PyExc_ValueError, "%s: %s", what, err[0] ? err : "invalid arguments"); break;
+    default: PyErr_Format(PyExc_RuntimeError, "%s: %s", what, err[0] ? err : "OpenCL error"); break;
+    }
+    return NULL;
+}
+
+/* 0, or -1 with RuntimeError for a reentrant call from the holding thread. */
+static int lock_device(PfCLDevice *self)
+{
+    unsigned long me = PyThread_get_thread_ident();
+    if (self->owner == me) {
+        PyErr_SetString(PyExc_RuntimeError, "OpenCL device handle is in use by this thread (a reentrant call from "
+                        "Python code run during one of its own calls, e.g. a weights_key's __eq__)");
+        return -1;
+    }
+    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(self->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+    self->owner = me;
+    return 0;
+}
+
+static void unlock_device(PfCLDevice *self)
+{
+    self->owner = 0;
+    PyThread_release_lock(self->lock);
+}
+
+/* ---- device listing ---- */
+
+static PyObject *info_dict(const pf_cl_device_info *d)
+{
+    PyObject *r = Py_BuildValue("{s:i,s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:O,s:K,s:K,s:I,s:n}", "platform", d->platform,
+                         "device", d->device, "platform_name", d->platform_name, "platform_version",
+                         d->platform_version, "name", d->name, "vendor", d->vendor, "version", d->version, "driver",
+                         d->driver, "type", d->type, "host_unified_memory",
+                         d->host_unified_memory ? Py_True : Py_False, "global_mem_bytes",
+                         (unsigned long long)d->global_mem_bytes, "max_alloc_bytes",
+                         (unsigned long long)d->max_alloc_bytes, "compute_units", d->compute_units,
+                         "max_work_group_size", (Py_ssize_t)d->max_work_group_size);
+    /* what GPU portability depends on: local memory (the tiled MVM kernel), float semantics (bit-identity) */
+    PyObject *extra = r ? Py_BuildValue("{s:K,s:O,s:O,s:O}", "local_mem_bytes", (unsigned long long)d->local_mem_bytes,
+                                        "local_mem_dedicated", d->local_mem_dedicated ? Py_True : Py_False,
+                                        "fp32_denormals", d->fp32_denormals ? Py_True : Py_False,
+                                        "fp32_correctly_rounded_divide_sqrt",
+                                        d->fp32_correct_divsqrt ? Py_True : Py_False)
+                        : NULL;
+    if (!extra || PyDict_Update(r, extra) < 0)
+        Py_CLEAR(r);
+    Py_XDECREF(extra);
+    return r;
+}
+
+static PyObject *py_cl_devices(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    pf_cl_device_info *list = NULL;
+    int count = 0, np = 0;
+    char err[PF_CL_ERRLEN] = "";
+    pf_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = pf_cl_list(&list, &count, &np, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (st != PF_OK)
+        return raise_cl(st, err, "listing OpenCL devices");
+    if (!g_cl_owner && np > 0)
+        g_cl_owner = getpid(); /* the runtime is initialised now (PoCL: a forked child hangs after this) */
+    PyObject *devs = PyList_New(count);
+    for (int i = 0; devs && i < count; i++) {
+        PyObject *d = info_dict(&list[i]);
+        if (!d) {
+            Py_CLEAR(devs);
+            break;
+        }
+        PyList_SET_ITEM(devs, i, d);
+    }
+    pf_free(list);
+    if (!devs)
+        return NULL;
+    return Py_BuildValue("(iN)", np, devs);
+}
+
+
+/* ---- fork ----
+ * OpenCL runtimes do not survive fork: a child forked after its parent
+ * initialised the runtime has the parent's context, queues and driver state
+ * but none of the runtime's threads (PoCL 3: the parent's context and any new
+ * one both hang at the first kernel, even when the parent only listed the
+ * devices). Listing devices in the child still works. So a forked child refuses every
+ * OpenCL operation with a RuntimeError naming the cause, and never releases
+ * the parent's objects (their memory is reclaimed with the process). */
+static int cl_forked(void) { return g_cl_owner != 0 && g_cl_owner != getpid(); }
+
+static int fork_check(const char *what)
+{
+    if (!cl_forked())
+        return 0;
+    PyErr_Format(PyExc_RuntimeError,
+                 "%s: this process (pid %ld) was forked from pid %ld after that process had initialised "
+                 "OpenCL; OpenCL runtimes do not survive fork (the parent's context, or a new one, would hang). "
+                 "Start workers with multiprocessing's 'spawn' or 'forkserver' method (torch: "
+                 "DataLoader(..., multiprocessing_context='spawn')), or use a CPU engine in forked workers",
+                 what, (long)getpid(), (long)g_cl_owner);
+    return -1;
+}
+
+/* ---- the handle type ---- */
+
+static void wentry_clear(wentry *e)
+{
+    if (!cl_forked()) /* a forked child must not call into the parent's runtime */
+        pf_cl_weights_free(e->w);
+    e->w = NULL;
+    Py_CLEAR(e->key);
+    for (int i = 0; i < 3; i++)
+        Py_CLEAR(e->refs[i]);
+}
+
+static void cache_remove(PfCLDevice *self, int idx)
+{
+    self->cache_bytes -= pf_cl_weights_bytes(self->cache[idx].w);
+    wentry_clear(&self->cache[idx]);
+    self->cache[idx] = self->cache[self->ncache - 1];
+    memset(&self->cache[self->ncache - 1], 0, sizeof(wentry));
+    self->ncache--;
+}
+
+static void cache_clear(PfCLDevice *self)
+{
+    while (self->ncache > 0)
+        cache_remove(self, self->ncache - 1);
+}
+
+/* Removes the entries whose key is `key` or a tuple whose first item is `key`
+ * (device lock held). Returns the number removed, or -1 with an exception. */
+static int cache_forget(PfCLDevice *self, PyObject *key)
+{
+    int removed = 0;
+    for (int i = self->ncache - 1; i >= 0; i--) {
+        PyObject *k = self->cache[i].key;
+        int eq = PyObject_RichCompareBool(k, key, Py_EQ);
+        if (eq == 0 && PyTuple_Check(k) && PyTuple_GET_SIZE(k) > 0)
+            eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(k, 0), key, Py_EQ);
+        if (eq < 0)
+            return -1;
+        if (eq) {
+            cache_remove(self, i);
+            removed++;
+        }
+    }
+    return removed;
+}
+
+/* Forgets the keys queued while the device was busy (device lock held). */
+static int cache_forget_pending(PfCLDevice *self)
+{
+    if (!self->pending || PyList_GET_SIZE(self->pending) == 0)
+        return 0;
+    PyObject *keys = self->pending;
+    self->pending = PyList_New(0);
+    if (!self->pending) {
+        self->pending = keys;
+        return -1;
+    }
+    int rc = 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(keys); i++)
+        rc = cache_forget(self, PyList_GET_ITEM(keys, i)) < 0 ? -1 : 0;
+    Py_DECREF(keys);
+    return rc;
+}
+
+static PyObject *PfCLDevice_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"platform", "device", "zero_copy", NULL};
+    int platform, device, zero_copy = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "ii|p:OpenCLDevice", kwlist, &platform, &device, &zero_copy))
+        return NULL;
+    if (fork_check("opening the OpenCL device") < 0)
+        return NULL;
+    PfCLDevice *self = (PfCLDevice *)type->tp_alloc(type, 0);
+    if (!self)
+        return NULL;
+    self->lock = PyThread_allocate_lock();
+    if (!self->lock) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    char err[PF_CL_ERRLEN] = "";
+    pf_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = pf_cl_open(platform, device, zero_copy, &self->dev, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (st != PF_OK) {
+        Py_DECREF(self);
+        return raise_cl(st, err, "opening the OpenCL device");
+    }
+    /* default budget: a quarter of the device's global memory */
+    uint64_t mem = pf_cl_info(self->dev)->global_mem_bytes;
+    self->budget = mem ? (size_t)(mem / 4 < SIZE_MAX ? mem / 4 : SIZE_MAX) : PF_CL_BUDGET_DEFAULT;
+    if (!(self->pending = PyList_New(0))) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    if (!g_cl_owner)
+        g_cl_owner = getpid();
+    return (PyObject *)self;
+}
+
+static void PfCLDevice_dealloc(PfCLDevice *self)
+{
+    cache_clear(self);
+    PyMem_Free(self->cache);
+    Py_CLEAR(self->pending);
+    if (self->dev && !cl_forked())
+        pf_cl_close(self->dev);
+    if (self->lock)
+        PyThread_free_lock(self->lock);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int ensure_built(PfCLDevice *self)
+{
+    if (fork_check("building the OpenCL kernels") < 0)
+        return -1;
+    char err[PF_CL_ERRLEN] = "";
+    pf_status st;
+    if (lock_device(self) < 0)
+        return -1;
+    Py_BEGIN_ALLOW_THREADS
+    st = pf_cl_build(self->dev, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    unlock_device(self);
+    if (st != PF_OK) {
+        raise_cl(st, err, "building the OpenCL kernels");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *PfCLDevice_build(PfCLDevice *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (ensure_built(self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *PfCLDevice_info(PfCLDevice *self, void *closure)
+{
+    (void)closure;
+    return info_dict(pf_cl_info(self->dev));
+}
+
+static PyObject *PfCLDevice_get_zero_copy(PfCLDevice *self, void *closure)
+{
+    (void)closure;
+    if (ensure_built(self) < 0)
+        return NULL;
+    return PyBool_FromLong(pf_cl_zero_copy(self->dev));
+}
+
+static PyObject *PfCLDevice_get_tile(PfCLDevice *self, void *closure)
+{
+    (void)closure;
+    if (ensure_built(self) < 0)
+        return NULL;
+    int tm, tn;
+    size_t lx, ly;
+    pf_cl_tile(self->dev, &tm, &tn, &lx, &ly);
+    return Py_BuildValue("{s:i,s:i,s:n,s:n,s:i,s:n}", "rows", tm, "cols", tn, "local_x", (Py_ssize_t)lx, "local_y",
+                         (Py_ssize_t)ly, "k_chunk", pf_cl_mvm_kt_max(self->dev), "preferred_multiple",
+                         (Py_ssize_t)pf_cl_mvm_wg_multiple(self->dev));
+}
+
+static PyObject *PfCLDevice_get_mvm_kernel(PfCLDevice *self, void *closure)
+{
+    (void)closure;
+    return PyUnicode_FromString(pf_cl_mvm_mode_name(pf_cl_get_mvm_mode(self->dev)));
+}
+
+static int PfCLDevice_set_mvm_kernel(PfCLDevice *self, PyObject *value, void *closure)
+{
+    (void)closure;
+    const char *name = value && PyUnicode_Check(value) ? PyUnicode_AsUTF8(value) : NULL;
+    const int mode = name ? pf_cl_mvm_mode_parse(name) : -1;
+    if (mode < 0) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "argument 'mvm_kernel': expected 'auto', 'tiled' or 'untiled', got %R",
+                         value ? value : Py_None);
+        return -1;
+    }
+    if (lock_device(self) < 0)
+        return -1;
+    pf_cl_set_mvm_mode(self->dev, mode);
+    unlock_device(self);
+    return 0;
+}
+
+static PyObject *PfCLDevice_mvm_uses_tiled(PfCLDevice *self, PyObject *arg)
+{
+    const long long n = PyLong_AsLongLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 1) {
+        PyErr_SetString(PyExc_ValueError, "argument 'n': must be >= 1");
+        return NULL;
+    }
+    if (ensure_built(self) < 0)
+        return NULL;
+    int kt;
+    if (lock_device(self) < 0)
+        return NULL;
+    const int tiled = pf_cl_mvm_uses_tiled(self->dev, (int64_t)n, &kt);
+    unlock_device(self);
+    return PyBool_FromLong(tiled && kt >= 1);
+}
+
+static PyObject *PfCLDevice_get_scratch_bytes(PfCLDevice *self, void *closure)
+{
+    (void)closure;
+    if (lock_device(self) < 0) /* scratch grows while a call runs with the GIL released */
+        return NULL;
+    size_t b = pf_cl_scratch_bytes(self->dev);
+    unlock_device(self);
+    return PyLong_FromSize_t(b);
+}
+
+static PyObject *PfCLDevice_get_resident(PfCLDevice *self, void *closure)
+{
+    (void)closure;
+    /* the cache is read under the lock: PyDict_SetItem hashes the keys, which may
+     * run Python code and let another thread change the cache */
+    if (lock_device(self) < 0)
+        return NULL;
+    PyObject *d = PyDict_New();
+    for (int i = 0; d && i < self->ncache; i++) {
+        PyObject *v = PyLong_FromSize_t(pf_cl_weights_bytes(self->cache[i].w));
+        if (!v || PyDict_SetItem(d, self->cache[i].key, v) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(v);
+    }
+    unlock_device(self);
+    return d;
+}
+
+static PyObject *PfCLDevice_release(PfCLDevice *self, PyObject *noargs)
+{
+    if (fork_check("release()") < 0)
+        return NULL;
+    (void)noargs;
+    if (lock_device(self) < 0)
+        return NULL;
+    cache_clear(self);
+    if (self->pending)
+        PyList_SetSlice(self->pending, 0, PyList_GET_SIZE(self->pending), NULL);
+    pf_cl_release_scratch(self->dev);
+    unlock_device(self);
+    Py_RETURN_NONE;
+}
+
+/* forget_weights(key): release the resident weights of key (or of tuple keys
+ * starting with key) now, or at the next call when the device is busy (so it
+ * is safe from finalizers, which may run while this thread holds the lock). */
+static PyObject *PfCLDevice_forget_weights(PfCLDevice *self, PyObject *key)
+{
+    if (PyObject_Hash(key) == -1)
+        return NULL;
+    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+        if (!self->pending || PyList_Append(self->pending, key) < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    self->owner = PyThread_get_thread_ident();
+    int rc = cache_forget_pending(self);
+    if (rc == 0)
+        rc = cache_forget(self, key) < 0 ? -1 : 0;
+    unlock_device(self);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *PfCLDevice_get_resident_bytes(PfCLDevice *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromSize_t(self->cache_bytes);
+}
+
+static PyObject *PfCLDevice_get_budget(PfCLDevice *self, void *closure)
+{
+    (void)closure;
+    return PyLong_FromSize_t(self->budget);
+}
+
+static int PfCLDevice_set_budget(PfCLDevice *self, PyObject *value, void *closure)
+{
+    (void)closure;
+    if (!value) {
+        PyErr_SetString(PyExc_TypeError, "resident_budget cannot be deleted");
+        return -1;
+    }
+    if (!PyLong_Check(value) || PyBool_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "resident_budget: expected an int number of bytes, got %s",
+                     Py_TYPE(value)->tp_name);
+        return -1;
+    }
+    size_t v = PyLong_AsSize_t(value);
+    if (v == (size_t)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError, "resident_budget: expected a number of bytes >= 0");
+        return -1;
+    }
+    if (lock_device(self) < 0)
+        return -1;
+    self->budget = v;
+    while (self->ncache > 0 && self->cache_bytes > self->budget) { /* evict least recently used */
+        int lru = 0;
+        for (int i = 1; i < self->ncache; i++)
+            if (self->cache[i].last_use < self->cache[lru].last_use)
+                lru = i;
+        cache_remove(self, lru);
+    }
+    unlock_device(self);
+    return 0;
+}
+
+static PyObject *PfCLDevice_repr(PfCLDevice *self)
+{
+    const pf_cl_device_info *d = pf_cl_info(self->dev);
+    return PyUnicode_FromFormat("<pyfastpim OpenCL device opencl:%d:%d '%s' (%s, %s)>", d->platform, d->device,
+                                d->name, d->type, d->platform_name);
+}
+
+static PyObject *PfCLDevice_normals(PfCLDevice *self, PyObject *args)
+{
+    if (fork_check("normals()") < 0)
+        return NULL;
+    unsigned long long seed, idx0;
+    unsigned int stream, call;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "KIIKn:normals", &seed, &stream, &call, &idx0, &count))
+        return NULL;
+    if (count < 0 || (size_t)count > PY_SSIZE_T_MAX / sizeof(float)) {
+        PyErr_SetString(PyExc_ValueError, "argument 'count': must be in 0..PY_SSIZE_T_MAX/4");
+        return NULL;
+    }
+    PfArray *out = pf_array_new(PF_DT_F32, 1, &count);
+    if (!out)
+        return NULL;
+    char err[PF_CL_ERRLEN] = "";
+    pf_status st;
+    if (lock_device(self) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    st = pf_cl_normals(self->dev, seed, stream, call, idx0, count, (float *)out->data, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    unlock_device(self);
+    if (st != PF_OK) {
+        Py_DECREF(out);
+        return raise_cl(st, err, "normals on OpenCL");
+    }
+    return (PyObject *)out;
+}
+
+/* ---- dpe_mvm: the arguments of _core.dpe_mvm (bind_dpe.c), same checks ---- */
+
+/* Finds or makes the resident weights for weights_key (device lock held).
+ * Returns 0 with *w set (NULL: no key, transfer per call) or -1 with an
+ * exception. *transient is set when *w is not cached (larger than the whole
+ * budget): the caller frees it after the call. */
+static int resident_weights(PfCLDevice *self, PyObject *key, const pf_dpe_args *a, PfArray *wl, PfArray *wc,
+                            PfArray *ws, pf_cl_weights **w, int *transient)
+{
+    *w = NULL;
+    *transient = 0;
+    if (cache_forget_pending(self) < 0)
+        return -1;
+    if (key == Py_None)
+        return 0;
+    if (PyObject_Hash(key) == -1)
+        return -1; /* TypeError: unhashable weights_key */
+    for (int i = 0; i < self->ncache; i++) {
+        int eq = PyObject_RichCompareBool(self->cache[i].key, key, Py_EQ);
+        if (eq < 0)
+            return -1;
+        if (eq) {
+            if (pf_cl_weights_match(self->cache[i].w, a)) {
+                self->cache[i].last_use = ++self->clock;
+                *w = self->cache[i].w;
+                return 0;
+            }
+            cache_remove(self, i); /* same key, other arrays: stale */
+            break;
+        }
+    }
+    /* the key changed: an entry for the same object (equal first item of a
+     * tuple key, e.g. (id(sliced), version)) is stale */
+    if (PyTuple_Check(key) && PyTuple_GET_SIZE(key) > 0) {
+        for (int i = self->ncache - 1; i >= 0; i--) {
+            PyObject *k = self->cache[i].key;
+            if (!PyTuple_Check(k) || PyTuple_GET_SIZE(k) == 0)
+                continue;
+            int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(k, 0), PyTuple_GET_ITEM(key, 0), Py_EQ);
+            if (eq < 0)
+                return -1;
+            if (eq)
+                cache_remove(self, i);
+        }
+    }
+    char err[PF_CL_ERRLEN] = "";
+    pf_status st;
+    pf_cl_weights *made = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    st = pf_cl_weights_create(self->dev, a, &made, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (st != PF_OK) {
+        raise_cl(st, err, "making weights resident on the OpenCL device");
+        return -1;
+    }
+    size_t bytes = pf_cl_weights_bytes(made);
+    if (bytes > self->budget) { /* never kept: used for this call only */
+        *w = made;
+        *transient = 1;
+        return 0;
+    }
+    /* evict the least recently used entries until the new one fits the budget */
+    while (self->ncache > 0 && self->cache_bytes > self->budget - bytes) {
+        int lru = 0;
+        for (int i = 1; i < self->ncache; i++)
+            if (self->cache[i].last_use < self->cache[lru].last_use)
+                lru = i;
+        cache_remove(self, lru);
+    }
+    if (self->ncache == self->cap) {
+        int cap = self->cap ? 2 * self->cap : 8;
+        wentry *grown = self->cap < INT32_MAX / 2 ? PyMem_Realloc(self->cache, (size_t)cap * sizeof(wentry)) : NULL;
+        if (!grown) {
+            pf_cl_weights_free(made);
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->cache = grown;
+        self->cap = cap;
+    }
+    self->cache_bytes += bytes;
+    wentry *e = &self->cache[self->ncache++];
+    memset(e, 0, sizeof *e);
+    e->w = made;
+    e->key = Py_NewRef(key);
+    e->refs[0] = Py_NewRef((PyObject *)wl);
+    e->refs[1] = wc ? Py_NewRef((PyObject *)wc) : NULL;
+    e->refs[2] = Py_NewRef((PyObject *)ws);
+    e->last_use = ++self->clock;
+    *w = made;
+    return 0;
+}
+
+/* Runs the MVM on the device with the resident weights of okey (device lock
+ * taken here). Returns 0 or -1 with an exception. */
+static int run_mvm(PfCLDevice *self, pf_dpe_args *a, pf_dpe_refs *refs, PyObject *okey, const char *what)
+{
+    char err[PF_CL_ERRLEN] = "";
+    pf_status st = PF_OK;
+    pf_cl_weights *w = NULL;
+    int transient = 0;
+    if (okey != Py_None && PyObject_Hash(okey) == -1)
+        return -1; /* TypeError: unhashable weights_key (checked before the lock: hashing may run Python code) */
+    if (lock_device(self) < 0)
+        return -1;
+    int empty = a->batch == 0 || a->rows == 0 || a->cols == 0 || a->inner == 0;
+    if (!empty && resident_weights(self, okey, a, refs->wl, refs->wc, refs->ws, &w, &transient) < 0) {
+        unlock_device(self);
+        return -1;
+    }
+    pf_sigint_guard guard; /* Ctrl-C: stops between enqueued pieces (bind_interrupt.h) */
+    int again;
+    do {
+        a->cancel = pf_sigint_begin(&guard);
+        Py_BEGIN_ALLOW_THREADS
+        st = pf_cl_dpe_mvm(self->dev, a, w, err, sizeof err);
+        Py_END_ALLOW_THREADS
+        again = pf_sigint_end(&guard, st == PF_EINTR);
+    } while (again > 0);
+    a->cancel = NULL;
+    if (transient)
+        pf_cl_weights_free(w);
+    unlock_device(self);
+    if (st == PF_EINTR)
+        return pf_raise_status(st, what), -1; /* the exception the signal handler raised */
+    if (st != PF_OK) {
+        raise_cl(st, err, what);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *PfCLDevice_dpe_mvm(PfCLDevice *self, PyObject *args, PyObject *kwds)
+{
+    if (fork_check("dpe_mvm on OpenCL") < 0)
+        return NULL;
+    pf_dpe_args a;
+    pf_dpe_refs refs = {0};
+    PyObject *okey = Py_None, *result = NULL;
+    if (pf_dpe_parse_mvm(args, kwds, &a, &refs, &okey) == 0 && run_mvm(self, &a, &refs, okey, "dpe_mvm on OpenCL") == 0)
+        result = Py_NewRef((PyObject *)refs.out);
+    pf_dpe_refs_release(&refs);
+    return result;
+}
+
+/* dpe_conv2d: the arguments, checks and results of _core.dpe_conv2d
+ * (bind_dpe.c), every stage on the device: granule max, fused MVM with the
+ * implicit im2col input, optional dequantized unfolded input. */
+static PyObject *PfCLDevice_dpe_conv2d(PfCLDevice *self, PyObject *args, PyObject *kwds)
+{
+    if (fork_check("dpe_conv2d on OpenCL") < 0)
+        return NULL;
+    pf_dpe_args a;
+    pf_dpe_refs refs = {0};
+    pf_im2col c;
+    int want_dq;
+    PyObject *okey = Py_None, *result = NULL;
+    if (pf_dpe_parse_conv2d(args, kwds, &a, &refs, &c, &want_dq, &okey) < 0)
+        goto done;
+    {
+        char err[PF_CL_ERRLEN] = "";
+        pf_status st;
+        if (lock_device(self) < 0)
+            goto done;
+        Py_BEGIN_ALLOW_THREADS
+        st = pf_cl_im2col_granule_max(self->dev, &c, a.batch, a.x_qr, a.x_qc, (float *)refs.gmax->data, err,
+                                      sizeof err);
+        Py_END_ALLOW_THREADS
+        unlock_device(self);
+        if (st != PF_OK) {
+            raise_cl(st, err, "dpe_conv2d on OpenCL");
+            goto done;
+        }
+    }
+    if (run_mvm(self, &a, &refs, okey, "dpe_conv2d on OpenCL") < 0)
+        goto done;
+    if (want_dq) {
+        char err[PF_CL_ERRLEN] = "";
+        pf_status st;
+        if (lock_device(self) < 0)
+            goto done;
+        Py_BEGIN_ALLOW_THREADS
+        st = pf_cl_im2col_dequantize(self->dev, &c, a.batch, a.x_qr, a.x_qc, (const float *)refs.gmax->data,
+                                     a.x_method.total_bits, a.x_bfp, (float *)refs.dq->data, err, sizeof err);
+        Py_END_ALLOW_THREADS
+        unlock_device(self);
+        if (st != PF_OK) {
+            raise_cl(st, err, "dpe_conv2d on OpenCL");
+            goto done;
+        }
+    }
+    result = Py_BuildValue("(OO)", (PyObject *)refs.out, refs.dq ? (PyObject *)refs.dq : Py_None);
+done:
+    pf_dpe_refs_release(&refs);
+    return result;
+}
+
+/* ---- slicing: the arguments and results of _core.slice_quantize / program_conductance ---- */
+
+static PyObject *PfCLDevice_slice_quantize(PfCLDevice *self, PyObject *args, PyObject *kwds)
+{
+    if (fork_check("slice_quantize on OpenCL") < 0)
+        return NULL;
+    pf_slice_call c;
+    if (pf_slice_call_parse(args, kwds, &c) < 0)
+        return NULL;
+    char err[PF_CL_ERRLEN] = "";
+    pf_status st;
+    if (lock_device(self) < 0) {
+        pf_slice_call_clear(&c);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    st = pf_cl_slice_quantize(self->dev, (const float *)c.x->data, c.n, c.rows, c.cols, c.gran[0], c.gran[1], &c.sm,
+                              c.bfp, (uint8_t *)c.codes->data, (float *)c.gmax->data, (float *)c.gscale->data,
+                              c.gexp ? (int32_t *)c.gexp->data : NULL, c.dq ? (float *)c.dq->data : NULL, c.g_level,
+                              c.levels ? (uint8_t *)c.levels->data : NULL, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    unlock_device(self);
+    if (st != PF_OK && !(st == PF_EINVAL && strstr(err, "NaN"))) {
+        pf_slice_call_clear(&c);
+        return raise_cl(st, err, "slice_quantize on OpenCL");
+    }
+    return pf_slice_call_finish(&c, st);
+}
+
+static PyObject *PfCLDevice_program_conductance(PfCLDevice *self, PyObject *args, PyObject *kwds)
+{
+    if (fork_check("program_conductance on OpenCL") < 0)
+        return NULL;
+    PfArray *levels, *g;
+    pf_program_params p;
+    if (pf_program_call_parse(args, kwds, &levels, &g, &p) < 0)
+        return NULL;
+    char err[PF_CL_ERRLEN] = "";
+    pf_status st;
+    if (lock_device(self) < 0) {
+        Py_DECREF(levels);
+        Py_DECREF(g);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    st = pf_cl_program_conductance(self->dev, (const uint8_t *)levels->data, levels->shape[0], levels->shape[1],
+                                   levels->shape[2], &p, (float *)g->data, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    unlock_device(self);
+    Py_DECREF(levels);
+    if (st != PF_OK) {
+        Py_DECREF(g);
+        return raise_cl(st, err, "program_conductance on OpenCL");
+    }
+    return (PyObject *)g;
+}
+
+/* ---- attention context ops (the contract of attention.h on the device) ---- */
+
+/* Rows of a float32 (..., D) array: leading dimensions flattened. */
+static int attn_rows(PfArray *a, const char *name, int64_t *t, int64_t *d)
+{
+    if (a->ndim < 2 || a->shape[a->ndim - 1] < 1) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': expected (T, D) rows with D >= 1", name);
+        return -1;
+    }
+    *d = a->shape[a->ndim - 1];
+    *t = (int64_t)(pf_array_size(a) / (size_t)*d);
+    return 0;
+}
+
+static PyObject *PfCLDevice_attn_update(PfCLDevice *self, PyObject *args, PyObject *kwds)
+{
+    if (fork_check("attention update on OpenCL") < 0)
+        return NULL;
+    static char *kwlist[] = {"outgoing", "x", "y", "rate", NULL};
+    PyObject *oo, *xo, *yo;
+    double rate;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOd:attn_update", kwlist, &oo, &xo, &yo, &rate))
+        return NULL;
+    PfArray *o = NULL, *x = NULL, *y = NULL;
+    PyObject *ret = NULL;
+    int64_t tx, dx, ty, dy;
+    if (!(o = pf_array_from_object(oo, PF_DT_F32, 1, "outgoing")) || !(x = pf_array_from_object(xo, PF_DT_F32, 0, "x")) ||
+        !(y = pf_array_from_object(yo, PF_DT_F32, 0, "y")))
+        goto done;
+    if (o->ndim != 2 || o->shape[0] != o->shape[1] || o->shape[0] < 1) {
+        PyErr_SetString(PyExc_ValueError, "argument 'outgoing': expected a square (D, D) float32 matrix, D >= 1");
+        goto done;
+    }
+    if (attn_rows(x, "x", &tx, &dx) < 0 || attn_rows(y, "y", &ty, &dy) < 0)
+        goto done;
+    const int64_t d = o->shape[0];
+    if (d > dx || d > dy) {
+        PyErr_Format(PyExc_ValueError, "argument 'outgoing': D = %lld exceeds the rows of 'x' (%lld) or 'y' (%lld)",
+                     (long long)d, (long long)dx, (long long)dy);
+        goto done;
+    }
+    if (!isfinite(rate)) {
+        PyErr_SetString(PyExc_ValueError, "argument 'rate': must be finite");
+        goto done;
+    }
+    {
+        char err[PF_CL_ERRLEN] = "";
+        pf_status st;
+        if (lock_device(self) < 0)
+            goto done;
+        Py_BEGIN_ALLOW_THREADS
+        st = pf_cl_attn_update(self->dev, (float *)o->data, d, (const float *)x->data, dx, (const float *)y->data, dy,
+                               tx < ty ? tx : ty, rate, err, sizeof err);
+        Py_END_ALLOW_THREADS
+        unlock_device(self);
+        if (st != PF_OK) {
+            raise_cl(st, err, "attention update on OpenCL");
+            goto done;
+        }
+    }
+    ret = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(o);
+    Py_XDECREF(x);
+    Py_XDECREF(y);
+    return ret;
+}
+
+static PyObject *PfCLDevice_attn_apply(PfCLDevice *self, PyObject *args, PyObject *kwds)
+{
+    if (fork_check("attention apply on OpenCL") < 0)
+        return NULL;
+    static char *kwlist[] = {"x", "incoming", "strength", "out", NULL};
+    PyObject *xo, *wo, *outo = Py_None;
+    double s;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOd|O:attn_apply", kwlist, &xo, &wo, &s, &outo))
+        return NULL;
+    PfArray *x = NULL, *w = NULL, *out = NULL;
+    PyObject *ret = NULL;
+    if (!(x = pf_array_from_object(xo, PF_DT_F32, 0, "x")) || !(w = pf_array_from_object(wo, PF_DT_F32, 0, "incoming")))
+        goto done;
+    if (w->ndim != 2 || w->shape[0] != w->shape[1] || w->shape[0] < 1) {
+        PyErr_SetString(PyExc_ValueError, "argument 'incoming': expected a square (D, D) matrix, D >= 1");
+        goto done;
+    }
+    if (x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[0]) {
+        PyErr_Format(PyExc_ValueError, "argument 'x': last dimension must be D = %zd", w->shape[0]);
+        goto done;
+    }
+    if (!isfinite(s)) {
+        PyErr_SetString(PyExc_ValueError, "argument 'strength': must be finite");
+        goto done;
+    }
+    if (outo == Py_None) {
+        if (!(out = pf_array_new(PF_DT_F32, x->ndim, x->shape)))
+            goto done;
+    } else {
+        if (!(out = pf_array_from_object(outo, PF_DT_F32, 1, "out")))
+            goto done;
+        if (out->ndim != x->ndim || pf_array_size(out) != pf_array_size(x)) {
+            PyErr_SetString(PyExc_ValueError, "argument 'out': expected the shape of 'x'");
+            goto done;
+        }
+        const char *ob = out->data, *xb = x->data, *wb = w->data;
+        const size_t on = pf_array_nbytes(out), xn = pf_array_nbytes(x), wn = pf_array_nbytes(w);
+        if ((ob != xb && ob < xb + xn && xb < ob + on) || (ob < wb + wn && wb < ob + on)) {
+            PyErr_SetString(PyExc_ValueError, "argument 'out': must not overlap 'incoming' or partially overlap 'x'");
+            goto done;
+        }
+    }
+    {
+        const int64_t d = w->shape[0], t = (int64_t)(pf_array_size(x) / (size_t)d);
+        char err[PF_CL_ERRLEN] = "";
+        pf_status st;
+        if (lock_device(self) < 0)
+            goto done;
+        Py_BEGIN_ALLOW_THREADS
+        st = pf_cl_attn_apply(self->dev, (float *)out->data, (const float *)x->data, (const float *)w->data, t, d, s,
+                              err, sizeof err);
+        Py_END_ALLOW_THREADS
+        unlock_device(self);
+        if (st != PF_OK) {
+            raise_cl(st, err, "attention apply on OpenCL");
+            goto done;
+        }
+    }
+    ret = outo == Py_None ? Py_NewRef((PyObject *)out) : Py_NewRef(outo);
+done:
+    Py_XDECREF(x);
+    Py_XDECREF(w);
+    Py_XDECREF(out);
+    return ret;
+}
+
+static PyObject *PfCLDevice_attn_tanh(PfCLDevice *self, PyObject *arg)
+{
+    if (fork_check("attn_tanh on OpenCL") < 0)
+        return NULL;
+    PfArray *x = pf_array_from_object(arg, PF_DT_F32, 0, "x");
+    if (!x)
+        return NULL;
+    PfArray *out = pf_array_new(PF_DT_F32, x->ndim, x->shape);
+    if (!out) {
+        Py_DECREF(x);
+        return NULL;
+    }
+    char err[PF_CL_ERRLEN] = "";
+    pf_status st;
+    if (lock_device(self) < 0) {
+        Py_DECREF(x);
+        Py_DECREF(out);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    st = pf_cl_attn_tanh(self->dev, (float *)out->data, (const float *)x->data, (int64_t)pf_array_size(x), err,
+                         sizeof err);
+    Py_END_ALLOW_THREADS
+    unlock_device(self);
+    Py_DECREF(x);
+    if (st != PF_OK) {
+        Py_DECREF(out);
+        return raise_cl(st, err, "attention tanh on OpenCL");
+    }
+    return (PyObject *)out;
+}
+
+static PyMethodDef PfCLDevice_methods[] = {
+    {"build", (PyCFunction)PfCLDevice_build, METH_NOARGS,
+     "build()\n--\n\nCompile the kernels for this device now (otherwise done at first use)."},
+    {"dpe_mvm", (PyCFunction)(void (*)(void))PfCLDevice_dpe_mvm, METH_VARARGS | METH_KEYWORDS,
+     "dpe_mvm(x_codes, x_scale, x_granule, x_widths, w_levels, w_conductance, w_scale, w_granule, w_widths, n, rdac, "
+     "g_level, radc, HGS, LGS, read_sigma, vnoise, seed, call, out=None, item0=0, weights_key=None)\n--\n\n"
+     "_core.dpe_mvm on this device. weights_key (hashable, e.g. (id(sliced), sliced._version)) keeps the weights "
+     "resident on the device between calls; an entry whose key changes is released."},
+    {"dpe_conv2d", (PyCFunction)(void (*)(void))PfCLDevice_dpe_conv2d, METH_VARARGS | METH_KEYWORDS,
+     "dpe_conv2d(image, kernel_size, stride, padding, dilation, x_granule, x_widths, bfp, w_levels, w_conductance, "
+     "w_scale, w_granule, w_widths, n, rdac, g_level, radc, HGS, LGS, read_sigma, vnoise, seed, call, "
+     "return_dequant=False, weights_key=None)\n--\n\n"
+     "_core.dpe_conv2d on this device (implicit im2col: granule max, quantize/slice/DAC in the packer, the fused "
+     "MVM, the optional dequantized unfolded input); same results. weights_key as for dpe_mvm."},
+    {"slice_quantize", (PyCFunction)(void (*)(void))PfCLDevice_slice_quantize, METH_VARARGS | METH_KEYWORDS,
+     "slice_quantize(data, slice_method, paral_size, quant_gran=None, bw_e=None, dequant=False, g_level=None)\n--\n\n"
+     "_core.slice_quantize on this device: same arguments, errors and (bit-identical) results."},
+    {"program_conductance", (PyCFunction)(void (*)(void))PfCLDevice_program_conductance,
+     METH_VARARGS | METH_KEYWORDS,
+     "program_conductance(levels, g_level, HGS, LGS, write_variation=0, rate_stuck_HGS=0, rate_stuck_LGS=0, "
+     "seed=None)\n--\n\n_core.program_conductance on this device: same arguments, errors and results."},
+    {"attn_update", (PyCFunction)(void (*)(void))PfCLDevice_attn_update, METH_VARARGS | METH_KEYWORDS,
+     "attn_update(outgoing, x, y, rate)\n--\n\nThe attention context's sampled update (pf_attn_update) on this "
+     "device: outgoing (D, D) float32 is updated in place from the rows of x and y (their first D columns)."},
+    {"attn_apply", (PyCFunction)(void (*)(void))PfCLDevice_attn_apply, METH_VARARGS | METH_KEYWORDS,
+     "attn_apply(x, incoming, strength, out=None)\n--\n\nx + (strength / D) * (x @ incoming) on this device "
+     "(pf_attn_apply: non-finite terms as 0; out may be x itself)."},
+    {"attn_tanh", (PyCFunction)PfCLDevice_attn_tanh, METH_O,
+     "attn_tanh(x)\n--\n\nThe attention update's float32 tanh on this device (as _core._attention_tanh)."},
+    {"normals", (PyCFunction)PfCLDevice_normals, METH_VARARGS,
+     "normals(seed, stream, call, idx0, count)\n--\n\nStandard normals of a Philox noise stream, drawn on the device."},
+    {"mvm_uses_tiled", (PyCFunction)PfCLDevice_mvm_uses_tiled, METH_O,
+     "mvm_uses_tiled(n)\n--\n\nWhether a product with crossbar size n runs the local-memory tiled MVM kernel "
+     "(pf_dpe_mvm_tiled) under the current mvm_kernel mode."},
+    {"release", (PyCFunction)PfCLDevice_release, METH_NOARGS,
+     "release()\n--\n\nRelease resident weights and scratch buffers (the kernels stay built)."},
+    {"forget_weights", (PyCFunction)PfCLDevice_forget_weights, METH_O,
+     "forget_weights(key)\n--\n\nRelease the resident weights whose weights_key is key or a tuple starting with key "
+     "(now, or at the next call when the device is busy). pyfastpim calls it when a SlicedData dies."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef PfCLDevice_getset[] = {
+    {"info", (getter)PfCLDevice_info, NULL, "dict describing the device (as pyfastpim.devices() lists it)", NULL},
+    {"zero_copy", (getter)PfCLDevice_get_zero_copy, NULL,
+     "True when operands are shared with the device in place (builds the kernels if needed)", NULL},
+    {"tile", (getter)PfCLDevice_get_tile, NULL,
+     "register tile and work-group shape of the MVM kernels; k_chunk: crossbar rows per local-memory chunk of the "
+     "tiled kernel (0: the device's local memory cannot hold its tiles)", NULL},
+    {"mvm_kernel", (getter)PfCLDevice_get_mvm_kernel, (setter)PfCLDevice_set_mvm_kernel,
+     "MVM tile kernel: 'auto' (default; PYFASTPIM_CL_MVM overrides it at open), 'tiled' (local-memory tiles, "
+     "pf_dpe_mvm_tiled) or 'untiled' (pf_dpe_mvm); the results are bit-identical", NULL},
+    {"scratch_bytes", (getter)PfCLDevice_get_scratch_bytes, NULL, "bytes of scratch buffers held", NULL},
+    {"resident_weights", (getter)PfCLDevice_get_resident, NULL, "{weights_key: bytes} of resident weights", NULL},
+    {"resident_bytes", (getter)PfCLDevice_get_resident_bytes, NULL, "bytes of resident weights held", NULL},
+    {"resident_budget", (getter)PfCLDevice_get_budget, (setter)PfCLDevice_set_budget,
+     "bound on resident_bytes (default: a quarter of the device's global memory); least recently used weights "
+     "are evicted past it, and a weight set larger than the whole budget is transferred for its call only", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject PfCLDevice_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pyfastpim._core.OpenCLDevice",
+    .tp_basicsize = sizeof(PfCLDevice),
+    .tp_dealloc = (destructor)PfCLDevice_dealloc,
+    .tp_repr = (reprfunc)PfCLDevice_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "OpenCLDevice(platform, device, zero_copy=True)\n--\n\n"
+              "One OpenCL device: context, queue, kernels (built at first use), scratch and resident weights. "
+              "zero_copy=False forces explicit, counted transfers even on host-memory devices.",
+    .tp_methods = PfCLDevice_methods,
+    .tp_getset = PfCLDevice_getset,
+    .tp_new = PfCLDevice_new,
+};
+
+static PyMethodDef opencl_methods[] = {
+    {"cl_devices", py_cl_devices, METH_NOARGS,
+     "cl_devices()\n--\n\n(number of platforms, [device info dict, ...]) as the OpenCL ICD loader reports them."},
+    {NULL, NULL, 0, NULL},
+};
+
+int pf_bind_opencl_init(PyObject *module)
+{
+    if (PyType_Ready(&PfCLDevice_Type) < 0)
+        return -1;
+    Py_INCREF(&PfCLDevice_Type);
+    if (PyModule_AddObject(module, "OpenCLDevice", (PyObject *)&PfCLDevice_Type) < 0) {
+        Py_DECREF(&PfCLDevice_Type);
+        return -1;
+    }
+    return PyModule_AddFunctions(module, opencl_methods);
+}

@@ -1,0 +1,481 @@
+/* Python bindings of the slicing kernels (slicing.h): argument parsing and
+ * validation only. Every error is a Python exception naming the argument.
+ *
+ *   slice_quantize(data, slice_method, paral_size, quant_gran=None, bw_e=None,
+ *                  dequant=False, g_level=None)
+ *       -> (codes, gran_max, gran_scale, gran_exp | None, dequant | None,
+ *           levels | None, (qr', qc'))
+ *   program_levels(codes, slice_method, g_level) -> levels
+ *   program_conductance(levels, g_level, HGS, LGS, write_variation=0,
+ *                       rate_stuck_HGS=0, rate_stuck_LGS=0, seed=DEFAULT_SEED)
+ *       -> conductance
+ */
+#include <math.h>
+#include <string.h>
+
+#include "python/array.h"
+#include "python/bindings.h"
+#include "core/pf_common.h"
+#include "core/philox_noise.h"
+#include "core/slicing.h"
+#include "python/bind_slicing.h"
+#include "python/bind_interrupt.h"
+
+/* slice_method: a sequence of Python ints, most significant first. */
+static int parse_slice_method(PyObject *obj, pf_slice_method *sm)
+{
+    PyObject *seq = PySequence_Fast(obj, "argument 'slice_method': expected a sequence of bit widths");
+    if (!seq)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    int widths[PF_MAX_SLICES];
+    if (n < 1 || n > PF_MAX_SLICES) {
+        PyErr_Format(PyExc_ValueError, "argument 'slice_method': expected 1 to %d slice widths, got %zd",
+                     PF_MAX_SLICES, n);
+        Py_DECREF(seq);
+        return -1;
+    }
+    int total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyLong_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "argument 'slice_method': width %zd is %s, expected an int", i,
+                         Py_TYPE(item)->tp_name);
+            Py_DECREF(seq);
+            return -1;
+        }
+        long w = PyLong_AsLong(item);
+        if (w == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        if (w < 1 || w > PF_MAX_SLICE_WIDTH) {
+            PyErr_Format(PyExc_ValueError,
+                         "argument 'slice_method': width %zd is %ld; each slice needs 1 to %d bits (uint8 codes)", i,
+                         w, PF_MAX_SLICE_WIDTH);
+            Py_DECREF(seq);
+            return -1;
+        }
+        widths[i] = (int)w;
+        total += (int)w;
+    }
+    Py_DECREF(seq);
+    if (widths[0] != 1) {
+        PyErr_Format(PyExc_ValueError, "argument 'slice_method': the first (sign) slice must be 1 bit wide, got %d",
+                     widths[0]);
+        return -1;
+    }
+    if (total < 2 || total > PF_MAX_TOTAL_BITS) {
+        PyErr_Format(PyExc_ValueError, "argument 'slice_method': total bits must be 2 to %d, got %d",
+                     PF_MAX_TOTAL_BITS, total);
+        return -1;
+    }
+    if (pf_slice_method_init(sm, widths, (int)n) < 0) {
+        PyErr_SetString(PyExc_ValueError, "argument 'slice_method': invalid slice method");
+        return -1;
+    }
+    return 0;
+}
+
+/* A pair of positive ints (a tuple, list, ...). */
+static int parse_pair(PyObject *obj, const char *argname, int64_t out[2])
+{
+    if (PyUnicode_Check(obj) || !PySequence_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "argument '%s': expected a pair of positive ints, got %R", argname, obj);
+        return -1;
+    }
+    Py_ssize_t n = PySequence_Size(obj);
+    if (n < 0)
+        return -1;
+    if (n != 2) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': expected 2 values, got %zd", argname, n);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < 2; i++) {
+        PyObject *item = PySequence_GetItem(obj, i);
+        if (!item)
+            return -1;
+        if (!PyLong_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "argument '%s': value %zd is %s, expected an int", argname, i,
+                         Py_TYPE(item)->tp_name);
+            Py_DECREF(item);
+            return -1;
+        }
+        long long v = PyLong_AsLongLong(item);
+        Py_DECREF(item);
+        if (v == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "argument '%s': value %zd is out of range", argname, i);
+            return -1;
+        }
+        if (v < 1) {
+            PyErr_Format(PyExc_ValueError, "argument '%s': values must be positive, got %lld", argname, v);
+            return -1;
+        }
+        out[i] = (int64_t)v;
+    }
+    return 0;
+}
+
+/* Spec section 2: quant_gran (None, "per-row", "per-col", "per-matrix" or a
+ * pair) rounded up to multiples of the block. */
+static int resolve_granule(PyObject *quant_gran, const int64_t paral[2], int64_t rows, int64_t cols, int64_t out[2])
+{
+    int64_t g[2];
+    if (quant_gran == NULL || quant_gran == Py_None) {
+        g[0] = paral[0];
+        g[1] = paral[1];
+    } else if (PyUnicode_Check(quant_gran)) {
+        const char *s = PyUnicode_AsUTF8(quant_gran);
+        if (!s)
+            return -1;
+        if (strcmp(s, "per-matrix") == 0) {
+            g[0] = rows;
+            g[1] = cols;
+        } else if (strcmp(s, "per-row") == 0) {
+            g[0] = 1;
+            g[1] = cols;
+        } else if (strcmp(s, "per-col") == 0) {
+            g[0] = rows;
+            g[1] = 1;
+        } else {
+            PyErr_Format(PyExc_ValueError,
+                         "argument 'quant_gran': expected None, 'per-matrix', 'per-row', 'per-col' or a pair of "
+                         "positive ints, got '%s'", s);
+            return -1;
+        }
+    } else if (parse_pair(quant_gran, "quant_gran", g) < 0) {
+        return -1;
+    }
+    for (int i = 0; i < 2; i++) {
+        int64_t blocks = g[i] / paral[i] + (g[i] % paral[i] != 0);
+        if (__builtin_mul_overflow(blocks, paral[i], &out[i])) {
+            PyErr_SetString(PyExc_ValueError, "argument 'quant_gran': granule size overflows");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int parse_bw_e(PyObject *obj, int *bfp)
+{
+    /* None or 0: INT (as MemIntelli's `if bw_e:`); a positive int: BFP */
+    if (obj == NULL || obj == Py_None) {
+        *bfp = 0;
+        return 0;
+    }
+    if (!PyLong_Check(obj) || PyBool_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "argument 'bw_e': expected None or an int, got %s", Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    long v = PyLong_AsLong(obj);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < 0) {
+        PyErr_Format(PyExc_ValueError, "argument 'bw_e': must be None or >= 0, got %ld", v);
+        return -1;
+    }
+    *bfp = v > 0;
+    return 0;
+}
+
+static int parse_g_level(PyObject *obj, const pf_slice_method *sm, int *g_level)
+{
+    if (!PyLong_Check(obj) || PyBool_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "argument 'g_level': expected an int, got %s", Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    long g = PyLong_AsLong(obj);
+    if (g == -1 && PyErr_Occurred())
+        return -1;
+    if (g < 2 || g > 256) {
+        PyErr_Format(PyExc_ValueError, "argument 'g_level': must be 2 to 256 (uint8 levels), got %ld", g);
+        return -1;
+    }
+    if (sm) {
+        for (int s = 0; s < sm->n_slices; s++) {
+            if (sm->max_code[s] > g - 1) {
+                PyErr_Format(PyExc_ValueError,
+                             "argument 'g_level': a %d-bit weight slice needs %d levels but g_level is %ld; "
+                             "use narrower weight slices or more conductance levels",
+                             sm->width[s], sm->max_code[s] + 1, g);
+                return -1;
+            }
+        }
+    }
+    *g_level = (int)g;
+    return 0;
+}
+
+void pf_slice_call_clear(pf_slice_call *c)
+{
+    Py_CLEAR(c->x);
+    Py_CLEAR(c->codes);
+    Py_CLEAR(c->gmax);
+    Py_CLEAR(c->gscale);
+    Py_CLEAR(c->gexp);
+    Py_CLEAR(c->dq);
+    Py_CLEAR(c->levels);
+}
+
+int pf_slice_call_parse(PyObject *args, PyObject *kwds, pf_slice_call *c)
+{
+    static char *kwlist[] = {"data", "slice_method", "paral_size", "quant_gran", "bw_e", "dequant", "g_level", NULL};
+    PyObject *data_obj, *method_obj, *paral_obj, *gran_obj = Py_None, *bw_e_obj = Py_None, *g_level_obj = Py_None;
+    int want_dequant = 0;
+    memset(c, 0, sizeof *c);
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OOpO:slice_quantize", kwlist, &data_obj, &method_obj,
+                                     &paral_obj, &gran_obj, &bw_e_obj, &want_dequant, &g_level_obj))
+        return -1;
+    int64_t paral[2];
+    if (parse_slice_method(method_obj, &c->sm) < 0 || parse_pair(paral_obj, "paral_size", paral) < 0 ||
+        parse_bw_e(bw_e_obj, &c->bfp) < 0)
+        return -1;
+    if (g_level_obj != Py_None && parse_g_level(g_level_obj, &c->sm, &c->g_level) < 0)
+        return -1;
+
+    if (!(c->x = pf_array_from_object(data_obj, PF_DT_F32, 0, "data")))
+        return -1;
+    PfArray *x = c->x;
+    if (x->ndim != 2 && x->ndim != 3) {
+        PyErr_Format(PyExc_ValueError, "argument 'data': expected a 2-D (rows, cols) or 3-D (batch, rows, cols) "
+                     "array, got %d dimensions", x->ndim);
+        goto fail;
+    }
+    if (g_level_obj != Py_None && x->ndim != 2) {
+        PyErr_Format(PyExc_ValueError, "argument 'data': weights must be 2-D (rows, cols), got %d dimensions", x->ndim);
+        goto fail;
+    }
+    c->n = x->ndim == 3 ? x->shape[0] : 1;
+    c->rows = x->shape[x->ndim - 2];
+    c->cols = x->shape[x->ndim - 1];
+    if (c->n == 0 || c->rows == 0 || c->cols == 0) {
+        PyErr_SetString(PyExc_ValueError, "argument 'data': the array is empty");
+        goto fail;
+    }
+    if (resolve_granule(gran_obj, paral, c->rows, c->cols, c->gran) < 0)
+        goto fail;
+
+    Py_ssize_t code_shape[4] = {c->sm.n_slices, c->n, c->rows, c->cols};
+    /* ceil without a + b - 1, which overflows for huge granules */
+    Py_ssize_t grid_shape[3] = {c->n, c->rows / c->gran[0] + (c->rows % c->gran[0] != 0),
+                                c->cols / c->gran[1] + (c->cols % c->gran[1] != 0)};
+    Py_ssize_t data_shape[3] = {c->n, c->rows, c->cols};
+    if (!(c->codes = pf_array_new(PF_DT_U8, 4, code_shape)) || !(c->gmax = pf_array_new(PF_DT_F32, 3, grid_shape)) ||
+        !(c->gscale = pf_array_new(PF_DT_F32, 3, grid_shape)))
+        goto fail;
+    if (c->bfp && !(c->gexp = pf_array_new(PF_DT_I32, 3, grid_shape)))
+        goto fail;
+    if (want_dequant && !(c->dq = pf_array_new(PF_DT_F32, 3, data_shape)))
+        goto fail;
+    if (c->g_level && !(c->levels = pf_array_new(PF_DT_U8, 4, code_shape)))
+        goto fail;
+    return 0;
+fail:
+    pf_slice_call_clear(c);
+    return -1;
+}
+
+PyObject *pf_slice_call_finish(pf_slice_call *c, int status)
+{
+    PyObject *result = NULL;
+    if (status == PF_EINVAL) {
+        /* every argument was validated by the parser: the max pass found NaN or inf */
+        PyErr_SetString(PyExc_ValueError, "argument 'data': contains NaN or infinity; quantization needs finite values");
+    } else if (status != PF_OK) {
+        pf_raise_status(status, "slice_quantize");
+    } else {
+        result = Py_BuildValue("(OOOOOO(LL))", (PyObject *)c->codes, (PyObject *)c->gmax, (PyObject *)c->gscale,
+                               c->gexp ? (PyObject *)c->gexp : Py_None, c->dq ? (PyObject *)c->dq : Py_None,
+                               c->levels ? (PyObject *)c->levels : Py_None, (long long)c->gran[0],
+                               (long long)c->gran[1]);
+    }
+    pf_slice_call_clear(c);
+    return result;
+}
+
+static PyObject *py_slice_quantize(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    PF_UNUSED(self);
+    pf_slice_call c;
+    if (pf_slice_call_parse(args, kwds, &c) < 0)
+        return NULL;
+    int status;
+    pf_sigint_guard guard; /* Ctrl-C stops the slicing between bands / rows (bind_interrupt.h) */
+    do {
+        pf_cancel *cancel = pf_sigint_begin(&guard);
+        Py_BEGIN_ALLOW_THREADS
+        status = pf_slice_quantize_cancel((const float *)c.x->data, c.n, c.rows, c.cols, c.gran[0], c.gran[1], &c.sm,
+                                          c.bfp, (uint8_t *)c.codes->data, (float *)c.gmax->data,
+                                          (float *)c.gscale->data, c.gexp ? (int32_t *)c.gexp->data : NULL,
+                                          c.dq ? (float *)c.dq->data : NULL, c.g_level,
+                                          c.levels ? (uint8_t *)c.levels->data : NULL, cancel);
+        Py_END_ALLOW_THREADS
+    } while (pf_sigint_end(&guard, status == PF_EINTR) > 0);
+    return pf_slice_call_finish(&c, status);
+}
+
+static PyObject *py_program_levels(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    PF_UNUSED(self);
+    static char *kwlist[] = {"codes", "slice_method", "g_level", NULL};
+    PyObject *codes_obj, *method_obj, *g_level_obj;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:program_levels", kwlist, &codes_obj, &method_obj, &g_level_obj))
+        return NULL;
+    pf_slice_method sm;
+    int g_level;
+    if (parse_slice_method(method_obj, &sm) < 0 || parse_g_level(g_level_obj, &sm, &g_level) < 0)
+        return NULL;
+    PfArray *codes = pf_array_from_object(codes_obj, PF_DT_U8, 0, "codes");
+    if (!codes)
+        return NULL;
+    PfArray *levels = NULL;
+    if (codes->ndim < 1 || codes->shape[0] != sm.n_slices) {
+        PyErr_Format(PyExc_ValueError, "argument 'codes': expected a leading slice axis of %d (one per slice), got "
+                     "shape with %d dimensions%s", sm.n_slices, codes->ndim,
+                     codes->ndim >= 1 ? " and another leading size" : "");
+        goto fail;
+    }
+    size_t cells = pf_array_size(codes) / (size_t)sm.n_slices;
+    if (!(levels = pf_array_new(PF_DT_U8, codes->ndim, codes->shape)))
+        goto fail;
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = pf_program_levels((const uint8_t *)codes->data, (int64_t)cells, &sm, g_level, (uint8_t *)levels->data);
+    Py_END_ALLOW_THREADS
+    if (status == PF_EINVAL) {
+        PyErr_SetString(PyExc_ValueError, "argument 'codes': a code exceeds its slice's maximum 2**width - 1");
+        goto fail;
+    }
+    if (status != PF_OK) {
+        pf_raise_status(status, "program_levels");
+        goto fail;
+    }
+    Py_DECREF(codes);
+    return (PyObject *)levels;
+fail:
+    Py_XDECREF(levels);
+    Py_DECREF(codes);
+    return NULL;
+}
+
+static int parse_rate(double v, const char *argname)
+{
+    if (!(v >= 0.0 && v <= 1.0)) {
+        char b[40];
+        PyErr_Format(PyExc_ValueError, "argument '%s': must be a probability in [0, 1], got %s", argname,
+                     pf_fmt_double(b, sizeof b, v));
+        return -1;
+    }
+    return 0;
+}
+
+int pf_program_call_parse(PyObject *args, PyObject *kwds, PfArray **levels_out, PfArray **out, pf_program_params *pp)
+{
+    static char *kwlist[] = {"levels", "g_level", "HGS", "LGS", "write_variation", "rate_stuck_HGS",
+                             "rate_stuck_LGS", "seed", NULL};
+    PyObject *levels_obj, *g_level_obj, *seed_obj = Py_None;
+    pf_program_params p = {0};
+    *levels_out = *out = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOdd|dddO:program_conductance", kwlist, &levels_obj, &g_level_obj,
+                                     &p.hgs, &p.lgs, &p.write_variation, &p.rate_stuck_hgs, &p.rate_stuck_lgs,
+                                     &seed_obj))
+        return -1;
+    if (parse_g_level(g_level_obj, NULL, &p.g_level) < 0)
+        return -1;
+    if (!(p.lgs < p.hgs) || !isfinite(p.hgs) || !isfinite(p.lgs)) {
+        char b1[40], b2[40];
+        PyErr_Format(PyExc_ValueError, "argument 'LGS': must be finite and below HGS (LGS=%s, HGS=%s)",
+                     pf_fmt_double(b1, sizeof b1, p.lgs), pf_fmt_double(b2, sizeof b2, p.hgs));
+        return -1;
+    }
+    if (!(p.write_variation >= 0.0) || !(p.write_variation <= PF_REL_SIGMA_MAX)) {
+        char b[40], lim[40];
+        PyErr_Format(PyExc_ValueError, "argument 'write_variation': must be in [0, %s], got %s",
+                     pf_fmt_double(lim, sizeof lim, PF_REL_SIGMA_MAX), pf_fmt_double(b, sizeof b, p.write_variation));
+        return -1;
+    }
+    if (parse_rate(p.rate_stuck_hgs, "rate_stuck_HGS") < 0 || parse_rate(p.rate_stuck_lgs, "rate_stuck_LGS") < 0)
+        return -1;
+    if (!(p.rate_stuck_hgs + p.rate_stuck_lgs <= 1.0)) {
+        PyErr_SetString(PyExc_ValueError, "argument 'rate_stuck_LGS': rate_stuck_HGS + rate_stuck_LGS exceeds 1");
+        return -1;
+    }
+    p.seed = PF_DEFAULT_SEED;
+    if (seed_obj != Py_None) {
+        if (!PyLong_Check(seed_obj) || PyBool_Check(seed_obj)) {
+            PyErr_Format(PyExc_TypeError, "argument 'seed': expected an int, got %s", Py_TYPE(seed_obj)->tp_name);
+            return -1;
+        }
+        unsigned long long s = PyLong_AsUnsignedLongLong(seed_obj);
+        if (s == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "argument 'seed': must be an int in [0, 2**64)");
+            return -1;
+        }
+        p.seed = (uint64_t)s;
+    }
+    PfArray *levels = pf_array_from_object(levels_obj, PF_DT_U8, 0, "levels");
+    if (!levels)
+        return -1;
+    if (levels->ndim != 3) {
+        PyErr_Format(PyExc_ValueError, "argument 'levels': expected 3-D (slices, rows, cols), got %d dimensions",
+                     levels->ndim);
+        Py_DECREF(levels);
+        return -1;
+    }
+    PfArray *g = pf_array_new(PF_DT_F32, 3, levels->shape);
+    if (!g) {
+        Py_DECREF(levels);
+        return -1;
+    }
+    *levels_out = levels;
+    *out = g;
+    *pp = p;
+    return 0;
+}
+
+static PyObject *py_program_conductance(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    PF_UNUSED(self);
+    PfArray *levels, *g;
+    pf_program_params p;
+    if (pf_program_call_parse(args, kwds, &levels, &g, &p) < 0)
+        return NULL;
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = pf_program_conductance((const uint8_t *)levels->data, levels->shape[0], levels->shape[1],
+                                    levels->shape[2], &p, (float *)g->data);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(levels);
+    if (status != PF_OK) {
+        Py_DECREF(g);
+        return pf_raise_status(status, "program_conductance");
+    }
+    return (PyObject *)g;
+}
+
+static PyMethodDef slicing_methods[] = {
+    {"slice_quantize", (PyCFunction)(void (*)(void))py_slice_quantize, METH_VARARGS | METH_KEYWORDS,
+     "slice_quantize(data, slice_method, paral_size, quant_gran=None, bw_e=None, dequant=False, g_level=None)\n--\n\n"
+     "Quantize and bit-slice data (spec 1-5; weights also programmed to levels, spec 6, when g_level is given).\n"
+     "Returns (codes, gran_max, gran_scale, gran_exp|None, dequant|None, levels|None, (qr, qc))."},
+    {"program_levels", (PyCFunction)(void (*)(void))py_program_levels, METH_VARARGS | METH_KEYWORDS,
+     "program_levels(codes, slice_method, g_level)\n--\n\nConductance levels of slice codes (spec 6)."},
+    {"program_conductance", (PyCFunction)(void (*)(void))py_program_conductance, METH_VARARGS | METH_KEYWORDS,
+     "program_conductance(levels, g_level, HGS, LGS, write_variation=0, rate_stuck_HGS=0, rate_stuck_LGS=0, "
+     "seed=None)\n--\n\nProgrammed conductances in siemens with write variation and stuck-at faults (spec 6)."},
+    {NULL, NULL, 0, NULL},
+};
+
+int pf_bind_slicing_init(PyObject *module)
+{
+    if (PyModule_AddFunctions(module, slicing_methods) < 0)
+        return -1;
+    if (PyModule_AddObject(module, "DEFAULT_SEED", PyLong_FromUnsignedLongLong(PF_DEFAULT_SEED)) < 0)
+        return -1;
+    if (PyModule_AddIntConstant(module, "SLICE_MAX_TOTAL_BITS", PF_MAX_TOTAL_BITS) < 0 ||
+        PyModule_AddIntConstant(module, "SLICE_MAX_WIDTH", PF_MAX_SLICE_WIDTH) < 0)
+        return -1;
+    return 0;
+}

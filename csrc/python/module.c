@@ -1,0 +1,169 @@
+/* pyfastpim._core: module definition, memory statistics, threading and CPU
+ * dispatch controls. Kernel families register themselves (bindings.h). */
+#include "python/array.h"
+#include "python/bindings.h"
+#include "opencl/cl_loader.h"
+#include "cpu/cpu_features.h"
+#include "core/memory.h"
+#include "core/pf_common.h"
+#include "cpu/threads.h"
+
+PyObject *pf_raise_status(int status, const char *what)
+{
+    switch (status) {
+    case PF_ENOMEM: PyErr_Format(PyExc_MemoryError, "%s: out of memory", what); break;
+    case PF_EOVERFLOW: PyErr_Format(PyExc_ValueError, "%s: array sizes overflow", what); break;
+    case PF_EINVAL: PyErr_Format(PyExc_ValueError, "%s: invalid arguments", what); break;
+    case PF_EDEVICE: PyErr_Format(PyExc_RuntimeError, "%s: device error", what); break;
+    case PF_EINTR:
+        if (!PyErr_Occurred())
+            PyErr_SetNone(PyExc_KeyboardInterrupt);
+        break;
+    default: PyErr_Format(PyExc_RuntimeError, "%s: failed with status %d", what, status); break;
+    }
+    return NULL;
+}
+
+static const char *g_copy_names[PF_COPY_KINDS] = {"host_copy", "dtype_conversion", "host_to_device", "device_to_host"};
+
+static PyObject *py_memory_stats(PyObject *self, PyObject *noargs)
+{
+    PF_UNUSED(self);
+    PF_UNUSED(noargs);
+    pf_memory_stats s;
+    pf_memory_get(&s);
+    PyObject *d = Py_BuildValue("{s:L,s:L,s:L}", "current_bytes", (long long)s.current_bytes, "peak_bytes",
+                                (long long)s.peak_bytes, "n_allocs", (long long)s.n_allocs);
+    if (!d)
+        return NULL;
+    for (int k = 0; k < PF_COPY_KINDS; k++) {
+        char key[64];
+        PyObject *v = PyLong_FromLongLong(s.copies[k]);
+        snprintf(key, sizeof key, "%s_count", g_copy_names[k]);
+        if (!v || PyDict_SetItemString(d, key, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(v);
+        v = PyLong_FromLongLong(s.copy_bytes[k]);
+        snprintf(key, sizeof key, "%s_bytes", g_copy_names[k]);
+        if (!v || PyDict_SetItemString(d, key, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(v);
+    }
+    return d;
+}
+
+static PyObject *py_memory_reset_peak(PyObject *self, PyObject *noargs)
+{
+    PF_UNUSED(self);
+    PF_UNUSED(noargs);
+    pf_memory_reset_peak();
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_set_num_threads(PyObject *self, PyObject *arg)
+{
+    PF_UNUSED(self);
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 1 || n > PF_MAX_THREADS) {
+        PyErr_Format(PyExc_ValueError, "argument 'n': the thread count must be in 1..%d, got %ld", PF_MAX_THREADS, n);
+        return NULL;
+    }
+    pf_set_num_threads((int)n);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_get_num_threads(PyObject *self, PyObject *noargs)
+{
+    PF_UNUSED(self);
+    PF_UNUSED(noargs);
+    return PyLong_FromLong(pf_get_num_threads());
+}
+
+static PyObject *py_default_num_threads(PyObject *self, PyObject *noargs)
+{
+    PF_UNUSED(self);
+    PF_UNUSED(noargs);
+    return PyLong_FromLong(pf_default_num_threads());
+}
+
+static PyObject *py_cpu_isa(PyObject *self, PyObject *noargs)
+{
+    PF_UNUSED(self);
+    PF_UNUSED(noargs);
+    return Py_BuildValue("(ss)", pf_isa_name(pf_active_isa()), pf_isa_name(pf_detected_isa()));
+}
+
+static PyObject *py_set_isa_limit(PyObject *self, PyObject *arg)
+{
+    PF_UNUSED(self);
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (!name)
+        return NULL;
+    pf_isa lim;
+    if (strcmp(name, "generic") == 0) lim = PF_ISA_GENERIC;
+    else if (strcmp(name, "avx2") == 0) lim = PF_ISA_AVX2;
+    else if (strcmp(name, "avx512") == 0) lim = PF_ISA_AVX512;
+    else {
+        PyErr_Format(PyExc_ValueError, "argument 'isa': expected 'generic', 'avx2' or 'avx512', got '%s'", name);
+        return NULL;
+    }
+    return PyUnicode_FromString(pf_isa_name(pf_set_isa_limit(lim)));
+}
+
+static PyObject *py_cl_library_error(PyObject *self, PyObject *noargs)
+{
+    PF_UNUSED(self);
+    PF_UNUSED(noargs);
+    int st;
+    Py_BEGIN_ALLOW_THREADS
+    st = pf_cl_load();
+    Py_END_ALLOW_THREADS
+    if (st == 0)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(pf_cl_loader_error());
+}
+
+static PyMethodDef core_methods[] = {
+    {"asarray", (PyCFunction)(void (*)(void))pf_py_asarray, METH_VARARGS | METH_KEYWORDS,
+     "asarray(obj, dtype=None, writable=False)\n--\n\nView obj as a C-contiguous pyfastpim.Array."},
+    {"memory_stats", py_memory_stats, METH_NOARGS, "Counters of the core's allocations and copies."},
+    {"memory_reset_peak", py_memory_reset_peak, METH_NOARGS, "Set the peak counter to the current bytes."},
+    {"set_num_threads", py_set_num_threads, METH_O,
+     "Set the thread count of the CPU kernels for the whole process (every calling thread)."},
+    {"get_num_threads", py_get_num_threads, METH_NOARGS, "The process-wide thread count of the CPU kernels."},
+    {"default_num_threads", py_default_num_threads, METH_NOARGS,
+     "OMP_NUM_THREADS when it is a positive integer, else the CPUs in the process's affinity mask."},
+    {"cpu_isa", py_cpu_isa, METH_NOARGS, "(active ISA, detected ISA) of the CPU kernels."},
+    {"set_isa_limit", py_set_isa_limit, METH_O, "Cap the SIMD level ('generic', 'avx2', 'avx512'); returns the active one."},
+    {"cl_library_error", py_cl_library_error, METH_NOARGS,
+     "cl_library_error()\n--\n\nNone when the OpenCL ICD loader is loaded (it is loaded here if needed), else why not."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT, "pyfastpim._core", "pyfastpim C core.", -1, core_methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__core(void)
+{
+    PyObject *m = PyModule_Create(&core_module);
+    if (!m)
+        return NULL;
+    (void)pf_get_num_threads(); /* fixes the default from the environment at import */
+    if (pf_array_module_init(m) < 0 || pf_bind_slicing_init(m) < 0 || pf_bind_dpe_init(m) < 0 ||
+        pf_bind_attention_init(m) < 0 || pf_bind_opencl_init(m) < 0 ||
+        pf_bind_process_init(m) < 0 ||
+        pf_bind_physics_init(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

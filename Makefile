@@ -38,6 +38,8 @@ build: deps
 run: build
 	$(PYTHON) -m pyfastpim demo
 
+# The whole suite: tests/core (the numbers contract against tests/reference), tests/api (the Python
+# API, packaging, robustness) and tests/backends (CPU ISAs, OpenCL, CPU/OpenCL parity).
 test: build
 	$(PYTHON) .ci/check_layers.py
 	$(PYTHON) .ci/check_function_length.py || echo "check_function_length: over the limit (issue 10 in progress)"
@@ -61,7 +63,7 @@ test-venv: deps
 # `pip --target` into build/ (Debian's Python is externally managed; nothing system-wide changes).
 test-mlx: build
 	[ -d $(MLX_DIR)/mlx ] || $(PYTHON) -m pip install -q --target $(MLX_DIR) "mlx[cpu]"
-	PYTHONPATH=$(CURDIR)/$(MLX_DIR) $(PYTEST_ENV) $(PYTHON) -m pytest -q tests/test_mlx.py tests/test_dlpack.py
+	PYTHONPATH=$(CURDIR)/$(MLX_DIR) $(PYTEST_ENV) $(PYTHON) -m pytest -q tests/api/test_mlx.py tests/api/test_dlpack.py
 
 bench: build
 	mkdir -p build
@@ -79,7 +81,7 @@ sanitize: deps
 	  $(PYTHON) -m pytest -q -x $(CURDIR)/tests -p no:cacheprovider --rootdir=$(CURDIR)
 
 # Structured fuzzing of every public entry point: 10^5 cases, counts printed at the end
-# (tests/test_fuzz.py runs a short sample in `make test`).
+# (tests/api/test_fuzz.py runs a short sample in `make test`).
 FUZZ_CASES ?= 100000
 fuzz: build
 	$(PYTEST_ENV) $(PYTHON) tests/fuzz.py --cases $(FUZZ_CASES)
@@ -94,7 +96,7 @@ tsan: deps
 	PYFASTPIM_TSAN=1 $(PYTHON) setup.py -q build --build-base $(TSAN_BUILD) --build-lib $(TSAN_BUILD)/lib
 	cd $(TSAN_BUILD)/lib && $(PYTEST_ENV) LD_PRELOAD="$(TSAN_LIB)" PYFASTPIM_SANITIZED=1 PYFASTPIM_STRESS_SECONDS=3 \
 	  TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp halt_on_error=0 exitcode=66 report_signal_unsafe=0 log_path=$(CURDIR)/$(TSAN_BUILD)/report" \
-	  $(PYTHON) -m pytest -q $(CURDIR)/tests/test_concurrency.py -p no:cacheprovider --rootdir=$(CURDIR)
+	  $(PYTHON) -m pytest -q $(CURDIR)/tests/api/test_concurrency.py -p no:cacheprovider --rootdir=$(CURDIR)
 
 clean:
 	rm -rf build pyfastpim/*.so *.egg-info .pytest_cache .benchmarks

@@ -75,7 +75,7 @@ if has test; then
   for k in tiled untiled; do
     log "test: OpenCL tests with the $k MVM kernel forced"
     step "test_$k" bash -c 'set -o pipefail; PYFASTPIM_CL_MVM=$1 OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive \
-      "$2" -m pytest -q tests/test_opencl.py tests/test_opencl_ports.py tests/test_opencl_tiled.py 2>&1 |
+      "$2" -m pytest -q tests/backends 2>&1 |
       tee "$0/test_$1.txt"' "$OUT" "$k" "$PY"
   done
 fi

@@ -23,7 +23,7 @@
  * OpenCL device. pf_libm_expf stands for glibc's expf, which the CPU uses on
  * the tail of a row whose length is not a multiple of 8: exp in double
  * rounded to float (both correctly rounded except in rare hard cases).
- * tests/test_opencl.py checks normals and noisy products against the CPU. */
+ * tests/backends/test_opencl.py checks normals and noisy products against the CPU. */
 #pragma OPENCL FP_CONTRACT OFF
 
 #define PF_STREAM_READ 0u

@@ -57,3 +57,55 @@ settings.load_profile("pyfastpim")
 @pytest.fixture
 def sanitized():
     return _SAN
+
+
+# ---- backend and ISA fixtures ---------------------------------------------------------------------
+# `backend`: each test runs on the CPU and on the suite's OpenCL device (helpers.Backend: one
+# interface over _core and the device); the OpenCL case skips with a reason when there is none.
+# `isa`: each test runs under every SIMD level this CPU has (pyfastpim.set_isa_limit), the limit
+# restored afterwards. `dev`: the suite's OpenCL device (PYFASTPIM_OPENCL_DEVICE chooses it).
+
+@pytest.fixture(scope="session", params=["cpu", "opencl"])
+def backend(request):
+    from helpers import HAVE_CL, NO_CL_REASON, Backend
+    if request.param == "opencl" and not HAVE_CL:
+        pytest.skip(NO_CL_REASON)
+    return Backend(request.param)
+
+
+@pytest.fixture(scope="session")
+def dev():
+    from helpers import HAVE_CL, NO_CL_REASON
+    if not HAVE_CL:
+        pytest.skip(NO_CL_REASON)
+    import pyfastpim
+    return pyfastpim.resolve_device("opencl")
+
+
+def _parametrizes(metafunc, name):
+    for m in metafunc.definition.iter_markers("parametrize"):
+        names = m.args[0] if m.args else m.kwargs.get("argnames", ())
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",")]
+        if name in names:
+            return True
+    return False
+
+
+def pytest_generate_tests(metafunc):
+    # a test that parametrizes "isa" itself keeps its own values
+    if "isa" in metafunc.fixturenames and not _parametrizes(metafunc, "isa"):
+        from helpers import available_isas
+        metafunc.parametrize("isa", available_isas(), indirect=True)
+
+
+@pytest.fixture
+def isa(request):
+    import pyfastpim
+    from helpers import restore_isa_limit
+    active = pyfastpim.cpu_isa()[0]
+    assert pyfastpim.set_isa_limit(request.param) == request.param
+    try:
+        yield request.param
+    finally:
+        restore_isa_limit(active)

@@ -1,4 +1,4 @@
-"""Structured fuzzing of every public entry point (issue 13), beyond test_robustness.py.
+"""Structured fuzzing of every public entry point (issue 13), beyond tests/api/test_robustness.py.
 
 Each case is generated from (seed, index) alone, so any case can be replayed:
     python3 tests/fuzz.py --cases 100000            # `make fuzz`

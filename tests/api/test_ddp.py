@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="DistributedDataParallel is torch")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))  # tests/api -> the checkout
 WORLD = 2
 BATCH = 8
 

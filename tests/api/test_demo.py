@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT  # noqa: E402  (the checkout)
 
 
 def test_demo_quick_prints_table_and_writes_plot(tmp_path):

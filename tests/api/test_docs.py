@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT  # noqa: E402  (the checkout)
 SEMANTICS = os.path.join(ROOT, "docs", "semantics.md")
 
 # "docs/semantics.md section 7", "sections 1-6", "spec section 9", "spec 3-4", "section 7.1"
@@ -19,7 +19,7 @@ def _sections():
 
 def _files():
     pats = ["README.md", "pyfastpim/*.py", "pyfastpim/nn/*.py", "csrc/*/*.[ch]", "kernels/*.cl", "tests/*.py",
-            "tests/reference/*.py"]
+            "tests/*/*.py"]  # the groups (core, api, backends) and reference/
     return [p for pat in pats for p in sorted(glob.glob(os.path.join(ROOT, pat)))]
 
 

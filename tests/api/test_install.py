@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT  # noqa: E402  (the checkout)
 
 
 @pytest.mark.skipif(os.environ.get("PYFASTPIM_SANITIZED") == "1", reason="the regular suite already covers it")

@@ -17,8 +17,7 @@ from pyfastpim.nn import AttentionContext, Conv2dMem, LinearMem
 NOISE_OFF = dict(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
 NOISY = dict(write_variation=0.02, read_variation=0.05, vnoise=0.05, rate_stuck_HGS=0.001)
 S8 = (1, 1, 2, 4)
-HAVE_CL = _core.cl_devices()[0] > 0
-needs_cl = pytest.mark.skipif(not HAVE_CL, reason="no OpenCL platform (install pocl-opencl-icd)")
+from helpers import needs_cl  # noqa: E402
 DEVICES = ["cpu", pytest.param("opencl", marks=needs_cl)]
 
 

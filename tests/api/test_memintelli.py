@@ -1,6 +1,6 @@
 """pyfastpim.memintelli: MemIntelli's module paths, names and behaviour on pyfastpim's kernels.
 
-The MemIntelli-style scripts in tests/memintelli_scripts (written for this repository) cover the
+The MemIntelli-style scripts in tests/api/memintelli_scripts (written for this repository) cover the
 shapes of MemIntelli's examples 01-10; the other tests check the compatibility layer against
 pyfastpim's own engine and layers, against independent transcriptions, and across devices.
 """
@@ -20,7 +20,7 @@ import pyfastpim
 from pyfastpim import memory
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))  # tests/api -> the checkout
 SCRIPTS = os.path.join(HERE, "memintelli_scripts")
 SANITIZED = os.environ.get("PYFASTPIM_SANITIZED") == "1"
 

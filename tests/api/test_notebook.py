@@ -11,7 +11,7 @@ import pytest
 import pyfastpim
 from pyfastpim import DPETensor, SlicedData
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT  # noqa: E402  (the checkout)
 PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(pyfastpim.__file__)))
 NOTEBOOK = os.path.join(ROOT, "examples", "quickstart.ipynb")
 

@@ -13,7 +13,7 @@ import pytest
 
 import pyfastpim
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT  # noqa: E402  (the checkout)
 PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(pyfastpim.__file__)))
 SANITIZED = os.environ.get("PYFASTPIM_SANITIZED") == "1"
 

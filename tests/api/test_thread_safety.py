@@ -25,9 +25,10 @@ import pytest
 
 import pyfastpim
 from pyfastpim import _core
+from helpers import NPLAT, engine_args, engine_case
 
 SAN = os.environ.get("PYFASTPIM_SANITIZED") == "1"
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT  # noqa: E402  (the checkout)
 JOIN_S = 300  # generous: a hung thread fails the test instead of hanging the run
 
 
@@ -88,6 +89,15 @@ def finish(t):
     assert not t.is_alive(), "a thread did not finish (deadlock?)"
 
 
+def start_gated(value, use):
+    """Starts use(gate) in a thread, gate a GatedExporter of value; returns (gate, thread, result)
+    once the thread is converting the gate (blocked, GIL released) until gate.release is set."""
+    gate = GatedExporter(value)
+    t, r = start(lambda: use(gate))
+    assert gate.entered.wait(JOIN_S)
+    return gate, t, r
+
+
 # ---- AttentionContext ----
 
 T_BIG, D = (2048, 256) if SAN else (8192, 512)
@@ -109,13 +119,8 @@ def test_incoming_setter_with_slow_exporter_during_apply(new_d):
     x = rng.standard_normal((T_BIG, D)).astype(np.float32)
     ctx = pyfastpim.AttentionContext(strength=0.5)
     ctx.incoming = old
-    gate = GatedExporter(new)
-
-    def set_new():
-        ctx.incoming = gate
-
-    ts, rs = start(set_new)
-    assert gate.entered.wait(JOIN_S)  # the setter is converting its value (GIL released)
+    # the setter is converting its value (GIL released)
+    gate, ts, rs = start_gated(new, lambda g: setattr(ctx, "incoming", g))
     ta, ra = start(lambda: ctx.apply(x))
     time.sleep(0.02)  # let apply take the guard and enter its kernel
     gate.release.set()
@@ -185,9 +190,7 @@ def test_two_concurrent_updates_with_a_slow_exporter():
     for delay in (0.0, 0.001, 0.002, 0.004):
         ctx = pyfastpim.AttentionContext(update_rate=0.25)
         ctx.update_outgoing(x1, y1)  # outgoing exists: both updates blend into it
-        gate = GatedExporter(x1)
-        ta, ra = start(lambda: ctx.update_outgoing(gate, y1))
-        assert gate.entered.wait(JOIN_S)
+        gate, ta, ra = start_gated(x1, lambda g: ctx.update_outgoing(g, y1))
         tb, rb = start(lambda: ctx.update_outgoing(x2, y2))
         time.sleep(delay)
         gate.release.set()
@@ -229,9 +232,7 @@ def test_gradients_and_update_step_during_setters():
     ctx = pyfastpim.AttentionContext(update_rate=0.1, strength=0.75)
     ctx.incoming = w
     want = ctx.gradients(x, g)
-    gate = GatedExporter(w * 3)
-    ts, rs = start(lambda: setattr(ctx, "incoming", gate))
-    assert gate.entered.wait(JOIN_S)
+    gate, ts, rs = start_gated(w * 3, lambda g: setattr(ctx, "incoming", g))
     tg, rg = start(lambda: ctx.gradients(x, g))
     tu, ru = start(lambda: [ctx.update_outgoing_step(x[i], x[i + 1]) for i in range(8)])
     time.sleep(0.01)
@@ -284,9 +285,8 @@ def test_out_exporter_converted_before_the_guard():
     x = np.ones((8, d), np.float32)
     buf = np.zeros((8, d), np.float32)
 
-    gate = GatedExporter(buf)  # a writable view of buf itself
-    ta, ra = start(lambda: ctx.apply(x, out=gate))
-    assert gate.entered.wait(JOIN_S)
+    # the gate exports a writable view of buf itself
+    gate, ta, ra = start_gated(buf, lambda g: ctx.apply(x, out=g))
     tb, rb = start(lambda: ctx.apply(x))
     tb.join(JOIN_S / 2)  # would wait for the gate if the first call held the guard while converting
     blocked = tb.is_alive()
@@ -347,17 +347,14 @@ def test_products_while_weights_are_reprogrammed():
 
 # ---- OpenCL device handles ----
 
-NPLAT = _core.cl_devices()[0]
-
 
 @pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform")
 def test_opencl_calls_while_resident_weights_change_and_are_released():
-    import test_opencl as T
     dev = pyfastpim.resolve_device("opencl")
     rng = np.random.default_rng(6)
-    xs, xsc, wl, wsc = T.engine_case(rng)
+    xs, xsc, wl, wsc = engine_case(rng)
     wl2 = np.ascontiguousarray(wl[:, ::-1])  # other weights, same shapes
-    args = [T.engine_args(xs, xsc, w, wsc) for w in (wl, wl2)]
+    args = [engine_args(xs, xsc, w, wsc) for w in (wl, wl2)]
     want = [np.asarray(_core.dpe_mvm(*a)) for a in args]
     d = 64
     x = rng.standard_normal((32, d)).astype(np.float32)
@@ -393,10 +390,9 @@ def test_opencl_calls_while_resident_weights_change_and_are_released():
 
 @pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform")
 def test_opencl_reentrant_call_from_a_weights_key_raises_instead_of_deadlocking():
-    import test_opencl as T
     dev = pyfastpim.resolve_device("opencl")
-    xs, xsc, wl, wsc = T.engine_case(np.random.default_rng(7))
-    args = T.engine_args(xs, xsc, wl, wsc)
+    xs, xsc, wl, wsc = engine_case(np.random.default_rng(7))
+    args = engine_args(xs, xsc, wl, wsc)
     errors = []
 
     class Key:

@@ -9,7 +9,7 @@ import pytest
 
 import pyfastpim
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT  # noqa: E402  (the checkout)
 
 
 def _compile_commands(tmp_path, sanitize):

@@ -13,49 +13,35 @@ import pyfastpim
 from pyfastpim import _core
 from pyfastpim.nn import Conv2dMem, LinearMem
 
-from test_dpe_kernel import HGS, LGS, make_case
+from helpers import HGS, LGS, at_isa, available_isas, make_case, rel
 
-ISAS = ("generic", "avx2", "avx512")
-DETECTED = pyfastpim.cpu_isa()[1]
-AVAILABLE = ISAS[:ISAS.index(DETECTED) + 1]
-EXACT = DETECTED != "generic"  # FMA present: every path computes the same bits
-HAVE_CL = _core.cl_devices()[0] > 0
+AVAILABLE = available_isas()
+EXACT = AVAILABLE[-1] != "generic"  # FMA present: every path computes the same bits
 
 
-def per_isa(fn):
-    """{isa: fn()} for every ISA this CPU has (the limit restored afterwards)."""
-    out = {}
-    try:
-        for isa in AVAILABLE:
-            assert pyfastpim.set_isa_limit(isa) == isa
-            out[isa] = fn()
-    finally:
-        pyfastpim.set_isa_limit("avx512")
-    return out
+def at_generic(fn):
+    """fn() on the portable path (the comparison every ISA must match bit for bit)."""
+    return at_isa("generic", fn)
 
 
-def assert_same(results, ref_key):
-    ref = results[ref_key]
-    for k, v in results.items():
-        if isinstance(ref, tuple):
-            for a, b in zip(v, ref):
-                np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=str(k))
-        else:
-            np.testing.assert_array_equal(np.asarray(v), np.asarray(ref), err_msg=str(k))
-
-
-def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)
+def assert_same(got, ref, isa):
+    """got (computed under isa) equals ref (the generic path's) bit for bit."""
+    if isinstance(ref, tuple):
+        for a, b in zip(got, ref):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=str(isa))
+    else:
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(ref), err_msg=str(isa))
 
 
 @pytest.mark.parametrize("idx0,count", [(0, 100_003), (3, 1_001), ((1 << 34) - 41, 97), (1 << 40, 4096)])
 @pytest.mark.parametrize("stream", [0, 1, 2])
-def test_normals_are_bit_identical_on_every_isa(idx0, count, stream):
+def test_normals_are_bit_identical_on_every_isa(isa, idx0, count, stream):
     if len(AVAILABLE) == 1:
         pytest.skip("only the generic path exists on this CPU")
-    r = per_isa(lambda: np.asarray(_core.normals(12345, stream, 7, idx0, count)))
-    assert_same(r, "generic")
+
+    def run():
+        return np.asarray(_core.normals(12345, stream, 7, idx0, count))
+    assert_same(run(), at_generic(run), isa)
 
 
 def mvm_case(seed, N=3, R=23, K=200, P=61, n=32, radc=4096):
@@ -71,7 +57,7 @@ NOISES = [(0.05, 0.0, False), (0.0, 0.05, False), (0.0, 0.0, True), (0.05, 0.05,
 
 @pytest.mark.parametrize("sigma,vnoise,cond", NOISES)
 @pytest.mark.parametrize("P", [61, 64, 5])
-def test_noisy_mvm_is_bit_identical_on_every_isa(sigma, vnoise, cond, P):
+def test_noisy_mvm_is_bit_identical_on_every_isa(isa, sigma, vnoise, cond, P):
     args = list(mvm_case(P, P=P))
     if not cond:
         args[5] = None
@@ -79,12 +65,12 @@ def test_noisy_mvm_is_bit_identical_on_every_isa(sigma, vnoise, cond, P):
 
     def run():
         return np.asarray(_core.dpe_mvm(*args, sig, vnoise, 99, 4))
-    r = per_isa(run)
+    got = run()
     if len(AVAILABLE) > 1:
-        assert_same(r, "generic")
+        assert_same(got, at_generic(run), isa)
     # the noise is really on (the comparison is not between noise-free results)
     exact = np.asarray(_core.dpe_mvm(*args[:5], None, *args[6:], None, 0.0, 99, 4))
-    assert not np.array_equal(r["generic"], exact)
+    assert not np.array_equal(got, exact)
 
 
 def conv_args(sigma, vnoise, dequant=False):
@@ -99,10 +85,12 @@ def conv_args(sigma, vnoise, dequant=False):
 
 
 @pytest.mark.parametrize("sigma,vnoise", [(0.05, 0.0), (0.0, 0.05), (0.05, 0.05)])
-def test_noisy_conv2d_is_bit_identical_on_every_isa(sigma, vnoise):
-    r = per_isa(lambda: np.asarray(_core.dpe_conv2d(*conv_args(sigma, vnoise))[0]))
+def test_noisy_conv2d_is_bit_identical_on_every_isa(isa, sigma, vnoise):
+    def run():
+        return np.asarray(_core.dpe_conv2d(*conv_args(sigma, vnoise))[0])
+    got = run()
     if len(AVAILABLE) > 1:
-        assert_same(r, "generic")
+        assert_same(got, at_generic(run), isa)
 
 
 def layer_outputs(device):
@@ -117,30 +105,21 @@ def layer_outputs(device):
         return lin(x).numpy(), conv(xc).numpy()
 
 
-def test_noisy_layers_are_bit_identical_on_every_isa():
-    r = per_isa(lambda: layer_outputs("cpu"))
+def test_noisy_layers_are_bit_identical_on_every_isa(isa):
+    got = layer_outputs("cpu")
     if len(AVAILABLE) > 1:
-        assert_same(r, "generic")
+        assert_same(got, at_generic(lambda: layer_outputs("cpu")), isa)
 
 
-@pytest.mark.skipif(not HAVE_CL, reason="no OpenCL platform (install pocl-opencl-icd)")
-@pytest.mark.parametrize("isa", ISAS)
-def test_generic_and_simd_noise_equal_opencl(isa):
-    if isa not in AVAILABLE:
-        pytest.skip("this CPU has no %s" % isa)
-    dev = pyfastpim.resolve_device("opencl")
+def test_generic_and_simd_noise_equal_opencl(dev, isa):
     cl_normals = np.asarray(dev.normals(77, 1, 3, 5, 20_001))
     cl_layers = layer_outputs("opencl")
     args = list(mvm_case(1))
     sig = np.full(16, 0.05, np.float32)
     cl_mvm = np.asarray(pyfastpim.cl_dpe_mvm(dev, *args, sig, 0.05, 99, 4))
-    pyfastpim.set_isa_limit(isa)
-    try:
-        cpu_normals = np.asarray(_core.normals(77, 1, 3, 5, 20_001))
-        cpu_layers = layer_outputs("cpu")
-        cpu_mvm = np.asarray(_core.dpe_mvm(*args, sig, 0.05, 99, 4))
-    finally:
-        pyfastpim.set_isa_limit("avx512")
+    cpu_normals = np.asarray(_core.normals(77, 1, 3, 5, 20_001))  # under the `isa` fixture's limit
+    cpu_layers = layer_outputs("cpu")
+    cpu_mvm = np.asarray(_core.dpe_mvm(*args, sig, 0.05, 99, 4))
     if EXACT:
         np.testing.assert_array_equal(cl_normals, cpu_normals)
         np.testing.assert_array_equal(cl_mvm, cpu_mvm)

@@ -2,6 +2,9 @@
 
 Runs on whatever OpenCL device the ICD loader offers (PoCL in CI); skipped only when the loader
 reports no platform at all.
+
+The checks every backend must pass alike (CPU and OpenCL against the reference, the same errors)
+are in tests/backends/test_parity.py.
 """
 import os
 
@@ -11,43 +14,17 @@ from hypothesis import given, settings, strategies as st
 
 import pyfastpim
 from pyfastpim import _core
-from test_dpe_kernel import HGS, LGS, configs, make_case
+from helpers import (CL_DEVICES, HGS, LGS, NPLAT, SIMD_NOISE, config_case, configs, engine_args, engine_case,
+                     make_case, mvm_args, needs_cl, rel)
 
-NPLAT, CL_DEVICES = _core.cl_devices()
-pytestmark = [
-    pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform: the OpenCL ICD loader reports none "
-                                          "(install pocl-opencl-icd to run these tests)"),
-]
-SIMD_NOISE = pyfastpim.cpu_isa()[0] in ("avx2", "avx512")
-
-
-@pytest.fixture(scope="module")
-def dev():
-    return pyfastpim.resolve_device("opencl")
-
-
-def call_args(xs, xsc, xg, xw, wl, wsc, wg, ww, n, rdac, g_level, radc, sigma=None, vnoise=0.0, seed=1, call=0,
-              cond=None):
-    return (xs, xsc, xg, xw, wl, cond, wsc, wg, ww, n, rdac, g_level, radc, HGS, LGS, sigma, vnoise, seed, call)
+pytestmark = [needs_cl]
 
 
 def both(dev, *args, **kw):
-    a = call_args(*args, **kw)
+    a = mvm_args(*args, **kw)
     cpu = np.asarray(_core.dpe_mvm(*a))
     cl = np.asarray(pyfastpim.cl_dpe_mvm(dev, *a))
     return cpu, cl
-
-
-def rel(a, b):
-    nb = np.linalg.norm(b)
-    return np.linalg.norm(a - b) / nb if nb else np.linalg.norm(a - b)
-
-
-def case(c):
-    rng = np.random.default_rng(c["seed"])
-    xs, xsc, wl, wsc = make_case(rng, c["N"], c["R"], c["K"], c["P"], c["n"], c["xw"], c["ww"], c["xg"], c["wg"],
-                                 c["g_level"])
-    return (xs, xsc, c["xg"], c["xw"], wl, wsc, c["wg"], c["ww"], c["n"], c["rdac"], c["g_level"], c["radc"]), rng
 
 
 # ---- devices -------------------------------------------------------------------------------------
@@ -106,17 +83,10 @@ def test_cl_dpe_mvm_rejects_a_non_handle():
 
 # ---- results -------------------------------------------------------------------------------------
 
-@given(configs())
-def test_noise_free_output_is_bit_identical_to_the_cpu_path(dev, c):
-    args, _ = case(c)
-    cpu, cl = both(dev, *args)
-    np.testing.assert_array_equal(cl, cpu)
-
-
 @given(configs(), st.sampled_from([0.0, 0.02, 0.1]), st.sampled_from([0.0, 0.05]), st.booleans())
 @settings(max_examples=10 if os.environ.get("PYFASTPIM_SANITIZED") == "1" else 30)
 def test_noisy_output_matches_the_cpu_path(dev, c, sigma, vnoise, with_conductance):
-    args, rng = case(c)
+    args, rng = config_case(c)
     wl, g_level = args[4], args[10]
     sig = np.full(g_level, sigma, np.float32) if sigma else None
     cond = None
@@ -138,26 +108,6 @@ def test_normals_equal_the_cpu_generator(dev):
             np.testing.assert_array_equal(a, b)
         else:  # the CPU's scalar libm path differs from SLEEF by a few ulp
             np.testing.assert_allclose(a, b, rtol=0, atol=2e-6)
-
-
-def engine_case(rng, N=2, R=40, K=96, P=70):
-    return make_case(rng, N, R, K, P, 32, (1, 1, 2, 2), (1, 1, 2, 2), (1, 32), (32, 32), 4)
-
-
-def engine_args(xs, xsc, wl, wsc, **kw):
-    return call_args(xs, xsc, (1, 32), (1, 1, 2, 2), wl, wsc, (32, 32), (1, 1, 2, 2), 32, 4, 4, [4096] * 4, **kw)
-
-
-def test_noisy_output_is_deterministic_per_seed_and_call(dev):
-    xs, xsc, wl, wsc = engine_case(np.random.default_rng(4))
-    sig = np.full(4, 0.05, np.float32)
-    run = lambda **kw: np.asarray(pyfastpim.cl_dpe_mvm(dev, *engine_args(xs, xsc, wl, wsc, sigma=sig, vnoise=0.05,
-                                                                          **kw)))
-    a, b = run(seed=7, call=3), run(seed=7, call=3)
-    np.testing.assert_array_equal(a, b)
-    assert not np.array_equal(a, run(seed=8, call=3)) and not np.array_equal(a, run(seed=7, call=4))
-    exact = np.asarray(pyfastpim.cl_dpe_mvm(dev, *engine_args(xs, xsc, wl, wsc)))
-    assert 1e-4 < rel(a, exact) < 0.2
 
 
 def test_item0_noise_offsets_match_the_cpu_chunking(dev):
@@ -188,14 +138,6 @@ def test_out_of_range_levels_read_sigma_in_bounds(dev):
     assert rel(cl, cpu) <= 1e-5
 
 
-def test_adc_ties_and_exact_tables_match(dev):
-    rng = np.random.default_rng(0)
-    xs, xsc, wl, wsc = make_case(rng, 2, 9, 64, 35, 8, (1, 1, 2), (1, 1, 2), (1, 8), (8, 8), 4)
-    for radc in (2 ** 4, 2 ** 6, 2 ** 16, 1000, 7):
-        cpu, cl = both(dev, xs, xsc, (1, 8), (1, 1, 2), wl, wsc, (8, 8), (1, 1, 2), 8, 4, 4, [radc] * 3)
-        np.testing.assert_array_equal(cl, cpu)
-
-
 def test_row_chunks_of_a_large_batch_match(dev):
     # 4500 rows x 1024 inner x 4 slices exceed one 64 MiB packed-input chunk
     rng = np.random.default_rng(9)
@@ -205,40 +147,6 @@ def test_row_chunks_of_a_large_batch_match(dev):
     np.testing.assert_array_equal(cl, cpu)
     cpu, cl = both(dev, *args, sigma=np.full(4, 0.05, np.float32), vnoise=0.05)
     assert rel(cl, cpu) <= 1e-5
-
-
-def test_empty_and_degenerate_shapes(dev):
-    wl = np.zeros((1, 0, 5), np.uint8)
-    out = np.asarray(pyfastpim.cl_dpe_mvm(dev, np.zeros((1, 1, 3, 0), np.uint8), np.zeros((1, 3, 0), np.float32),
-                                          (1, 4), (1,), wl, None, np.zeros((0, 2), np.float32), (4, 4), (1,), 4, 4, 2,
-                                          [16], HGS, LGS, None, 0.0, 1, 0))
-    assert out.shape == (1, 3, 5) and not out.any()
-    out = np.asarray(pyfastpim.cl_dpe_mvm(dev, np.zeros((1, 0, 3, 4), np.uint8), np.zeros((0, 3, 1), np.float32),
-                                          (1, 4), (1,), np.zeros((1, 4, 5), np.uint8), None,
-                                          np.ones((1, 2), np.float32), (4, 4), (1,), 4, 4, 2, [16], HGS, LGS, None,
-                                          0.0, 1, 0))
-    assert out.shape == (0, 3, 5)
-
-
-@pytest.mark.parametrize("kw, word", [
-    (dict(x_widths=(2, 1)), "x_widths"),
-    (dict(radc=[16]), "radc"),
-    (dict(n=3), "n"),
-    (dict(x_granule=(0, 8)), "x_granule"),
-    (dict(x_scale=np.zeros((1, 9, 9), np.float32)), "x_scale"),
-    (dict(w_levels=np.zeros((3, 7, 5), np.uint8)), "w_levels"),
-    (dict(read_sigma=np.array([0.1, np.nan, 0, 0], np.float32)), "read_sigma"),
-    (dict(out=np.zeros((1, 4, 5), np.float64)), "out"),
-    (dict(weights_key=[1, 2]), "unhashable"),
-])
-def test_bad_arguments_raise_naming_the_argument(dev, kw, word):
-    args = dict(x_codes=np.zeros((3, 1, 4, 16), np.uint8), x_scale=np.ones((1, 4, 2), np.float32), x_granule=(1, 8),
-                x_widths=(1, 1, 2), w_levels=np.zeros((3, 16, 5), np.uint8), w_conductance=None,
-                w_scale=np.ones((2, 1), np.float32), w_granule=(8, 8), w_widths=(1, 1, 1), n=8, rdac=4, g_level=4,
-                radc=[16] * 3, HGS=HGS, LGS=LGS, read_sigma=None, vnoise=0.0, seed=1, call=0)
-    args.update(kw)
-    with pytest.raises((ValueError, TypeError), match=word):
-        pyfastpim.cl_dpe_mvm(dev, **args)
 
 
 # ---- memory --------------------------------------------------------------------------------------

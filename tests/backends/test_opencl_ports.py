@@ -8,9 +8,8 @@
   ``AttentionContext.update_outgoing`` / ``apply`` (within 1e-5 relative; tanh bit-identical)
 
 Runs on whatever OpenCL device the ICD loader offers (PoCL in CI); skipped when there is none.
+The errors both backends must raise alike are checked in tests/backends/test_parity.py.
 """
-import os
-
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -18,18 +17,10 @@ from hypothesis import given, settings, strategies as st
 import pyfastpim
 from pyfastpim import _core
 from pyfastpim.devices import cl_dpe_conv2d
-from test_dpe_kernel import HGS, LGS, widths
+from helpers import SAN, SIMD_NOISE, conv_args, needs_cl, widths
 
-NPLAT, _ = _core.cl_devices()
-pytestmark = pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform: the OpenCL ICD loader reports none "
-                                                   "(install pocl-opencl-icd to run these tests)")
-SIMD_NOISE = pyfastpim.cpu_isa()[0] in ("avx2", "avx512")
-FEW = 8 if os.environ.get("PYFASTPIM_SANITIZED") == "1" else 25
-
-
-@pytest.fixture(scope="module")
-def dev():
-    return pyfastpim.resolve_device("opencl")
+pytestmark = needs_cl
+FEW = 8 if SAN else 25
 
 
 # ---- implicit-im2col convolution -------------------------------------------------------------------
@@ -54,25 +45,6 @@ def conv_configs(draw):
     c["H"] = max(c["H"], c["dilation"][0] * (c["kh"] - 1) + 1 - 2 * c["padding"][0])
     c["W"] = max(c["W"], c["dilation"][1] * (c["kw"] - 1) + 1 - 2 * c["padding"][1])
     return c
-
-
-def conv_args(c, sigma=0.0, vnoise=0.0, cond=False, dequant=True):
-    rng = np.random.default_rng(c["seed"])
-    img = (rng.standard_normal((c["N"], c["C"], c["H"], c["W"])) * c["scale"]).astype(np.float32)
-    if c["zeros"]:
-        img[:, :1] = 0.0  # zero granules (INT divisor 1, scale 0)
-    K = c["C"] * c["kh"] * c["kw"]
-    mw = [2 ** w - 1 for w in reversed(c["ww"])]
-    wl = np.stack([rng.integers(0, m + 1, (K, c["P"])) for m in mw]).astype(np.uint8)
-    wsc = rng.random((-(-K // c["wg"][0]), -(-c["P"] // c["wg"][1]))).astype(np.float32)
-    wc = None
-    if cond:
-        QG = (HGS - LGS) / (c["g_level"] - 1)
-        wc = (wl * QG + LGS).astype(np.float32) * (1 + 0.02 * rng.standard_normal(wl.shape)).astype(np.float32)
-    sig = np.full(c["g_level"], sigma, np.float32) if sigma else None
-    return (img, (c["kh"], c["kw"]), c["stride"], c["padding"], c["dilation"], c["xg"], c["xw"], c["bfp"], wl, wc,
-            wsc, c["wg"], c["ww"], c["n"], c["rdac"], c["g_level"], [c["radc"]] * len(c["ww"]), HGS, LGS, sig,
-            vnoise, 7, 3, dequant)
 
 
 def conv_both(dev, args, **kw):
@@ -122,26 +94,6 @@ def test_conv2d_shares_host_memory_with_zero_copies(dev):
     with pyfastpim.memory.trace() as t:
         cl_dpe_conv2d(dev, *args)
     assert t.copies == 0 and t.copy_bytes == 0
-
-
-@pytest.mark.parametrize("change, exc, word", [
-    (lambda a: (a[0][..., 0],) + a[1:], ValueError, "input"),
-    (lambda a: (np.full((1, 1, 4, 4), np.nan, np.float32),) + a[1:], ValueError, "NaN"),
-    (lambda a: a[:1] + ((5, 5),) + a[2:], ValueError, "smaller than the dilated kernel"),
-    (lambda a: a[:2] + ((0, 1),) + a[3:], ValueError, "stride"),
-    (lambda a: a[:6] + ((1, 9, 2),) + a[7:], ValueError, "x_widths"),
-    (lambda a: a[:8] + (a[8][:, :5],) + a[9:], ValueError, "w_levels"),
-    (lambda a: a[:13] + (4,) + a[14:], ValueError, "'n'"),
-])
-def test_conv2d_bad_arguments_raise_as_on_the_cpu(dev, change, exc, word):
-    c = dict(N=1, C=1, H=4, W=4, P=3, kh=3, kw=3, stride=(1, 1), padding=(0, 0), dilation=(1, 1), n=9,
-             g_level=16, xw=(1, 1, 2), ww=(1, 1, 2), xg=(1, 9), wg=(9, 3), bfp=False, rdac=16, radc=256,
-             seed=1, scale=1.0, zeros=False)
-    args = change(conv_args(c))
-    with pytest.raises(exc, match=word):
-        _core.dpe_conv2d(*args)
-    with pytest.raises(exc, match=word):
-        cl_dpe_conv2d(dev, *args)
 
 
 def test_cl_dpe_conv2d_rejects_a_non_handle():
@@ -235,36 +187,6 @@ def test_slicing_shares_host_memory_with_zero_copies(dev):
         r = dev.slice_quantize(x, (1, 1, 2, 2), (32, 32), None, None, True, 16)
         dev.program_conductance(np.asarray(r[5])[:, 0], 16, 1e-5, 1e-7, 0.02, 0.01, 0.01, 3)
     assert t.copies == 0, t.by_kind
-
-
-@pytest.mark.parametrize("args, exc, word", [
-    ((np.array([[1.0, np.nan]], np.float32), (1, 2), (1, 1)), ValueError, "NaN or infinity"),
-    ((np.array([[1.0, np.inf]], np.float32), (1, 2), (1, 1), "per-matrix", 4), ValueError, "NaN or infinity"),
-    ((np.zeros((2, 2), np.float32), (2, 2), (1, 1)), ValueError, "slice_method"),
-    ((np.zeros((2, 2), np.float32), (1, 2), (0, 1)), ValueError, "paral_size"),
-    ((np.zeros((0, 2), np.float32), (1, 2), (1, 1)), ValueError, "empty"),
-    ((np.zeros((2, 2, 2, 2), np.float32), (1, 2), (1, 1)), ValueError, "data"),
-    ((np.zeros((2, 2), np.float32), (1, 2), (1, 1), "per-thing"), ValueError, "quant_gran"),
-    ((np.zeros((2, 2), np.float32), (1, 4), (1, 1), None, None, False, 4), ValueError, "g_level"),
-])
-def test_slice_quantize_errors_equal_the_cpu(dev, args, exc, word):
-    with pytest.raises(exc, match=word):
-        _core.slice_quantize(*args)
-    with pytest.raises(exc, match=word):
-        dev.slice_quantize(*args)
-
-
-@pytest.mark.parametrize("kw, word", [
-    (dict(HGS=1e-7, LGS=1e-5), "LGS"), (dict(write_variation=-1.0), "write_variation"),
-    (dict(rate_stuck_HGS=0.7, rate_stuck_LGS=0.7), "rate_stuck_LGS"), (dict(seed=-1), "seed"),
-])
-def test_program_conductance_errors_equal_the_cpu(dev, kw, word):
-    args = dict(levels=np.zeros((1, 2, 2), np.uint8), g_level=16, HGS=1e-5, LGS=1e-7)
-    args.update(kw)
-    with pytest.raises(ValueError, match=word):
-        _core.program_conductance(**args)
-    with pytest.raises(ValueError, match=word):
-        dev.program_conductance(**args)
 
 
 @pytest.mark.parametrize("is_weight", [False, True])

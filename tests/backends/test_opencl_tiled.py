@@ -20,13 +20,9 @@ import pyfastpim
 from pyfastpim import _core
 from pyfastpim.devices import cl_dpe_conv2d
 from reference.dpe_ref import mvm_exact
-from test_dpe_kernel import HGS, LGS, make_case
+from helpers import HGS, LGS, SAN, SIMD_NOISE, make_case, mvm_args as _mvm_args, needs_cl
 
-NPLAT, CL_DEVICES = _core.cl_devices()
-pytestmark = pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform: the OpenCL ICD loader reports none "
-                                                   "(install pocl-opencl-icd to run these tests)")
-SIMD_NOISE = pyfastpim.cpu_isa()[0] in ("avx2", "avx512")
-SAN = os.environ.get("PYFASTPIM_SANITIZED") == "1"
+pytestmark = needs_cl
 
 # PYFASTPIM_CL_TILE = "TM,TN,LX,LY,PANEL" (csrc/opencl/opencl.c choose_tile)
 TILES = {"device": None, "gpu": "4,4,16,8,0", "ragged": "3,2,4,2,1"}
@@ -64,9 +60,8 @@ def dev(request):
     d.mvm_kernel = old
 
 
-def mvm_args(xs, xsc, xg, xw, wl, wsc, wg, ww, n, rdac, g_level, radc, sigma=None, vnoise=0.0, seed=3, call=5,
-             cond=None):
-    return (xs, xsc, xg, xw, wl, cond, wsc, wg, ww, n, rdac, g_level, radc, HGS, LGS, sigma, vnoise, seed, call)
+def mvm_args(*args, seed=3, call=5, **kw):
+    return _mvm_args(*args, seed=seed, call=call, **kw)
 
 
 def run(d, kernel, args, **kw):

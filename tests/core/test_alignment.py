@@ -9,10 +9,7 @@ import pytest
 import pyfastpim
 from pyfastpim import _core
 
-from test_dpe_kernel import HGS, LGS, make_case
-
-HAVE_CL = _core.cl_devices()[0] > 0
-needs_cl = pytest.mark.skipif(not HAVE_CL, reason="no OpenCL platform (install pocl-opencl-icd)")
+from helpers import HGS, LGS, make_case, needs_cl
 
 
 def misaligned(a):
@@ -86,7 +83,7 @@ def test_slice_quantize_entry_point():
     check(lambda d: tuple(pyfastpim.slice_quantize(d, (1, 1, 2, 4), (8, 8), dequant=True, g_level=16)[:6]), [w], [0])
 
 
-def test_dpe_mvm_entry_point():
+def test_dpe_mvm_entry_point(isa):  # every ISA's kernels read the copied (aligned) buffers
     rng = np.random.default_rng(1)
     xw, ww, xg, wg = (1, 1, 2), (1, 1, 2), (1, 8), (8, 4)
     xs, xsc, wl, wsc = make_case(rng, 2, 5, 19, 7, 8, xw, ww, xg, wg, 16)
@@ -112,7 +109,7 @@ def conv_args(img, wsc, dequant=True, bfp=False):
 
 
 @pytest.mark.parametrize("bfp", [False, True])
-def test_dpe_conv2d_im2col_entry_point(bfp):
+def test_dpe_conv2d_im2col_entry_point(isa, bfp):
     rng = np.random.default_rng(3)
     img = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)
     wsc = rng.random((4, 2)).astype(np.float32)

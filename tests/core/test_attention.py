@@ -11,6 +11,7 @@ from hypothesis import given, strategies as st
 
 import pyfastpim
 from pyfastpim import memory
+from helpers import at_isa
 from reference import attention_ref as ref
 
 F32 = np.float32
@@ -466,21 +467,18 @@ def _run_all(seed):
     return c.outgoing.copy(), out, gx, ds
 
 
-def test_results_identical_for_1_and_2_threads_and_every_isa():
+def test_results_identical_for_1_and_2_threads_and_every_isa(isa):
     # pyfastpim.threads sets the kernels' OpenMP threads; the products are OpenBLAS
     # sgemm calls, run with OpenBLAS's own (unchanged) thread count. (OpenBLAS 0.3.21
     # rounds some edge tiles differently for different counts of its own threads.)
     results = []
-    for n in (1, 2, 1):
+    for n in (1, 2, 1):  # under the `isa` fixture's limit
         with pyfastpim.threads(n):
             results.append(_run_all(20))
     active, _ = pyfastpim.cpu_isa()
-    old = pyfastpim.set_isa_limit("generic")
-    try:
-        results.append(_run_all(20))
-    finally:
-        pyfastpim.set_isa_limit("avx512")
-    assert pyfastpim.cpu_isa()[0] == active and old == "generic"
+    assert active == isa
+    results.append(at_isa("generic", lambda: _run_all(20)))  # asserts set_isa_limit returned "generic"
+    assert pyfastpim.cpu_isa()[0] == active
     first = results[0]
     for other in results[1:]:
         for a, b in zip(first[:3], other[:3]):

@@ -186,7 +186,7 @@ def test_product_errors():
         dpe_matmul(x, w, eng, weight_slice=(1, 3))  # 3-bit weight slice on a 4-level cell
     with pytest.raises(ValueError, match="wire_resistance"):
         DPETensor(wire_resistance=-1.0)
-    # wire_resistance > 0 is implemented (IR drop, tests/test_physics.py): a finite product
+    # wire_resistance > 0 is implemented (IR drop, tests/core/test_physics.py): a finite product
     assert np.isfinite(dpe_matmul(x, w, DPETensor(wire_resistance=1.0))).all()
     with pytest.raises(TypeError, match="engine"):
         dpe_matmul(x, w, object())

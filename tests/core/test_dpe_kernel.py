@@ -1,24 +1,11 @@
 """The fused DPE kernel (_core.dpe_mvm) on slice codes, against tests/reference/dpe_ref.py."""
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
 
 import pyfastpim
 from pyfastpim import _core
-from reference.dpe_ref import conductance_levels, mvm_exact, slice_constants
-
-HGS, LGS = 1e-5, 1e-7
-
-
-def make_case(rng, N, R, K, P, n, xw, ww, xg, wg, g_level):
-    mx, _ = slice_constants(xw)
-    mw, _ = slice_constants(ww)
-    xs = np.stack([rng.integers(0, m + 1, (N, R, K)) for m in mx]).astype(np.uint8)
-    wsl = np.stack([rng.integers(0, m + 1, (K, P)) for m in mw])
-    wl = np.stack([conductance_levels(wsl[j], mw[j], g_level) for j in range(len(mw))]).astype(np.uint8)
-    xsc = rng.random((N, -(-R // xg[0]), -(-K // xg[1]))).astype(np.float32)
-    wsc = rng.random((-(-K // wg[0]), -(-P // wg[1]))).astype(np.float32)
-    return xs, xsc, wl, wsc
+from helpers import HGS, LGS, at_isa, engine_case, make_case
+from reference.dpe_ref import mvm_exact
 
 
 def run(xs, xsc, xg, xw, wl, wsc, wg, ww, n, rdac, g_level, radc, sigma=None, vnoise=0.0, seed=1, call=0, cond=None):
@@ -26,93 +13,16 @@ def run(xs, xsc, xg, xw, wl, wsc, wg, ww, n, rdac, g_level, radc, sigma=None, vn
                                     vnoise, seed, call))
 
 
-widths = st.lists(st.integers(1, 3), min_size=0, max_size=3).map(lambda t: (1,) + tuple(t))
-
-
-@st.composite
-def configs(draw):
-    n = draw(st.sampled_from([1, 3, 4, 8, 16, 32]))
-    g_level = draw(st.sampled_from([2, 4, 8, 16]))
-    xw = draw(widths)
-    ww = draw(widths.filter(lambda w: max(w) <= int(np.log2(g_level))))
-    N = draw(st.integers(1, 3))
-    R = draw(st.integers(1, 20))
-    K = draw(st.integers(1, 80))
-    P = draw(st.integers(1, 40))
-    xg = (draw(st.integers(1, 4)), n * draw(st.integers(1, 3)))
-    wg = (n * draw(st.integers(1, 3)), draw(st.integers(1, 40)))
-    rdac = draw(st.sampled_from([2, 4, 16, 256]))
-    if draw(st.booleans()):
-        radc = [draw(st.sampled_from([2 ** 4, 2 ** 8, 2 ** 12, 2 ** 16]))] * len(ww)
-    else:
-        radc = [draw(st.integers(2, 2 ** 16)) for _ in ww]
-    seed = draw(st.integers(0, 2 ** 31))
-    return dict(N=N, R=R, K=K, P=P, n=n, xw=xw, ww=ww, xg=xg, wg=wg, g_level=g_level, rdac=rdac, radc=radc,
-                seed=seed)
-
-
-@given(configs())
-def test_noise_free_output_is_bit_identical_to_the_integer_reference(c):
-    rng = np.random.default_rng(c["seed"])
-    xs, xsc, wl, wsc = make_case(rng, c["N"], c["R"], c["K"], c["P"], c["n"], c["xw"], c["ww"], c["xg"], c["wg"],
-                                 c["g_level"])
-    ref = mvm_exact(xs, xsc, c["xg"], c["xw"], wl, wsc, c["wg"], c["ww"], c["n"], c["rdac"], c["g_level"], c["radc"])
-    got = run(xs, xsc, c["xg"], c["xw"], wl, wsc, c["wg"], c["ww"], c["n"], c["rdac"], c["g_level"], c["radc"])
-    np.testing.assert_array_equal(got, ref)
-
-
-@pytest.mark.parametrize("radc", [2 ** 4, 2 ** 6, 2 ** 16, 1000, 7])
-def test_adc_ties_round_half_to_even(radc):
-    # crossbar sums that land exactly on .5 codes must round to even, on every ISA
-    rng = np.random.default_rng(radc)
-    args = (2, 9, 64, 35, 8, (1, 1, 2), (1, 1, 2), (1, 8), (8, 8), 4)
-    xs, xsc, wl, wsc = make_case(rng, *args)
-    ref = mvm_exact(xs, xsc, (1, 8), (1, 1, 2), wl, wsc, (8, 8), (1, 1, 2), 8, 4, 4, [radc] * 3)
-    for isa in ("generic", "avx2", "avx512"):
-        pyfastpim.set_isa_limit(isa)
-        try:
-            got = run(xs, xsc, (1, 8), (1, 1, 2), wl, wsc, (8, 8), (1, 1, 2), 8, 4, 4, [radc] * 3)
-        finally:
-            pyfastpim.set_isa_limit("avx512")
-        np.testing.assert_array_equal(got, ref)
-
-
-def bench_like_case(rng, N=2, R=40, K=96, P=70):
-    return make_case(rng, N, R, K, P, 32, (1, 1, 2, 2), (1, 1, 2, 2), (1, 32), (32, 32), 4)
-
-
-def test_noise_free_is_identical_for_any_thread_count_and_isa():
-    xs, xsc, wl, wsc = bench_like_case(np.random.default_rng(3))
+def test_noise_free_is_identical_for_any_thread_count_and_isa(isa):
+    xs, xsc, wl, wsc = engine_case(np.random.default_rng(3))
     args = (xs, xsc, (1, 32), (1, 1, 2, 2), wl, wsc, (32, 32), (1, 1, 2, 2), 32, 4, 4, [4096] * 4)
     outs = []
-    for threads in (1, 2, 3):
+    for threads in (1, 2, 3):  # under the `isa` fixture's limit
         with pyfastpim.threads(threads):
             outs.append(run(*args))
-    pyfastpim.set_isa_limit("generic")
-    try:
-        outs.append(run(*args))
-    finally:
-        pyfastpim.set_isa_limit("avx512")
+    outs.append(at_isa("generic", lambda: run(*args)))
     for o in outs[1:]:
         np.testing.assert_array_equal(o, outs[0])
-
-
-def test_noisy_output_is_deterministic_per_seed_and_call_and_thread_count():
-    xs, xsc, wl, wsc = bench_like_case(np.random.default_rng(4))
-    sig = np.full(4, 0.05, np.float32)
-    args = (xs, xsc, (1, 32), (1, 1, 2, 2), wl, wsc, (32, 32), (1, 1, 2, 2), 32, 4, 4, [4096] * 4)
-    with pyfastpim.threads(1):
-        a = run(*args, sigma=sig, vnoise=0.05, seed=7, call=3)
-    with pyfastpim.threads(2):
-        b = run(*args, sigma=sig, vnoise=0.05, seed=7, call=3)
-    np.testing.assert_array_equal(a, b)
-    c = run(*args, sigma=sig, vnoise=0.05, seed=8, call=3)
-    d = run(*args, sigma=sig, vnoise=0.05, seed=7, call=4)
-    assert not np.array_equal(a, c) and not np.array_equal(a, d)
-    exact = run(*args)
-    # noise perturbs, but the product stays close to the exact one
-    rel = np.linalg.norm(a - exact) / np.linalg.norm(exact)
-    assert 1e-4 < rel < 0.2
 
 
 def test_normals_match_scalar_path_and_are_standard():
@@ -182,42 +92,8 @@ def test_voltage_noise_statistics():
     assert abs(eps.std() / vnoise - 1) < 5 * np.sqrt(0.5 / R) + 0.01
 
 
-def test_empty_and_degenerate_shapes():
-    wl = np.zeros((1, 0, 5), np.uint8)
-    out = np.asarray(_core.dpe_mvm(np.zeros((1, 1, 3, 0), np.uint8), np.zeros((1, 3, 0), np.float32), (1, 4), (1,),
-                                   wl, None, np.zeros((0, 2), np.float32), (4, 4), (1,), 4, 4, 2, [16], HGS, LGS, None,
-                                   0.0, 1, 0))
-    assert out.shape == (1, 3, 5) and not out.any()
-
-
-@pytest.mark.parametrize("kw, word", [
-    (dict(x_widths=(2, 1)), "x_widths"),
-    (dict(w_widths=(1, 3), radc=[16, 16], w_levels=np.zeros((2, 16, 5), np.uint8)), "w_widths"),  # 3 bits > g_level
-    (dict(radc=[16]), "radc"),
-    (dict(radc=[1, 16, 16]), "radc"),
-    (dict(n=3), "n"),
-    (dict(x_granule=(0, 8)), "x_granule"),
-    (dict(x_scale=np.zeros((1, 9, 9), np.float32)), "x_scale"),
-    (dict(w_levels=np.zeros((3, 7, 5), np.uint8)), "w_levels"),
-    (dict(read_sigma=np.full(3, 0.1, np.float32)), "read_sigma"),
-    (dict(read_sigma=np.array([0.1, np.nan, 0, 0], np.float32)), "read_sigma"),
-    (dict(out=np.zeros((1, 4, 5), np.float64)), "out"),
-    (dict(g_level=256, rdac=256, n=512, x_granule=(1, 512), w_granule=(512, 8), x_codes=np.zeros((3, 1, 4, 512), np.uint8),
-          x_scale=np.ones((1, 4, 1), np.float32), w_levels=np.zeros((3, 512, 5), np.uint8),
-          w_scale=np.ones((1, 1), np.float32)), "2\\*\\*24"),
-])
-def test_bad_arguments_raise_naming_the_argument(kw, word):
-    args = dict(x_codes=np.zeros((3, 1, 4, 16), np.uint8), x_scale=np.ones((1, 4, 2), np.float32), x_granule=(1, 8),
-                x_widths=(1, 1, 2), w_levels=np.zeros((3, 16, 5), np.uint8), w_conductance=None,
-                w_scale=np.ones((2, 1), np.float32), w_granule=(8, 8), w_widths=(1, 1, 1), n=8, rdac=4, g_level=4,
-                radc=[16] * 3, HGS=HGS, LGS=LGS, read_sigma=None, vnoise=0.0, seed=1, call=0)
-    args.update(kw)
-    with pytest.raises((ValueError, TypeError), match=word):
-        _core.dpe_mvm(**args)
-
-
 def test_out_argument_is_written_in_place_without_allocation():
-    xs, xsc, wl, wsc = bench_like_case(np.random.default_rng(5), N=1, R=12, K=64, P=20)
+    xs, xsc, wl, wsc = engine_case(np.random.default_rng(5), N=1, R=12, K=64, P=20)
     args = (xs, xsc, (1, 32), (1, 1, 2, 2), wl, wsc, (32, 32), (1, 1, 2, 2), 32, 4, 4, [4096] * 4)
     out = np.zeros((1, 12, 20), np.float32)
     with pyfastpim.memory.trace() as t:

@@ -1,0 +1,178 @@
+"""Helpers shared by the test groups (tests/core, tests/api, tests/backends).
+
+Import as ``from helpers import ...`` (tests/conftest.py puts tests/ on sys.path). Test modules
+never import each other: what two files need lives here or in a conftest fixture.
+"""
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout (tests/ is its child)
+TESTS = os.path.join(ROOT, "tests")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import pyfastpim  # noqa: E402
+from pyfastpim import _core  # noqa: E402
+from reference.dpe_ref import conductance_levels, slice_constants  # noqa: E402
+
+# ---- environment ----------------------------------------------------------------------------------
+
+SAN = os.environ.get("PYFASTPIM_SANITIZED") == "1"  # under ASan/UBSan (`make sanitize`): ~10x slower
+NPLAT, CL_DEVICES = _core.cl_devices()
+HAVE_CL = NPLAT > 0
+NO_CL_REASON = "no OpenCL platform: the OpenCL ICD loader reports none (install pocl-opencl-icd to run these tests)"
+needs_cl = pytest.mark.skipif(not HAVE_CL, reason=NO_CL_REASON)
+# the CPU draws noise with its SIMD (SLEEF) path: OpenCL computes the same bits
+SIMD_NOISE = pyfastpim.cpu_isa()[0] in ("avx2", "avx512")
+
+ISAS = ("generic", "avx2", "avx512")
+
+
+def available_isas():
+    """The ISAs this CPU can run, portable first ('generic', then 'avx2', 'avx512' if present)."""
+    return ISAS[:ISAS.index(pyfastpim.cpu_isa()[1]) + 1]
+
+
+def restore_isa_limit(active):
+    """Undo set_isa_limit: `active` is pyfastpim.cpu_isa()[0] from before the change."""
+    pyfastpim.set_isa_limit("avx512" if active == pyfastpim.cpu_isa()[1] else active)
+
+
+def rel(a, b):
+    """Relative L2 distance of a from b (absolute when b is zero)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    nb = np.linalg.norm(b)
+    return np.linalg.norm(a - b) / nb if nb else np.linalg.norm(a - b)
+
+
+# ---- DPE kernel cases (slice codes and programmed levels) ------------------------------------------
+
+HGS, LGS = 1e-5, 1e-7
+
+
+def make_case(rng, N, R, K, P, n, xw, ww, xg, wg, g_level):
+    """Random slice codes, input scales, weight levels and weight scales for _core.dpe_mvm."""
+    mx, _ = slice_constants(xw)
+    mw, _ = slice_constants(ww)
+    xs = np.stack([rng.integers(0, m + 1, (N, R, K)) for m in mx]).astype(np.uint8)
+    wsl = np.stack([rng.integers(0, m + 1, (K, P)) for m in mw])
+    wl = np.stack([conductance_levels(wsl[j], mw[j], g_level) for j in range(len(mw))]).astype(np.uint8)
+    xsc = rng.random((N, -(-R // xg[0]), -(-K // xg[1]))).astype(np.float32)
+    wsc = rng.random((-(-K // wg[0]), -(-P // wg[1]))).astype(np.float32)
+    return xs, xsc, wl, wsc
+
+
+def mvm_args(xs, xsc, xg, xw, wl, wsc, wg, ww, n, rdac, g_level, radc, sigma=None, vnoise=0.0, seed=1, call=0,
+             cond=None):
+    """The positional argument tuple of _core.dpe_mvm / cl_dpe_mvm (after the device)."""
+    return (xs, xsc, xg, xw, wl, cond, wsc, wg, ww, n, rdac, g_level, radc, HGS, LGS, sigma, vnoise, seed, call)
+
+
+def engine_case(rng, N=2, R=40, K=96, P=70):
+    """The engine's default shape family: 32-row crossbars, widths (1, 1, 2, 2), g_level 4."""
+    return make_case(rng, N, R, K, P, 32, (1, 1, 2, 2), (1, 1, 2, 2), (1, 32), (32, 32), 4)
+
+
+def engine_args(xs, xsc, wl, wsc, **kw):
+    return mvm_args(xs, xsc, (1, 32), (1, 1, 2, 2), wl, wsc, (32, 32), (1, 1, 2, 2), 32, 4, 4, [4096] * 4, **kw)
+
+
+widths = st.lists(st.integers(1, 3), min_size=0, max_size=3).map(lambda t: (1,) + tuple(t))
+
+
+@st.composite
+def configs(draw):
+    """A random _core.dpe_mvm configuration (shapes, widths, granules, converters, seed)."""
+    n = draw(st.sampled_from([1, 3, 4, 8, 16, 32]))
+    g_level = draw(st.sampled_from([2, 4, 8, 16]))
+    xw = draw(widths)
+    ww = draw(widths.filter(lambda w: max(w) <= int(np.log2(g_level))))
+    N = draw(st.integers(1, 3))
+    R = draw(st.integers(1, 20))
+    K = draw(st.integers(1, 80))
+    P = draw(st.integers(1, 40))
+    xg = (draw(st.integers(1, 4)), n * draw(st.integers(1, 3)))
+    wg = (n * draw(st.integers(1, 3)), draw(st.integers(1, 40)))
+    rdac = draw(st.sampled_from([2, 4, 16, 256]))
+    if draw(st.booleans()):
+        radc = [draw(st.sampled_from([2 ** 4, 2 ** 8, 2 ** 12, 2 ** 16]))] * len(ww)
+    else:
+        radc = [draw(st.integers(2, 2 ** 16)) for _ in ww]
+    seed = draw(st.integers(0, 2 ** 31))
+    return dict(N=N, R=R, K=K, P=P, n=n, xw=xw, ww=ww, xg=xg, wg=wg, g_level=g_level, rdac=rdac, radc=radc,
+                seed=seed)
+
+
+def config_case(c):
+    """(dpe_mvm positional arguments up to radc, the rng) for a configs() draw."""
+    rng = np.random.default_rng(c["seed"])
+    xs, xsc, wl, wsc = make_case(rng, c["N"], c["R"], c["K"], c["P"], c["n"], c["xw"], c["ww"], c["xg"], c["wg"],
+                                 c["g_level"])
+    return (xs, xsc, c["xg"], c["xw"], wl, wsc, c["wg"], c["ww"], c["n"], c["rdac"], c["g_level"], c["radc"]), rng
+
+
+# ---- backends -------------------------------------------------------------------------------------
+
+class Backend:
+    """One compute backend behind one interface: 'cpu' (_core) or 'opencl' (the suite's device)."""
+
+    def __init__(self, name):
+        self.name = name
+        self.dev = pyfastpim.resolve_device("opencl") if name == "opencl" else None
+
+    def __repr__(self):
+        return "Backend(%r)" % self.name
+
+    def dpe_mvm(self, *args, **kw):
+        if self.dev is None:
+            return _core.dpe_mvm(*args, **kw)
+        return pyfastpim.cl_dpe_mvm(self.dev, *args, **kw)
+
+    def dpe_conv2d(self, *args, **kw):
+        if self.dev is None:
+            return _core.dpe_conv2d(*args, **kw)
+        from pyfastpim.devices import cl_dpe_conv2d
+        return cl_dpe_conv2d(self.dev, *args, **kw)
+
+    def slice_quantize(self, *args, **kw):
+        return (self.dev or _core).slice_quantize(*args, **kw)
+
+    def program_conductance(self, *args, **kw):
+        return (self.dev or _core).program_conductance(*args, **kw)
+
+    def normals(self, *args):
+        return (self.dev or _core).normals(*args)
+
+
+# ---- convolution cases -----------------------------------------------------------------------------
+
+def conv_args(c, sigma=0.0, vnoise=0.0, cond=False, dequant=True):
+    """The positional arguments of _core.dpe_conv2d / cl_dpe_conv2d for a case dict c (N, C, H, W, P,
+    kh, kw, stride, padding, dilation, n, g_level, xw, ww, xg, wg, bfp, rdac, radc, seed, scale, zeros)."""
+    rng = np.random.default_rng(c["seed"])
+    img = (rng.standard_normal((c["N"], c["C"], c["H"], c["W"])) * c["scale"]).astype(np.float32)
+    if c["zeros"]:
+        img[:, :1] = 0.0  # zero granules (INT divisor 1, scale 0)
+    K = c["C"] * c["kh"] * c["kw"]
+    mw = [2 ** w - 1 for w in reversed(c["ww"])]
+    wl = np.stack([rng.integers(0, m + 1, (K, c["P"])) for m in mw]).astype(np.uint8)
+    wsc = rng.random((-(-K // c["wg"][0]), -(-c["P"] // c["wg"][1]))).astype(np.float32)
+    wc = None
+    if cond:
+        QG = (HGS - LGS) / (c["g_level"] - 1)
+        wc = (wl * QG + LGS).astype(np.float32) * (1 + 0.02 * rng.standard_normal(wl.shape)).astype(np.float32)
+    sig = np.full(c["g_level"], sigma, np.float32) if sigma else None
+    return (img, (c["kh"], c["kw"]), c["stride"], c["padding"], c["dilation"], c["xg"], c["xw"], c["bfp"], wl, wc,
+            wsc, c["wg"], c["ww"], c["n"], c["rdac"], c["g_level"], [c["radc"]] * len(c["ww"]), HGS, LGS, sig,
+            vnoise, 7, 3, dequant)
+
+
+def at_isa(isa, fn):
+    """fn() with the CPU kernels capped at `isa` (the limit restored afterwards)."""
+    active = pyfastpim.cpu_isa()[0]
+    try:
+        assert pyfastpim.set_isa_limit(isa) == isa
+        return fn()
+    finally:
+        restore_isa_limit(active)

@@ -220,7 +220,26 @@ class _Conv2dMemFunction(torch.autograd.Function):
 # ----------------------------------------------------------------------------- layers
 
 class _MemLayer(nn.Module):
-    """Shared machinery: programmed-weight cache with automatic re-programming."""
+    """Shared machinery: parameters, programmed-weight cache with automatic re-programming."""
+
+    def _init_params(self, weight_shape, bias, device, dtype):
+        """The weight of weight_shape (out, in, kernel...) and, with bias, a bias of size out;
+        initialized by reset_parameters()."""
+        factory = {"device": device, "dtype": dtype}
+        self.weight = nn.Parameter(torch.empty(weight_shape, **factory))
+        if bias:
+            self.bias = nn.Parameter(torch.empty(weight_shape[0], **factory))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """nn.Linear's / nn.Conv1d's / nn.Conv2d's initialization (Kaiming-uniform weights, uniform bias)."""
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in = self.weight.numel() // self.weight.shape[0]  # in * prod(kernel)
+            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+            nn.init.uniform_(self.bias, -bound, bound)
 
     def _init_mem(self, engine, input_slice, weight_slice, bw_e, input_paral_size, weight_paral_size,
                   input_quant_gran, weight_quant_gran, device):
@@ -363,23 +382,9 @@ class LinearMem(_MemLayer):
                 raise ValueError("%s must be a positive int, got %r" % (name, v))
         self.in_features = int(in_features)
         self.out_features = int(out_features)
-        factory = {"device": device, "dtype": dtype}
-        self.weight = nn.Parameter(torch.empty((self.out_features, self.in_features), **factory))
-        if bias:
-            self.bias = nn.Parameter(torch.empty(self.out_features, **factory))
-        else:
-            self.register_parameter("bias", None)
-        self.reset_parameters()
+        self._init_params((self.out_features, self.in_features), bias, device, dtype)
         self._init_mem(engine, input_slice, weight_slice, bw_e, input_paral_size, weight_paral_size,
                        input_quant_gran, weight_quant_gran, device)
-
-    def reset_parameters(self):
-        """nn.Linear's initialization (Kaiming-uniform weights, uniform bias)."""
-        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in = self.weight.shape[1]
-            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
-            nn.init.uniform_(self.bias, -bound, bound)
 
     def forward(self, input):
         _check_float_input(input, "LinearMem")
@@ -438,23 +443,9 @@ class Conv2dMem(_MemLayer):
         self.stride = _pair(stride, "stride", minimum=1)
         self.padding = _pair(padding, "padding", minimum=0)
         self.dilation = _pair(dilation, "dilation", minimum=1)
-        factory = {"device": device, "dtype": dtype}
-        self.weight = nn.Parameter(torch.empty((self.out_channels, self.in_channels) + self.kernel_size, **factory))
-        if bias:
-            self.bias = nn.Parameter(torch.empty(self.out_channels, **factory))
-        else:
-            self.register_parameter("bias", None)
-        self.reset_parameters()
+        self._init_params((self.out_channels, self.in_channels) + self.kernel_size, bias, device, dtype)
         self._init_mem(engine, input_slice, weight_slice, bw_e, input_paral_size, weight_paral_size,
                        input_quant_gran, weight_quant_gran, device)
-
-    def reset_parameters(self):
-        """nn.Conv2d's initialization (Kaiming-uniform weights, uniform bias)."""
-        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in = self.weight[0].numel()
-            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
-            nn.init.uniform_(self.bias, -bound, bound)
 
     def forward(self, input):
         _check_float_input(input, "Conv2dMem")

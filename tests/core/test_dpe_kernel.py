@@ -1,10 +1,9 @@
 """The fused DPE kernel (_core.dpe_mvm) on slice codes, against tests/reference/dpe_ref.py."""
 import numpy as np
-import pytest
 
 import pyfastpim
 from pyfastpim import _core
-from helpers import HGS, LGS, at_isa, engine_case, make_case
+from helpers import HGS, LGS, at_isa, engine_case
 from reference.dpe_ref import mvm_exact
 
 

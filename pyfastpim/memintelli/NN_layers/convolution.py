@@ -1,9 +1,5 @@
 """MemIntelli's ``Conv2dMem`` (pyfastpim.nn.Conv2dMem, with torch devices) and a working ``Conv1dMem``."""
-import math
 import numbers
-
-import torch
-import torch.nn as nn
 
 from ...nn import layers as _layers
 from .. import _device
@@ -84,13 +80,8 @@ class Conv1dMem(_layers._MemLayer):
         self.stride = (_int1(stride, "stride", 1),)
         self.padding = (_int1(padding, "padding", 0),)
         self.dilation = (_int1(dilation, "dilation", 1),)
-        factory = {"device": _device.torch_device(device) if device is not None else None, "dtype": dtype}
-        self.weight = nn.Parameter(torch.empty((self.out_channels, self.in_channels) + self.kernel_size, **factory))
-        if bias:
-            self.bias = nn.Parameter(torch.empty(self.out_channels, **factory))
-        else:
-            self.register_parameter("bias", None)
-        self.reset_parameters()
+        self._init_params((self.out_channels, self.in_channels) + self.kernel_size, bias,
+                          _device.torch_device(device) if device is not None else None, dtype)
         self._init_mem(engine, input_slice, weight_slice, bw_e, input_paral_size, weight_paral_size,
                        input_quant_gran, weight_quant_gran, device)
 
@@ -98,13 +89,6 @@ class Conv1dMem(_layers._MemLayer):
     _stride2d = property(lambda self: (1, self.stride[0]))
     _padding2d = property(lambda self: (0, self.padding[0]))
     _dilation2d = property(lambda self: (1, self.dilation[0]))
-
-    def reset_parameters(self):
-        """nn.Conv1d's initialization (Kaiming-uniform weights, uniform bias)."""
-        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            bound = 1 / math.sqrt(self.weight[0].numel())
-            nn.init.uniform_(self.bias, -bound, bound)
 
     def _weight_matrix(self):
         return _device.to_host(super()._weight_matrix())

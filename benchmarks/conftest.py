@@ -45,3 +45,10 @@ def peak_rss_bytes():
 def current_rss_bytes():
     with open("/proc/self/statm") as fh:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.fixture(scope="module")
+def operands():
+    """x (512, 1024) and W (1024, 1024) of the engine case (engine_case.py); a module may define its own."""
+    from engine_case import make_operands
+    return make_operands()

@@ -7,35 +7,19 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 import torch
 
 import pyfastpim
-from pyfastpim import DPETensor, SlicedData
+from pyfastpim import DPETensor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from einsum_reference import einsum_dpe  # noqa: E402
+from engine_case import K, P, R, SLICES, sliced  # noqa: E402
 
-R, K, P = 512, 1024, 1024
-SLICES = (1, 1, 2, 2)
 ENGINE = dict(g_level=4, rdac=4, radc=2 ** 12, read_variation=0.05, vnoise=0.05, write_variation=0.0,
               rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
 GROUP = "dpe 512x1024 @ 1024x1024"
-
-
-@pytest.fixture(scope="module")
-def operands():
-    rng = np.random.default_rng(0)
-    return rng.standard_normal((R, K)).astype(np.float32), rng.standard_normal((K, P)).astype(np.float32)
-
-
-def sliced(engine, x, w):
-    ws = SlicedData(SLICES, is_weight=True, paral_size=(32, 32), quant_gran=(32, 32), inference=True)
-    ws.slice_data_imp(engine, w)
-    xs = SlicedData(SLICES, paral_size=(1, 32), quant_gran=(1, 32), inference=True)
-    xs.slice_data_imp(engine, x)
-    return xs, ws
 
 
 def test_dpe_roofline_16_sgemm(benchmark, operands):

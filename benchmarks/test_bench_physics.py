@@ -10,38 +10,15 @@ benchmark (slices (1, 1, 2, 2), 32 x 32 crossbars).
 """
 import time
 
-import numpy as np
-import pytest
+from pyfastpim import DPETensor
+from engine_case import K, P, program, sliced
 
-from pyfastpim import DPETensor, SlicedData
-
-R, K, P = 512, 1024, 1024
-SLICES = (1, 1, 2, 2)
 BASE = dict(g_level=4, rdac=4, radc=2 ** 12, write_variation=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
 NOISE_OFF = dict(BASE, read_variation=0.0, vnoise=0.0)
 NOISE_ON = dict(BASE, read_variation=0.05, vnoise=0.05)
 WIRE = 2.0  # ohms per segment
 GROUP_CALL = "physics: call 512x1024 @ 1024x1024"
 GROUP_PROGRAM = "physics: programming 1024x1024"
-
-
-@pytest.fixture(scope="module")
-def operands():
-    rng = np.random.default_rng(0)
-    return rng.standard_normal((R, K)).astype(np.float32), rng.standard_normal((K, P)).astype(np.float32)
-
-
-def program(engine, w):
-    ws = SlicedData(SLICES, is_weight=True, paral_size=(32, 32), quant_gran=(32, 32), inference=True)
-    ws.slice_data_imp(engine, w)  # with wire_resistance > 0 this solves every block's network
-    return ws
-
-
-def sliced(engine, x, w):
-    ws = program(engine, w)
-    xs = SlicedData(SLICES, paral_size=(1, 32), quant_gran=(1, 32), inference=True)
-    xs.slice_data_imp(engine, x)
-    return xs, ws
 
 
 def test_physics_program_no_ir(benchmark, operands):
@@ -71,39 +48,33 @@ def test_physics_program_ir_drop(benchmark, operands):
     benchmark.extra_info["cpu_ms_per_block"] = 1e3 * cpu[0] / benchmark.extra_info["blocks"]
 
 
-def test_physics_call_noise_off(benchmark, operands):
+def bench_call(benchmark, operands, engine_kw, role, targets=None):
+    """One timed product of the case on an engine with engine_kw, in the call group."""
     x, w = operands
-    eng = DPETensor(**NOISE_OFF)
+    eng = DPETensor(**engine_kw)
     xs, ws = sliced(eng, x, w)
     benchmark.group = GROUP_CALL
-    benchmark.extra_info["role"] = "reference"
+    benchmark.extra_info["role"] = role
+    if targets:
+        benchmark.extra_info["targets"] = targets
     benchmark.pedantic(eng, args=(xs, ws), rounds=5, iterations=1, warmup_rounds=1)
+
+
+# one function per case (not parametrized): report.py names cases by function and resolves "vs:" by it
+
+def test_physics_call_noise_off(benchmark, operands):
+    bench_call(benchmark, operands, NOISE_OFF, "reference")
 
 
 def test_physics_call_ir_noise_off(benchmark, operands):
-    x, w = operands
-    eng = DPETensor(wire_resistance=WIRE, **NOISE_OFF)
-    xs, ws = sliced(eng, x, w)
-    benchmark.group = GROUP_CALL
-    benchmark.extra_info["role"] = "subject"
-    benchmark.extra_info["targets"] = {"vs:physics_call_noise_off": 1.1}
-    benchmark.pedantic(eng, args=(xs, ws), rounds=5, iterations=1, warmup_rounds=1)
+    bench_call(benchmark, operands, dict(NOISE_OFF, wire_resistance=WIRE), "subject",
+               {"vs:physics_call_noise_off": 1.1})
 
 
 def test_physics_call_noise_on(benchmark, operands):
-    x, w = operands
-    eng = DPETensor(**NOISE_ON)
-    xs, ws = sliced(eng, x, w)
-    benchmark.group = GROUP_CALL
-    benchmark.extra_info["role"] = "subject"
-    benchmark.pedantic(eng, args=(xs, ws), rounds=5, iterations=1, warmup_rounds=1)
+    bench_call(benchmark, operands, NOISE_ON, "subject")
 
 
 def test_physics_call_ir_noise_on(benchmark, operands):
-    x, w = operands
-    eng = DPETensor(wire_resistance=WIRE, **NOISE_ON)
-    xs, ws = sliced(eng, x, w)
-    benchmark.group = GROUP_CALL
-    benchmark.extra_info["role"] = "subject"
-    benchmark.extra_info["targets"] = {"vs:physics_call_noise_on": 1.1}
-    benchmark.pedantic(eng, args=(xs, ws), rounds=5, iterations=1, warmup_rounds=1)
+    bench_call(benchmark, operands, dict(NOISE_ON, wire_resistance=WIRE), "subject",
+               {"vs:physics_call_noise_on": 1.1})

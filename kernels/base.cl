@@ -423,6 +423,30 @@ inline void pf_adc_accumulate(pf_vec *tb, const pf_vec *acc, global const float 
     }
 }
 
+/* Rows rb .. rb+PF_TM (those below rows_valid) and columns cb .. cb+PF_TN (those below P) of a
+ * tile's output o, at rows g0 + rb.. of out: (N, R, P), or (N, P, R) (out_nphw: a convolution's
+ * (N, C_out, H_out, W_out)). */
+inline void pf_tile_store(global float *out, const pf_vec *o, ulong rb, ulong cb, ulong g0, ulong rows_valid, ulong P,
+                          ulong R, int out_nphw)
+{
+    for (int r = 0; r < PF_TM; r++) {
+        if (rb + r >= rows_valid)
+            break;
+        float v[PF_TN];
+        PF_VSTORE(o[r], v);
+        const ulong g = g0 + rb + r;
+        if (out_nphw) {
+            global float *dst = out + ((g / R) * P + cb) * R + g % R;
+            for (int c = 0; c < PF_TN && cb + c < P; c++)
+                dst[(ulong)c * R] = v[c];
+        } else {
+            global float *dst = out + g * P + cb;
+            for (int c = 0; c < PF_TN && cb + c < P; c++)
+                dst[c] = v[c];
+        }
+    }
+}
+
 /* out[e - start] = normal of element e for e in [start, end): global (ceil over
  * 32-element blocks from (start >> 2) & ~7 groups). */
 kernel void pf_normals_range(global float *out, ulong seed, uint stream, uint call, ulong start, ulong end)

@@ -302,20 +302,5 @@ kernel void pf_dpe_mvm(global const float *A, global const float *B, global cons
         for (int r = 0; r < PF_TM; r++)
             o[r] = o[r] + tb[r] * ((pf_vec)(rs[r]) * cs);
     }
-    for (int r = 0; r < PF_TM; r++) {
-        if (rb + r >= rows_valid)
-            break;
-        float v[PF_TN];
-        PF_VSTORE(o[r], v);
-        const ulong g = g0 + rb + r;
-        if (out_nphw) { /* (N, P, R): a convolution's (N, C_out, H_out, W_out) */
-            global float *dst = out + ((g / R) * P + cb) * R + g % R;
-            for (int c = 0; c < PF_TN && cb + c < P; c++)
-                dst[(ulong)c * R] = v[c];
-        } else {
-            global float *dst = out + g * P + cb;
-            for (int c = 0; c < PF_TN && cb + c < P; c++)
-                dst[c] = v[c];
-        }
-    }
+    pf_tile_store(out, o, rb, cb, g0, rows_valid, P, R, out_nphw);
 }

@@ -515,16 +515,14 @@ static PyObject *PfCLDevice_normals(PfCLDevice *self, PyObject *args)
     unsigned long long seed, idx0;
     unsigned int stream, call;
     Py_ssize_t count;
+    int st;
     if (!PyArg_ParseTuple(args, "KIIKn:normals", &seed, &stream, &call, &idx0, &count))
         return NULL;
-    if (count < 0 || (size_t)count > PY_SSIZE_T_MAX / sizeof(float)) {
-        PyErr_SetString(PyExc_ValueError, "argument 'count': must be in 0..PY_SSIZE_T_MAX/4");
-        return NULL;
-    }
+    if (count < 0 || (size_t)count > PY_SSIZE_T_MAX / sizeof(float))
+        return PyErr_Format(PyExc_ValueError, "argument 'count': must be in 0..PY_SSIZE_T_MAX/4");
     PfArray *out = pf_array_new(PF_DT_F32, 1, &count);
     if (!out)
         return NULL;
-    int st;
     PF_CL_LOCKED(self, st, "normals on OpenCL", pf_cl_normals(self->dev, seed, stream, call, idx0, count,
                                                               (float *)out->data));
     if (st != PF_OK) {
@@ -928,31 +926,33 @@ static PyObject *PfCLDevice_check_kernel_args(PfCLDevice *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* The function and flags of a method taking keywords. */
+#define CL_KW_METHOD(fn) (PyCFunction)(void (*)(void))(fn), METH_VARARGS | METH_KEYWORDS
+
 static PyMethodDef PfCLDevice_methods[] = {
     {"build", (PyCFunction)PfCLDevice_build, METH_NOARGS,
      "build()\n--\n\nCompile the kernels for this device now (otherwise done at first use)."},
-    {"dpe_mvm", (PyCFunction)(void (*)(void))PfCLDevice_dpe_mvm, METH_VARARGS | METH_KEYWORDS,
+    {"dpe_mvm", CL_KW_METHOD(PfCLDevice_dpe_mvm),
      "dpe_mvm(x_codes, x_scale, x_granule, x_widths, w_levels, w_conductance, w_scale, w_granule, w_widths, n, rdac, "
      "g_level, radc, HGS, LGS, read_sigma, vnoise, seed, call, out=None, item0=0, weights_key=None)\n--\n\n"
      "_core.dpe_mvm on this device. weights_key (hashable, e.g. (id(sliced), sliced._version)) keeps the weights "
      "resident on the device between calls; an entry whose key changes is released."},
-    {"dpe_conv2d", (PyCFunction)(void (*)(void))PfCLDevice_dpe_conv2d, METH_VARARGS | METH_KEYWORDS,
+    {"dpe_conv2d", CL_KW_METHOD(PfCLDevice_dpe_conv2d),
      "dpe_conv2d(image, kernel_size, stride, padding, dilation, x_granule, x_widths, bfp, w_levels, w_conductance, "
      "w_scale, w_granule, w_widths, n, rdac, g_level, radc, HGS, LGS, read_sigma, vnoise, seed, call, "
      "return_dequant=False, weights_key=None)\n--\n\n"
      "_core.dpe_conv2d on this device (implicit im2col: granule max, quantize/slice/DAC in the packer, the fused "
      "MVM, the optional dequantized unfolded input); same results. weights_key as for dpe_mvm."},
-    {"slice_quantize", (PyCFunction)(void (*)(void))PfCLDevice_slice_quantize, METH_VARARGS | METH_KEYWORDS,
+    {"slice_quantize", CL_KW_METHOD(PfCLDevice_slice_quantize),
      "slice_quantize(data, slice_method, paral_size, quant_gran=None, bw_e=None, dequant=False, g_level=None)\n--\n\n"
      "_core.slice_quantize on this device: same arguments, errors and (bit-identical) results."},
-    {"program_conductance", (PyCFunction)(void (*)(void))PfCLDevice_program_conductance,
-     METH_VARARGS | METH_KEYWORDS,
+    {"program_conductance", CL_KW_METHOD(PfCLDevice_program_conductance),
      "program_conductance(levels, g_level, HGS, LGS, write_variation=0, rate_stuck_HGS=0, rate_stuck_LGS=0, "
      "seed=None)\n--\n\n_core.program_conductance on this device: same arguments, errors and results."},
-    {"attn_update", (PyCFunction)(void (*)(void))PfCLDevice_attn_update, METH_VARARGS | METH_KEYWORDS,
+    {"attn_update", CL_KW_METHOD(PfCLDevice_attn_update),
      "attn_update(outgoing, x, y, rate)\n--\n\nThe attention context's sampled update (pf_attn_update) on this "
      "device: outgoing (D, D) float32 is updated in place from the rows of x and y (their first D columns)."},
-    {"attn_apply", (PyCFunction)(void (*)(void))PfCLDevice_attn_apply, METH_VARARGS | METH_KEYWORDS,
+    {"attn_apply", CL_KW_METHOD(PfCLDevice_attn_apply),
      "attn_apply(x, incoming, strength, out=None)\n--\n\nx + (strength / D) * (x @ incoming) on this device "
      "(pf_attn_apply: non-finite terms as 0; out may be x itself)."},
     {"attn_tanh", (PyCFunction)PfCLDevice_attn_tanh, METH_O,

@@ -1,7 +1,7 @@
 /* Python bindings of the OpenCL backend: device listing, the device handle
  * type pyfastpim._core.OpenCLDevice (context, queue, program, scratch and the
  * resident-weights cache of one device) and its ops. Argument validation is
- * here, with the same rules and messages as bind_dpe.c; opencl.c sees plain
+ * here, with the same rules and messages as bind_dpe.c; csrc/opencl/ sees plain
  * pointers.
  *
  * Threading: one lock per handle serializes its calls. It is taken after the

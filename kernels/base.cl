@@ -1,4 +1,4 @@
-/* Prelude of every pyfastpim OpenCL program (csrc/opencl/opencl.c puts it first).
+/* Prelude of every pyfastpim OpenCL program (csrc/opencl/runtime.c puts it first).
  *
  * Exact float semantics: no contraction of a*b+c into fma behind our back
  * (kernels call fma() explicitly where the CPU path uses FMA instructions),
@@ -358,6 +358,95 @@ inline void pf_normal8x4(ulong seed, uint stream, uint call, ulong group0, float
     *n3 = r1 * s1;
 }
 
+/* ---- the MVM tile kernels' vector type and ADC (dpe.cl, dpe_tiled.cl) ---- */
+
+#if PF_TN == 1
+typedef float pf_vec;
+#define PF_VLOAD(p) (*(p))
+#define PF_VSTORE(v, p) (*(p) = (v))
+#elif PF_TN == 2
+typedef float2 pf_vec;
+#define PF_VLOAD(p) vload2(0, p)
+#define PF_VSTORE(v, p) vstore2(v, 0, p)
+#elif PF_TN == 4
+typedef float4 pf_vec;
+#define PF_VLOAD(p) vload4(0, p)
+#define PF_VSTORE(v, p) vstore4(v, 0, p)
+#elif PF_TN == 8
+typedef float8 pf_vec;
+#define PF_VLOAD(p) vload8(0, p)
+#define PF_VSTORE(v, p) vstore8(v, 0, p)
+#elif PF_TN == 16
+typedef float16 pf_vec;
+#define PF_VLOAD(p) vload16(0, p)
+#define PF_VSTORE(v, p) vstore16(v, 0, p)
+#else
+#error "PF_TN must be 1, 2, 4, 8 or 16"
+#endif
+
+/* rint (round half to even) by the 2^23 trick, exact for every float: for
+ * |x| < 2^23, (|x| + 2^23) - 2^23 rounds |x| to an integer in round-to-
+ * nearest-even; |x| >= 2^23 is already an integer (or inf/nan). Builtin rint
+ * on vectors is a library call on some runtimes (PoCL). */
+inline pf_vec pf_rint(pf_vec x)
+{
+    const pf_vec ax = fabs(x);
+    const pf_vec r = copysign((ax + 8388608.0f) - 8388608.0f, x);
+    return ax < 8388608.0f ? r : x;
+}
+
+/* The ADC of slice pair (i, j) of one tile (pf_dpe_mvm, pf_dpe_mvm_tiled): tb[r] += code(acc[r]) *
+ * coef[i][j], code the exact table of slice j where it has one (tab_info[2j] >= 0, indices clamped
+ * to [0, tab_info[2j+1]]), else rint(acc * alpha[j]). fparams = coef[sx*sw] then alpha[sw]. */
+inline void pf_adc_accumulate(pf_vec *tb, const pf_vec *acc, global const float *fparams, global const float *tables,
+                              global const int *tab_info, int i, int j, int sx, int sw, int use_table)
+{
+    const float coef = fparams[i * sw + j];
+    const int off = use_table ? tab_info[2 * j] : -1;
+    if (off >= 0) {
+        global const float *tab = tables + off;
+        const int hi = tab_info[2 * j + 1];
+        for (int r = 0; r < PF_TM; r++) {
+            float a[PF_TN], code[PF_TN];
+            PF_VSTORE(acc[r], a);
+            for (int c = 0; c < PF_TN; c++) {
+                int idx = convert_int(a[c]);
+                idx = idx < 0 ? 0 : idx > hi ? hi : idx;
+                code[c] = tab[idx];
+            }
+            tb[r] = tb[r] + PF_VLOAD(code) * coef;
+        }
+    } else {
+        const float alpha = fparams[sx * sw + j];
+        for (int r = 0; r < PF_TM; r++)
+            tb[r] = tb[r] + pf_rint(acc[r] * alpha) * coef;
+    }
+}
+
+/* Rows rb .. rb+PF_TM (those below rows_valid) and columns cb .. cb+PF_TN (those below P) of a
+ * tile's output o, at rows g0 + rb.. of out: (N, R, P), or (N, P, R) (out_nphw: a convolution's
+ * (N, C_out, H_out, W_out)). */
+inline void pf_tile_store(global float *out, const pf_vec *o, ulong rb, ulong cb, ulong g0, ulong rows_valid, ulong P,
+                          ulong R, int out_nphw)
+{
+    for (int r = 0; r < PF_TM; r++) {
+        if (rb + r >= rows_valid)
+            break;
+        float v[PF_TN];
+        PF_VSTORE(o[r], v);
+        const ulong g = g0 + rb + r;
+        if (out_nphw) {
+            global float *dst = out + ((g / R) * P + cb) * R + g % R;
+            for (int c = 0; c < PF_TN && cb + c < P; c++)
+                dst[(ulong)c * R] = v[c];
+        } else {
+            global float *dst = out + g * P + cb;
+            for (int c = 0; c < PF_TN && cb + c < P; c++)
+                dst[c] = v[c];
+        }
+    }
+}
+
 /* out[e - start] = normal of element e for e in [start, end): global (ceil over
  * 32-element blocks from (start >> 2) & ~7 groups). */
 kernel void pf_normals_range(global float *out, ulong seed, uint stream, uint call, ulong start, ulong end)
@@ -395,7 +484,7 @@ kernel void pf_normals(global float *out, ulong seed, uint stream, uint call, ul
     out[e] = pf_lane(pf_normal4(seed, stream, call, idx >> 2), (uint)(idx & 3));
 }
 
-/* Zero-copy probe (csrc/opencl/opencl.c): does the device read and write host memory
+/* Zero-copy probe (csrc/opencl/runtime.c): does the device read and write host memory
  * given with CL_MEM_USE_HOST_PTR in place, without a runtime copy? */
 kernel void pf_probe(global float *out, global const float *in)
 {

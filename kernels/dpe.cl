@@ -47,40 +47,6 @@ inline ulong pf_b_index(ulong j, ulong k, ulong p, ulong n, ulong nb, ulong sw, 
 #endif
 }
 
-#if PF_TN == 1
-typedef float pf_vec;
-#define PF_VLOAD(p) (*(p))
-#define PF_VSTORE(v, p) (*(p) = (v))
-#elif PF_TN == 2
-typedef float2 pf_vec;
-#define PF_VLOAD(p) vload2(0, p)
-#define PF_VSTORE(v, p) vstore2(v, 0, p)
-#elif PF_TN == 4
-typedef float4 pf_vec;
-#define PF_VLOAD(p) vload4(0, p)
-#define PF_VSTORE(v, p) vstore4(v, 0, p)
-#elif PF_TN == 8
-typedef float8 pf_vec;
-#define PF_VLOAD(p) vload8(0, p)
-#define PF_VSTORE(v, p) vstore8(v, 0, p)
-#elif PF_TN == 16
-typedef float16 pf_vec;
-#define PF_VLOAD(p) vload16(0, p)
-#define PF_VSTORE(v, p) vstore16(v, 0, p)
-#else
-#error "PF_TN must be 1, 2, 4, 8 or 16"
-#endif
-
-/* rint (round half to even) by the 2^23 trick, exact for every float: for
- * |x| < 2^23, (|x| + 2^23) - 2^23 rounds |x| to an integer in round-to-
- * nearest-even; |x| >= 2^23 is already an integer (or inf/nan). Builtin rint
- * on vectors is a library call on some runtimes (PoCL). */
-inline pf_vec pf_rint(pf_vec x)
-{
-    const pf_vec ax = fabs(x);
-    const pf_vec r = copysign((ax + 8388608.0f) - 8388608.0f, x);
-    return ax < 8388608.0f ? r : x;
-}
 
 /* ---- implicit im2col input (PF_DPE_X_IM2COL, contract in dpe.h) ----
  * geo = (C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, 0, 0, 0). Element
@@ -152,8 +118,7 @@ kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale
                           global float *A, global float *RS,
                           ulong G, ulong R, ulong K, ulong Kp, ulong Gc, ulong g0, ulong rows, ulong n,
                           ulong x_qr, ulong x_qc, ulong x_gr, ulong x_gc,
-                          int noise_x, float vnoise, ulong seed, uint call, ulong sx, ulong nbase,
-                          global const float *Z)
+                          int noise_x, float vnoise, ulong sx, ulong nbase, global const float *Z)
 {
     const ulong SK = sx * K;
     const ulong start = (nbase + g0) * SK, end = start + rows * SK;
@@ -186,8 +151,8 @@ kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale
     }
 }
 
-/* Inputs of the implicit im2col kind: pf_dpe_pack_x's contract (same
- * arguments 0-22, same A, RS and noise) with the slice codes made on the fly,
+/* Inputs of the implicit im2col kind: pf_dpe_pack_x's contract (its
+ * arguments but the codes, scales, G and nbase; same A, RS and noise) with the slice codes made on the fly,
  * as pack_x_row_im2col in dpe.c: the unfolded element is quantized once with
  * its granule (quantize.h arithmetic) and sliced for every slice. Global
  * (rows, ceil(K / 4)): 4 consecutive columns of one row per work-item. With
@@ -195,11 +160,10 @@ kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale
  * chunk's contiguous noise range, 8 groups per work-item), element (gc, i, k)
  * at (gc * sx + i) * K + k. Sizes below 2**31 (host checks):
  * 32-bit divisions in the address arithmetic. */
-kernel void pf_dpe_pack_x_im2col(global const uchar *codes, global const float *x_scale, global const float *dac,
-                                 global float *A, global float *RS,
-                                 ulong G, ulong R, ulong K, ulong Kp, ulong Gc, ulong g0, ulong rows, ulong n,
+kernel void pf_dpe_pack_x_im2col(global const float *dac, global float *A, global float *RS,
+                                 ulong R, ulong K, ulong Kp, ulong Gc, ulong g0, ulong rows, ulong n,
                                  ulong x_qr, ulong x_qc, ulong x_gr, ulong x_gc,
-                                 int noise_x, float vnoise, ulong seed, uint call, ulong sx, ulong nbase,
+                                 int noise_x, float vnoise, ulong sx,
                                  global const float *img, global const float *gmax, long16 geo, int total_bits,
                                  int bfp, ulong offs, global const float *Z)
 {
@@ -239,8 +203,8 @@ kernel void pf_dpe_pack_x_im2col(global const uchar *codes, global const float *
  * f = exp(sigma[min(L, g_level - 1)] * z) (or 1), val = (G / QG) * f - lgs or (L + lgs) * f - lgs. */
 kernel void pf_dpe_pack_w(global const uchar *levels, global const float *cond, global const float *sigma,
                           global float *B, ulong K, ulong P, ulong Kp, ulong Pp, ulong n, ulong total,
-                          int noise_w, int has_cond, int has_sigma, float QG, float lgs, ulong seed, uint call,
-                          uint top, global const float *Z)
+                          int noise_w, int has_cond, int has_sigma, float QG, float lgs, uint top,
+                          global const float *Z)
 {
     const ulong q = get_global_id(0);
     if (q * 4 >= total)
@@ -330,26 +294,7 @@ kernel void pf_dpe_mvm(global const float *A, global const float *B, global cons
                     for (int r = 0; r < PF_TM; r++)
                         acc[r] = fma((pf_vec)(ak[r]), bv, acc[r]);
                 }
-                const float coef = fparams[i * sw + j];
-                const int off = use_table ? tab_info[2 * j] : -1;
-                if (off >= 0) {
-                    global const float *tab = tables + off;
-                    const int hi = tab_info[2 * j + 1];
-                    for (int r = 0; r < PF_TM; r++) {
-                        float a[PF_TN], code[PF_TN];
-                        PF_VSTORE(acc[r], a);
-                        for (int c = 0; c < PF_TN; c++) {
-                            int idx = convert_int(a[c]);
-                            idx = idx < 0 ? 0 : idx > hi ? hi : idx;
-                            code[c] = tab[idx];
-                        }
-                        tb[r] = tb[r] + PF_VLOAD(code) * coef;
-                    }
-                } else {
-                    const float alpha = fparams[sx * sw + j];
-                    for (int r = 0; r < PF_TM; r++)
-                        tb[r] = tb[r] + pf_rint(acc[r] * alpha) * coef;
-                }
+                pf_adc_accumulate(tb, acc, fparams, tables, tab_info, i, j, sx, sw, use_table);
             }
         }
         const pf_vec cs = PF_VLOAD(CS + (ulong)b * Pp + cb);
@@ -357,20 +302,5 @@ kernel void pf_dpe_mvm(global const float *A, global const float *B, global cons
         for (int r = 0; r < PF_TM; r++)
             o[r] = o[r] + tb[r] * ((pf_vec)(rs[r]) * cs);
     }
-    for (int r = 0; r < PF_TM; r++) {
-        if (rb + r >= rows_valid)
-            break;
-        float v[PF_TN];
-        PF_VSTORE(o[r], v);
-        const ulong g = g0 + rb + r;
-        if (out_nphw) { /* (N, P, R): a convolution's (N, C_out, H_out, W_out) */
-            global float *dst = out + ((g / R) * P + cb) * R + g % R;
-            for (int c = 0; c < PF_TN && cb + c < P; c++)
-                dst[(ulong)c * R] = v[c];
-        } else {
-            global float *dst = out + g * P + cb;
-            for (int c = 0; c < PF_TN && cb + c < P; c++)
-                dst[c] = v[c];
-        }
-    }
+    pf_tile_store(out, o, rb, cb, g0, rows_valid, P, R, out_nphw);
 }

@@ -16,7 +16,7 @@
  * and TN weights per crossbar row from local memory. Global traffic per
  * work-group drops by lx (inputs) and ly (weights) against pf_dpe_mvm.
  *
- * kt, lA and lB are sized by the host (csrc/opencl/opencl.c: mvm_tiled_chunk) from
+ * kt, lA and lB are sized by the host (csrc/opencl/runtime.c: mvm_tiled_chunk) from
  * CL_DEVICE_LOCAL_MEM_SIZE less the kernel's own local use; the kernel takes
  * its work-group shape from get_local_size. Every work-item reaches every
  * barrier: out-of-range work-items (none with the host's exact global sizes)
@@ -103,26 +103,7 @@ kernel void pf_dpe_mvm_tiled(global const float *A, global const float *B, globa
                 }
                 if (!active)
                     continue;
-                const float coef = fparams[i * sw + j];
-                const int off = use_table ? tab_info[2 * j] : -1;
-                if (off >= 0) {
-                    global const float *tab = tables + off;
-                    const int hi = tab_info[2 * j + 1];
-                    for (int r = 0; r < PF_TM; r++) {
-                        float a[PF_TN], code[PF_TN];
-                        PF_VSTORE(acc[r], a);
-                        for (int c = 0; c < PF_TN; c++) {
-                            int idx = convert_int(a[c]);
-                            idx = idx < 0 ? 0 : idx > hi ? hi : idx;
-                            code[c] = tab[idx];
-                        }
-                        tb[r] = tb[r] + PF_VLOAD(code) * coef;
-                    }
-                } else {
-                    const float alpha = fparams[sx * sw + j];
-                    for (int r = 0; r < PF_TM; r++)
-                        tb[r] = tb[r] + pf_rint(acc[r] * alpha) * coef;
-                }
+                pf_adc_accumulate(tb, acc, fparams, tables, tab_info, i, j, sx, sw, use_table);
             }
         }
         if (!active)
@@ -134,20 +115,5 @@ kernel void pf_dpe_mvm_tiled(global const float *A, global const float *B, globa
     }
     if (!active)
         return;
-    for (int r = 0; r < PF_TM; r++) {
-        if (rb + r >= rows_valid)
-            break;
-        float v[PF_TN];
-        PF_VSTORE(o[r], v);
-        const ulong g = g0 + rb + r;
-        if (out_nphw) { /* (N, P, R): a convolution's (N, C_out, H_out, W_out) */
-            global float *dst = out + ((g / R) * P + cb) * R + g % R;
-            for (int c = 0; c < PF_TN && cb + c < P; c++)
-                dst[(ulong)c * R] = v[c];
-        } else {
-            global float *dst = out + g * P + cb;
-            for (int c = 0; c < PF_TN && cb + c < P; c++)
-                dst[c] = v[c];
-        }
-    }
+    pf_tile_store(out, o, rb, cb, g0, rows_valid, P, R, out_nphw);
 }

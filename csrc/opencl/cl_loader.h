@@ -2,7 +2,7 @@
  *
  * The extension does not link against libOpenCL: `import pyfastpim` and the CPU
  * kernels work on a machine without it. This header replaces <CL/cl.h> in
- * opencl.c: it declares the OpenCL 1.2 API (types and prototypes from the
+ * csrc/opencl/: it declares the OpenCL 1.2 API (types and prototypes from the
  * headers) and redirects every cl* name to a function pointer filled by
  * dlopen/dlsym on first use. Every OpenCL path starts at clGetPlatformIDs, so
  * that one call goes through a wrapper that loads the library; when the library

@@ -14,8 +14,9 @@
  * Scratch (packed operands) on zero-copy devices is pf_alloc'd host memory,
  * so pyfastpim.memory accounts for it.
  *
- * Errors. Every function returns a pf_status and, on failure, writes a
- * message naming the failing OpenCL call and the CL error name into err.
+ * Errors. Every function returns a pf_status and, on failure, records it
+ * with pf_fail (core/error.c): device errors name the failing OpenCL call and
+ * the CL error name and code.
  * A device is not thread-safe: callers serialize calls per device. */
 #ifndef PF_OPENCL_H
 #define PF_OPENCL_H
@@ -26,8 +27,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
-#define PF_CL_ERRLEN 2048
 
 typedef struct {
     int platform, device;                 /* indices in loader order */
@@ -50,19 +49,19 @@ const char *pf_cl_error_name(int code);
 
 /* Every device of every platform. *count = *nplatforms = 0 (PF_OK) when the
  * ICD loader reports no platform. *out is pf_alloc'd (NULL when empty). */
-pf_status pf_cl_list(pf_cl_device_info **out, int *count, int *nplatforms, char *err, size_t errlen);
+pf_status pf_cl_list(pf_cl_device_info **out, int *count, int *nplatforms);
 
 typedef struct pf_cl_device pf_cl_device;
 
 /* Opens device `device` of platform `platform` (indices as in pf_cl_list).
  * allow_zero_copy = 0 forces explicit, counted transfers even on host-memory
  * devices (tests use it to exercise the discrete-device path on PoCL). */
-pf_status pf_cl_open(int platform, int device, int allow_zero_copy, pf_cl_device **out, char *err, size_t errlen);
+pf_status pf_cl_open(int platform, int device, int allow_zero_copy, pf_cl_device **out);
 void pf_cl_close(pf_cl_device *dev);
 const pf_cl_device_info *pf_cl_info(const pf_cl_device *dev);
 
 /* Builds the program (idempotent; the first call per device compiles). */
-pf_status pf_cl_build(pf_cl_device *dev, char *err, size_t errlen);
+pf_status pf_cl_build(pf_cl_device *dev);
 /* 1 when operands are shared in place (known after pf_cl_build). */
 int pf_cl_zero_copy(const pf_cl_device *dev);
 /* Tile sizes and work-group shape of the MVM kernel (after pf_cl_build). */
@@ -95,8 +94,7 @@ size_t pf_cl_scratch_bytes(const pf_cl_device *dev);
  * shapes are the ones it was made from (checked); the host arrays must stay
  * alive (on zero-copy devices the buffers are the host memory). */
 typedef struct pf_cl_weights pf_cl_weights;
-pf_status pf_cl_weights_create(pf_cl_device *dev, const pf_dpe_args *a, pf_cl_weights **out, char *err,
-                               size_t errlen);
+pf_status pf_cl_weights_create(pf_cl_device *dev, const pf_dpe_args *a, pf_cl_weights **out);
 void pf_cl_weights_free(pf_cl_weights *w);
 size_t pf_cl_weights_bytes(const pf_cl_weights *w);
 /* 1 when w holds exactly a's weights (same pointers and shapes). */
@@ -105,7 +103,7 @@ int pf_cl_weights_match(const pf_cl_weights *w, const pf_dpe_args *a);
 /* One fused MVM call (contract of pf_dpe_mvm; out is contiguous (N, R, P), or
  * (N, P, R) as a convolution writes it; x_kind codes or implicit im2col).
  * w: resident weights for a, or NULL to transfer them for this call only. */
-pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_weights *w, char *err, size_t errlen);
+pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_weights *w);
 
 /* Implicit im2col (PF_DPE_X_IM2COL), the contract of dpe.h on the device:
  * pf_cl_im2col_granule_max fills gran_max (N, ceil(R/qr), ceil(K/qc)) (PF_EINVAL
@@ -113,20 +111,18 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
  * x_kind = PF_DPE_X_IM2COL with that gran_max, and pf_cl_im2col_dequantize
  * writes the dequantized unfolded input (N, R, K). */
 pf_status pf_cl_im2col_granule_max(pf_cl_device *dev, const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc,
-                                   float *gran_max, char *err, size_t errlen);
+                                   float *gran_max);
 pf_status pf_cl_im2col_dequantize(pf_cl_device *dev, const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc,
-                                  const float *gran_max, int total_bits, int bfp, float *out, char *err,
-                                  size_t errlen);
+                                  const float *gran_max, int total_bits, int bfp, float *out);
 
 /* Bit-slice/quantize (contract of pf_slice_quantize in slicing.h, same
  * outputs bit for bit) and weight programming (pf_program_conductance). */
 pf_status pf_cl_slice_quantize(pf_cl_device *dev, const float *x, int64_t n, int64_t rows, int64_t cols,
                                int64_t gran_rows, int64_t gran_cols, const pf_slice_method *sm, int bfp,
                                uint8_t *codes, float *gran_max, float *gran_scale, int32_t *gran_exp, float *dequant,
-                               int g_level, uint8_t *levels, char *err, size_t errlen);
+                               int g_level, uint8_t *levels);
 pf_status pf_cl_program_conductance(pf_cl_device *dev, const uint8_t *levels, int64_t n_slices, int64_t rows,
-                                    int64_t cols, const pf_program_params *p, float *conductance, char *err,
-                                    size_t errlen);
+                                    int64_t cols, const pf_program_params *p, float *conductance);
 
 /* Attention context (contract of attention.h): pf_attn_update (outgoing d x d
  * updated in place) and pf_attn_apply (out may be x itself, else must not
@@ -134,13 +130,22 @@ pf_status pf_cl_program_conductance(pf_cl_device *dev, const uint8_t *levels, in
  * the products ordered sums (the CPU uses OpenBLAS sgemm). pf_cl_attn_tanh:
  * the update's tanh, elementwise (non-finite inputs as 0). */
 pf_status pf_cl_attn_update(pf_cl_device *dev, float *outgoing, int64_t d, const float *x, int64_t ldx,
-                            const float *y, int64_t ldy, int64_t t, double rate, char *err, size_t errlen);
+                            const float *y, int64_t ldy, int64_t t, double rate);
 pf_status pf_cl_attn_apply(pf_cl_device *dev, float *out, const float *x, const float *w, int64_t t, int64_t d,
-                           double s, char *err, size_t errlen);
-pf_status pf_cl_attn_tanh(pf_cl_device *dev, float *out, const float *x, int64_t count, char *err, size_t errlen);
+                           double s);
+pf_status pf_cl_attn_tanh(pf_cl_device *dev, float *out, const float *x, int64_t count);
 
 /* out[e] = standard normal of element idx0 + e of a Philox stream, on the device. */
 pf_status pf_cl_normals(pf_cl_device *dev, uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0,
-                        int64_t count, float *out, char *err, size_t errlen);
+                        int64_t count, float *out);
+
+/* The kernel table (csrc/opencl/internal.h), for tests: the number of kernels, the name and
+ * declared argument count of kernel i, and the count the built program reports for it. */
+int pf_cl_kernel_count(void);
+const char *pf_cl_kernel_name(int i);
+unsigned pf_cl_kernel_declared_args(int i);
+pf_status pf_cl_kernel_program_args(const pf_cl_device *dev, int i, unsigned *nargs);
+/* The build-time check: PF_EDEVICE unless `declared` is what the program reports for kernel i. */
+pf_status pf_cl_kernel_check(const pf_cl_device *dev, int i, unsigned declared);
 
 #endif

@@ -1,7 +1,7 @@
 /* Python bindings of the OpenCL backend: device listing, the device handle
  * type pyfastpim._core.OpenCLDevice (context, queue, program, scratch and the
  * resident-weights cache of one device) and its ops. Argument validation is
- * here, with the same rules and messages as bind_dpe.c; opencl.c sees plain
+ * here, with the same rules and messages as bind_dpe.c; csrc/opencl/ sees plain
  * pointers.
  *
  * Threading: one lock per handle serializes its calls. It is taken after the
@@ -53,13 +53,19 @@ typedef struct {
     uint64_t clock;
 } PfCLDevice;
 
-static PyObject *raise_cl(pf_status st, const char *err, const char *what)
+/* The exception of a failed OpenCL call: the message the backend recorded with pf_fail (when its
+ * record is of this failure), prefixed with what was done. */
+static PyObject *raise_cl(int st, const char *what)
 {
+    const pf_error *e = pf_last_error();
+    const char *msg = e->status == (pf_status)st && e->message[0] ? e->message : NULL;
     switch (st) {
     case PF_ENOMEM: PyErr_Format(PyExc_MemoryError, "%s: out of memory", what); break;
     case PF_EOVERFLOW: PyErr_Format(PyExc_ValueError, "%s: array sizes overflow", what); break;
-    case PF_EINVAL: PyErr_Format(PyExc_ValueError, "%s: %s", what, err[0] ? err : "invalid arguments"); break;
-    default: PyErr_Format(PyExc_RuntimeError, "%s: %s", what, err[0] ? err : "OpenCL error"); break;
+    case PF_EINVAL:
+    case PF_ENONFINITE: PyErr_Format(PyExc_ValueError, "%s: %s", what, msg ? msg : "invalid arguments"); break;
+    case PF_EINTR: pf_raise_status(st, what); break; /* the exception the signal handler raised */
+    default: PyErr_Format(PyExc_RuntimeError, "%s: %s", what, msg ? msg : "OpenCL error"); break;
     }
     return NULL;
 }
@@ -87,6 +93,30 @@ static void unlock_device(PfCLDevice *self)
     self->owner = 0;
     PyThread_release_lock(self->lock);
 }
+
+/* int st = `call` (a pf_cl_* call returning pf_status) run with the GIL released; a failure
+ * raises the exception of raise_cl naming `what`. */
+#define PF_CL_NOGIL(st, what, call)                                                                            \
+    do {                                                                                                       \
+        pf_clear_error();                                                                                      \
+        Py_BEGIN_ALLOW_THREADS                                                                                 \
+        (st) = (call);                                                                                         \
+        Py_END_ALLOW_THREADS                                                                                   \
+        if ((st) != PF_OK)                                                                                     \
+            raise_cl((st), (what));                                                                            \
+    } while (0)
+
+/* PF_CL_NOGIL with the device lock of `self` held around the call; st = -1 (with RuntimeError)
+ * when the lock is refused (a reentrant call). */
+#define PF_CL_LOCKED(self, st, what, call)                                                                     \
+    do {                                                                                                       \
+        if (lock_device(self) < 0) {                                                                           \
+            (st) = -1;                                                                                         \
+            break;                                                                                             \
+        }                                                                                                      \
+        PF_CL_NOGIL(st, what, call);                                                                           \
+        unlock_device(self);                                                                                   \
+    } while (0)
 
 /* ---- device listing ---- */
 
@@ -119,13 +149,10 @@ static PyObject *py_cl_devices(PyObject *self, PyObject *noargs)
     (void)noargs;
     pf_cl_device_info *list = NULL;
     int count = 0, np = 0;
-    char err[PF_CL_ERRLEN] = "";
-    pf_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = pf_cl_list(&list, &count, &np, err, sizeof err);
-    Py_END_ALLOW_THREADS
+    int st;
+    PF_CL_NOGIL(st, "listing OpenCL devices", pf_cl_list(&list, &count, &np));
     if (st != PF_OK)
-        return raise_cl(st, err, "listing OpenCL devices");
+        return NULL;
     if (!g_cl_owner && np > 0)
         g_cl_owner = getpid(); /* the runtime is initialised now (PoCL: a forked child hangs after this) */
     PyObject *devs = PyList_New(count);
@@ -248,14 +275,11 @@ static PyObject *PfCLDevice_new(PyTypeObject *type, PyObject *args, PyObject *kw
         Py_DECREF(self);
         return PyErr_NoMemory();
     }
-    char err[PF_CL_ERRLEN] = "";
-    pf_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = pf_cl_open(platform, device, zero_copy, &self->dev, err, sizeof err);
-    Py_END_ALLOW_THREADS
+    int st;
+    PF_CL_NOGIL(st, "opening the OpenCL device", pf_cl_open(platform, device, zero_copy, &self->dev));
     if (st != PF_OK) {
         Py_DECREF(self);
-        return raise_cl(st, err, "opening the OpenCL device");
+        return NULL;
     }
     /* default budget: a quarter of the device's global memory */
     uint64_t mem = pf_cl_info(self->dev)->global_mem_bytes;
@@ -285,19 +309,9 @@ static int ensure_built(PfCLDevice *self)
 {
     if (fork_check("building the OpenCL kernels") < 0)
         return -1;
-    char err[PF_CL_ERRLEN] = "";
-    pf_status st;
-    if (lock_device(self) < 0)
-        return -1;
-    Py_BEGIN_ALLOW_THREADS
-    st = pf_cl_build(self->dev, err, sizeof err);
-    Py_END_ALLOW_THREADS
-    unlock_device(self);
-    if (st != PF_OK) {
-        raise_cl(st, err, "building the OpenCL kernels");
-        return -1;
-    }
-    return 0;
+    int st;
+    PF_CL_LOCKED(self, st, "building the OpenCL kernels", pf_cl_build(self->dev));
+    return st == PF_OK ? 0 : -1;
 }
 
 static PyObject *PfCLDevice_build(PfCLDevice *self, PyObject *noargs)
@@ -501,28 +515,19 @@ static PyObject *PfCLDevice_normals(PfCLDevice *self, PyObject *args)
     unsigned long long seed, idx0;
     unsigned int stream, call;
     Py_ssize_t count;
+    int st;
     if (!PyArg_ParseTuple(args, "KIIKn:normals", &seed, &stream, &call, &idx0, &count))
         return NULL;
-    if (count < 0 || (size_t)count > PY_SSIZE_T_MAX / sizeof(float)) {
-        PyErr_SetString(PyExc_ValueError, "argument 'count': must be in 0..PY_SSIZE_T_MAX/4");
-        return NULL;
-    }
+    if (count < 0 || (size_t)count > PY_SSIZE_T_MAX / sizeof(float))
+        return PyErr_Format(PyExc_ValueError, "argument 'count': must be in 0..PY_SSIZE_T_MAX/4");
     PfArray *out = pf_array_new(PF_DT_F32, 1, &count);
     if (!out)
         return NULL;
-    char err[PF_CL_ERRLEN] = "";
-    pf_status st;
-    if (lock_device(self) < 0) {
-        Py_DECREF(out);
-        return NULL;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    st = pf_cl_normals(self->dev, seed, stream, call, idx0, count, (float *)out->data, err, sizeof err);
-    Py_END_ALLOW_THREADS
-    unlock_device(self);
+    PF_CL_LOCKED(self, st, "normals on OpenCL", pf_cl_normals(self->dev, seed, stream, call, idx0, count,
+                                                              (float *)out->data));
     if (st != PF_OK) {
         Py_DECREF(out);
-        return raise_cl(st, err, "normals on OpenCL");
+        return NULL;
     }
     return (PyObject *)out;
 }
@@ -572,16 +577,11 @@ static int resident_weights(PfCLDevice *self, PyObject *key, const pf_dpe_args *
                 cache_remove(self, i);
         }
     }
-    char err[PF_CL_ERRLEN] = "";
-    pf_status st;
+    int st;
     pf_cl_weights *made = NULL;
-    Py_BEGIN_ALLOW_THREADS
-    st = pf_cl_weights_create(self->dev, a, &made, err, sizeof err);
-    Py_END_ALLOW_THREADS
-    if (st != PF_OK) {
-        raise_cl(st, err, "making weights resident on the OpenCL device");
+    PF_CL_NOGIL(st, "making weights resident on the OpenCL device", pf_cl_weights_create(self->dev, a, &made));
+    if (st != PF_OK)
         return -1;
-    }
     size_t bytes = pf_cl_weights_bytes(made);
     if (bytes > self->budget) { /* never kept: used for this call only */
         *w = made;
@@ -624,8 +624,7 @@ static int resident_weights(PfCLDevice *self, PyObject *key, const pf_dpe_args *
  * taken here). Returns 0 or -1 with an exception. */
 static int run_mvm(PfCLDevice *self, pf_dpe_args *a, pf_dpe_refs *refs, PyObject *okey, const char *what)
 {
-    char err[PF_CL_ERRLEN] = "";
-    pf_status st = PF_OK;
+    int st = PF_OK;
     pf_cl_weights *w = NULL;
     int transient = 0;
     if (okey != Py_None && PyObject_Hash(okey) == -1)
@@ -641,8 +640,9 @@ static int run_mvm(PfCLDevice *self, pf_dpe_args *a, pf_dpe_refs *refs, PyObject
     int again;
     do {
         a->cancel = pf_sigint_begin(&guard);
+        pf_clear_error();
         Py_BEGIN_ALLOW_THREADS
-        st = pf_cl_dpe_mvm(self->dev, a, w, err, sizeof err);
+        st = pf_cl_dpe_mvm(self->dev, a, w);
         Py_END_ALLOW_THREADS
         again = pf_sigint_end(&guard, st == PF_EINTR);
     } while (again > 0);
@@ -650,13 +650,7 @@ static int run_mvm(PfCLDevice *self, pf_dpe_args *a, pf_dpe_refs *refs, PyObject
     if (transient)
         pf_cl_weights_free(w);
     unlock_device(self);
-    if (st == PF_EINTR)
-        return pf_raise_status(st, what), -1; /* the exception the signal handler raised */
-    if (st != PF_OK) {
-        raise_cl(st, err, what);
-        return -1;
-    }
-    return 0;
+    return st == PF_OK ? 0 : (raise_cl(st, what), -1); /* PF_EINTR: the exception the signal handler raised */
 }
 
 static PyObject *PfCLDevice_dpe_mvm(PfCLDevice *self, PyObject *args, PyObject *kwds)
@@ -686,37 +680,17 @@ static PyObject *PfCLDevice_dpe_conv2d(PfCLDevice *self, PyObject *args, PyObjec
     PyObject *okey = Py_None, *result = NULL;
     if (pf_dpe_parse_conv2d(args, kwds, &a, &refs, &c, &want_dq, &okey) < 0)
         goto done;
-    {
-        char err[PF_CL_ERRLEN] = "";
-        pf_status st;
-        if (lock_device(self) < 0)
-            goto done;
-        Py_BEGIN_ALLOW_THREADS
-        st = pf_cl_im2col_granule_max(self->dev, &c, a.batch, a.x_qr, a.x_qc, (float *)refs.gmax->data, err,
-                                      sizeof err);
-        Py_END_ALLOW_THREADS
-        unlock_device(self);
-        if (st != PF_OK) {
-            raise_cl(st, err, "dpe_conv2d on OpenCL");
-            goto done;
-        }
-    }
-    if (run_mvm(self, &a, &refs, okey, "dpe_conv2d on OpenCL") < 0)
+    int st;
+    PF_CL_LOCKED(self, st, "dpe_conv2d on OpenCL",
+                 pf_cl_im2col_granule_max(self->dev, &c, a.batch, a.x_qr, a.x_qc, (float *)refs.gmax->data));
+    if (st != PF_OK || run_mvm(self, &a, &refs, okey, "dpe_conv2d on OpenCL") < 0)
         goto done;
     if (want_dq) {
-        char err[PF_CL_ERRLEN] = "";
-        pf_status st;
-        if (lock_device(self) < 0)
+        PF_CL_LOCKED(self, st, "dpe_conv2d on OpenCL",
+                     pf_cl_im2col_dequantize(self->dev, &c, a.batch, a.x_qr, a.x_qc, (const float *)refs.gmax->data,
+                                             a.x_method.total_bits, a.x_bfp, (float *)refs.dq->data));
+        if (st != PF_OK)
             goto done;
-        Py_BEGIN_ALLOW_THREADS
-        st = pf_cl_im2col_dequantize(self->dev, &c, a.batch, a.x_qr, a.x_qc, (const float *)refs.gmax->data,
-                                     a.x_method.total_bits, a.x_bfp, (float *)refs.dq->data, err, sizeof err);
-        Py_END_ALLOW_THREADS
-        unlock_device(self);
-        if (st != PF_OK) {
-            raise_cl(st, err, "dpe_conv2d on OpenCL");
-            goto done;
-        }
     }
     result = Py_BuildValue("(OO)", (PyObject *)refs.out, refs.dq ? (PyObject *)refs.dq : Py_None);
 done:
@@ -733,22 +707,20 @@ static PyObject *PfCLDevice_slice_quantize(PfCLDevice *self, PyObject *args, PyO
     pf_slice_call c;
     if (pf_slice_call_parse(args, kwds, &c) < 0)
         return NULL;
-    char err[PF_CL_ERRLEN] = "";
-    pf_status st;
-    if (lock_device(self) < 0) {
+    int st;
+    PF_CL_LOCKED(self, st, "slice_quantize on OpenCL",
+                 pf_cl_slice_quantize(self->dev, (const float *)c.x->data, c.n, c.rows, c.cols, c.gran[0], c.gran[1],
+                                      &c.sm, c.bfp, (uint8_t *)c.codes->data, (float *)c.gmax->data,
+                                      (float *)c.gscale->data, c.gexp ? (int32_t *)c.gexp->data : NULL,
+                                      c.dq ? (float *)c.dq->data : NULL, c.g_level,
+                                      c.levels ? (uint8_t *)c.levels->data : NULL));
+    if (st == PF_ENONFINITE) { /* the CPU path's exception (pf_slice_call_finish takes NaN as PF_EINVAL) */
+        PyErr_Clear();
+        return pf_slice_call_finish(&c, PF_EINVAL);
+    }
+    if (st != PF_OK) {
         pf_slice_call_clear(&c);
         return NULL;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    st = pf_cl_slice_quantize(self->dev, (const float *)c.x->data, c.n, c.rows, c.cols, c.gran[0], c.gran[1], &c.sm,
-                              c.bfp, (uint8_t *)c.codes->data, (float *)c.gmax->data, (float *)c.gscale->data,
-                              c.gexp ? (int32_t *)c.gexp->data : NULL, c.dq ? (float *)c.dq->data : NULL, c.g_level,
-                              c.levels ? (uint8_t *)c.levels->data : NULL, err, sizeof err);
-    Py_END_ALLOW_THREADS
-    unlock_device(self);
-    if (st != PF_OK && !(st == PF_EINVAL && strstr(err, "NaN"))) {
-        pf_slice_call_clear(&c);
-        return raise_cl(st, err, "slice_quantize on OpenCL");
     }
     return pf_slice_call_finish(&c, st);
 }
@@ -761,22 +733,14 @@ static PyObject *PfCLDevice_program_conductance(PfCLDevice *self, PyObject *args
     pf_program_params p;
     if (pf_program_call_parse(args, kwds, &levels, &g, &p) < 0)
         return NULL;
-    char err[PF_CL_ERRLEN] = "";
-    pf_status st;
-    if (lock_device(self) < 0) {
-        Py_DECREF(levels);
-        Py_DECREF(g);
-        return NULL;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    st = pf_cl_program_conductance(self->dev, (const uint8_t *)levels->data, levels->shape[0], levels->shape[1],
-                                   levels->shape[2], &p, (float *)g->data, err, sizeof err);
-    Py_END_ALLOW_THREADS
-    unlock_device(self);
+    int st;
+    PF_CL_LOCKED(self, st, "program_conductance on OpenCL",
+                 pf_cl_program_conductance(self->dev, (const uint8_t *)levels->data, levels->shape[0],
+                                           levels->shape[1], levels->shape[2], &p, (float *)g->data));
     Py_DECREF(levels);
     if (st != PF_OK) {
         Py_DECREF(g);
-        return raise_cl(st, err, "program_conductance on OpenCL");
+        return NULL;
     }
     return (PyObject *)g;
 }
@@ -826,21 +790,12 @@ static PyObject *PfCLDevice_attn_update(PfCLDevice *self, PyObject *args, PyObje
         PyErr_SetString(PyExc_ValueError, "argument 'rate': must be finite");
         goto done;
     }
-    {
-        char err[PF_CL_ERRLEN] = "";
-        pf_status st;
-        if (lock_device(self) < 0)
-            goto done;
-        Py_BEGIN_ALLOW_THREADS
-        st = pf_cl_attn_update(self->dev, (float *)o->data, d, (const float *)x->data, dx, (const float *)y->data, dy,
-                               tx < ty ? tx : ty, rate, err, sizeof err);
-        Py_END_ALLOW_THREADS
-        unlock_device(self);
-        if (st != PF_OK) {
-            raise_cl(st, err, "attention update on OpenCL");
-            goto done;
-        }
-    }
+    int st;
+    PF_CL_LOCKED(self, st, "attention update on OpenCL",
+                 pf_cl_attn_update(self->dev, (float *)o->data, d, (const float *)x->data, dx, (const float *)y->data,
+                                   dy, tx < ty ? tx : ty, rate));
+    if (st != PF_OK)
+        goto done;
     ret = Py_NewRef(Py_None);
 done:
     Py_XDECREF(o);
@@ -893,19 +848,12 @@ static PyObject *PfCLDevice_attn_apply(PfCLDevice *self, PyObject *args, PyObjec
     }
     {
         const int64_t d = w->shape[0], t = (int64_t)(pf_array_size(x) / (size_t)d);
-        char err[PF_CL_ERRLEN] = "";
-        pf_status st;
-        if (lock_device(self) < 0)
+        int st;
+        PF_CL_LOCKED(self, st, "attention apply on OpenCL",
+                     pf_cl_attn_apply(self->dev, (float *)out->data, (const float *)x->data, (const float *)w->data,
+                                      t, d, s));
+        if (st != PF_OK)
             goto done;
-        Py_BEGIN_ALLOW_THREADS
-        st = pf_cl_attn_apply(self->dev, (float *)out->data, (const float *)x->data, (const float *)w->data, t, d, s,
-                              err, sizeof err);
-        Py_END_ALLOW_THREADS
-        unlock_device(self);
-        if (st != PF_OK) {
-            raise_cl(st, err, "attention apply on OpenCL");
-            goto done;
-        }
     }
     ret = outo == Py_None ? Py_NewRef((PyObject *)out) : Py_NewRef(outo);
 done:
@@ -927,55 +875,94 @@ static PyObject *PfCLDevice_attn_tanh(PfCLDevice *self, PyObject *arg)
         Py_DECREF(x);
         return NULL;
     }
-    char err[PF_CL_ERRLEN] = "";
-    pf_status st;
-    if (lock_device(self) < 0) {
-        Py_DECREF(x);
-        Py_DECREF(out);
-        return NULL;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    st = pf_cl_attn_tanh(self->dev, (float *)out->data, (const float *)x->data, (int64_t)pf_array_size(x), err,
-                         sizeof err);
-    Py_END_ALLOW_THREADS
-    unlock_device(self);
+    int st;
+    PF_CL_LOCKED(self, st, "attention tanh on OpenCL",
+                 pf_cl_attn_tanh(self->dev, (float *)out->data, (const float *)x->data, (int64_t)pf_array_size(x)));
     Py_DECREF(x);
     if (st != PF_OK) {
         Py_DECREF(out);
-        return raise_cl(st, err, "attention tanh on OpenCL");
+        return NULL;
     }
     return (PyObject *)out;
 }
 
+/* ---- the kernel table, for tests (tests/test_opencl_launcher.py) ---- */
+
+static PyObject *PfCLDevice_kernel_table(PfCLDevice *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (ensure_built(self) < 0)
+        return NULL;
+    PyObject *list = PyList_New(0);
+    for (int i = 0; list && i < pf_cl_kernel_count(); i++) {
+        unsigned actual = 0;
+        int st;
+        PF_CL_LOCKED(self, st, "reading the OpenCL kernel table", pf_cl_kernel_program_args(self->dev, i, &actual));
+        PyObject *row = st == PF_OK ? Py_BuildValue("(sII)", pf_cl_kernel_name(i), pf_cl_kernel_declared_args(i),
+                                                    actual)
+                                    : NULL;
+        if (!row || PyList_Append(list, row) < 0)
+            Py_CLEAR(list);
+        Py_XDECREF(row);
+    }
+    return list;
+}
+
+static PyObject *PfCLDevice_check_kernel_args(PfCLDevice *self, PyObject *args)
+{
+    const char *name;
+    unsigned int declared;
+    if (!PyArg_ParseTuple(args, "sI:_check_kernel_args", &name, &declared) || ensure_built(self) < 0)
+        return NULL;
+    int i = 0;
+    while (i < pf_cl_kernel_count() && strcmp(pf_cl_kernel_name(i), name) != 0)
+        i++;
+    if (i == pf_cl_kernel_count())
+        return PyErr_Format(PyExc_ValueError, "argument 'name': no kernel '%s' in the table", name);
+    int st;
+    PF_CL_LOCKED(self, st, "checking the OpenCL kernel table", pf_cl_kernel_check(self->dev, i, declared));
+    if (st != PF_OK)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* The function and flags of a method taking keywords. */
+#define CL_KW_METHOD(fn) (PyCFunction)(void (*)(void))(fn), METH_VARARGS | METH_KEYWORDS
+
 static PyMethodDef PfCLDevice_methods[] = {
     {"build", (PyCFunction)PfCLDevice_build, METH_NOARGS,
      "build()\n--\n\nCompile the kernels for this device now (otherwise done at first use)."},
-    {"dpe_mvm", (PyCFunction)(void (*)(void))PfCLDevice_dpe_mvm, METH_VARARGS | METH_KEYWORDS,
+    {"dpe_mvm", CL_KW_METHOD(PfCLDevice_dpe_mvm),
      "dpe_mvm(x_codes, x_scale, x_granule, x_widths, w_levels, w_conductance, w_scale, w_granule, w_widths, n, rdac, "
      "g_level, radc, HGS, LGS, read_sigma, vnoise, seed, call, out=None, item0=0, weights_key=None)\n--\n\n"
      "_core.dpe_mvm on this device. weights_key (hashable, e.g. (id(sliced), sliced._version)) keeps the weights "
      "resident on the device between calls; an entry whose key changes is released."},
-    {"dpe_conv2d", (PyCFunction)(void (*)(void))PfCLDevice_dpe_conv2d, METH_VARARGS | METH_KEYWORDS,
+    {"dpe_conv2d", CL_KW_METHOD(PfCLDevice_dpe_conv2d),
      "dpe_conv2d(image, kernel_size, stride, padding, dilation, x_granule, x_widths, bfp, w_levels, w_conductance, "
      "w_scale, w_granule, w_widths, n, rdac, g_level, radc, HGS, LGS, read_sigma, vnoise, seed, call, "
      "return_dequant=False, weights_key=None)\n--\n\n"
      "_core.dpe_conv2d on this device (implicit im2col: granule max, quantize/slice/DAC in the packer, the fused "
      "MVM, the optional dequantized unfolded input); same results. weights_key as for dpe_mvm."},
-    {"slice_quantize", (PyCFunction)(void (*)(void))PfCLDevice_slice_quantize, METH_VARARGS | METH_KEYWORDS,
+    {"slice_quantize", CL_KW_METHOD(PfCLDevice_slice_quantize),
      "slice_quantize(data, slice_method, paral_size, quant_gran=None, bw_e=None, dequant=False, g_level=None)\n--\n\n"
      "_core.slice_quantize on this device: same arguments, errors and (bit-identical) results."},
-    {"program_conductance", (PyCFunction)(void (*)(void))PfCLDevice_program_conductance,
-     METH_VARARGS | METH_KEYWORDS,
+    {"program_conductance", CL_KW_METHOD(PfCLDevice_program_conductance),
      "program_conductance(levels, g_level, HGS, LGS, write_variation=0, rate_stuck_HGS=0, rate_stuck_LGS=0, "
      "seed=None)\n--\n\n_core.program_conductance on this device: same arguments, errors and results."},
-    {"attn_update", (PyCFunction)(void (*)(void))PfCLDevice_attn_update, METH_VARARGS | METH_KEYWORDS,
+    {"attn_update", CL_KW_METHOD(PfCLDevice_attn_update),
      "attn_update(outgoing, x, y, rate)\n--\n\nThe attention context's sampled update (pf_attn_update) on this "
      "device: outgoing (D, D) float32 is updated in place from the rows of x and y (their first D columns)."},
-    {"attn_apply", (PyCFunction)(void (*)(void))PfCLDevice_attn_apply, METH_VARARGS | METH_KEYWORDS,
+    {"attn_apply", CL_KW_METHOD(PfCLDevice_attn_apply),
      "attn_apply(x, incoming, strength, out=None)\n--\n\nx + (strength / D) * (x @ incoming) on this device "
      "(pf_attn_apply: non-finite terms as 0; out may be x itself)."},
     {"attn_tanh", (PyCFunction)PfCLDevice_attn_tanh, METH_O,
      "attn_tanh(x)\n--\n\nThe attention update's float32 tanh on this device (as _core._attention_tanh)."},
+    {"_kernel_table", (PyCFunction)PfCLDevice_kernel_table, METH_NOARGS,
+     "_kernel_table()\n--\n\nTests: (name, declared argument count, the built program's count) of every kernel of "
+     "the launcher's table."},
+    {"_check_kernel_args", (PyCFunction)PfCLDevice_check_kernel_args, METH_VARARGS,
+     "_check_kernel_args(name, declared)\n--\n\nTests: the build-time check of one kernel's argument count against "
+     "`declared` (RuntimeError when they differ)."},
     {"normals", (PyCFunction)PfCLDevice_normals, METH_VARARGS,
      "normals(seed, stream, call, idx0, count)\n--\n\nStandard normals of a Philox noise stream, drawn on the device."},
     {"mvm_uses_tiled", (PyCFunction)PfCLDevice_mvm_uses_tiled, METH_O,

@@ -118,13 +118,13 @@ class _Guard:
             raise RuntimeError("%s: the AttentionContext is not held by this thread" % what)
 
 
-class _ContextCore:
-    """AttentionContext(update_rate=0.01, strength=0.0, embed_dim=None)
+_DOC = ("Similarity context shared between transformer / diffusion layers (spec section 9).\n"
+        "Calls allocate nothing after the first with the same shapes (the workspace is reused).\n")
 
-    Similarity context shared between transformer / diffusion layers (spec section 9), on the
-    CPU. Calls allocate nothing after the first with the same shapes (the workspace is reused).
-    (Also reachable as ``pyfastpim._core.AttentionContext``, its historical name.)
-    """
+
+class _ContextCore:
+    __doc__ = ("AttentionContext(update_rate=0.01, strength=0.0, embed_dim=None)\n\n" + _DOC
+               + "This CPU-only type is also reachable as pyfastpim._core.AttentionContext, its historical name.\n")
 
     def __init__(self, update_rate=0.01, strength=0.0, embed_dim=None):
         r = _finite(update_rate, "update_rate")
@@ -435,10 +435,9 @@ def _engine_apply(res, xa, w, s, engine, kw, xname):
 
 
 class AttentionContext(_ContextCore):
-    __doc__ = ("AttentionContext(update_rate=0.01, strength=0.0, embed_dim=None, device=None)\n\n"
-               + _ContextCore.__doc__.split("\n", 2)[2]
-               + "\n    device: None or 'cpu' (default), 'opencl' or 'opencl:P:D': where update_outgoing and "
-                 "apply (without engine=) run.\n")
+    __doc__ = ("AttentionContext(update_rate=0.01, strength=0.0, embed_dim=None, device=None)\n\n" + _DOC
+               + "\ndevice: None or 'cpu' (default), 'opencl' or 'opencl:P:D': where update_outgoing and "
+                 "apply (without engine=) run.")
 
     def __init__(self, update_rate=0.01, strength=0.0, embed_dim=None, device=None):
         super().__init__(update_rate=update_rate, strength=strength, embed_dim=embed_dim)

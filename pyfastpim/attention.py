@@ -55,7 +55,7 @@ def _finite(v, name):
         raise TypeError("argument '%s': expected a real number, got %s" % (name, type(v).__name__))
     try:
         d = float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise TypeError("argument '%s': expected a real number, got %s" % (name, type(v).__name__)) from None
     if d != d or d in (float("inf"), float("-inf")):
         raise ValueError("argument '%s': must be finite, got %r" % (name, v))

@@ -140,10 +140,32 @@ from ._registry import load_features as _load_features  # noqa: E402
 
 _load_features(globals(), __all__)
 
+# One public name per operation (issue 10). The crossbar product is ``dpe_matmul`` (raw
+# arrays) and, on sliced operands, ``DPETensor.MapReduceDot`` / ``engine(x, w)`` (MemIntelli's
+# names, kept for MemIntelli users); pyfastpim.nn layers reach the engine through
+# ``DPETensor.forward_linear`` / ``forward_conv2d``; ``_core.dpe_mvm`` is internal. The OpenCL
+# device-level functions belong to :mod:`pyfastpim.devices`: their package-level names are
+# deprecated aliases (a DeprecationWarning on use), and the attention ones are gone from the
+# package namespace (``AttentionContext(device=...)`` is the public way).
+_DEPRECATED = {"cl_dpe_mvm": "pyfastpim.devices.cl_dpe_mvm (or dpe_matmul with DPETensor(device=...))",
+               "cl_dpe_conv2d": "pyfastpim.devices.cl_dpe_conv2d (or Conv2dMem with DPETensor(device=...))"}
+for _name in tuple(_DEPRECATED) + ("cl_attention_update", "cl_attention_apply"):
+    if _name in __all__:
+        __all__.remove(_name)
+    globals().pop(_name, None)
+del _name
+
 
 def __getattr__(name):
     # pyfastpim.nn needs torch: import it on first use instead of with the package
     if name == "nn":
         import importlib
         return importlib.import_module(".nn", __name__)
+    if name in _DEPRECATED:
+        import importlib
+        import warnings
+        devices = importlib.import_module(".devices", __name__)  # the module (pyfastpim.devices is a function)
+        warnings.warn("pyfastpim.%s is deprecated: use %s" % (name, _DEPRECATED[name]), DeprecationWarning,
+                      stacklevel=2)
+        return getattr(devices, name)
     raise AttributeError("module 'pyfastpim' has no attribute %r" % (name,))

@@ -19,6 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Rows sampled by the update: n = min(t, PF_ATTN_SAMPLES) (every backend). */
+#define PF_ATTN_SAMPLES 32
+
 /* A growable pf_alloc block: grown (free + alloc) only when a call needs more. */
 typedef struct {
     void *p;

@@ -17,7 +17,7 @@ between a forward and its backward (checked). ``copy.deepcopy``, ``pickle`` and
 import torch
 from torch import nn
 
-from .. import _core
+from ..attention import _ContextCore
 
 __all__ = ["AttentionContext"]
 
@@ -27,10 +27,9 @@ class _AttentionApply(torch.autograd.Function):
     def forward(ctx, x, strength, module):
         c = module._ctx
         s = float(strength.detach())
-        c.strength = s
         x32 = x.detach().to(dtype=torch.float32).contiguous()
         out = torch.empty_like(x32)
-        c.apply(x32, out=out)
+        c._apply(x32, out, None, None, False, strength=s)  # sets s and applies under one guard
         ctx.x32 = x32
         ctx.s = s
         ctx.module = module
@@ -43,10 +42,8 @@ class _AttentionApply(torch.autograd.Function):
         module = ctx.module
         if module._version != ctx.version:
             raise RuntimeError("AttentionContext.incoming was reassigned between forward and backward")
-        c = module._ctx
-        c.strength = ctx.s
         g32 = grad_out.detach().to(dtype=torch.float32).contiguous()
-        gx, ds = c.gradients(ctx.x32, g32)
+        gx, ds = module._ctx._gradients(ctx.x32, g32, None, strength=ctx.s)  # one guard, as forward
         grad_x = gx.to(dtype=grad_out.dtype) if ctx.needs_input_grad[0] else None
         grad_s = torch.tensor(ds, dtype=ctx.strength_dtype) if ctx.needs_input_grad[1] else None
         return grad_x, grad_s, None
@@ -63,7 +60,7 @@ class AttentionContext(nn.Module):
 
     def __init__(self, update_rate=0.01, strength=0.0, embed_dim=None):
         super().__init__()
-        self._ctx = _core.AttentionContext(update_rate, 0.0, embed_dim)
+        self._ctx = _ContextCore(update_rate, 0.0, embed_dim)
         self.strength = nn.Parameter(torch.tensor(float(strength), dtype=torch.float32))
         self.register_buffer("incoming", None)
         self.register_buffer("outgoing", None)
@@ -158,7 +155,7 @@ class AttentionContext(nn.Module):
     def __setstate__(self, state):
         spec = state["_ctx"]
         super().__setstate__(state)
-        self._ctx = _core.AttentionContext(spec["update_rate"], 0.0, spec["embed_dim"])
+        self._ctx = _ContextCore(spec["update_rate"], 0.0, spec["embed_dim"])
         self._sync()  # copies the restored buffers into the new context and views them
 
     def memory_usage_bytes(self):

@@ -19,6 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Rows sampled by the update (spec: n = min(T, 32)); the CPU and OpenCL backends both use it. */
+#define PF_ATTN_SAMPLES 32
+
 /* A growable pf_alloc block: grown (free + alloc) only when a call needs more. */
 typedef struct {
     void *p;

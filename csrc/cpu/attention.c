@@ -19,10 +19,6 @@
  * 1.8 ms single-threaded. The elementwise passes are SIMD (8 lanes) and cost
  * less than the products or the NumPy they replace. Results therefore depend on
  * no thread count of ours; sgemm's depend on OpenBLAS's own thread count. */
-/* Rows sampled by the update (spec: n = min(T, 32)). */
-#define PF_ATTN_SAMPLES 32
-
-#define PF_INLINE static inline __attribute__((always_inline))
 
 /* ---- workspace ---- */
 

@@ -1,6 +1,8 @@
 /* OpenCL backend runtime: see opencl.h. */
 #define CL_TARGET_OPENCL_VERSION 120
 #include "opencl/opencl.h"
+#include "core/attention.h"
+#include "core/contract.h"
 #include "core/memory.h"
 #include "pf_cl_sources.h"
 
@@ -1053,10 +1055,8 @@ pf_status pf_cl_im2col_granule_max(pf_cl_device *dev, const pf_im2col *c, int64_
     clReleaseMemObject(mi);
     clReleaseMemObject(mg);
     clReleaseMemObject(mb);
-    if (bad) {
-        set_err(err, errlen, "argument 'input': contains NaN or infinity");
-        return PF_EINVAL;
-    }
+    if (bad)
+        return pf_fail(PF_ENONFINITE, "input", "contains NaN or infinity");
     return PF_OK;
 fail:
     clFinish(dev->queue);
@@ -1274,27 +1274,10 @@ fail:
 
 pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_weights *w, char *err, size_t errlen)
 {
-    if (a->n <= 0 || a->sx <= 0 || a->sw <= 0 || a->sx > PF_MAX_SLICES || a->sw > PF_MAX_SLICES || a->rdac < 2 ||
-        a->g_level < 2 || a->g_level > PF_MAX_LEVELS || a->x_qr <= 0 || a->x_qc <= 0 || a->w_qr <= 0 ||
-        a->w_qc <= 0 || a->x_qc % a->n || a->w_qr % a->n || a->n > INT32_MAX || a->x_item0 < 0) {
-        set_err(err, errlen, "dpe_mvm: invalid arguments");
-        return PF_EINVAL;
-    }
-    for (int j = 0; j < a->sw; j++)
-        if (a->radc[j] < 2 || a->w_max[j] > a->g_level - 1) {
-            set_err(err, errlen, "dpe_mvm: invalid ADC resolution or weight slice range");
-            return PF_EINVAL;
-        }
-    for (int i = 0; i < a->sx; i++)
-        if (a->x_max[i] < 1 || a->x_max[i] > 255) {
-            set_err(err, errlen, "dpe_mvm: input slices must be 1 to 8 bits (codes are uint8)");
-            return PF_EINVAL;
-        }
+    pf_status vst = pf_validate_dpe_args(a); /* the one contract (core/contract.h) */
+    if (vst != PF_OK)
+        return vst;
     const int im2col = a->x_kind == PF_DPE_X_IM2COL;
-    if (a->x_kind != PF_DPE_X_CODES && !im2col) {
-        set_err(err, errlen, "dpe_mvm on OpenCL: unknown input kind %d", (int)a->x_kind);
-        return PF_EINVAL;
-    }
     if (im2col && (!a->x_im2col || !a->x_gran_max || !a->x_im2col->image ||
                    a->x_im2col->out_h * a->x_im2col->out_w != a->rows ||
                    a->x_im2col->channels * a->x_im2col->kh * a->x_im2col->kw != a->inner ||
@@ -1662,17 +1645,13 @@ pf_status pf_cl_slice_quantize(pf_cl_device *dev, const float *x, int64_t n, int
                                uint8_t *codes, float *gran_max, float *gran_scale, int32_t *gran_exp, float *dequant,
                                int g_level, uint8_t *levels, char *err, size_t errlen)
 {
-    if (n < 1 || rows < 1 || cols < 1 || gran_rows < 1 || gran_cols < 1 || !pf_slice_method_valid(sm) || !x || !codes ||
-        !gran_max || !gran_scale || (bfp && !gran_exp) || (levels && (g_level < 2 || g_level > 256))) {
-        set_err(err, errlen, "slice_quantize: invalid arguments");
+    pf_status vst = pf_validate_slice_args(n, rows, cols, gran_rows, gran_cols, sm, levels != NULL, g_level);
+    if (vst != PF_OK) /* the one contract (core/contract.h) */
+        return vst;
+    if (!x || !codes || !gran_max || !gran_scale || (bfp && !gran_exp)) {
+        set_err(err, errlen, "slice_quantize: missing buffers");
         return PF_EINVAL;
     }
-    if (levels)
-        for (int s = 0; s < sm->n_slices; s++)
-            if (sm->max_code[s] > g_level - 1) {
-                set_err(err, errlen, "slice_quantize: a weight slice needs more than g_level levels");
-                return PF_EINVAL;
-            }
     const size_t NR = (size_t)n * (size_t)rows;
     const size_t gr = (size_t)pf_ceil_div(rows, gran_rows) , gcn = (size_t)pf_ceil_div(cols, gran_cols);
     size_t total, b_x, b_codes, ng, b_g;
@@ -1765,10 +1744,8 @@ pf_status pf_cl_slice_quantize(pf_cl_device *dev, const float *x, int64_t n, int
         (levels && (st = buf_finish_out(dev, m[LEV], levels, b_codes, sh[LEV], err, errlen)) != PF_OK))
         goto fail;
     release_mems(m, COUNT);
-    if (bad) {
-        set_err(err, errlen, "argument 'data': contains NaN or infinity; quantization needs finite values");
-        return PF_EINVAL;
-    }
+    if (bad)
+        return pf_fail(PF_ENONFINITE, "data", "contains NaN or infinity; quantization needs finite values");
     return PF_OK;
 fail:
     release_all(dev, m, COUNT);
@@ -1788,10 +1765,11 @@ pf_status pf_cl_program_conductance(pf_cl_device *dev, const uint8_t *levels, in
                                     int64_t cols, const pf_program_params *p, float *conductance, char *err,
                                     size_t errlen)
 {
-    if (!p || n_slices < 0 || rows < 0 || cols < 0 || p->g_level < 2 || !(p->lgs < p->hgs) ||
-        !(p->write_variation >= 0) || !(p->rate_stuck_hgs >= 0) || !(p->rate_stuck_lgs >= 0) ||
-        !(p->rate_stuck_hgs + p->rate_stuck_lgs <= 1.0)) {
-        set_err(err, errlen, "program_conductance: invalid parameters");
+    pf_status vst = pf_validate_program_params(p); /* the one contract (core/contract.h) */
+    if (vst != PF_OK)
+        return vst;
+    if (n_slices < 0 || rows < 0 || cols < 0) {
+        set_err(err, errlen, "program_conductance: negative sizes");
         return PF_EINVAL;
     }
     size_t dims[3] = {(size_t)n_slices, (size_t)rows, (size_t)cols}, total, b_l, b_g;
@@ -1840,8 +1818,6 @@ fail:
 }
 
 /* ---- attention context (kernels/attention.cl) ---- */
-
-#define PF_ATTN_SAMPLES 32 /* as attention.c */
 
 pf_status pf_cl_attn_update(pf_cl_device *dev, float *outgoing, int64_t d, const float *x, int64_t ldx,
                             const float *y, int64_t ldy, int64_t t, double rate, char *err, size_t errlen)

@@ -55,13 +55,7 @@ typedef struct {
 
 static PyObject *raise_cl(pf_status st, const char *err, const char *what)
 {
-    switch (st) {
-    case PF_ENOMEM: PyErr_Format(PyExc_MemoryError, "%s: out of memory", what); break;
-    case PF_EOVERFLOW: PyErr_Format(PyExc_ValueError, "%s: array sizes overflow", what); break;
-    case PF_EINVAL: PyErr_Format(PyExc_ValueError, "%s: %s", what, err[0] ? err : "invalid arguments"); break;
-    default: PyErr_Format(PyExc_RuntimeError, "%s: %s", what, err[0] ? err : "OpenCL error"); break;
-    }
-    return NULL;
+    return pf_raise_status_text(st, what, err); /* the one error mapper (errors.c) */
 }
 
 /* 0, or -1 with RuntimeError for a reentrant call from the holding thread. */
@@ -746,7 +740,7 @@ static PyObject *PfCLDevice_slice_quantize(PfCLDevice *self, PyObject *args, PyO
                               c.levels ? (uint8_t *)c.levels->data : NULL, err, sizeof err);
     Py_END_ALLOW_THREADS
     unlock_device(self);
-    if (st != PF_OK && !(st == PF_EINVAL && strstr(err, "NaN"))) {
+    if (st != PF_OK && st != PF_ENONFINITE) {
         pf_slice_call_clear(&c);
         return raise_cl(st, err, "slice_quantize on OpenCL");
     }

@@ -57,16 +57,35 @@ static PyObject *py_forked_child(PyObject *self, PyObject *noargs)
  * without saying which argument. After such a failure, this finds the first argument whose
  * format unit rejects it and prefixes its name to the message. Format units handled: the
  * single-letter scalar codes; 'O' never fails; '|' and ':' are skipped. */
+/* Whether the pending exception's message starts with "argument '" (or is PyArg's "missing required
+ * argument '...'" / "got an unexpected keyword argument '...'" form, which names it too). */
+static int already_named(void)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    PyObject *str = ev ? PyObject_Str(ev) : NULL;
+    const char *msg = str ? PyUnicode_AsUTF8(str) : NULL;
+    int named = msg && (strncmp(msg, "argument '", 10) == 0 || strstr(msg, "argument '") != NULL);
+    if (!msg)
+        PyErr_Clear();
+    Py_XDECREF(str);
+    PyErr_Restore(et, ev, tb);
+    return named;
+}
+
 void pf_name_parse_error(PyObject *args, PyObject *kwds, const char *format, char **kwlist)
 {
     if (!PyErr_Occurred() || !(PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_ValueError) ||
                                PyErr_ExceptionMatches(PyExc_OverflowError)))
         return;
+    if (already_named())
+        return; /* a converter (convert.c) named its argument */
     Py_ssize_t npos = args ? PyTuple_GET_SIZE(args) : 0;
     int k = 0;
     for (const char *f = format; *f && *f != ':' && *f != ';' && kwlist[k]; f++) {
-        if (*f == '|' || *f == '$')
-            continue;
+        if (*f == '|' || *f == '$' || *f == '&')
+            continue; /* markers; "O&" is one argument */
         PyObject *obj = k < npos ? PyTuple_GET_ITEM(args, k) : (kwds ? PyDict_GetItemString(kwds, kwlist[k]) : NULL);
         const char *name = kwlist[k++];
         if (!obj || *f == 'O')

@@ -8,22 +8,6 @@
 #include "core/pf_common.h"
 #include "cpu/threads.h"
 
-PyObject *pf_raise_status(int status, const char *what)
-{
-    switch (status) {
-    case PF_ENOMEM: PyErr_Format(PyExc_MemoryError, "%s: out of memory", what); break;
-    case PF_EOVERFLOW: PyErr_Format(PyExc_ValueError, "%s: array sizes overflow", what); break;
-    case PF_EINVAL: PyErr_Format(PyExc_ValueError, "%s: invalid arguments", what); break;
-    case PF_EDEVICE: PyErr_Format(PyExc_RuntimeError, "%s: device error", what); break;
-    case PF_EINTR:
-        if (!PyErr_Occurred())
-            PyErr_SetNone(PyExc_KeyboardInterrupt);
-        break;
-    default: PyErr_Format(PyExc_RuntimeError, "%s: failed with status %d", what, status); break;
-    }
-    return NULL;
-}
-
 static const char *g_copy_names[PF_COPY_KINDS] = {"host_copy", "dtype_conversion", "host_to_device", "device_to_host"};
 
 static PyObject *py_memory_stats(PyObject *self, PyObject *noargs)

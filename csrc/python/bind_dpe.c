@@ -352,26 +352,34 @@ done:
     return result;
 }
 
+int pf_normals_parse(PyObject *args, pf_normals_call *c)
+{
+    static char *kwlist[] = {"seed", "stream", "call", "idx0", "count", NULL};
+    static const char fmt[] = "O&IIKn:normals";
+    memset(c, 0, sizeof *c);
+    if (!PyArg_ParseTuple(args, fmt, pf_conv_seed, &c->seed, &c->stream, &c->call, &c->idx0, &c->count)) {
+        pf_name_parse_error(args, NULL, fmt, kwlist);
+        return -1;
+    }
+    if (c->count < 0 || (size_t)c->count > PY_SSIZE_T_MAX / sizeof(float)) {
+        PyErr_SetString(PyExc_ValueError, "argument 'count': must be in 0..PY_SSIZE_T_MAX/4");
+        return -1;
+    }
+    c->out = pf_array_new(PF_DT_F32, 1, &c->count);
+    return c->out ? 0 : -1;
+}
+
 /* Exposes the noise generator for statistical tests and cross-device checks. */
 static PyObject *py_normals(PyObject *self, PyObject *args)
 {
     (void)self;
-    unsigned long long seed, idx0;
-    unsigned int stream, call;
-    Py_ssize_t count;
-    if (!PyArg_ParseTuple(args, "KIIKn:normals", &seed, &stream, &call, &idx0, &count))
-        return NULL;
-    if (count < 0 || (size_t)count > PY_SSIZE_T_MAX / sizeof(float)) {
-        PyErr_SetString(PyExc_ValueError, "argument 'count': must be in 0..PY_SSIZE_T_MAX/4");
-        return NULL;
-    }
-    PfArray *out = pf_array_new(PF_DT_F32, 1, &count);
-    if (!out)
+    pf_normals_call c;
+    if (pf_normals_parse(args, &c) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
-    pf_normals(seed, stream, call, idx0, count, (float *)out->data);
+    pf_normals(c.seed, c.stream, c.call, c.idx0, c.count, (float *)c.out->data);
     Py_END_ALLOW_THREADS
-    return (PyObject *)out;
+    return (PyObject *)c.out;
 }
 
 static PyMethodDef dpe_methods[] = {

@@ -36,6 +36,17 @@ void pf_dpe_device_init(pf_dpe_device_args *d);
  * the argument. */
 int pf_dpe_parse_weights_and_device(pf_dpe_args *a, pf_dpe_refs *refs, const pf_dpe_device_args *d);
 
+/* normals(seed, stream, call, idx0, count): the arguments and a new float32 (count,) output, shared by
+ * _core.normals and the OpenCL device's normals. 0, or -1 with an exception naming the argument. */
+typedef struct {
+    uint64_t seed;
+    unsigned int stream, call;
+    unsigned long long idx0;
+    Py_ssize_t count;
+    PfArray *out;
+} pf_normals_call;
+int pf_normals_parse(PyObject *args, pf_normals_call *c);
+
 /* A whole dpe_mvm call (the arguments of _core.dpe_mvm, plus a trailing
  * weights_key when key is not NULL) into *a, ready to run: operands, output
  * (given or new) and strides. 0, or -1 with an exception; the caller releases

@@ -492,18 +492,10 @@ static PyObject *PfCLDevice_normals(PfCLDevice *self, PyObject *args)
 {
     if (fork_check("normals()") < 0)
         return NULL;
-    unsigned long long seed, idx0;
-    unsigned int stream, call;
-    Py_ssize_t count;
-    if (!PyArg_ParseTuple(args, "KIIKn:normals", &seed, &stream, &call, &idx0, &count))
+    pf_normals_call nc; /* the arguments of _core.normals (bind_dpe.c) */
+    if (pf_normals_parse(args, &nc) < 0)
         return NULL;
-    if (count < 0 || (size_t)count > PY_SSIZE_T_MAX / sizeof(float)) {
-        PyErr_SetString(PyExc_ValueError, "argument 'count': must be in 0..PY_SSIZE_T_MAX/4");
-        return NULL;
-    }
-    PfArray *out = pf_array_new(PF_DT_F32, 1, &count);
-    if (!out)
-        return NULL;
+    PfArray *out = nc.out;
     char err[PF_CL_ERRLEN] = "";
     pf_status st;
     if (lock_device(self) < 0) {
@@ -511,7 +503,7 @@ static PyObject *PfCLDevice_normals(PfCLDevice *self, PyObject *args)
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    st = pf_cl_normals(self->dev, seed, stream, call, idx0, count, (float *)out->data, err, sizeof err);
+    st = pf_cl_normals(self->dev, nc.seed, nc.stream, nc.call, nc.idx0, nc.count, (float *)out->data, err, sizeof err);
     Py_END_ALLOW_THREADS
     unlock_device(self);
     if (st != PF_OK) {

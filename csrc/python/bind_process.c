@@ -205,18 +205,34 @@ static PyGetSetDef PfCallCounter_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject PfCallCounter_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "pyfastpim._core.CallCounter",
-    .tp_basicsize = sizeof(PfCallCounter),
-    .tp_repr = (reprfunc)PfCallCounter_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "CallCounter(value=0)\n--\n\n"
-              "A 64-bit counter (wrapping modulo 2**64) whose reserve() is one atomic fetch-and-add: "
-              "concurrent callers always get distinct values.",
-    .tp_methods = PfCallCounter_methods,
-    .tp_getset = PfCallCounter_getset,
-    .tp_new = PfCallCounter_new,
+static void PfCallCounter_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    tp->tp_free(self);
+    Py_DECREF(tp); /* instances of a heap type hold a reference to it */
+}
+
+/* A heap type built from slots (PyType_FromSpec): the one list of what CallCounter provides. */
+static PyType_Slot PfCallCounter_slots[] = {
+    {Py_tp_repr, (void *)PfCallCounter_repr},
+    {Py_tp_dealloc, (void *)PfCallCounter_dealloc},
+    {Py_tp_doc, (void *)"CallCounter(value=0)\n--\n\n"
+                        "A 64-bit counter (wrapping modulo 2**64) whose reserve() is one atomic fetch-and-add: "
+                        "concurrent callers always get distinct values."},
+    {Py_tp_methods, PfCallCounter_methods},
+    {Py_tp_getset, PfCallCounter_getset},
+    {Py_tp_new, (void *)PfCallCounter_new},
+    {0, NULL},
+};
+
+#ifndef Py_TPFLAGS_IMMUTABLETYPE
+#define Py_TPFLAGS_IMMUTABLETYPE 0
+#endif
+static PyType_Spec PfCallCounter_spec = {
+    .name = "pyfastpim._core.CallCounter",
+    .basicsize = sizeof(PfCallCounter),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = PfCallCounter_slots,
 };
 
 static PyMethodDef process_methods[] = {
@@ -236,11 +252,11 @@ int pf_bind_process_init(PyObject *module)
         }
         registered = 1;
     }
-    if (PyType_Ready(&PfCallCounter_Type) < 0)
+    PyObject *type = PyType_FromSpec(&PfCallCounter_spec);
+    if (!type)
         return -1;
-    Py_INCREF(&PfCallCounter_Type);
-    if (PyModule_AddObject(module, "CallCounter", (PyObject *)&PfCallCounter_Type) < 0) {
-        Py_DECREF(&PfCallCounter_Type);
+    if (PyModule_AddObject(module, "CallCounter", type) < 0) {
+        Py_DECREF(type);
         return -1;
     }
     return PyModule_AddFunctions(module, process_methods);

@@ -174,7 +174,8 @@ static PfArray *new_owned(pf_dtype dt, int ndim, const Py_ssize_t *shape, int ze
             return NULL;
         }
         if (pf_mul_size(nbytes, (size_t)shape[i], &nbytes) != PF_OK || nbytes > (size_t)PY_SSIZE_T_MAX) {
-            PyErr_SetString(PyExc_ValueError, "array size overflows");
+            PyErr_Format(PyExc_ValueError, "the result array's size overflows (dimension %d of shape is %zd)", i,
+                         shape[i]);
             return NULL;
         }
     }
@@ -190,7 +191,8 @@ static PfArray *new_owned(pf_dtype dt, int ndim, const Py_ssize_t *shape, int ze
     a->data = zero ? pf_calloc(nbytes ? nbytes : 1, 1) : pf_alloc(nbytes ? nbytes : 1);
     if (!a->data) {
         Py_DECREF(a);
-        PyErr_NoMemory();
+        PyErr_Format(PyExc_MemoryError, "out of memory for a result array of %zu bytes (%d-D shape, %s)", nbytes,
+                     ndim, pf_dtype_name(dt));
         return NULL;
     }
     a->owns_data = 1;

@@ -145,7 +145,7 @@ int pf_dpe_parse_mvm(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs
         memcpy(kwlist_cpu, kwlist, sizeof kwlist);
         kwlist_cpu[sizeof kwlist / sizeof kwlist[0] - 2] = NULL;
     }
-    static const char fmt[] = "OOO&O&OOOO&O&LO&O&O&ddOdO&k|OLO:dpe_mvm";
+    static const char fmt[] = "OOO&O&OOOO&O&LO&O&O&ddOdO&O&|OLO:dpe_mvm";
     PyObject *ox, *oxs, *oout = Py_None, *okey = Py_None;
     long long item0 = 0;
     pf_pair_arg xg = {.name = "x_granule", .min = 1};
@@ -160,7 +160,7 @@ int pf_dpe_parse_mvm(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs
                                      pf_conv_slice_method, &xw, &d.owl, &d.owc, &d.ows, pf_conv_pair, &d.w_granule,
                                      pf_conv_slice_method, &d.w_widths, &d.n, pf_conv_rdac, &d.rdac, pf_conv_g_level,
                                      &d.g_level, pf_conv_resolutions, &d.radc, &d.HGS, &d.LGS, &d.osig, &d.vnoise,
-                                     pf_conv_seed, &d.seed, &d.call, &oout, &item0, &okey)) {
+                                     pf_conv_seed, &d.seed, pf_conv_call, &d.call, &oout, &item0, &okey)) {
         pf_name_parse_error(args, kwds, fmt, kwlist);
         return -1;
     }
@@ -234,7 +234,7 @@ int pf_dpe_parse_conv2d(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_r
         memcpy(kwlist_cpu, kwlist, sizeof kwlist);
         kwlist_cpu[sizeof kwlist / sizeof kwlist[0] - 2] = NULL;
     }
-    static const char fmt[] = "OO&O&O&O&O&O&pOOOO&O&LO&O&O&ddOdO&k|pO:dpe_conv2d";
+    static const char fmt[] = "OO&O&O&O&O&O&pOOOO&O&LO&O&O&ddOdO&O&|pO:dpe_conv2d";
     PyObject *oimg, *okey = Py_None;
     int bfp;
     pf_pair_arg ks = {.name = "kernel_size", .min = 1, .max = INT32_MAX};
@@ -255,7 +255,7 @@ int pf_dpe_parse_conv2d(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_r
                                      pf_conv_slice_method, &xw, &bfp, &d.owl, &d.owc, &d.ows, pf_conv_pair,
                                      &d.w_granule, pf_conv_slice_method, &d.w_widths, &d.n, pf_conv_rdac, &d.rdac,
                                      pf_conv_g_level, &d.g_level, pf_conv_resolutions, &d.radc, &d.HGS, &d.LGS,
-                                     &d.osig, &d.vnoise, pf_conv_seed, &d.seed, &d.call, want_dq, &okey)) {
+                                     &d.osig, &d.vnoise, pf_conv_seed, &d.seed, pf_conv_call, &d.call, want_dq, &okey)) {
         pf_name_parse_error(args, kwds, fmt, kwlist);
         return -1;
     }

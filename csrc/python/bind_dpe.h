@@ -27,7 +27,7 @@ typedef struct {
     pf_resolutions_arg radc;
     double HGS, LGS, vnoise;
     uint64_t seed;
-    unsigned long call;
+    uint64_t call;
 } pf_dpe_device_args;
 
 void pf_dpe_device_init(pf_dpe_device_args *d);

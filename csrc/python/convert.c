@@ -35,14 +35,10 @@ static int fail_converter(pf_status st)
     return 0;
 }
 
-int pf_conv_seed(PyObject *obj, void *out)
+static int as_uint64(PyObject *obj, const char *name, uint64_t *out)
 {
-    if (obj == Py_None) {
-        *(uint64_t *)out = PF_DEFAULT_SEED;
-        return 1;
-    }
     if (PyBool_Check(obj) || PyFloat_Check(obj) || !PyIndex_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "argument 'seed': expected an int in [0, 2**64), got %s",
+        PyErr_Format(PyExc_TypeError, "argument '%s': expected an int in [0, 2**64), got %s", name,
                      Py_TYPE(obj)->tp_name);
         return 0;
     }
@@ -53,12 +49,23 @@ int pf_conv_seed(PyObject *obj, void *out)
     Py_DECREF(idx);
     if (v == (unsigned long long)-1 && PyErr_Occurred()) {
         PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "argument 'seed': must be an int in [0, 2**64), got %R", obj);
+        PyErr_Format(PyExc_ValueError, "argument '%s': must be an int in [0, 2**64), got %R", name, obj);
         return 0;
     }
-    *(uint64_t *)out = (uint64_t)v;
+    *out = (uint64_t)v;
     return 1;
 }
+
+int pf_conv_seed(PyObject *obj, void *out)
+{
+    if (obj == Py_None) {
+        *(uint64_t *)out = PF_DEFAULT_SEED;
+        return 1;
+    }
+    return as_uint64(obj, "seed", out);
+}
+
+int pf_conv_call(PyObject *obj, void *out) { return as_uint64(obj, "call", out); }
 
 int pf_conv_int(PyObject *obj, void *arg)
 {
@@ -73,29 +80,22 @@ int pf_conv_int(PyObject *obj, void *arg)
     return 1;
 }
 
-int pf_conv_g_level(PyObject *obj, void *out)
+/* An int checked by a core validator into *(int *)out. */
+static int conv_checked_int(PyObject *obj, void *out, const char *name, pf_status (*check)(const char *, int64_t))
 {
     int64_t v;
-    if (pf_as_int64(obj, "g_level", &v) < 0)
+    if (pf_as_int64(obj, name, &v) < 0)
         return 0;
-    pf_status st = pf_validate_g_level("g_level", v);
+    pf_status st = check(name, v);
     if (st != PF_OK)
         return fail_converter(st);
     *(int *)out = (int)v;
     return 1;
 }
 
-int pf_conv_rdac(PyObject *obj, void *out)
-{
-    int64_t v;
-    if (pf_as_int64(obj, "rdac", &v) < 0)
-        return 0;
-    pf_status st = pf_validate_resolution("rdac", v);
-    if (st != PF_OK)
-        return fail_converter(st);
-    *(int *)out = (int)v;
-    return 1;
-}
+int pf_conv_g_level(PyObject *obj, void *out) { return conv_checked_int(obj, out, "g_level", pf_validate_g_level); }
+
+int pf_conv_rdac(PyObject *obj, void *out) { return conv_checked_int(obj, out, "rdac", pf_validate_resolution); }
 
 /* obj as a non-string sequence (new reference) or NULL with TypeError naming `name`. */
 static PyObject *as_sequence(PyObject *obj, const char *name, const char *what)
@@ -221,4 +221,13 @@ int pf_conv_sigma(PyObject *obj, void *arg)
         return fail_converter(st);
     a->value = v;
     return 1;
+}
+
+PyObject *pf_py_check_seed(PyObject *self, PyObject *obj)
+{
+    PF_UNUSED(self);
+    uint64_t seed;
+    if (!pf_conv_seed(obj, &seed))
+        return NULL;
+    return PyLong_FromUnsignedLongLong(seed);
 }

@@ -17,6 +17,8 @@
 
 /* uint64_t *: an int in [0, 2**64); None gives PF_DEFAULT_SEED (argument 'seed'). */
 int pf_conv_seed(PyObject *obj, void *out);
+/* uint64_t *: a call counter, an int in [0, 2**64) (argument 'call'; kernels use it modulo 2**32). */
+int pf_conv_call(PyObject *obj, void *out);
 /* int *: 2 <= g_level <= 256 (argument 'g_level'). */
 int pf_conv_g_level(PyObject *obj, void *out);
 /* int *: 2 <= rdac <= 2**24 (argument 'rdac'). */
@@ -62,6 +64,10 @@ typedef struct {
     double value;
 } pf_sigma_arg;
 int pf_conv_sigma(PyObject *obj, void *arg);
+
+/* _core.check_seed(seed) -> int: the seed every entry point accepts (pf_conv_seed), for Python-level
+ * callers that store a seed before any kernel sees it (DPETensor.reset). */
+PyObject *pf_py_check_seed(PyObject *self, PyObject *obj);
 
 /* The int in obj under a name (no range check): 0, or -1 with TypeError/ValueError naming it. */
 int pf_as_int64(PyObject *obj, const char *name, int64_t *out);

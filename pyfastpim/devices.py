@@ -215,7 +215,10 @@ def cl_dpe_conv2d(handle, *args, weights_key=None, **kwargs):
 
 def _rows(a, name):
     import numpy as np
-    a = np.asarray(a, dtype=np.float32)
+    try:
+        a = np.asarray(a, dtype=np.float32)
+    except (TypeError, ValueError) as exc:  # NumPy's message names no argument
+        raise type(exc)("argument '%s': expected float32 rows, %s" % (name, exc)) from None
     if a.ndim < 2:
         raise ValueError("argument '%s': expected (T, D) rows (got %d dimensions); use update_outgoing_step for one "
                          "vector" % (name, a.ndim))

@@ -613,8 +613,17 @@ static PfArray *view_from_array_interface(PyObject *obj, PyObject *iface, int wr
         set_c_strides(a);
     }
     a->data = PyLong_AsVoidPtr(PyTuple_GET_ITEM(data, 0));
-    a->readonly = PyObject_IsTrue(PyTuple_GET_ITEM(data, 1));
+    a->readonly = PyErr_Occurred() ? 0 : PyObject_IsTrue(PyTuple_GET_ITEM(data, 1));
     if (PyErr_Occurred()) {
+        /* strides or the data pointer were not ints: say which argument lied */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
+        PyErr_Format(et ? et : PyExc_TypeError, "argument '%s': bad __array_interface__ strides or data pointer "
+                     "(%S)", argname, ev ? ev : Py_None);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
         Py_DECREF(a);
         return NULL;
     }

@@ -13,8 +13,13 @@ int pf_as_int64(PyObject *obj, const char *name, int64_t *out)
         return -1;
     }
     PyObject *idx = PyNumber_Index(obj);
-    if (!idx)
+    if (!idx) { /* e.g. a NumPy array or tensor of several elements: __index__ refuses it */
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "argument '%s': expected an int, got %s", name, Py_TYPE(obj)->tp_name);
+        }
         return -1;
+    }
     int overflow = 0;
     long long v = PyLong_AsLongLongAndOverflow(idx, &overflow);
     Py_DECREF(idx);
@@ -43,8 +48,14 @@ static int as_uint64(PyObject *obj, const char *name, uint64_t *out)
         return 0;
     }
     PyObject *idx = PyNumber_Index(obj);
-    if (!idx)
+    if (!idx) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "argument '%s': expected an int in [0, 2**64), got %s", name,
+                         Py_TYPE(obj)->tp_name);
+        }
         return 0;
+    }
     unsigned long long v = PyLong_AsUnsignedLongLong(idx);
     Py_DECREF(idx);
     if (v == (unsigned long long)-1 && PyErr_Occurred()) {

@@ -595,8 +595,13 @@ static PfArray *view_from_array_interface(PyObject *obj, PyObject *iface, int wr
     for (Py_ssize_t i = 0; i < nd; i++) {
         a->shape[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
         if (a->shape[i] < 0) {
-            if (!PyErr_Occurred())
+            if (PyErr_Occurred()) {
+                PyErr_Clear(); /* PyLong's message names no argument */
+                PyErr_Format(PyExc_TypeError, "argument '%s': __array_interface__ shape holds %R, not a size",
+                             argname, PyTuple_GET_ITEM(shape, i));
+            } else {
                 PyErr_Format(PyExc_ValueError, "argument '%s': negative dimension", argname);
+            }
             Py_DECREF(a);
             return NULL;
         }

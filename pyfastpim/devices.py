@@ -215,7 +215,10 @@ def cl_dpe_conv2d(handle, *args, weights_key=None, **kwargs):
 
 def _rows(a, name):
     import numpy as np
-    a = np.asarray(a, dtype=np.float32)
+    try:
+        a = np.asarray(a, dtype=np.float32)
+    except (TypeError, ValueError) as exc:  # NumPy's message names no argument
+        raise type(exc)("argument '%s': expected float32 rows, %s" % (name, exc)) from None
     if a.ndim < 2:
         raise ValueError("argument '%s': expected (T, D) rows (got %d dimensions); use update_outgoing_step for one "
                          "vector" % (name, a.ndim))
@@ -268,7 +271,10 @@ def cl_attention_apply(handle, ctx, x, out=None):
         if w is None or ctx.strength == 0.0:
             if out is None:
                 return x
-            np.copyto(np.asarray(out), np.asarray(x, dtype=np.float32))
+            try:
+                np.copyto(np.asarray(out), np.asarray(x, dtype=np.float32))
+            except (TypeError, ValueError) as exc:  # NumPy's message names no argument
+                raise type(exc)("argument 'out' or 'x': cannot copy x into out: %s" % exc) from None
             return out
         return handle.attn_apply(x, w, ctx.strength, out)
     finally:

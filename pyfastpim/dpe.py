@@ -248,11 +248,7 @@ class DPETensor:
     # -- noise state ---------------------------------------------------------
     def reset(self, seed=None):
         """Rewind the call counter to 0 and set the seed (None: ``DEFAULT_SEED``)."""
-        if seed is None:
-            seed = DEFAULT_SEED
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2 ** 64:
-            raise ValueError("argument 'seed': expected an int in [0, 2**64), got %r" % (seed,))
-        self.seed = int(seed)
+        self.seed = _core.check_seed(seed)  # the one seed converter of every entry point (csrc/python/convert.c)
         self._counter = _core.CallCounter(0)
 
     @property

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Rows sampled by the update: n = min(t, PF_ATTN_SAMPLES) (every backend). */
+/* Rows sampled by the update (spec: n = min(T, 32)); the CPU and OpenCL backends both use it. */
 #define PF_ATTN_SAMPLES 32
 
 /* A growable pf_alloc block: grown (free + alloc) only when a call needs more. */

@@ -34,7 +34,7 @@
 #include "core/pf_common.h"
 #include <stdint.h>
 
-#define PF_MAX_LEVELS 65536
+#define PF_MAX_LEVELS 256 /* conductance levels are stored as uint8 (slicing.h) */
 
 #include "core/quantize.h"
 

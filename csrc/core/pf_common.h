@@ -76,5 +76,7 @@ static inline int64_t pf_max64(int64_t a, int64_t b) { return a > b ? a : b; }
 #define PF_ALIGN 64
 #define PF_RESTRICT __restrict__
 #define PF_UNUSED(x) (void)(x)
+/* Hot helpers of the CPU loop nests, inlined whatever the optimisation level. */
+#define PF_INLINE static inline __attribute__((always_inline))
 
 #endif

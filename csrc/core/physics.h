@@ -14,6 +14,7 @@
  * call = 0). Chosen far from the streams of philox_noise.h (0..3) so that
  * new noise families added there do not collide with it. */
 #define PF_STREAM_DRIFT 64u
+#define PF_IRDROP_MAX_BLOCK (1 << 14) /* rows or columns of one crossbar block */
 
 /* Effective conductance matrix of one crossbar block with wire resistance.
  *

@@ -45,12 +45,12 @@
  * Returns PF_OK; PF_EINVAL for invalid sizes or method, and for data holding
  * NaN or +-inf (detected in the max pass, outputs then undefined);
  * PF_EOVERFLOW when N*R*C or S*N*R*C overflows. Allocates nothing. */
-int pf_slice_quantize(const float *x, int64_t n, int64_t rows, int64_t cols, int64_t gran_rows, int64_t gran_cols,
+pf_status pf_slice_quantize(const float *x, int64_t n, int64_t rows, int64_t cols, int64_t gran_rows, int64_t gran_cols,
                       const pf_slice_method *sm, int bfp, uint8_t *codes, float *gran_max, float *gran_scale,
                       int32_t *gran_exp, float *dequant, int g_level, uint8_t *levels);
 /* The same, polling cancel (may be NULL) between bands / rows: PF_EINTR when
  * it is set (outputs then partly written). */
-int pf_slice_quantize_cancel(const float *x, int64_t n, int64_t rows, int64_t cols, int64_t gran_rows,
+pf_status pf_slice_quantize_cancel(const float *x, int64_t n, int64_t rows, int64_t cols, int64_t gran_rows,
                              int64_t gran_cols, const pf_slice_method *sm, int bfp, uint8_t *codes, float *gran_max,
                              float *gran_scale, int32_t *gran_exp, float *dequant, int g_level, uint8_t *levels,
                              pf_cancel *cancel);
@@ -59,7 +59,7 @@ int pf_slice_quantize_cancel(const float *x, int64_t n, int64_t rows, int64_t co
  * L = rint(code / m[s] * (g_level - 1)). PF_EINVAL when g_level is outside
  * 2..256 or some m[s] > g_level - 1 or a code exceeds m[s] (the result would
  * not be a level). */
-int pf_program_levels(const uint8_t *codes, int64_t cells_per_slice, const pf_slice_method *sm, int g_level,
+pf_status pf_program_levels(const uint8_t *codes, int64_t cells_per_slice, const pf_slice_method *sm, int g_level,
                       uint8_t *levels);
 
 /* Device parameters of weight programming (spec 6). */
@@ -79,7 +79,7 @@ typedef struct {
  *   else r < rate_stuck_hgs + rate_stuck_lgs -> (float)lgs (compared in double),
  * with idx = (s * rows + c) * cols + p. levels and conductance are (S, rows, cols).
  * PF_EINVAL for invalid parameters. */
-int pf_program_conductance(const uint8_t *levels, int64_t n_slices, int64_t rows, int64_t cols,
+pf_status pf_program_conductance(const uint8_t *levels, int64_t n_slices, int64_t rows, int64_t cols,
                            const pf_program_params *params, float *conductance);
 
 #endif

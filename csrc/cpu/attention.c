@@ -20,8 +20,6 @@
  * less than the products or the NumPy they replace. Results therefore depend on
  * no thread count of ours; sgemm's depend on OpenBLAS's own thread count. */
 
-#define PF_INLINE static inline __attribute__((always_inline))
-
 /* ---- workspace ---- */
 
 int pf_scratch_reserve(pf_scratch *s, size_t nbytes)

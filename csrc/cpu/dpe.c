@@ -1,5 +1,6 @@
 /* Fused DPE MVM: setup, operand packing with in-kernel noise, the loop nest
  * and the portable micro-kernel. See dpe.h for the contract. */
+#include "core/contract.h"
 #include "core/dpe.h"
 #include "cpu/cpu_features.h"
 #include "core/memory.h"
@@ -216,7 +217,9 @@ pf_status pf_im2col_granule_max(const pf_im2col *c, int64_t batch, int64_t qr, i
             }
         pf_free(xrow);
     }
-    return bad & 2 ? PF_ENOMEM : bad ? PF_EINVAL : PF_OK;
+    if (bad & 2)
+        return pf_fail(PF_ENOMEM, "input", "out of memory for an unfolded row of %lld floats", (long long)K);
+    return bad ? pf_fail(PF_ENONFINITE, "input", "contains NaN or infinity") : PF_OK;
 }
 
 pf_status pf_im2col_dequantize(const pf_im2col *c, int64_t batch, int64_t qr, int64_t qc, int64_t gc,
@@ -255,7 +258,7 @@ static int scratch_init(const pf_dpe_args *a, const pf_dpe_consts *s, pack_scrat
     return (s->noise_x && !sc->z) || (im2col && (!sc->xrow || !sc->codes)) ? -1 : 0;
 }
 
-static void scratch_free(pack_scratch *sc)
+static void pack_scratch_free(pack_scratch *sc)
 {
     pf_free(sc->z);
     pf_free(sc->xrow);
@@ -426,16 +429,9 @@ static void tile_generic_fmaf(const pf_dpe_tile *t) { tile_generic(t, 1); }
 
 pf_status pf_dpe_mvm(const pf_dpe_args *a)
 {
-    if (a->n <= 0 || a->sx <= 0 || a->sw <= 0 || a->sx > PF_MAX_SLICES || a->sw > PF_MAX_SLICES ||
-        a->rdac < 2 || a->g_level < 2 || a->g_level > PF_MAX_LEVELS || a->x_qr <= 0 || a->x_qc <= 0 ||
-        a->w_qr <= 0 || a->w_qc <= 0 || a->x_qc % a->n || a->w_qr % a->n)
-        return PF_EINVAL;
-    for (int j = 0; j < a->sw; j++)
-        if (a->radc[j] < 2 || a->radc[j] > ((int64_t)1 << 24) || a->w_max[j] > a->g_level - 1)
-            return PF_EINVAL;
-    for (int i = 0; i < a->sx; i++)
-        if (a->x_max[i] > 255)
-            return PF_EINVAL; /* slice codes are uint8 */
+    pf_status vst = pf_validate_dpe_args(a); /* the one contract (core/contract.h) */
+    if (vst != PF_OK)
+        return vst;
     if (a->batch == 0 || a->rows == 0 || a->cols == 0)
         return PF_OK;
     if (a->inner == 0) {
@@ -445,10 +441,6 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
                     a->out[it * a->so_n + r * a->so_r + p * a->so_p] = 0.0f;
         return PF_OK;
     }
-    int64_t D = (int64_t)(a->rdac - 1) * (a->g_level - 1) * a->n;
-    if (D >= ((int64_t)1 << 24))
-        return PF_EINVAL; /* acc would leave float32's exact integer range */
-
     pf_dpe_consts s;
     pf_status st = pf_dpe_consts_init(a, &s);
     if (st != PF_OK)
@@ -560,7 +552,7 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
         }
         pf_free(Ap);
         pf_free(As);
-        scratch_free(&sc);
+        pack_scratch_free(&sc);
     }
     if (failed && st == PF_OK)
         st = PF_ENOMEM;

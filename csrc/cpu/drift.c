@@ -11,13 +11,22 @@
 pf_status pf_drift(const float *g, int64_t count, uint64_t index0, uint64_t seed, double t, double t0,
                    double nu_mean, double nu_std, float *out, float *nu_out)
 {
-    if (count < 0 || !(t0 > 0.0) || !(t >= t0) || !isfinite(t) || !isfinite(t0) || !isfinite(nu_mean) ||
-        !(nu_std >= 0.0) || !isfinite(nu_std))
-        return PF_EINVAL;
+    if (!(t0 > 0.0) || !isfinite(t0))
+        return pf_fail(isfinite(t0) ? PF_EINVAL : PF_ENONFINITE, "t0", "must be finite and > 0, got %g", t0);
+    if (!isfinite(t) || !(t >= t0))
+        return pf_fail(isfinite(t) ? PF_EINVAL : PF_ENONFINITE, "t_seconds", "must be finite and >= t0 (%g), got %g",
+                       t0, t);
+    if (!isfinite(nu_mean))
+        return pf_fail(PF_ENONFINITE, "nu_mean", "must be finite, got %g", nu_mean);
+    if (!isfinite(nu_std) || !(nu_std >= 0.0))
+        return pf_fail(isfinite(nu_std) ? PF_EINVAL : PF_ENONFINITE, "nu_std", "must be finite and >= 0, got %g",
+                       nu_std);
+    if (count < 0)
+        return pf_fail(PF_EINVAL, "g", "negative size");
     if (count == 0)
         return PF_OK;
     if (!g || !out)
-        return PF_EINVAL;
+        return pf_fail(PF_EINVAL, "g", "missing buffers");
     const double log_ratio = log(t / t0);
 #pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < count; k++) {

@@ -332,14 +332,16 @@ out:
 pf_status pf_irdrop_block(const double *g, int64_t n, int64_t m, int64_t ldg, double r_wire, double *geff,
                           int64_t ldo)
 {
-    if (!g || !geff || n < 1 || m < 1 || ldg < m || ldo < m || !(r_wire > 0.0) || !isfinite(r_wire))
-        return PF_EINVAL;
+    if (!(r_wire > 0.0) || !isfinite(r_wire))
+        return pf_fail(PF_EINVAL, "r_wire", "must be finite and > 0, got %g", r_wire);
+    if (!g || !geff || n < 1 || m < 1 || ldg < m || ldo < m)
+        return pf_fail(PF_EINVAL, "g", "expected a non-empty block, got %lld x %lld", (long long)n, (long long)m);
     if (n > INT_MAX / 4 / m)
-        return PF_EOVERFLOW;
+        return pf_fail(PF_EOVERFLOW, "g", "a %lld x %lld block is too large to solve", (long long)n, (long long)m);
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < m; j++)
             if (!isfinite(g[i * ldg + j]))
-                return PF_EINVAL;
+                return pf_fail(PF_ENONFINITE, "g", "conductances must be finite and the network solvable");
     /* The Schur path eliminates the shorter wires (band = their length). For
      * n < m it runs on the dual network: rows' = the columns read from their
      * ADC end, columns' = the rows read from their driver end, i.e.
@@ -352,7 +354,7 @@ pf_status pf_irdrop_block(const double *g, int64_t n, int64_t m, int64_t ldg, do
     if (!h || !e) {
         pf_free(h);
         pf_free(e);
-        return PF_ENOMEM;
+        return pf_fail(PF_ENOMEM, "g", "out of memory for a %lld x %lld block", (long long)n, (long long)m);
     }
     for (int64_t a = 0; a < nn; a++)
         for (int64_t b = 0; b < mm; b++)
@@ -376,17 +378,24 @@ pf_status pf_irdrop_block(const double *g, int64_t n, int64_t m, int64_t ldg, do
 pf_status pf_irdrop_layer(const float *g, int64_t n_slices, int64_t rows, int64_t cols, int64_t block_rows,
                           int64_t block_cols, double r_wire, double pad_g, float *geff)
 {
-    if (n_slices < 0 || rows < 0 || cols < 0 || block_rows < 1 || block_cols < 1 || !(r_wire > 0.0) ||
-        !isfinite(r_wire) || !isfinite(pad_g))
-        return PF_EINVAL;
+    if (!(r_wire > 0.0) || !isfinite(r_wire))
+        return pf_fail(PF_EINVAL, "r_wire", "must be finite and > 0, got %g", r_wire);
+    if (!isfinite(pad_g) || pad_g < 0.0)
+        return pf_fail(isfinite(pad_g) ? PF_EINVAL : PF_ENONFINITE, "pad_g", "must be finite and >= 0, got %g", pad_g);
+    if (block_rows < 1 || block_cols < 1 || block_rows > PF_IRDROP_MAX_BLOCK || block_cols > PF_IRDROP_MAX_BLOCK)
+        return pf_fail(PF_EINVAL, block_rows < 1 || block_rows > PF_IRDROP_MAX_BLOCK ? "block_rows" : "block_cols",
+                       "block sizes must be 1 to %d, got %lld x %lld", PF_IRDROP_MAX_BLOCK, (long long)block_rows,
+                       (long long)block_cols);
+    if (n_slices < 0 || rows < 0 || cols < 0)
+        return pf_fail(PF_EINVAL, "g", "negative sizes");
     size_t dims[3] = {(size_t)n_slices, (size_t)rows, (size_t)cols}, total, blk;
     if (pf_mul_sizes(dims, 3, &total) != PF_OK || total > (size_t)INT64_MAX ||
         pf_mul_size((size_t)block_rows, (size_t)block_cols, &blk) != PF_OK || blk > (size_t)INT_MAX / 4)
-        return PF_EOVERFLOW;
+        return pf_fail(PF_EOVERFLOW, "g", "array or block sizes overflow");
     if (total == 0)
         return PF_OK;
     if (!g || !geff)
-        return PF_EINVAL;
+        return pf_fail(PF_EINVAL, "g", "missing buffers");
     const int64_t nbr = pf_ceil_div(rows, block_rows), nbc = pf_ceil_div(cols, block_cols);
     const int64_t tasks = n_slices * nbr * nbc;
     pf_status st = PF_OK;
@@ -421,5 +430,10 @@ pf_status pf_irdrop_layer(const float *g, int64_t n_slices, int64_t rows, int64_
             st = st == PF_OK ? local : st;
         }
     }
-    return st;
+    /* the blocks ran on worker threads: record the failure on the calling thread */
+    if (st == PF_ENOMEM)
+        return pf_fail(st, "g", "out of memory for a %lld x %lld block", (long long)block_rows, (long long)block_cols);
+    if (st != PF_OK)
+        return pf_fail(st, "g", "conductances must be finite and the network solvable");
+    return PF_OK;
 }

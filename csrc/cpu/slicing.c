@@ -11,6 +11,7 @@
  * portable ISA and for AVX2 (runtime dispatch, cpu_features.h), where
  * nearbyintf becomes vroundps. */
 #include "core/slicing.h"
+#include "core/contract.h"
 
 #include <string.h>
 
@@ -25,7 +26,6 @@
 #define PF_X86 0
 #endif
 
-#define PF_INLINE static inline __attribute__((always_inline))
 /* Columns quantized per step into the stack buffer of two's complement words. */
 #define ROW_CHUNK 512
 /* Granule columns whose running max a task keeps on the stack. */
@@ -294,17 +294,12 @@ static slice_ops select_ops(void)
 
 /* ---- drivers ---- */
 
-static int levels_ok(const pf_slice_method *sm, int g_level)
+static pf_status nonfinite_data(void)
 {
-    if (g_level < 2 || g_level > 256)
-        return 0;
-    for (int s = 0; s < sm->n_slices; s++)
-        if (sm->max_code[s] > g_level - 1 || sm->max_code[s] != (1 << sm->width[s]) - 1)
-            return 0;
-    return 1;
+    return pf_fail(PF_ENONFINITE, "data", "contains NaN or infinity; quantization needs finite values");
 }
 
-int pf_slice_quantize(const float *x, int64_t n, int64_t rows, int64_t cols, int64_t gran_rows, int64_t gran_cols,
+pf_status pf_slice_quantize(const float *x, int64_t n, int64_t rows, int64_t cols, int64_t gran_rows, int64_t gran_cols,
                       const pf_slice_method *sm, int bfp, uint8_t *codes, float *gran_max, float *gran_scale,
                       int32_t *gran_exp, float *dequant, int g_level, uint8_t *levels)
 {
@@ -312,18 +307,20 @@ int pf_slice_quantize(const float *x, int64_t n, int64_t rows, int64_t cols, int
                                     gran_exp, dequant, g_level, levels, NULL);
 }
 
-int pf_slice_quantize_cancel(const float *x, int64_t n, int64_t rows, int64_t cols, int64_t gran_rows,
+pf_status pf_slice_quantize_cancel(const float *x, int64_t n, int64_t rows, int64_t cols, int64_t gran_rows,
                              int64_t gran_cols, const pf_slice_method *sm, int bfp, uint8_t *codes, float *gran_max,
                              float *gran_scale, int32_t *gran_exp, float *dequant, int g_level, uint8_t *levels,
                              pf_cancel *cancel)
 {
-    if (n < 1 || rows < 1 || cols < 1 || gran_rows < 1 || gran_cols < 1 || !pf_slice_method_valid(sm) || !x || !codes ||
-        !gran_max || !gran_scale || (bfp && !gran_exp) || (levels && !levels_ok(sm, g_level)))
-        return PF_EINVAL;
+    pf_status st = pf_validate_slice_args(n, rows, cols, gran_rows, gran_cols, sm, levels != NULL, g_level);
+    if (st != PF_OK)
+        return st;
+    if (!x || !codes || !gran_max || !gran_scale || (bfp && !gran_exp))
+        return pf_fail(PF_EINVAL, "codes", "missing output buffers");
     size_t dims[3] = {(size_t)n, (size_t)rows, (size_t)cols}, plane, all;
     if (pf_mul_sizes(dims, 3, &plane) != PF_OK || pf_mul_size(plane, (size_t)sm->n_slices, &all) != PF_OK ||
         all > (size_t)INT64_MAX)
-        return PF_EOVERFLOW;
+        return pf_fail(PF_EOVERFLOW, "data", "array sizes overflow");
     slice_job jb = {
         .x = x, .n = n, .rows = rows, .cols = cols,
         .gran_rows = gran_rows, .gran_cols = gran_cols,
@@ -346,7 +343,7 @@ int pf_slice_quantize_cancel(const float *x, int64_t n, int64_t rows, int64_t co
         for (int64_t b = 0; b < bands; b++)
             if (!pf_cancelled(cancel))
                 bad |= ops.band_task(&jb, b) < 0;
-        return pf_cancelled(cancel) ? PF_EINTR : bad ? PF_EINVAL : PF_OK;
+        return pf_cancelled(cancel) ? PF_EINTR : bad ? nonfinite_data() : PF_OK;
     }
 
     /* few bands: split each band's rows into chunks for the max pass */
@@ -369,7 +366,7 @@ int pf_slice_quantize_cancel(const float *x, int64_t n, int64_t rows, int64_t co
     for (int64_t b = 0; b < bands; b++)
         bad |= finish_granules(&jb, (size_t)b * (size_t)jb.grid_cols, 0, jb.grid_cols) < 0;
     if (bad)
-        return PF_EINVAL;
+        return nonfinite_data();
     const int64_t total_rows = n * rows;
 #pragma omp parallel for num_threads(pf_get_num_threads()) schedule(static)
     for (int64_t t = 0; t < total_rows; t++)
@@ -378,14 +375,18 @@ int pf_slice_quantize_cancel(const float *x, int64_t n, int64_t rows, int64_t co
     return pf_cancelled(cancel) ? PF_EINTR : PF_OK;
 }
 
-int pf_program_levels(const uint8_t *codes, int64_t cells_per_slice, const pf_slice_method *sm, int g_level,
+pf_status pf_program_levels(const uint8_t *codes, int64_t cells_per_slice, const pf_slice_method *sm, int g_level,
                       uint8_t *levels)
 {
-    if (cells_per_slice < 0 || !pf_slice_method_valid(sm) || !levels_ok(sm, g_level) || (cells_per_slice > 0 && (!codes || !levels)))
-        return PF_EINVAL;
+    pf_status st = pf_validate_slice_method_struct("slice_method", sm);
+    if (st != PF_OK || (st = pf_validate_g_level("g_level", g_level)) != PF_OK ||
+        (st = pf_validate_levels_fit("g_level", sm, g_level)) != PF_OK)
+        return st;
+    if (cells_per_slice < 0 || (cells_per_slice > 0 && (!codes || !levels)))
+        return pf_fail(PF_EINVAL, "codes", "invalid size %lld or missing buffers", (long long)cells_per_slice);
     size_t total;
     if (pf_mul_size((size_t)cells_per_slice, (size_t)sm->n_slices, &total) != PF_OK)
-        return PF_EOVERFLOW;
+        return pf_fail(PF_EOVERFLOW, "codes", "array sizes overflow");
     int bad = 0;
     for (int s = 0; s < sm->n_slices; s++) {
         const uint8_t *src = codes + (size_t)s * (size_t)cells_per_slice;
@@ -397,23 +398,24 @@ int pf_program_levels(const uint8_t *codes, int64_t cells_per_slice, const pf_sl
             dst[i] = pf_level_of_code(src[i] > m ? m : src[i], m, g_level);
         }
     }
-    return bad ? PF_EINVAL : PF_OK;
+    return bad ? pf_fail(PF_EINVAL, "codes", "a code exceeds its slice's maximum 2**width - 1") : PF_OK;
 }
 
-int pf_program_conductance(const uint8_t *levels, int64_t n_slices, int64_t rows, int64_t cols,
+pf_status pf_program_conductance(const uint8_t *levels, int64_t n_slices, int64_t rows, int64_t cols,
                            const pf_program_params *p, float *conductance)
 {
-    if (!p || n_slices < 0 || rows < 0 || cols < 0 || p->g_level < 2 || !(p->lgs < p->hgs) ||
-        !(p->write_variation >= 0) || !(p->rate_stuck_hgs >= 0) || !(p->rate_stuck_lgs >= 0) ||
-        !(p->rate_stuck_hgs + p->rate_stuck_lgs <= 1.0))
-        return PF_EINVAL;
+    pf_status st = pf_validate_program_params(p);
+    if (st != PF_OK)
+        return st;
+    if (n_slices < 0 || rows < 0 || cols < 0)
+        return pf_fail(PF_EINVAL, "levels", "negative sizes");
     size_t dims[3] = {(size_t)n_slices, (size_t)rows, (size_t)cols}, total;
     if (pf_mul_sizes(dims, 3, &total) != PF_OK || total > (size_t)INT64_MAX)
-        return PF_EOVERFLOW;
+        return pf_fail(PF_EOVERFLOW, "levels", "array sizes overflow");
     if (total == 0)
         return PF_OK;
     if (!levels || !conductance)
-        return PF_EINVAL;
+        return pf_fail(PF_EINVAL, "levels", "missing buffers");
     const float q_g = (float)((p->hgs - p->lgs) / (double)(p->g_level - 1));
     const float lgs = (float)p->lgs, hgs = (float)p->hgs, wv = (float)p->write_variation;
     const int noisy = p->write_variation > 0, stuck = p->rate_stuck_hgs > 0 || p->rate_stuck_lgs > 0;

@@ -2,10 +2,6 @@
 #include "opencl/internal.h"
 #include "core/attention.h"
 
-#ifndef PF_ATTN_SAMPLES
-#define PF_ATTN_SAMPLES 32 /* as csrc/cpu/attention.c */
-#endif
-
 pf_status pf_cl_attn_update(pf_cl_device *dev, float *outgoing, int64_t d, const float *x, int64_t ldx,
                             const float *y, int64_t ldy, int64_t t, double rate)
 {

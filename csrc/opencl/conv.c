@@ -70,7 +70,7 @@ pf_status pf_cl_im2col_granule_max(pf_cl_device *dev, const pf_im2col *c, int64_
     if ((st = pf_cl_set_done(&s)) != PF_OK)
         return st;
     if (bad)
-        return pf_fail(PF_ENONFINITE, "input", "argument 'input': contains NaN or infinity");
+        return pf_fail(PF_ENONFINITE, "input", "contains NaN or infinity");
     return PF_OK;
 }
 

@@ -145,16 +145,9 @@ static pf_status consts_init(const pf_dpe_args *a, pf_cl_consts *s)
 /* The arguments pf_cl_dpe_mvm accepts (the binding checks them first, with argument names). */
 static pf_status mvm_validate(const pf_dpe_args *a, const pf_cl_weights *w)
 {
-    if (a->n <= 0 || a->sx <= 0 || a->sw <= 0 || a->sx > PF_MAX_SLICES || a->sw > PF_MAX_SLICES || a->rdac < 2 ||
-        a->g_level < 2 || a->g_level > PF_MAX_LEVELS || a->x_qr <= 0 || a->x_qc <= 0 || a->w_qr <= 0 ||
-        a->w_qc <= 0 || a->x_qc % a->n || a->w_qr % a->n || a->n > INT32_MAX || a->x_item0 < 0)
-        return pf_fail(PF_EINVAL, NULL, "dpe_mvm: invalid arguments");
-    for (int j = 0; j < a->sw; j++)
-        if (a->radc[j] < 2 || a->w_max[j] > a->g_level - 1)
-            return pf_fail(PF_EINVAL, "radc", "dpe_mvm: invalid ADC resolution or weight slice range");
-    for (int i = 0; i < a->sx; i++)
-        if (a->x_max[i] < 1 || a->x_max[i] > 255)
-            return pf_fail(PF_EINVAL, "x_slices", "dpe_mvm: input slices must be 1 to 8 bits (codes are uint8)");
+    pf_status vst = pf_validate_dpe_args(a); /* the one contract (core/contract.h) */
+    if (vst != PF_OK)
+        return vst;
     const int im2col = a->x_kind == PF_DPE_X_IM2COL;
     if (a->x_kind != PF_DPE_X_CODES && !im2col)
         return pf_fail(PF_EINVAL, NULL, "dpe_mvm on OpenCL: unknown input kind %d", (int)a->x_kind);

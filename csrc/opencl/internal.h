@@ -16,6 +16,7 @@
 
 #define CL_TARGET_OPENCL_VERSION 120
 #include "opencl/opencl.h"
+#include "core/contract.h"
 #include "core/interrupt.h"
 #include "core/memory.h"
 #include "opencl/cl_loader.h" /* <CL/cl.h>, with the library loaded at run time */

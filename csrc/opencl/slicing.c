@@ -20,13 +20,11 @@ static pf_status slice_validate(const float *x, int64_t n, int64_t rows, int64_t
                                 const float *gran_max, const float *gran_scale, const int32_t *gran_exp, int g_level,
                                 const uint8_t *levels)
 {
-    if (n < 1 || rows < 1 || cols < 1 || gran_rows < 1 || gran_cols < 1 || !pf_slice_method_valid(sm) || !x ||
-        !codes || !gran_max || !gran_scale || (bfp && !gran_exp) || (levels && (g_level < 2 || g_level > 256)))
-        return pf_fail(PF_EINVAL, NULL, "slice_quantize: invalid arguments");
-    if (levels)
-        for (int s = 0; s < sm->n_slices; s++)
-            if (sm->max_code[s] > g_level - 1)
-                return pf_fail(PF_EINVAL, "g_level", "slice_quantize: a weight slice needs more than g_level levels");
+    pf_status st = pf_validate_slice_args(n, rows, cols, gran_rows, gran_cols, sm, levels != NULL, g_level);
+    if (st != PF_OK) /* the one contract (core/contract.h) */
+        return st;
+    if (!x || !codes || !gran_max || !gran_scale || (bfp && !gran_exp))
+        return pf_fail(PF_EINVAL, NULL, "slice_quantize: missing buffers");
     return PF_OK;
 }
 
@@ -76,7 +74,7 @@ pf_status pf_cl_slice_quantize(pf_cl_device *dev, const float *x, int64_t n, int
     if ((st = pf_cl_set_done(&s)) != PF_OK)
         return st;
     if (bad)
-        return pf_fail(PF_ENONFINITE, "data", "argument 'data': contains NaN or infinity; quantization needs finite "
+        return pf_fail(PF_ENONFINITE, "data", "contains NaN or infinity; quantization needs finite "
                        "values");
     return PF_OK;
 }
@@ -93,10 +91,11 @@ static float float_ceil(double t)
 pf_status pf_cl_program_conductance(pf_cl_device *dev, const uint8_t *levels, int64_t n_slices, int64_t rows,
                                     int64_t cols, const pf_program_params *p, float *conductance)
 {
-    if (!p || n_slices < 0 || rows < 0 || cols < 0 || p->g_level < 2 || !(p->lgs < p->hgs) ||
-        !(p->write_variation >= 0) || !(p->rate_stuck_hgs >= 0) || !(p->rate_stuck_lgs >= 0) ||
-        !(p->rate_stuck_hgs + p->rate_stuck_lgs <= 1.0))
-        return pf_fail(PF_EINVAL, NULL, "program_conductance: invalid parameters");
+    pf_status vst = pf_validate_program_params(p); /* the one contract (core/contract.h) */
+    if (vst != PF_OK)
+        return vst;
+    if (n_slices < 0 || rows < 0 || cols < 0)
+        return pf_fail(PF_EINVAL, NULL, "program_conductance: negative sizes");
     size_t dims[3] = {(size_t)n_slices, (size_t)rows, (size_t)cols}, total, b_g;
     if (pf_mul_sizes(dims, 3, &total) || pf_mul_size(total, sizeof(float), &b_g) || total > (size_t)INT64_MAX)
         return pf_fail(PF_EOVERFLOW, "levels", "program_conductance: array sizes overflow");

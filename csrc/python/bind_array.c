@@ -174,7 +174,8 @@ static PfArray *new_owned(pf_dtype dt, int ndim, const Py_ssize_t *shape, int ze
             return NULL;
         }
         if (pf_mul_size(nbytes, (size_t)shape[i], &nbytes) != PF_OK || nbytes > (size_t)PY_SSIZE_T_MAX) {
-            PyErr_SetString(PyExc_ValueError, "array size overflows");
+            PyErr_Format(PyExc_ValueError, "the result array's size overflows (dimension %d of shape is %zd)", i,
+                         shape[i]);
             return NULL;
         }
     }
@@ -190,7 +191,8 @@ static PfArray *new_owned(pf_dtype dt, int ndim, const Py_ssize_t *shape, int ze
     a->data = zero ? pf_calloc(nbytes ? nbytes : 1, 1) : pf_alloc(nbytes ? nbytes : 1);
     if (!a->data) {
         Py_DECREF(a);
-        PyErr_NoMemory();
+        PyErr_Format(PyExc_MemoryError, "out of memory for a result array of %zu bytes (%d-D shape, %s)", nbytes,
+                     ndim, pf_dtype_name(dt));
         return NULL;
     }
     a->owns_data = 1;
@@ -593,8 +595,13 @@ static PfArray *view_from_array_interface(PyObject *obj, PyObject *iface, int wr
     for (Py_ssize_t i = 0; i < nd; i++) {
         a->shape[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
         if (a->shape[i] < 0) {
-            if (!PyErr_Occurred())
+            if (PyErr_Occurred()) {
+                PyErr_Clear(); /* PyLong's message names no argument */
+                PyErr_Format(PyExc_TypeError, "argument '%s': __array_interface__ shape holds %R, not a size",
+                             argname, PyTuple_GET_ITEM(shape, i));
+            } else {
                 PyErr_Format(PyExc_ValueError, "argument '%s': negative dimension", argname);
+            }
             Py_DECREF(a);
             return NULL;
         }
@@ -611,8 +618,17 @@ static PfArray *view_from_array_interface(PyObject *obj, PyObject *iface, int wr
         set_c_strides(a);
     }
     a->data = PyLong_AsVoidPtr(PyTuple_GET_ITEM(data, 0));
-    a->readonly = PyObject_IsTrue(PyTuple_GET_ITEM(data, 1));
+    a->readonly = PyErr_Occurred() ? 0 : PyObject_IsTrue(PyTuple_GET_ITEM(data, 1));
     if (PyErr_Occurred()) {
+        /* strides or the data pointer were not ints: say which argument lied */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
+        PyErr_Format(et ? et : PyExc_TypeError, "argument '%s': bad __array_interface__ strides or data pointer "
+                     "(%S)", argname, ev ? ev : Py_None);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
         Py_DECREF(a);
         return NULL;
     }

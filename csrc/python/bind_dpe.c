@@ -4,72 +4,11 @@
 #include "python/bind_dpe.h"
 #include "python/bind_interrupt.h"
 #include "python/bindings.h"
+#include "core/contract.h"
 #include "core/dpe.h"
 #include "core/memory.h"
 #include "cpu/noise.h"
 #include "core/philox_noise.h"
-
-/* Parses a slice-method tuple (most significant first) into m[s], w[s]
- * indexed least significant first. Returns the slice count or -1. */
-int pf_dpe_parse_widths(PyObject *obj, const char *argname, int *m, int64_t *w)
-{
-    PyObject *seq = PySequence_Fast(obj, "");
-    if (!seq) {
-        PyErr_Format(PyExc_TypeError, "argument '%s': expected a sequence of slice widths", argname);
-        return -1;
-    }
-    Py_ssize_t S = PySequence_Fast_GET_SIZE(seq);
-    if (S < 1 || S > PF_MAX_SLICES) {
-        Py_DECREF(seq);
-        PyErr_Format(PyExc_ValueError, "argument '%s': 1 to %d slices are supported, got %zd", argname, PF_MAX_SLICES, S);
-        return -1;
-    }
-    int widths[PF_MAX_SLICES], total = 0;
-    for (Py_ssize_t t = 0; t < S; t++) {
-        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, t));
-        if (v == -1 && PyErr_Occurred()) {
-            Py_DECREF(seq);
-            return -1;
-        }
-        if (v <= 0 || v > 8) {
-            Py_DECREF(seq);
-            PyErr_Format(PyExc_ValueError, "argument '%s': slice widths must be in 1..8 (codes are uint8), got %ld",
-                         argname, v);
-            return -1;
-        }
-        widths[t] = (int)v;
-        total += (int)v;
-    }
-    Py_DECREF(seq);
-    if (widths[0] != 1 || total > 16) {
-        PyErr_Format(PyExc_ValueError, "argument '%s': the first (sign) width must be 1 and the total at most 16 bits",
-                     argname);
-        return -1;
-    }
-    int off = 0;
-    for (int s = 0; s < S; s++) {
-        int width = widths[S - 1 - s];
-        m[s] = (1 << width) - 1;
-        w[s] = (int64_t)1 << off;
-        off += width;
-    }
-    w[S - 1] = -((int64_t)1 << (total - 1));
-    return (int)S;
-}
-
-int pf_dpe_parse_pair(PyObject *obj, const char *argname, int64_t *a, int64_t *b)
-{
-    if (!PyArg_ParseTuple(obj, "LL", a, b)) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "argument '%s': expected a pair of ints", argname);
-        return -1;
-    }
-    if (*a <= 0 || *b <= 0) {
-        PyErr_Format(PyExc_ValueError, "argument '%s': sizes must be positive", argname);
-        return -1;
-    }
-    return 0;
-}
 
 int pf_dpe_check_shape(PfArray *a, const char *argname, int ndim, const int64_t *shape)
 {
@@ -93,72 +32,53 @@ void pf_dpe_refs_release(pf_dpe_refs *r)
         Py_XDECREF(all[i]);
 }
 
+/* A converted slice method as the kernel's per-slice maxima and weights (least significant first). */
+static int method_slices(const pf_slice_method *sm, int *m, int64_t *w)
+{
+    for (int s = 0; s < sm->n_slices; s++) {
+        m[s] = sm->max_code[s];
+        w[s] = sm->weight[s];
+    }
+    return sm->n_slices;
+}
+
+void pf_dpe_device_init(pf_dpe_device_args *d)
+{
+    memset(d, 0, sizeof *d);
+    d->w_granule.name = "w_granule";
+    d->w_granule.min = 1;
+    d->w_widths.name = "w_widths";
+    d->w_widths.min_total_bits = 1;
+    d->radc.name = "radc";
+}
+
 /* Weights and device arguments shared by every entry point; a->inner must be
  * set. Returns 0 or -1 with an exception naming the argument. */
-int pf_dpe_parse_weights_and_device(pf_dpe_args *a, pf_dpe_refs *refs, PyObject *owl, PyObject *owc, PyObject *ows,
-                                    PyObject *owg, PyObject *oww, long long n, int rdac, int g_level, PyObject *oradc,
-                                    double HGS, double LGS, PyObject *osig, double vnoise, long long seed,
-                                    unsigned long call)
+int pf_dpe_parse_weights_and_device(pf_dpe_args *a, pf_dpe_refs *refs, const pf_dpe_device_args *d)
 {
-    if ((a->sw = pf_dpe_parse_widths(oww, "w_widths", a->w_max, a->w_weight)) < 0)
-        return -1;
-    if (pf_dpe_parse_pair(owg, "w_granule", &a->w_qr, &a->w_qc) < 0)
-        return -1;
-    if (n <= 0 || n > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "argument 'n': crossbar rows must be in 1..2**31-1");
-        return -1;
-    }
-    if (a->x_qc % n || a->w_qr % n) {
-        PyErr_Format(PyExc_ValueError, "argument 'n': granules (x columns %lld, weight rows %lld) must be multiples "
-                     "of the crossbar rows %lld", (long long)a->x_qc, (long long)a->w_qr, n);
+    a->sw = method_slices(&d->w_widths.sm, a->w_max, a->w_weight);
+    a->w_qr = d->w_granule.v[0];
+    a->w_qc = d->w_granule.v[1];
+    if (d->radc.count != 0 && d->radc.count != a->sw) {
+        PyErr_Format(PyExc_ValueError, "argument 'radc': %d values needed (one per weight slice), got %d", a->sw,
+                     d->radc.count);
         return -1;
     }
-    if (rdac < 2 || rdac > (1 << 24) || g_level < 2 || g_level > PF_MAX_LEVELS) {
-        PyErr_SetString(PyExc_ValueError, "arguments 'rdac'/'g_level': 2 <= rdac <= 2**24 and 2 <= g_level <= 65536 "
-                        "required");
-        return -1;
-    }
-    if (!(HGS > LGS) || !(LGS >= 0)) {
-        PyErr_SetString(PyExc_ValueError, "arguments 'HGS'/'LGS': 0 <= LGS < HGS required");
-        return -1;
-    }
-    if (!(vnoise >= 0) || !(vnoise <= PF_REL_SIGMA_MAX)) {
-        char b1[40], b2[40];
-        PyErr_Format(PyExc_ValueError, "argument 'vnoise': must be in [0, %s], got %s",
-                     pf_fmt_double(b1, sizeof b1, PF_REL_SIGMA_MAX), pf_fmt_double(b2, sizeof b2, vnoise));
-        return -1;
-    }
-    PyObject *rseq = PySequence_Fast(oradc, "argument 'radc': expected a sequence");
-    if (!rseq)
-        return -1;
-    if (PySequence_Fast_GET_SIZE(rseq) != a->sw) {
-        Py_DECREF(rseq);
-        PyErr_Format(PyExc_ValueError, "argument 'radc': %d values needed (one per weight slice)", a->sw);
-        return -1;
-    }
-    for (int j = 0; j < a->sw; j++) {
-        a->radc[j] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(rseq, j));
-        if (a->radc[j] < 2 || a->radc[j] > (1 << 24)) {
-            Py_DECREF(rseq);
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_ValueError, "argument 'radc': every ADC resolution must be in 2..2**24");
-            return -1;
-        }
-    }
-    Py_DECREF(rseq);
     for (int j = 0; j < a->sw; j++)
-        if (a->w_max[j] > g_level - 1) {
-            PyErr_Format(PyExc_ValueError, "argument 'w_widths': weight slice maximum %d exceeds g_level - 1 = %d",
-                         a->w_max[j], g_level - 1);
-            return -1;
-        }
-    int64_t D = (int64_t)(rdac - 1) * (g_level - 1) * n;
-    if (D >= ((int64_t)1 << 24)) {
-        PyErr_Format(PyExc_ValueError, "arguments 'rdac', 'g_level', 'n': (rdac-1)*(g_level-1)*n = %lld must be "
-                     "below 2**24 for exact crossbar sums", (long long)D);
-        return -1;
-    }
-    if (!(refs->wl = pf_array_from_object(owl, PF_DT_U8, 0, "w_levels")))
+        a->radc[j] = d->radc.v[d->radc.count ? j : 0];
+    a->rdac = d->rdac;
+    a->g_level = d->g_level;
+    a->HGS = d->HGS;
+    a->LGS = d->LGS;
+    a->vnoise = d->vnoise;
+    a->seed = d->seed;
+    a->call = (uint32_t)d->call;
+    a->n = d->n;
+    /* the scalar contract first (before any array conversion), the read sigmas below */
+    pf_status st = pf_validate_dpe_args(a);
+    if (st != PF_OK)
+        return pf_raise_status(st, "dpe_mvm"), -1;
+    if (!(refs->wl = pf_array_from_object(d->owl, PF_DT_U8, 0, "w_levels")))
         return -1;
     int64_t shp_l[3] = {a->sw, a->inner, -1};
     if (pf_dpe_check_shape(refs->wl, "w_levels", 3, shp_l) < 0)
@@ -166,46 +86,31 @@ int pf_dpe_parse_weights_and_device(pf_dpe_args *a, pf_dpe_refs *refs, PyObject 
     a->cols = refs->wl->shape[2];
     a->w_gr = pf_ceil_div(a->inner, a->w_qr);
     a->w_gc = pf_ceil_div(a->cols, a->w_qc);
-    if (owc != Py_None) {
-        if (!(refs->wc = pf_array_from_object(owc, PF_DT_F32, 0, "w_conductance")))
+    if (d->owc != Py_None) {
+        if (!(refs->wc = pf_array_from_object(d->owc, PF_DT_F32, 0, "w_conductance")))
             return -1;
         int64_t shp[3] = {a->sw, a->inner, a->cols};
         if (pf_dpe_check_shape(refs->wc, "w_conductance", 3, shp) < 0)
             return -1;
         a->w_conductance = (const float *)refs->wc->data;
     }
-    if (!(refs->ws = pf_array_from_object(ows, PF_DT_F32, 0, "w_scale")))
+    if (!(refs->ws = pf_array_from_object(d->ows, PF_DT_F32, 0, "w_scale")))
         return -1;
     int64_t shp_s[2] = {a->w_gr, a->w_gc};
     if (pf_dpe_check_shape(refs->ws, "w_scale", 2, shp_s) < 0)
         return -1;
-    if (osig != Py_None) {
-        if (!(refs->sig = pf_array_from_object(osig, PF_DT_F32, 0, "read_sigma")))
+    if (d->osig != Py_None) {
+        if (!(refs->sig = pf_array_from_object(d->osig, PF_DT_F32, 0, "read_sigma")))
             return -1;
-        int64_t shp[1] = {g_level};
+        int64_t shp[1] = {a->g_level};
         if (pf_dpe_check_shape(refs->sig, "read_sigma", 1, shp) < 0)
             return -1;
-        const float *sv = (const float *)refs->sig->data;
-        for (int l = 0; l < g_level; l++)
-            if (!(sv[l] >= 0.0f) || !(sv[l] <= PF_READ_SIGMA_MAX)) {
-                char b1[40], b2[40];
-                PyErr_Format(PyExc_ValueError, "argument 'read_sigma': every sigma must be in [0, %s] (exp(sigma*z) "
-                             "overflows float32 from about 15), got %s at level %d",
-                             pf_fmt_double(b1, sizeof b1, PF_READ_SIGMA_MAX), pf_fmt_double(b2, sizeof b2, sv[l]), l);
-                return -1;
-            }
-        a->read_sigma = sv;
+        a->read_sigma = (const float *)refs->sig->data;
+        if ((st = pf_validate_read_sigma("read_sigma", a->read_sigma, a->g_level)) != PF_OK)
+            return pf_raise_status(st, "dpe_mvm"), -1;
     }
     a->w_levels = (const uint8_t *)refs->wl->data;
     a->w_scale = (const float *)refs->ws->data;
-    a->rdac = rdac;
-    a->g_level = g_level;
-    a->HGS = HGS;
-    a->LGS = LGS;
-    a->vnoise = vnoise;
-    a->seed = (uint64_t)seed;
-    a->call = (uint32_t)call;
-    a->n = n;
     return 0;
 }
 
@@ -240,29 +145,33 @@ int pf_dpe_parse_mvm(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs
         memcpy(kwlist_cpu, kwlist, sizeof kwlist);
         kwlist_cpu[sizeof kwlist / sizeof kwlist[0] - 2] = NULL;
     }
-    PyObject *ox, *oxs, *oxg, *oxw, *owl, *owc, *ows, *owg, *oww, *oradc, *osig, *oout = Py_None, *okey = Py_None;
-    long long n, seed_ll, item0 = 0;
-    unsigned long call;
-    int rdac, g_level;
-    double HGS, LGS, vnoise;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, key ? "OOOOOOOOOLiiOddOdLk|OLO:dpe_mvm" : "OOOOOOOOOLiiOddOdLk|OL:dpe_mvm",
-                                     key ? kwlist : kwlist_cpu, &ox, &oxs, &oxg, &oxw, &owl, &owc, &ows, &owg, &oww, &n, &rdac, &g_level,
-                                     &oradc, &HGS, &LGS, &osig, &vnoise, &seed_ll, &call, &oout, &item0, &okey)) {
-        pf_name_parse_error(args, kwds, "OOOOOOOOOLiiOddOdLk|OLO", kwlist);
+    static const char fmt[] = "OOO&O&OOOO&O&LO&O&O&ddOdO&O&|OLO:dpe_mvm";
+    PyObject *ox, *oxs, *oout = Py_None, *okey = Py_None;
+    long long item0 = 0;
+    pf_pair_arg xg = {.name = "x_granule", .min = 1};
+    pf_method_arg xw = {.name = "x_widths", .min_total_bits = 1};
+    pf_dpe_device_args d;
+    pf_dpe_device_init(&d);
+    char fmt_cpu[sizeof fmt];
+    memcpy(fmt_cpu, fmt, sizeof fmt);
+    if (!key) /* drop the trailing weights_key 'O' */
+        memmove(strrchr(fmt_cpu, ':') - 1, strrchr(fmt_cpu, ':'), strlen(strrchr(fmt_cpu, ':')) + 1);
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt_cpu, key ? kwlist : kwlist_cpu, &ox, &oxs, pf_conv_pair, &xg,
+                                     pf_conv_slice_method, &xw, &d.owl, &d.owc, &d.ows, pf_conv_pair, &d.w_granule,
+                                     pf_conv_slice_method, &d.w_widths, &d.n, pf_conv_rdac, &d.rdac, pf_conv_g_level,
+                                     &d.g_level, pf_conv_resolutions, &d.radc, &d.HGS, &d.LGS, &d.osig, &d.vnoise,
+                                     pf_conv_seed, &d.seed, pf_conv_call, &d.call, &oout, &item0, &okey)) {
+        pf_name_parse_error(args, kwds, fmt, kwlist);
         return -1;
     }
     if (key)
         *key = okey;
-    if (item0 < 0) {
-        PyErr_SetString(PyExc_ValueError, "argument 'item0': must be >= 0");
-        return -1;
-    }
     memset(a, 0, sizeof *a);
     a->x_kind = PF_DPE_X_CODES;
     a->x_item0 = item0;
-    if ((a->sx = pf_dpe_parse_widths(oxw, "x_widths", a->x_max, a->x_weight)) < 0 ||
-        pf_dpe_parse_pair(oxg, "x_granule", &a->x_qr, &a->x_qc) < 0)
-        return -1;
+    a->sx = method_slices(&xw.sm, a->x_max, a->x_weight);
+    a->x_qr = xg.v[0];
+    a->x_qc = xg.v[1];
     if (!(refs->xc = pf_array_from_object(ox, PF_DT_U8, 0, "x_codes")))
         return -1;
     if (refs->xc->ndim != 4 || refs->xc->shape[0] != a->sx) {
@@ -279,8 +188,7 @@ int pf_dpe_parse_mvm(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs
     int64_t sshape[3] = {a->batch, a->x_gr, a->x_gc};
     if (pf_dpe_check_shape(refs->xs, "x_scale", 3, sshape) < 0)
         return -1;
-    if (pf_dpe_parse_weights_and_device(a, refs, owl, owc, ows, owg, oww, n, rdac, g_level, oradc, HGS, LGS, osig,
-                                        vnoise, seed_ll, call) < 0)
+    if (pf_dpe_parse_weights_and_device(a, refs, &d) < 0)
         return -1;
     Py_ssize_t oshape[3] = {(Py_ssize_t)a->batch, (Py_ssize_t)a->rows, (Py_ssize_t)a->cols};
     if (oout == Py_None) {
@@ -314,20 +222,6 @@ static PyObject *py_dpe_mvm(PyObject *self, PyObject *args, PyObject *kwds)
     return result;
 }
 
-int pf_dpe_parse_conv_pair(PyObject *obj, const char *argname, int64_t *a, int64_t *b, int64_t minimum)
-{
-    if (!PyArg_ParseTuple(obj, "LL", a, b)) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "argument '%s': expected a pair of ints", argname);
-        return -1;
-    }
-    if (*a < minimum || *b < minimum || *a > INT32_MAX || *b > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "argument '%s': values must be in %lld..2**31-1", argname, (long long)minimum);
-        return -1;
-    }
-    return 0;
-}
-
 int pf_dpe_parse_conv2d(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs *refs, pf_im2col *c,
                         int *want_dq, PyObject **key)
 {
@@ -340,40 +234,41 @@ int pf_dpe_parse_conv2d(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_r
         memcpy(kwlist_cpu, kwlist, sizeof kwlist);
         kwlist_cpu[sizeof kwlist / sizeof kwlist[0] - 2] = NULL;
     }
-    PyObject *oimg, *oks, *ost, *opad, *odil, *oxg, *oxw, *owl, *owc, *ows, *owg, *oww, *oradc, *osig;
-    PyObject *okey = Py_None;
-    long long n, seed_ll;
-    unsigned long call;
-    int rdac, g_level, bfp;
-    double HGS, LGS, vnoise;
+    static const char fmt[] = "OO&O&O&O&O&O&pOOOO&O&LO&O&O&ddOdO&O&|pO:dpe_conv2d";
+    PyObject *oimg, *okey = Py_None;
+    int bfp;
+    pf_pair_arg ks = {.name = "kernel_size", .min = 1, .max = INT32_MAX};
+    pf_pair_arg st = {.name = "stride", .min = 1, .max = INT32_MAX};
+    pf_pair_arg pad = {.name = "padding", .min = 0, .max = INT32_MAX};
+    pf_pair_arg dil = {.name = "dilation", .min = 1, .max = INT32_MAX};
+    pf_pair_arg xg = {.name = "x_granule", .min = 1};
+    pf_method_arg xw = {.name = "x_widths"};
+    pf_dpe_device_args d;
+    pf_dpe_device_init(&d);
+    char fmt_cpu[sizeof fmt];
+    memcpy(fmt_cpu, fmt, sizeof fmt);
+    if (!key)
+        memmove(strrchr(fmt_cpu, ':') - 1, strrchr(fmt_cpu, ':'), strlen(strrchr(fmt_cpu, ':')) + 1);
     *want_dq = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds,
-                                     key ? "OOOOOOOpOOOOOLiiOddOdLk|pO:dpe_conv2d" : "OOOOOOOpOOOOOLiiOddOdLk|p:dpe_conv2d",
-                                     key ? kwlist : kwlist_cpu, &oimg, &oks, &ost, &opad, &odil, &oxg, &oxw, &bfp, &owl, &owc, &ows, &owg,
-                                     &oww, &n, &rdac, &g_level, &oradc, &HGS, &LGS, &osig, &vnoise, &seed_ll, &call,
-                                     want_dq, &okey)) {
-        pf_name_parse_error(args, kwds, "OOOOOOOpOOOOOLiiOddOdLk|pO", kwlist);
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt_cpu, key ? kwlist : kwlist_cpu, &oimg, pf_conv_pair, &ks,
+                                     pf_conv_pair, &st, pf_conv_pair, &pad, pf_conv_pair, &dil, pf_conv_pair, &xg,
+                                     pf_conv_slice_method, &xw, &bfp, &d.owl, &d.owc, &d.ows, pf_conv_pair,
+                                     &d.w_granule, pf_conv_slice_method, &d.w_widths, &d.n, pf_conv_rdac, &d.rdac,
+                                     pf_conv_g_level, &d.g_level, pf_conv_resolutions, &d.radc, &d.HGS, &d.LGS,
+                                     &d.osig, &d.vnoise, pf_conv_seed, &d.seed, pf_conv_call, &d.call, want_dq, &okey)) {
+        pf_name_parse_error(args, kwds, fmt, kwlist);
         return -1;
     }
     if (key)
         *key = okey;
     memset(a, 0, sizeof *a);
     memset(c, 0, sizeof *c);
-    int widths[PF_MAX_SLICES];
-    if ((a->sx = pf_dpe_parse_widths(oxw, "x_widths", a->x_max, a->x_weight)) < 0)
-        return -1;
-    for (int s2 = 0; s2 < a->sx; s2++)
-        widths[a->sx - 1 - s2] = __builtin_ctz((unsigned)a->x_max[s2] + 1);
-    if (pf_slice_method_init(&a->x_method, widths, a->sx) < 0) {
-        PyErr_SetString(PyExc_ValueError, "argument 'x_widths': slices of 1..8 bits, 2..16 bits in total");
-        return -1;
-    }
-    if (pf_dpe_parse_pair(oxg, "x_granule", &a->x_qr, &a->x_qc) < 0 ||
-        pf_dpe_parse_conv_pair(oks, "kernel_size", &c->kh, &c->kw, 1) < 0 ||
-        pf_dpe_parse_conv_pair(ost, "stride", &c->sh, &c->sw, 1) < 0 ||
-        pf_dpe_parse_conv_pair(opad, "padding", &c->ph, &c->pw, 0) < 0 ||
-        pf_dpe_parse_conv_pair(odil, "dilation", &c->dh, &c->dw, 1) < 0)
-        return -1;
+    a->sx = method_slices(&xw.sm, a->x_max, a->x_weight);
+    a->x_method = xw.sm;
+    a->x_qr = xg.v[0];
+    a->x_qc = xg.v[1];
+    c->kh = ks.v[0], c->kw = ks.v[1], c->sh = st.v[0], c->sw = st.v[1];
+    c->ph = pad.v[0], c->pw = pad.v[1], c->dh = dil.v[0], c->dw = dil.v[1];
     if (!(refs->img = pf_array_from_object(oimg, PF_DT_F32, 0, "input")))
         return -1;
     if (refs->img->ndim != 4) {
@@ -403,8 +298,7 @@ int pf_dpe_parse_conv2d(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_r
     }
     a->x_gr = pf_ceil_div(a->rows, a->x_qr);
     a->x_gc = pf_ceil_div(a->inner, a->x_qc);
-    if (pf_dpe_parse_weights_and_device(a, refs, owl, owc, ows, owg, oww, n, rdac, g_level, oradc, HGS, LGS, osig,
-                                        vnoise, seed_ll, call) < 0)
+    if (pf_dpe_parse_weights_and_device(a, refs, &d) < 0)
         return -1;
     Py_ssize_t gshape[3] = {(Py_ssize_t)a->batch, (Py_ssize_t)a->x_gr, (Py_ssize_t)a->x_gc};
     Py_ssize_t oshape[4] = {(Py_ssize_t)a->batch, (Py_ssize_t)a->cols, (Py_ssize_t)c->out_h, (Py_ssize_t)c->out_w};
@@ -458,26 +352,34 @@ done:
     return result;
 }
 
+int pf_normals_parse(PyObject *args, pf_normals_call *c)
+{
+    static char *kwlist[] = {"seed", "stream", "call", "idx0", "count", NULL};
+    static const char fmt[] = "O&IIKn:normals";
+    memset(c, 0, sizeof *c);
+    if (!PyArg_ParseTuple(args, fmt, pf_conv_seed, &c->seed, &c->stream, &c->call, &c->idx0, &c->count)) {
+        pf_name_parse_error(args, NULL, fmt, kwlist);
+        return -1;
+    }
+    if (c->count < 0 || (size_t)c->count > PY_SSIZE_T_MAX / sizeof(float)) {
+        PyErr_SetString(PyExc_ValueError, "argument 'count': must be in 0..PY_SSIZE_T_MAX/4");
+        return -1;
+    }
+    c->out = pf_array_new(PF_DT_F32, 1, &c->count);
+    return c->out ? 0 : -1;
+}
+
 /* Exposes the noise generator for statistical tests and cross-device checks. */
 static PyObject *py_normals(PyObject *self, PyObject *args)
 {
     (void)self;
-    unsigned long long seed, idx0;
-    unsigned int stream, call;
-    Py_ssize_t count;
-    if (!PyArg_ParseTuple(args, "KIIKn:normals", &seed, &stream, &call, &idx0, &count))
-        return NULL;
-    if (count < 0 || (size_t)count > PY_SSIZE_T_MAX / sizeof(float)) {
-        PyErr_SetString(PyExc_ValueError, "argument 'count': must be in 0..PY_SSIZE_T_MAX/4");
-        return NULL;
-    }
-    PfArray *out = pf_array_new(PF_DT_F32, 1, &count);
-    if (!out)
+    pf_normals_call c;
+    if (pf_normals_parse(args, &c) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
-    pf_normals(seed, stream, call, idx0, count, (float *)out->data);
+    pf_normals(c.seed, c.stream, c.call, c.idx0, c.count, (float *)c.out->data);
     Py_END_ALLOW_THREADS
-    return (PyObject *)out;
+    return (PyObject *)c.out;
 }
 
 static PyMethodDef dpe_methods[] = {

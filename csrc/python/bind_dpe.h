@@ -5,6 +5,7 @@
 
 #include "python/array.h"
 #include "core/dpe.h"
+#include "python/convert.h"
 
 /* Arrays a call keeps alive while the kernels run. */
 typedef struct {
@@ -13,21 +14,38 @@ typedef struct {
 
 void pf_dpe_refs_release(pf_dpe_refs *r);
 
-/* A slice-method sequence (most significant first, widths 1..8, sign first,
- * <= 16 bits) into m[s], w[s] least significant first: the slice count, or -1. */
-int pf_dpe_parse_widths(PyObject *obj, const char *argname, int *m, int64_t *w);
-/* A pair of positive ints. */
-int pf_dpe_parse_pair(PyObject *obj, const char *argname, int64_t *a, int64_t *b);
-/* A pair of ints in minimum..2**31-1 (convolution geometry). */
-int pf_dpe_parse_conv_pair(PyObject *obj, const char *argname, int64_t *a, int64_t *b, int64_t minimum);
 /* ndim and each shape[i] >= 0 of a (shape[i] < 0: any). */
 int pf_dpe_check_shape(PfArray *a, const char *argname, int ndim, const int64_t *shape);
-/* Weights and device arguments; a->inner, x_qr, x_qc must be set. 0, or -1
- * with an exception naming the argument. */
-int pf_dpe_parse_weights_and_device(pf_dpe_args *a, pf_dpe_refs *refs, PyObject *owl, PyObject *owc, PyObject *ows,
-                                    PyObject *owg, PyObject *oww, long long n, int rdac, int g_level, PyObject *oradc,
-                                    double HGS, double LGS, PyObject *osig, double vnoise, long long seed,
-                                    unsigned long call);
+
+/* The weight and device arguments every DPE entry point takes, as converted (convert.h). */
+typedef struct {
+    PyObject *owl, *owc, *ows, *osig; /* w_levels, w_conductance, w_scale, read_sigma */
+    pf_pair_arg w_granule;
+    pf_method_arg w_widths;
+    long long n;
+    int rdac, g_level;
+    pf_resolutions_arg radc;
+    double HGS, LGS, vnoise;
+    uint64_t seed;
+    uint64_t call;
+} pf_dpe_device_args;
+
+void pf_dpe_device_init(pf_dpe_device_args *d);
+/* Weights and device arguments into *a (a->inner, the input granule and slices must be set): the
+ * core contract (pf_validate_dpe_args) first, then the arrays. 0, or -1 with an exception naming
+ * the argument. */
+int pf_dpe_parse_weights_and_device(pf_dpe_args *a, pf_dpe_refs *refs, const pf_dpe_device_args *d);
+
+/* normals(seed, stream, call, idx0, count): the arguments and a new float32 (count,) output, shared by
+ * _core.normals and the OpenCL device's normals. 0, or -1 with an exception naming the argument. */
+typedef struct {
+    uint64_t seed;
+    unsigned int stream, call;
+    unsigned long long idx0;
+    Py_ssize_t count;
+    PfArray *out;
+} pf_normals_call;
+int pf_normals_parse(PyObject *args, pf_normals_call *c);
 
 /* A whole dpe_mvm call (the arguments of _core.dpe_mvm, plus a trailing
  * weights_key when key is not NULL) into *a, ready to run: operands, output

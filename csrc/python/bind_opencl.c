@@ -57,17 +57,7 @@ typedef struct {
  * record is of this failure), prefixed with what was done. */
 static PyObject *raise_cl(int st, const char *what)
 {
-    const pf_error *e = pf_last_error();
-    const char *msg = e->status == (pf_status)st && e->message[0] ? e->message : NULL;
-    switch (st) {
-    case PF_ENOMEM: PyErr_Format(PyExc_MemoryError, "%s: out of memory", what); break;
-    case PF_EOVERFLOW: PyErr_Format(PyExc_ValueError, "%s: array sizes overflow", what); break;
-    case PF_EINVAL:
-    case PF_ENONFINITE: PyErr_Format(PyExc_ValueError, "%s: %s", what, msg ? msg : "invalid arguments"); break;
-    case PF_EINTR: pf_raise_status(st, what); break; /* the exception the signal handler raised */
-    default: PyErr_Format(PyExc_RuntimeError, "%s: %s", what, msg ? msg : "OpenCL error"); break;
-    }
-    return NULL;
+    return pf_raise_status((pf_status)st, what); /* the one error mapper (errors.c) */
 }
 
 /* 0, or -1 with RuntimeError for a reentrant call from the holding thread. */
@@ -512,19 +502,13 @@ static PyObject *PfCLDevice_normals(PfCLDevice *self, PyObject *args)
 {
     if (fork_check("normals()") < 0)
         return NULL;
-    unsigned long long seed, idx0;
-    unsigned int stream, call;
-    Py_ssize_t count;
+    pf_normals_call nc; /* the arguments of _core.normals (bind_dpe.c) */
     int st;
-    if (!PyArg_ParseTuple(args, "KIIKn:normals", &seed, &stream, &call, &idx0, &count))
+    if (pf_normals_parse(args, &nc) < 0)
         return NULL;
-    if (count < 0 || (size_t)count > PY_SSIZE_T_MAX / sizeof(float))
-        return PyErr_Format(PyExc_ValueError, "argument 'count': must be in 0..PY_SSIZE_T_MAX/4");
-    PfArray *out = pf_array_new(PF_DT_F32, 1, &count);
-    if (!out)
-        return NULL;
-    PF_CL_LOCKED(self, st, "normals on OpenCL", pf_cl_normals(self->dev, seed, stream, call, idx0, count,
-                                                              (float *)out->data));
+    PfArray *out = nc.out;
+    PF_CL_LOCKED(self, st, "normals on OpenCL", pf_cl_normals(self->dev, nc.seed, nc.stream, nc.call, nc.idx0,
+                                                              nc.count, (float *)out->data));
     if (st != PF_OK) {
         Py_DECREF(out);
         return NULL;
@@ -714,11 +698,7 @@ static PyObject *PfCLDevice_slice_quantize(PfCLDevice *self, PyObject *args, PyO
                                       (float *)c.gscale->data, c.gexp ? (int32_t *)c.gexp->data : NULL,
                                       c.dq ? (float *)c.dq->data : NULL, c.g_level,
                                       c.levels ? (uint8_t *)c.levels->data : NULL));
-    if (st == PF_ENONFINITE) { /* the CPU path's exception (pf_slice_call_finish takes NaN as PF_EINVAL) */
-        PyErr_Clear();
-        return pf_slice_call_finish(&c, PF_EINVAL);
-    }
-    if (st != PF_OK) {
+    if (st != PF_OK) { /* raised as the CPU path raises (NaN/inf data: PF_ENONFINITE naming 'data') */
         pf_slice_call_clear(&c);
         return NULL;
     }

@@ -14,27 +14,35 @@
 #include "core/pf_common.h"
 #include "core/physics.h"
 
-static int positive_finite(double v, const char *name)
+/* A new float array shaped like g (dtype dt), or NULL with g released. */
+static PfArray *output_like(PfArray *g, pf_dtype dt)
 {
-    if (!(v > 0.0) || !isfinite(v)) {
-        char b[40];
-        PyErr_Format(PyExc_ValueError, "argument '%s': must be finite and > 0, got %s", name,
-                     pf_fmt_double(b, sizeof b, v));
-        return -1;
-    }
-    return 0;
+    PfArray *out = pf_array_new(dt, g->ndim, g->shape);
+    if (!out)
+        Py_DECREF(g);
+    return out;
+}
+
+/* The result of a physics kernel: out, or NULL with the core's error (naming the argument). */
+static PyObject *physics_result(pf_status st, PfArray *out, const char *what)
+{
+    if (st == PF_OK)
+        return (PyObject *)out;
+    Py_DECREF(out);
+    return pf_raise_status(st, what);
 }
 
 static PyObject *py_irdrop_block(PyObject *self, PyObject *args, PyObject *kwds)
 {
     PF_UNUSED(self);
     static char *kwlist[] = {"g", "r_wire", NULL};
+    static const char fmt[] = "Od:irdrop_block";
     PyObject *g_obj;
     double r_wire;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Od:irdrop_block", kwlist, &g_obj, &r_wire))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &g_obj, &r_wire)) {
+        pf_name_parse_error(args, kwds, fmt, kwlist);
         return NULL;
-    if (positive_finite(r_wire, "r_wire") < 0)
-        return NULL;
+    }
     PfArray *g = pf_array_from_object(g_obj, PF_DT_F64, 0, "g");
     if (!g)
         return NULL;
@@ -43,48 +51,28 @@ static PyObject *py_irdrop_block(PyObject *self, PyObject *args, PyObject *kwds)
         Py_DECREF(g);
         return NULL;
     }
-    PfArray *out = pf_array_new(PF_DT_F64, 2, g->shape);
-    if (!out) {
-        Py_DECREF(g);
+    PfArray *out = output_like(g, PF_DT_F64);
+    if (!out)
         return NULL;
-    }
     pf_status st;
     const int64_t n = g->shape[0], m = g->shape[1];
     Py_BEGIN_ALLOW_THREADS
     st = pf_irdrop_block((const double *)g->data, n, m, m, r_wire, (double *)out->data, m);
     Py_END_ALLOW_THREADS
     Py_DECREF(g);
-    if (st != PF_OK) {
-        Py_DECREF(out);
-        if (st == PF_EINVAL)
-            PyErr_SetString(PyExc_ValueError, "irdrop_block: conductances must be finite and the network solvable");
-        else
-            pf_raise_status(st, "irdrop_block");
-        return NULL;
-    }
-    return (PyObject *)out;
+    return physics_result(st, out, "irdrop_block");
 }
 
 static PyObject *py_irdrop_layer(PyObject *self, PyObject *args, PyObject *kwds)
 {
     PF_UNUSED(self);
     static char *kwlist[] = {"g", "r_wire", "block_rows", "block_cols", "pad_g", NULL};
+    static const char fmt[] = "OdLLd:irdrop_layer";
     PyObject *g_obj;
     double r_wire, pad_g;
     long long br, bc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OdLLd:irdrop_layer", kwlist, &g_obj, &r_wire, &br, &bc, &pad_g))
-        return NULL;
-    if (positive_finite(r_wire, "r_wire") < 0)
-        return NULL;
-    if (br < 1 || bc < 1 || br > (1 << 14) || bc > (1 << 14)) {
-        PyErr_Format(PyExc_ValueError, "arguments 'block_rows'/'block_cols': must be 1 to %d, got %lld, %lld",
-                     1 << 14, br, bc);
-        return NULL;
-    }
-    if (!isfinite(pad_g) || pad_g < 0.0) {
-        char b[40];
-        PyErr_Format(PyExc_ValueError, "argument 'pad_g': must be finite and >= 0, got %s",
-                     pf_fmt_double(b, sizeof b, pad_g));
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &g_obj, &r_wire, &br, &bc, &pad_g)) {
+        pf_name_parse_error(args, kwds, fmt, kwlist);
         return NULL;
     }
     PfArray *g = pf_array_from_object(g_obj, PF_DT_F32, 0, "g");
@@ -95,95 +83,60 @@ static PyObject *py_irdrop_layer(PyObject *self, PyObject *args, PyObject *kwds)
         Py_DECREF(g);
         return NULL;
     }
-    PfArray *out = pf_array_new(PF_DT_F32, 3, g->shape);
-    if (!out) {
-        Py_DECREF(g);
+    PfArray *out = output_like(g, PF_DT_F32);
+    if (!out)
         return NULL;
-    }
     pf_status st;
     Py_BEGIN_ALLOW_THREADS
     st = pf_irdrop_layer((const float *)g->data, g->shape[0], g->shape[1], g->shape[2], br, bc, r_wire, pad_g,
                          (float *)out->data);
     Py_END_ALLOW_THREADS
     Py_DECREF(g);
-    if (st != PF_OK) {
-        Py_DECREF(out);
-        if (st == PF_EINVAL)
-            PyErr_SetString(PyExc_ValueError, "irdrop_layer: conductances must be finite and the network solvable");
-        else
-            pf_raise_status(st, "irdrop_layer");
-        return NULL;
-    }
-    return (PyObject *)out;
+    return physics_result(st, out, "irdrop_layer");
 }
 
 static PyObject *py_drift(PyObject *self, PyObject *args, PyObject *kwds)
 {
     PF_UNUSED(self);
     static char *kwlist[] = {"g", "seed", "t", "t0", "nu_mean", "nu_std", "return_nu", NULL};
-    PyObject *g_obj, *seed_obj;
+    static const char fmt[] = "OO&dddd|p:drift";
+    PyObject *g_obj;
+    uint64_t seed;
     double t, t0, nu_mean, nu_std;
     int return_nu = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOdddd|p:drift", kwlist, &g_obj, &seed_obj, &t, &t0, &nu_mean,
-                                     &nu_std, &return_nu))
-        return NULL;
-    if (!PyLong_Check(seed_obj) || PyBool_Check(seed_obj)) {
-        PyErr_Format(PyExc_TypeError, "argument 'seed': expected an int, got %s", Py_TYPE(seed_obj)->tp_name);
-        return NULL;
-    }
-    unsigned long long seed = PyLong_AsUnsignedLongLong(seed_obj);
-    if (seed == (unsigned long long)-1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_SetString(PyExc_ValueError, "argument 'seed': must be an int in [0, 2**64)");
-        return NULL;
-    }
-    if (positive_finite(t0, "t0") < 0)
-        return NULL;
-    if (!isfinite(t) || !(t >= t0)) {
-        char b1[40], b2[40];
-        PyErr_Format(PyExc_ValueError, "argument 't_seconds': must be finite and >= t0 (%s), got %s",
-                     pf_fmt_double(b1, sizeof b1, t0), pf_fmt_double(b2, sizeof b2, t));
-        return NULL;
-    }
-    if (!isfinite(nu_mean)) {
-        char b[40];
-        PyErr_Format(PyExc_ValueError, "argument 'nu_mean': must be finite, got %s", pf_fmt_double(b, sizeof b, nu_mean));
-        return NULL;
-    }
-    if (!isfinite(nu_std) || nu_std < 0.0) {
-        char b[40];
-        PyErr_Format(PyExc_ValueError, "argument 'nu_std': must be finite and >= 0, got %s", pf_fmt_double(b, sizeof b, nu_std));
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &g_obj, pf_conv_seed, &seed, &t, &t0, &nu_mean,
+                                     &nu_std, &return_nu)) {
+        pf_name_parse_error(args, kwds, fmt, kwlist);
         return NULL;
     }
     PfArray *g = pf_array_from_object(g_obj, PF_DT_F32, 0, "g");
     if (!g)
         return NULL;
-    PfArray *out = pf_array_new(PF_DT_F32, g->ndim, g->shape);
-    PfArray *nu = return_nu ? pf_array_new(PF_DT_F32, g->ndim, g->shape) : NULL;
-    if (!out || (return_nu && !nu)) {
+    PfArray *out = output_like(g, PF_DT_F32);
+    if (!out)
+        return NULL;
+    PfArray *nu = NULL;
+    if (return_nu && !(nu = pf_array_new(PF_DT_F32, g->ndim, g->shape))) {
         Py_DECREF(g);
-        Py_XDECREF(out);
-        Py_XDECREF(nu);
+        Py_DECREF(out);
         return NULL;
     }
     pf_status st;
     const int64_t count = (int64_t)pf_array_size(g);
     Py_BEGIN_ALLOW_THREADS
-    st = pf_drift((const float *)g->data, count, 0, (uint64_t)seed, t, t0, nu_mean, nu_std, (float *)out->data,
+    st = pf_drift((const float *)g->data, count, 0, seed, t, t0, nu_mean, nu_std, (float *)out->data,
                   nu ? (float *)nu->data : NULL);
     Py_END_ALLOW_THREADS
     Py_DECREF(g);
-    if (st != PF_OK) {
-        Py_DECREF(out);
+    if (st != PF_OK)
         Py_XDECREF(nu);
-        return pf_raise_status(st, "drift");
-    }
-    if (!return_nu)
-        return (PyObject *)out;
-    PyObject *res = PyTuple_Pack(2, (PyObject *)out, (PyObject *)nu);
-    Py_DECREF(out);
+    PyObject *res = physics_result(st, out, "drift");
+    if (!res || !return_nu)
+        return res;
+    PyObject *pair = PyTuple_Pack(2, res, (PyObject *)nu);
+    Py_DECREF(res);
     Py_DECREF(nu);
-    return res;
+    return pair;
 }
 
 static PyMethodDef physics_methods[] = {

@@ -57,16 +57,35 @@ static PyObject *py_forked_child(PyObject *self, PyObject *noargs)
  * without saying which argument. After such a failure, this finds the first argument whose
  * format unit rejects it and prefixes its name to the message. Format units handled: the
  * single-letter scalar codes; 'O' never fails; '|' and ':' are skipped. */
+/* Whether the pending exception's message starts with "argument '" (or is PyArg's "missing required
+ * argument '...'" / "got an unexpected keyword argument '...'" form, which names it too). */
+static int already_named(void)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    PyObject *str = ev ? PyObject_Str(ev) : NULL;
+    const char *msg = str ? PyUnicode_AsUTF8(str) : NULL;
+    int named = msg && (strncmp(msg, "argument '", 10) == 0 || strstr(msg, "argument '") != NULL);
+    if (!msg)
+        PyErr_Clear();
+    Py_XDECREF(str);
+    PyErr_Restore(et, ev, tb);
+    return named;
+}
+
 void pf_name_parse_error(PyObject *args, PyObject *kwds, const char *format, char **kwlist)
 {
     if (!PyErr_Occurred() || !(PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_ValueError) ||
                                PyErr_ExceptionMatches(PyExc_OverflowError)))
         return;
+    if (already_named())
+        return; /* a converter (convert.c) named its argument */
     Py_ssize_t npos = args ? PyTuple_GET_SIZE(args) : 0;
     int k = 0;
     for (const char *f = format; *f && *f != ':' && *f != ';' && kwlist[k]; f++) {
-        if (*f == '|' || *f == '$')
-            continue;
+        if (*f == '|' || *f == '$' || *f == '&')
+            continue; /* markers; "O&" is one argument */
         PyObject *obj = k < npos ? PyTuple_GET_ITEM(args, k) : (kwds ? PyDict_GetItemString(kwds, kwlist[k]) : NULL);
         const char *name = kwlist[k++];
         if (!obj || *f == 'O')
@@ -186,18 +205,34 @@ static PyGetSetDef PfCallCounter_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject PfCallCounter_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "pyfastpim._core.CallCounter",
-    .tp_basicsize = sizeof(PfCallCounter),
-    .tp_repr = (reprfunc)PfCallCounter_repr,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "CallCounter(value=0)\n--\n\n"
-              "A 64-bit counter (wrapping modulo 2**64) whose reserve() is one atomic fetch-and-add: "
-              "concurrent callers always get distinct values.",
-    .tp_methods = PfCallCounter_methods,
-    .tp_getset = PfCallCounter_getset,
-    .tp_new = PfCallCounter_new,
+static void PfCallCounter_dealloc(PyObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    tp->tp_free(self);
+    Py_DECREF(tp); /* instances of a heap type hold a reference to it */
+}
+
+/* A heap type built from slots (PyType_FromSpec): the one list of what CallCounter provides. */
+static PyType_Slot PfCallCounter_slots[] = {
+    {Py_tp_repr, (void *)PfCallCounter_repr},
+    {Py_tp_dealloc, (void *)PfCallCounter_dealloc},
+    {Py_tp_doc, (void *)"CallCounter(value=0)\n--\n\n"
+                        "A 64-bit counter (wrapping modulo 2**64) whose reserve() is one atomic fetch-and-add: "
+                        "concurrent callers always get distinct values."},
+    {Py_tp_methods, PfCallCounter_methods},
+    {Py_tp_getset, PfCallCounter_getset},
+    {Py_tp_new, (void *)PfCallCounter_new},
+    {0, NULL},
+};
+
+#ifndef Py_TPFLAGS_IMMUTABLETYPE
+#define Py_TPFLAGS_IMMUTABLETYPE 0
+#endif
+static PyType_Spec PfCallCounter_spec = {
+    .name = "pyfastpim._core.CallCounter",
+    .basicsize = sizeof(PfCallCounter),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = PfCallCounter_slots,
 };
 
 static PyMethodDef process_methods[] = {
@@ -217,11 +252,11 @@ int pf_bind_process_init(PyObject *module)
         }
         registered = 1;
     }
-    if (PyType_Ready(&PfCallCounter_Type) < 0)
+    PyObject *type = PyType_FromSpec(&PfCallCounter_spec);
+    if (!type)
         return -1;
-    Py_INCREF(&PfCallCounter_Type);
-    if (PyModule_AddObject(module, "CallCounter", (PyObject *)&PfCallCounter_Type) < 0) {
-        Py_DECREF(&PfCallCounter_Type);
+    if (PyModule_AddObject(module, "CallCounter", type) < 0) {
+        Py_DECREF(type);
         return -1;
     }
     return PyModule_AddFunctions(module, process_methods);

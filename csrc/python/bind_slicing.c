@@ -20,102 +20,10 @@
 #include "core/slicing.h"
 #include "python/bind_slicing.h"
 #include "python/bind_interrupt.h"
+#include "core/contract.h"
 
-/* slice_method: a sequence of Python ints, most significant first. */
-static int parse_slice_method(PyObject *obj, pf_slice_method *sm)
-{
-    PyObject *seq = PySequence_Fast(obj, "argument 'slice_method': expected a sequence of bit widths");
-    if (!seq)
-        return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    int widths[PF_MAX_SLICES];
-    if (n < 1 || n > PF_MAX_SLICES) {
-        PyErr_Format(PyExc_ValueError, "argument 'slice_method': expected 1 to %d slice widths, got %zd",
-                     PF_MAX_SLICES, n);
-        Py_DECREF(seq);
-        return -1;
-    }
-    int total = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyLong_Check(item)) {
-            PyErr_Format(PyExc_TypeError, "argument 'slice_method': width %zd is %s, expected an int", i,
-                         Py_TYPE(item)->tp_name);
-            Py_DECREF(seq);
-            return -1;
-        }
-        long w = PyLong_AsLong(item);
-        if (w == -1 && PyErr_Occurred()) {
-            Py_DECREF(seq);
-            return -1;
-        }
-        if (w < 1 || w > PF_MAX_SLICE_WIDTH) {
-            PyErr_Format(PyExc_ValueError,
-                         "argument 'slice_method': width %zd is %ld; each slice needs 1 to %d bits (uint8 codes)", i,
-                         w, PF_MAX_SLICE_WIDTH);
-            Py_DECREF(seq);
-            return -1;
-        }
-        widths[i] = (int)w;
-        total += (int)w;
-    }
-    Py_DECREF(seq);
-    if (widths[0] != 1) {
-        PyErr_Format(PyExc_ValueError, "argument 'slice_method': the first (sign) slice must be 1 bit wide, got %d",
-                     widths[0]);
-        return -1;
-    }
-    if (total < 2 || total > PF_MAX_TOTAL_BITS) {
-        PyErr_Format(PyExc_ValueError, "argument 'slice_method': total bits must be 2 to %d, got %d",
-                     PF_MAX_TOTAL_BITS, total);
-        return -1;
-    }
-    if (pf_slice_method_init(sm, widths, (int)n) < 0) {
-        PyErr_SetString(PyExc_ValueError, "argument 'slice_method': invalid slice method");
-        return -1;
-    }
-    return 0;
-}
-
-/* A pair of positive ints (a tuple, list, ...). */
-static int parse_pair(PyObject *obj, const char *argname, int64_t out[2])
-{
-    if (PyUnicode_Check(obj) || !PySequence_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "argument '%s': expected a pair of positive ints, got %R", argname, obj);
-        return -1;
-    }
-    Py_ssize_t n = PySequence_Size(obj);
-    if (n < 0)
-        return -1;
-    if (n != 2) {
-        PyErr_Format(PyExc_ValueError, "argument '%s': expected 2 values, got %zd", argname, n);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < 2; i++) {
-        PyObject *item = PySequence_GetItem(obj, i);
-        if (!item)
-            return -1;
-        if (!PyLong_Check(item)) {
-            PyErr_Format(PyExc_TypeError, "argument '%s': value %zd is %s, expected an int", argname, i,
-                         Py_TYPE(item)->tp_name);
-            Py_DECREF(item);
-            return -1;
-        }
-        long long v = PyLong_AsLongLong(item);
-        Py_DECREF(item);
-        if (v == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_ValueError, "argument '%s': value %zd is out of range", argname, i);
-            return -1;
-        }
-        if (v < 1) {
-            PyErr_Format(PyExc_ValueError, "argument '%s': values must be positive, got %lld", argname, v);
-            return -1;
-        }
-        out[i] = (int64_t)v;
-    }
-    return 0;
-}
+/* 0, or -1 with the exception of a failed core validator (errors.c). */
+static int check(pf_status st) { return st == PF_OK ? 0 : (pf_raise_status(st, NULL), -1); }
 
 /* Spec section 2: quant_gran (None, "per-row", "per-col", "per-matrix" or a
  * pair) rounded up to multiples of the block. */
@@ -144,8 +52,12 @@ static int resolve_granule(PyObject *quant_gran, const int64_t paral[2], int64_t
                          "positive ints, got '%s'", s);
             return -1;
         }
-    } else if (parse_pair(quant_gran, "quant_gran", g) < 0) {
-        return -1;
+    } else {
+        pf_pair_arg pair = {.name = "quant_gran", .min = 1};
+        if (!pf_conv_pair(quant_gran, &pair))
+            return -1;
+        g[0] = pair.v[0];
+        g[1] = pair.v[1];
     }
     for (int i = 0; i < 2; i++) {
         int64_t blocks = g[i] / paral[i] + (g[i] % paral[i] != 0);
@@ -179,34 +91,6 @@ static int parse_bw_e(PyObject *obj, int *bfp)
     return 0;
 }
 
-static int parse_g_level(PyObject *obj, const pf_slice_method *sm, int *g_level)
-{
-    if (!PyLong_Check(obj) || PyBool_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "argument 'g_level': expected an int, got %s", Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    long g = PyLong_AsLong(obj);
-    if (g == -1 && PyErr_Occurred())
-        return -1;
-    if (g < 2 || g > 256) {
-        PyErr_Format(PyExc_ValueError, "argument 'g_level': must be 2 to 256 (uint8 levels), got %ld", g);
-        return -1;
-    }
-    if (sm) {
-        for (int s = 0; s < sm->n_slices; s++) {
-            if (sm->max_code[s] > g - 1) {
-                PyErr_Format(PyExc_ValueError,
-                             "argument 'g_level': a %d-bit weight slice needs %d levels but g_level is %ld; "
-                             "use narrower weight slices or more conductance levels",
-                             sm->width[s], sm->max_code[s] + 1, g);
-                return -1;
-            }
-        }
-    }
-    *g_level = (int)g;
-    return 0;
-}
-
 void pf_slice_call_clear(pf_slice_call *c)
 {
     Py_CLEAR(c->x);
@@ -221,17 +105,23 @@ void pf_slice_call_clear(pf_slice_call *c)
 int pf_slice_call_parse(PyObject *args, PyObject *kwds, pf_slice_call *c)
 {
     static char *kwlist[] = {"data", "slice_method", "paral_size", "quant_gran", "bw_e", "dequant", "g_level", NULL};
-    PyObject *data_obj, *method_obj, *paral_obj, *gran_obj = Py_None, *bw_e_obj = Py_None, *g_level_obj = Py_None;
+    static const char fmt[] = "OO&O&|OOpO:slice_quantize";
+    PyObject *data_obj, *gran_obj = Py_None, *bw_e_obj = Py_None, *g_level_obj = Py_None;
+    pf_method_arg method = {.name = "slice_method"};
+    pf_pair_arg paral_arg = {.name = "paral_size", .min = 1};
     int want_dequant = 0;
     memset(c, 0, sizeof *c);
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OOpO:slice_quantize", kwlist, &data_obj, &method_obj,
-                                     &paral_obj, &gran_obj, &bw_e_obj, &want_dequant, &g_level_obj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &data_obj, pf_conv_slice_method, &method,
+                                     pf_conv_pair, &paral_arg, &gran_obj, &bw_e_obj, &want_dequant, &g_level_obj)) {
+        pf_name_parse_error(args, kwds, fmt, kwlist);
         return -1;
-    int64_t paral[2];
-    if (parse_slice_method(method_obj, &c->sm) < 0 || parse_pair(paral_obj, "paral_size", paral) < 0 ||
-        parse_bw_e(bw_e_obj, &c->bfp) < 0)
+    }
+    c->sm = method.sm;
+    const int64_t *paral = paral_arg.v;
+    if (parse_bw_e(bw_e_obj, &c->bfp) < 0)
         return -1;
-    if (g_level_obj != Py_None && parse_g_level(g_level_obj, &c->sm, &c->g_level) < 0)
+    if (g_level_obj != Py_None && (!pf_conv_g_level(g_level_obj, &c->g_level) ||
+                                   check(pf_validate_levels_fit("g_level", &c->sm, c->g_level)) < 0))
         return -1;
 
     if (!(c->x = pf_array_from_object(data_obj, PF_DT_F32, 0, "data")))
@@ -276,14 +166,11 @@ fail:
     return -1;
 }
 
-PyObject *pf_slice_call_finish(pf_slice_call *c, int status)
+PyObject *pf_slice_call_finish(pf_slice_call *c, pf_status status)
 {
     PyObject *result = NULL;
-    if (status == PF_EINVAL) {
-        /* every argument was validated by the parser: the max pass found NaN or inf */
-        PyErr_SetString(PyExc_ValueError, "argument 'data': contains NaN or infinity; quantization needs finite values");
-    } else if (status != PF_OK) {
-        pf_raise_status(status, "slice_quantize");
+    if (status != PF_OK) {
+        pf_raise_status(status, "slice_quantize"); /* NaN/inf data: PF_ENONFINITE naming 'data' */
     } else {
         result = Py_BuildValue("(OOOOOO(LL))", (PyObject *)c->codes, (PyObject *)c->gmax, (PyObject *)c->gscale,
                                c->gexp ? (PyObject *)c->gexp : Py_None, c->dq ? (PyObject *)c->dq : Py_None,
@@ -300,7 +187,7 @@ static PyObject *py_slice_quantize(PyObject *self, PyObject *args, PyObject *kwd
     pf_slice_call c;
     if (pf_slice_call_parse(args, kwds, &c) < 0)
         return NULL;
-    int status;
+    pf_status status;
     pf_sigint_guard guard; /* Ctrl-C stops the slicing between bands / rows (bind_interrupt.h) */
     do {
         pf_cancel *cancel = pf_sigint_begin(&guard);
@@ -319,12 +206,17 @@ static PyObject *py_program_levels(PyObject *self, PyObject *args, PyObject *kwd
 {
     PF_UNUSED(self);
     static char *kwlist[] = {"codes", "slice_method", "g_level", NULL};
-    PyObject *codes_obj, *method_obj, *g_level_obj;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:program_levels", kwlist, &codes_obj, &method_obj, &g_level_obj))
-        return NULL;
-    pf_slice_method sm;
+    static const char fmt[] = "OO&O&:program_levels";
+    PyObject *codes_obj;
+    pf_method_arg method = {.name = "slice_method"};
     int g_level;
-    if (parse_slice_method(method_obj, &sm) < 0 || parse_g_level(g_level_obj, &sm, &g_level) < 0)
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &codes_obj, pf_conv_slice_method, &method,
+                                     pf_conv_g_level, &g_level)) {
+        pf_name_parse_error(args, kwds, fmt, kwlist);
+        return NULL;
+    }
+    const pf_slice_method sm = method.sm;
+    if (check(pf_validate_levels_fit("g_level", &sm, g_level)) < 0)
         return NULL;
     PfArray *codes = pf_array_from_object(codes_obj, PF_DT_U8, 0, "codes");
     if (!codes)
@@ -339,14 +231,10 @@ static PyObject *py_program_levels(PyObject *self, PyObject *args, PyObject *kwd
     size_t cells = pf_array_size(codes) / (size_t)sm.n_slices;
     if (!(levels = pf_array_new(PF_DT_U8, codes->ndim, codes->shape)))
         goto fail;
-    int status;
+    pf_status status;
     Py_BEGIN_ALLOW_THREADS
     status = pf_program_levels((const uint8_t *)codes->data, (int64_t)cells, &sm, g_level, (uint8_t *)levels->data);
     Py_END_ALLOW_THREADS
-    if (status == PF_EINVAL) {
-        PyErr_SetString(PyExc_ValueError, "argument 'codes': a code exceeds its slice's maximum 2**width - 1");
-        goto fail;
-    }
     if (status != PF_OK) {
         pf_raise_status(status, "program_levels");
         goto fail;
@@ -359,62 +247,23 @@ fail:
     return NULL;
 }
 
-static int parse_rate(double v, const char *argname)
-{
-    if (!(v >= 0.0 && v <= 1.0)) {
-        char b[40];
-        PyErr_Format(PyExc_ValueError, "argument '%s': must be a probability in [0, 1], got %s", argname,
-                     pf_fmt_double(b, sizeof b, v));
-        return -1;
-    }
-    return 0;
-}
-
 int pf_program_call_parse(PyObject *args, PyObject *kwds, PfArray **levels_out, PfArray **out, pf_program_params *pp)
 {
     static char *kwlist[] = {"levels", "g_level", "HGS", "LGS", "write_variation", "rate_stuck_HGS",
                              "rate_stuck_LGS", "seed", NULL};
-    PyObject *levels_obj, *g_level_obj, *seed_obj = Py_None;
+    static const char fmt[] = "OO&dd|dddO&:program_conductance";
+    PyObject *levels_obj;
     pf_program_params p = {0};
-    *levels_out = *out = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOdd|dddO:program_conductance", kwlist, &levels_obj, &g_level_obj,
-                                     &p.hgs, &p.lgs, &p.write_variation, &p.rate_stuck_hgs, &p.rate_stuck_lgs,
-                                     &seed_obj))
-        return -1;
-    if (parse_g_level(g_level_obj, NULL, &p.g_level) < 0)
-        return -1;
-    if (!(p.lgs < p.hgs) || !isfinite(p.hgs) || !isfinite(p.lgs)) {
-        char b1[40], b2[40];
-        PyErr_Format(PyExc_ValueError, "argument 'LGS': must be finite and below HGS (LGS=%s, HGS=%s)",
-                     pf_fmt_double(b1, sizeof b1, p.lgs), pf_fmt_double(b2, sizeof b2, p.hgs));
-        return -1;
-    }
-    if (!(p.write_variation >= 0.0) || !(p.write_variation <= PF_REL_SIGMA_MAX)) {
-        char b[40], lim[40];
-        PyErr_Format(PyExc_ValueError, "argument 'write_variation': must be in [0, %s], got %s",
-                     pf_fmt_double(lim, sizeof lim, PF_REL_SIGMA_MAX), pf_fmt_double(b, sizeof b, p.write_variation));
-        return -1;
-    }
-    if (parse_rate(p.rate_stuck_hgs, "rate_stuck_HGS") < 0 || parse_rate(p.rate_stuck_lgs, "rate_stuck_LGS") < 0)
-        return -1;
-    if (!(p.rate_stuck_hgs + p.rate_stuck_lgs <= 1.0)) {
-        PyErr_SetString(PyExc_ValueError, "argument 'rate_stuck_LGS': rate_stuck_HGS + rate_stuck_LGS exceeds 1");
-        return -1;
-    }
     p.seed = PF_DEFAULT_SEED;
-    if (seed_obj != Py_None) {
-        if (!PyLong_Check(seed_obj) || PyBool_Check(seed_obj)) {
-            PyErr_Format(PyExc_TypeError, "argument 'seed': expected an int, got %s", Py_TYPE(seed_obj)->tp_name);
-            return -1;
-        }
-        unsigned long long s = PyLong_AsUnsignedLongLong(seed_obj);
-        if (s == (unsigned long long)-1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            PyErr_SetString(PyExc_ValueError, "argument 'seed': must be an int in [0, 2**64)");
-            return -1;
-        }
-        p.seed = (uint64_t)s;
+    *levels_out = *out = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &levels_obj, pf_conv_g_level, &p.g_level, &p.hgs,
+                                     &p.lgs, &p.write_variation, &p.rate_stuck_hgs, &p.rate_stuck_lgs, pf_conv_seed,
+                                     &p.seed)) {
+        pf_name_parse_error(args, kwds, fmt, kwlist);
+        return -1;
     }
+    if (check(pf_validate_program_params(&p)) < 0)
+        return -1;
     PfArray *levels = pf_array_from_object(levels_obj, PF_DT_U8, 0, "levels");
     if (!levels)
         return -1;
@@ -442,7 +291,7 @@ static PyObject *py_program_conductance(PyObject *self, PyObject *args, PyObject
     pf_program_params p;
     if (pf_program_call_parse(args, kwds, &levels, &g, &p) < 0)
         return NULL;
-    int status;
+    pf_status status;
     Py_BEGIN_ALLOW_THREADS
     status = pf_program_conductance((const uint8_t *)levels->data, levels->shape[0], levels->shape[1],
                                     levels->shape[2], &p, (float *)g->data);

@@ -23,7 +23,7 @@ typedef struct {
 int pf_slice_call_parse(PyObject *args, PyObject *kwds, pf_slice_call *c);
 /* The result tuple (codes, gran_max, gran_scale, gran_exp|None, dequant|None,
  * levels|None, (qr', qc')) from a run's status; clears c either way. */
-PyObject *pf_slice_call_finish(pf_slice_call *c, int status);
+PyObject *pf_slice_call_finish(pf_slice_call *c, pf_status status);
 void pf_slice_call_clear(pf_slice_call *c);
 
 /* program_conductance(levels, g_level, HGS, LGS, write_variation=0, rate_stuck_HGS=0,

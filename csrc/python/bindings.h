@@ -6,6 +6,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "core/pf_common.h"
+#include "python/convert.h"
+
 int pf_bind_slicing_init(PyObject *module);
 int pf_bind_dpe_init(PyObject *module);
 int pf_bind_attention_init(PyObject *module);
@@ -29,7 +32,12 @@ static inline const char *pf_fmt_double(char *buf, size_t size, double v)
     return buf;
 }
 
-/* Converts a pf_status into a Python exception (returns NULL for chaining). */
-PyObject *pf_raise_status(int status, const char *what);
+/* The one error mapper (errors.c): raises the Python exception for a failed core call from the
+ * thread's pf_last_error() record (naming the argument at fault) when it holds status st, else a
+ * message naming `what` (and, in pf_raise_status_text, the backend's own text). st == PF_OK uses the
+ * record's status. Consumes the record; returns NULL for chaining. */
+PyObject *pf_raise_status(pf_status st, const char *what);
+PyObject *pf_raise_status_text(pf_status st, const char *what, const char *text);
+PyObject *pf_raise_last_error(const char *what);
 
 #endif

@@ -8,22 +8,6 @@
 #include "core/pf_common.h"
 #include "cpu/threads.h"
 
-PyObject *pf_raise_status(int status, const char *what)
-{
-    switch (status) {
-    case PF_ENOMEM: PyErr_Format(PyExc_MemoryError, "%s: out of memory", what); break;
-    case PF_EOVERFLOW: PyErr_Format(PyExc_ValueError, "%s: array sizes overflow", what); break;
-    case PF_EINVAL: PyErr_Format(PyExc_ValueError, "%s: invalid arguments", what); break;
-    case PF_EDEVICE: PyErr_Format(PyExc_RuntimeError, "%s: device error", what); break;
-    case PF_EINTR:
-        if (!PyErr_Occurred())
-            PyErr_SetNone(PyExc_KeyboardInterrupt);
-        break;
-    default: PyErr_Format(PyExc_RuntimeError, "%s: failed with status %d", what, status); break;
-    }
-    return NULL;
-}
-
 static const char *g_copy_names[PF_COPY_KINDS] = {"host_copy", "dtype_conversion", "host_to_device", "device_to_host"};
 
 static PyObject *py_memory_stats(PyObject *self, PyObject *noargs)
@@ -143,6 +127,9 @@ static PyMethodDef core_methods[] = {
      "OMP_NUM_THREADS when it is a positive integer, else the CPUs in the process's affinity mask."},
     {"cpu_isa", py_cpu_isa, METH_NOARGS, "(active ISA, detected ISA) of the CPU kernels."},
     {"set_isa_limit", py_set_isa_limit, METH_O, "Cap the SIMD level ('generic', 'avx2', 'avx512'); returns the active one."},
+    {"check_seed", pf_py_check_seed, METH_O,
+     "check_seed(seed)\n--\n\nThe seed as every entry point reads it: an int in [0, 2**64) (None: DEFAULT_SEED); "
+     "TypeError / ValueError naming 'seed' otherwise."},
     {"cl_library_error", py_cl_library_error, METH_NOARGS,
      "cl_library_error()\n--\n\nNone when the OpenCL ICD loader is loaded (it is loaded here if needed), else why not."},
     {NULL, NULL, 0, NULL},

@@ -14,11 +14,12 @@ import pytest
 
 import pyfastpim
 from pyfastpim import _core
+from helpers import ROOT
 
 NPLAT, _ = _core.cl_devices()
 pytestmark = pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform: the OpenCL ICD loader reports none "
                                                    "(install pocl-opencl-icd to run these tests)")
-KERNELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "kernels")
+KERNELS = os.path.join(ROOT, "kernels")
 
 
 def source_kernels():

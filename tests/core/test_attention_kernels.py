@@ -14,7 +14,7 @@ from pyfastpim.attention import _ContextCore
 from reference import attention_ref as ref
 
 F32 = np.float32
-ROOT = os.path.join(os.path.dirname(__file__), "..")
+from helpers import ROOT
 
 
 def test_the_binding_imports_no_python_module():

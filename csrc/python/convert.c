@@ -1,0 +1,244 @@
+/* Shared argument converters (convert.h); the range rules are core/contract.h's. */
+#include <math.h>
+
+#include "python/bindings.h"
+#include "python/convert.h"
+#include "core/contract.h"
+#include "core/philox_noise.h"
+
+int pf_as_int64(PyObject *obj, const char *name, int64_t *out)
+{
+    if (PyBool_Check(obj) || PyFloat_Check(obj) || !PyIndex_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "argument '%s': expected an int, got %s", name, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    PyObject *idx = PyNumber_Index(obj);
+    if (!idx) { /* e.g. a NumPy array or tensor of several elements: __index__ refuses it */
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "argument '%s': expected an int, got %s", name, Py_TYPE(obj)->tp_name);
+        }
+        return -1;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(idx, &overflow);
+    Py_DECREF(idx);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': %R is out of range", name, obj);
+        return -1;
+    }
+    *out = (int64_t)v;
+    return 0;
+}
+
+/* Raises the pf_fail record of a failed core validator; 0 for the converters' convention. */
+static int fail_converter(pf_status st)
+{
+    pf_raise_status(st, NULL);
+    return 0;
+}
+
+static int as_uint64(PyObject *obj, const char *name, uint64_t *out)
+{
+    if (PyBool_Check(obj) || PyFloat_Check(obj) || !PyIndex_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "argument '%s': expected an int in [0, 2**64), got %s", name,
+                     Py_TYPE(obj)->tp_name);
+        return 0;
+    }
+    PyObject *idx = PyNumber_Index(obj);
+    if (!idx) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "argument '%s': expected an int in [0, 2**64), got %s", name,
+                         Py_TYPE(obj)->tp_name);
+        }
+        return 0;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(idx);
+    Py_DECREF(idx);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "argument '%s': must be an int in [0, 2**64), got %R", name, obj);
+        return 0;
+    }
+    *out = (uint64_t)v;
+    return 1;
+}
+
+int pf_conv_seed(PyObject *obj, void *out)
+{
+    if (obj == Py_None) {
+        *(uint64_t *)out = PF_DEFAULT_SEED;
+        return 1;
+    }
+    return as_uint64(obj, "seed", out);
+}
+
+int pf_conv_call(PyObject *obj, void *out) { return as_uint64(obj, "call", out); }
+
+int pf_conv_int(PyObject *obj, void *arg)
+{
+    pf_int_arg *a = arg;
+    if (pf_as_int64(obj, a->name, &a->value) < 0)
+        return 0;
+    if (a->value < a->min || a->value > a->max) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': must be in %lld..%lld, got %lld", a->name, (long long)a->min,
+                     (long long)a->max, (long long)a->value);
+        return 0;
+    }
+    return 1;
+}
+
+/* An int checked by a core validator into *(int *)out. */
+static int conv_checked_int(PyObject *obj, void *out, const char *name, pf_status (*check)(const char *, int64_t))
+{
+    int64_t v;
+    if (pf_as_int64(obj, name, &v) < 0)
+        return 0;
+    pf_status st = check(name, v);
+    if (st != PF_OK)
+        return fail_converter(st);
+    *(int *)out = (int)v;
+    return 1;
+}
+
+int pf_conv_g_level(PyObject *obj, void *out) { return conv_checked_int(obj, out, "g_level", pf_validate_g_level); }
+
+int pf_conv_rdac(PyObject *obj, void *out) { return conv_checked_int(obj, out, "rdac", pf_validate_resolution); }
+
+/* obj as a non-string sequence (new reference) or NULL with TypeError naming `name`. */
+static PyObject *as_sequence(PyObject *obj, const char *name, const char *what)
+{
+    if (PyUnicode_Check(obj) || PyBytes_Check(obj) || !PySequence_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "argument '%s': expected %s, got %s", name, what, Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(obj, "");
+    if (!seq) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "argument '%s': expected %s, got %s", name, what, Py_TYPE(obj)->tp_name);
+    }
+    return seq;
+}
+
+/* Items of a sequence as int64 (n <= cap): the count, or -1 with an exception. */
+static Py_ssize_t int_items(PyObject *obj, const char *name, const char *what, int64_t *v, Py_ssize_t cap)
+{
+    PyObject *seq = as_sequence(obj, name, what);
+    if (!seq)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > cap) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "argument '%s': expected %s, got %zd values", name, what, n);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (pf_as_int64(PySequence_Fast_GET_ITEM(seq, i), name, &v[i]) < 0) {
+            Py_DECREF(seq);
+            return -1;
+        }
+    Py_DECREF(seq);
+    return n;
+}
+
+int pf_conv_pair(PyObject *obj, void *arg)
+{
+    pf_pair_arg *a = arg;
+    int64_t v[3];
+    Py_ssize_t n = int_items(obj, a->name, "a pair of ints", v, 2);
+    if (n < 0)
+        return 0;
+    if (n != 2) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': expected a pair of ints, got %zd values", a->name, n);
+        return 0;
+    }
+    pf_status st = pf_validate_pair(a->name, v[0], v[1], a->min);
+    if (st != PF_OK)
+        return fail_converter(st);
+    int64_t max = a->max ? a->max : INT64_MAX;
+    if (v[0] > max || v[1] > max) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': values must be at most %lld, got (%lld, %lld)", a->name,
+                     (long long)max, (long long)v[0], (long long)v[1]);
+        return 0;
+    }
+    a->v[0] = v[0];
+    a->v[1] = v[1];
+    return 1;
+}
+
+int pf_conv_slice_method(PyObject *obj, void *arg)
+{
+    pf_method_arg *a = arg;
+    int64_t w[PF_MAX_SLICES];
+    PyObject *seq = as_sequence(obj, a->name, "a sequence of slice widths");
+    if (!seq)
+        return 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_DECREF(seq);
+    if (n < 1 || n > PF_MAX_SLICES) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': expected 1 to %d slice widths, got %zd", a->name,
+                     PF_MAX_SLICES, n);
+        return 0;
+    }
+    if (int_items(obj, a->name, "a sequence of slice widths", w, PF_MAX_SLICES) < 0)
+        return 0;
+    pf_status st = pf_validate_slice_method(a->name, w, n, a->min_total_bits, &a->sm);
+    return st == PF_OK ? 1 : fail_converter(st);
+}
+
+int pf_conv_resolutions(PyObject *obj, void *arg)
+{
+    pf_resolutions_arg *a = arg;
+    Py_ssize_t n = 0;
+    if (PyIndex_Check(obj) && !PyBool_Check(obj)) {
+        if (pf_as_int64(obj, a->name, &a->v[0]) < 0)
+            return 0;
+    } else {
+        if ((n = int_items(obj, a->name, "an int or a sequence of ints (one per weight slice)", a->v,
+                           PF_MAX_SLICES)) < 0)
+            return 0;
+        if (n < 1) {
+            PyErr_Format(PyExc_ValueError, "argument '%s': expected at least one resolution", a->name);
+            return 0;
+        }
+    }
+    for (Py_ssize_t j = 0; j < (n ? n : 1); j++) {
+        pf_status st = pf_validate_resolution(a->name, a->v[j]);
+        if (st != PF_OK)
+            return fail_converter(st);
+    }
+    a->count = (int)n;
+    return 1;
+}
+
+int pf_conv_sigma(PyObject *obj, void *arg)
+{
+    pf_sigma_arg *a = arg;
+    if (PyUnicode_Check(obj) || !(PyFloat_Check(obj) || PyIndex_Check(obj) || PyNumber_Check(obj))) {
+        PyErr_Format(PyExc_TypeError, "argument '%s': expected a real number, got %s", a->name, Py_TYPE(obj)->tp_name);
+        return 0;
+    }
+    double v = PyFloat_AsDouble(obj);
+    if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "argument '%s': expected a real number, got %s", a->name, Py_TYPE(obj)->tp_name);
+        return 0;
+    }
+    pf_status st = pf_validate_sigma(a->name, v, a->max);
+    if (st != PF_OK)
+        return fail_converter(st);
+    a->value = v;
+    return 1;
+}
+
+PyObject *pf_py_check_seed(PyObject *self, PyObject *obj)
+{
+    PF_UNUSED(self);
+    uint64_t seed;
+    if (!pf_conv_seed(obj, &seed))
+        return NULL;
+    return PyLong_FromUnsignedLongLong(seed);
+}

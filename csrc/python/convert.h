@@ -1,0 +1,75 @@
+/* Shared argument converters (convert.c): every entry point (CPU bindings, the OpenCL device
+ * handle, layers through them) parses seeds, slice methods, pairs/granules, levels, converter
+ * resolutions and sigmas here, so the same input gets the same answer or the same error (type and
+ * words) everywhere. Each is a PyArg "O&" converter (1 on success, 0 with an exception naming the
+ * argument); the named ones take a struct whose `name` field is the argument's name. Range rules
+ * are the core's (core/contract.h). Ints: Python ints or objects with __index__ (NumPy integers),
+ * never bool or float. Sequences: list, tuple or any non-string sequence. */
+#ifndef PF_CONVERT_H
+#define PF_CONVERT_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#include "core/pf_common.h"
+#include "core/quantize.h"
+
+/* uint64_t *: an int in [0, 2**64); None gives PF_DEFAULT_SEED (argument 'seed'). */
+int pf_conv_seed(PyObject *obj, void *out);
+/* uint64_t *: a call counter, an int in [0, 2**64) (argument 'call'; kernels use it modulo 2**32). */
+int pf_conv_call(PyObject *obj, void *out);
+/* int *: 2 <= g_level <= 256 (argument 'g_level'). */
+int pf_conv_g_level(PyObject *obj, void *out);
+/* int *: 2 <= rdac <= 2**24 (argument 'rdac'). */
+int pf_conv_rdac(PyObject *obj, void *out);
+
+/* An int in [min, max] under a name. */
+typedef struct {
+    const char *name;
+    int64_t min, max;
+    int64_t value;
+} pf_int_arg;
+int pf_conv_int(PyObject *obj, void *arg);
+
+/* A pair of ints >= min (granules, paral sizes: min 1; padding: min 0), each <= max (0: INT64_MAX). */
+typedef struct {
+    const char *name;
+    int64_t min, max;
+    int64_t v[2];
+} pf_pair_arg;
+int pf_conv_pair(PyObject *obj, void *arg);
+
+/* A slice method: a sequence of widths, most significant first. */
+typedef struct {
+    const char *name;
+    int min_total_bits; /* 0: 2 (quantizers); 1: also the sign-only method (products of given codes) */
+    pf_slice_method sm;
+} pf_method_arg;
+int pf_conv_slice_method(PyObject *obj, void *arg);
+
+/* ADC resolutions: one int (for every slice) or a sequence of ints, each in 2..2**24, in the given
+ * order (count = how many; 0 for a single int). */
+typedef struct {
+    const char *name;
+    int count;
+    int64_t v[PF_MAX_SLICES];
+} pf_resolutions_arg;
+int pf_conv_resolutions(PyObject *obj, void *arg);
+
+/* A finite real number in [0, max] (NaN/inf: ValueError "must be finite"). */
+typedef struct {
+    const char *name;
+    double max;
+    double value;
+} pf_sigma_arg;
+int pf_conv_sigma(PyObject *obj, void *arg);
+
+/* _core.check_seed(seed) -> int: the seed every entry point accepts (pf_conv_seed), for Python-level
+ * callers that store a seed before any kernel sees it (DPETensor.reset). */
+PyObject *pf_py_check_seed(PyObject *self, PyObject *obj);
+
+/* The int in obj under a name (no range check): 0, or -1 with TypeError/ValueError naming it. */
+int pf_as_int64(PyObject *obj, const char *name, int64_t *out);
+
+#endif

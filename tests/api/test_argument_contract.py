@@ -1,0 +1,346 @@
+"""One argument contract (issue 10): the same invalid argument gets the same exception type, naming the
+argument, from every entry point that takes it (the C converters of csrc/python/convert.c and the core
+validator of csrc/core/contract.c), on the CPU and on OpenCL; plus regressions of the drifted parsers.
+"""
+import math
+
+import numpy as np
+import pytest
+
+import pyfastpim
+from pyfastpim import _core
+
+HGS, LGS = 1e-5, 1e-7
+
+
+def _opencl():
+    try:
+        return pyfastpim.resolve_device("opencl")
+    except (RuntimeError, ValueError):
+        return None
+
+
+CL = _opencl()
+DEVICES = ["cpu"] + (["opencl"] if CL is not None else [])
+
+
+# ---------------------------------------------------------------- raw entry points on both devices
+
+def mvm_args(**over):
+    """Consistent _core.dpe_mvm arguments (N=1, R=3, K=16, P=8, n=8), then the overrides."""
+    K, P, n = 16, 8, 8
+    rng = np.random.default_rng(3)
+    args = dict(x_codes=rng.integers(0, 2, (2, 1, 3, K)).astype(np.uint8), x_scale=np.ones((1, 3, K // n), np.float32),
+                x_granule=(1, n), x_widths=(1, 1), w_levels=rng.integers(0, 16, (2, K, P)).astype(np.uint8) % 2,
+                w_conductance=None, w_scale=np.ones((K // n, 1), np.float32), w_granule=(n, 8), w_widths=(1, 1),
+                n=n, rdac=16, g_level=16, radc=[256, 256], HGS=HGS, LGS=LGS, read_sigma=None, vnoise=0.0, seed=1,
+                call=0)
+    args.update(over)
+    return args
+
+
+def conv_args(**over):
+    rng = np.random.default_rng(4)
+    C, kh, P, n = 2, 3, 4, 2
+    K = C * kh * kh
+    args = dict(image=rng.standard_normal((1, C, 5, 5)).astype(np.float32), kernel_size=(kh, kh), stride=(1, 1),
+                padding=(0, 0), dilation=(1, 1), x_granule=(1, n), x_widths=(1, 1, 2), bfp=False,
+                w_levels=rng.integers(0, 2, (2, K, P)).astype(np.uint8), w_conductance=None,
+                w_scale=np.ones((-(-K // n), 1), np.float32), w_granule=(n, 8), w_widths=(1, 1), n=n, rdac=16,
+                g_level=16, radc=[256, 256], HGS=HGS, LGS=LGS, read_sigma=None, vnoise=0.0, seed=1, call=0)
+    args.update(over)
+    return args
+
+
+X = np.random.default_rng(5).standard_normal((6, 8)).astype(np.float32)
+
+
+def slice_args(**over):
+    args = dict(data=X, slice_method=(1, 1, 2), paral_size=(2, 2), quant_gran=None, bw_e=None, dequant=False,
+                g_level=None)
+    args.update(over)
+    return args
+
+
+def program_args(**over):
+    args = dict(levels=np.zeros((2, 3, 3), np.uint8), g_level=16, HGS=HGS, LGS=LGS, write_variation=0.0,
+                rate_stuck_HGS=0.0, rate_stuck_LGS=0.0, seed=None)
+    args.update(over)
+    return args
+
+
+def run_mvm(device, **over):
+    args = mvm_args(**over)
+    return _core.dpe_mvm(**args) if device == "cpu" else pyfastpim.cl_dpe_mvm(CL, **args)
+
+
+def run_conv(device, **over):
+    args = conv_args(**over)
+    return _core.dpe_conv2d(**args) if device == "cpu" else pyfastpim.cl_dpe_conv2d(CL, **args)
+
+
+def run_slice(device, **over):
+    args = slice_args(**over)
+    return (_core.slice_quantize if device == "cpu" else CL.slice_quantize)(**args)
+
+
+def run_program(device, **over):
+    args = program_args(**over)
+    return (_core.program_conductance if device == "cpu" else CL.program_conductance)(**args)
+
+
+def run_normals(device, seed):
+    return (_core.normals if device == "cpu" else CL.normals)(seed, 0, 0, 0, 4)
+
+
+def outcome(fn, *args, **kw):
+    """('ok', None) or (exception type, message)."""
+    try:
+        fn(*args, **kw)
+    except Exception as exc:  # noqa: BLE001 - compared below
+        return type(exc), str(exc)
+    return "ok", None
+
+
+def assert_same_rejection(calls, name, exc_type):
+    """Every call raises exc_type (the same type everywhere) with a message naming the argument."""
+    got = {label: outcome(fn) for label, fn in calls.items()}
+    types = {label: o[0] for label, o in got.items()}
+    assert set(types.values()) == {exc_type}, got
+    for label, (_, msg) in got.items():
+        assert name in msg, (label, msg)
+
+
+# ---------------------------------------------------------------- seeds
+
+BAD_SEEDS = [(-1, ValueError), (2 ** 64, ValueError), (-2 ** 63, ValueError), (1.5, TypeError), ("7", TypeError),
+             (True, TypeError), (float("nan"), TypeError)]
+
+
+def seed_entry_points(seed):
+    calls = {}
+    for dev in DEVICES:
+        calls["dpe_mvm/" + dev] = lambda dev=dev: run_mvm(dev, seed=seed)
+        calls["dpe_conv2d/" + dev] = lambda dev=dev: run_conv(dev, seed=seed)
+        calls["program_conductance/" + dev] = lambda dev=dev: run_program(dev, seed=seed)
+        calls["normals/" + dev] = lambda dev=dev: run_normals(dev, seed)
+    calls["drift"] = lambda: _core.drift(np.ones(3, np.float32), seed, 2.0, 1.0, 0.05, 0.0)
+    calls["program_weights"] = lambda: pyfastpim.program_weights(np.zeros((3, 2, 2), np.uint8), (1, 1, 2), 16,
+                                                                 seed=seed)
+    calls["DPETensor"] = lambda: pyfastpim.DPETensor(seed=seed)
+    calls["check_seed"] = lambda: _core.check_seed(seed)
+    return calls
+
+
+@pytest.mark.parametrize("seed,exc", BAD_SEEDS, ids=[repr(s) for s, _ in BAD_SEEDS])
+def test_bad_seed_same_error_everywhere(seed, exc):
+    assert_same_rejection(seed_entry_points(seed), "seed", exc)
+
+
+@pytest.mark.parametrize("seed", [0, 2 ** 63 - 1, 2 ** 63 + 5, 2 ** 64 - 1, np.uint64(2 ** 63 + 5)])
+def test_every_uint64_seed_accepted_everywhere(seed):
+    for label, fn in seed_entry_points(seed).items():
+        assert outcome(fn)[0] == "ok", (label, outcome(fn))
+
+
+def test_regression_high_seed_engine_products():
+    """DPETensor(seed=2**63+5) was accepted, then every product raised OverflowError (seed parsed signed)."""
+    rng = np.random.default_rng(8)
+    x, w = rng.standard_normal((4, 32)).astype(np.float32), rng.standard_normal((32, 8)).astype(np.float32)
+    outs = {}
+    for dev in DEVICES:
+        eng = pyfastpim.DPETensor(seed=2 ** 63 + 5, device=dev, g_level=4, rdac=4, radc=2 ** 10)
+        assert eng.seed == 2 ** 63 + 5
+        outs[dev] = pyfastpim.dpe_matmul(x, w, eng, (1, 1, 2), (1, 1, 2), (1, 16), (16, 8), None, (16, 8))
+        assert np.all(np.isfinite(np.asarray(outs[dev])))
+    # the noise is keyed by the full 64-bit seed: another high seed gives other noise
+    eng2 = pyfastpim.DPETensor(seed=2 ** 63 + 6, g_level=4, rdac=4, radc=2 ** 10)
+    other = pyfastpim.dpe_matmul(x, w, eng2, (1, 1, 2), (1, 1, 2), (1, 16), (16, 8), None, (16, 8))
+    assert not np.array_equal(np.asarray(outs["cpu"]), np.asarray(other))
+    # and the same seed on a fresh engine repeats it
+    eng3 = pyfastpim.DPETensor(seed=2 ** 63 + 5, g_level=4, rdac=4, radc=2 ** 10)
+    again = pyfastpim.dpe_matmul(x, w, eng3, (1, 1, 2), (1, 1, 2), (1, 16), (16, 8), None, (16, 8))
+    np.testing.assert_array_equal(np.asarray(outs["cpu"]), np.asarray(again))
+
+
+# ---------------------------------------------------------------- granules and pairs
+
+BAD_PAIRS = [((0, 8), ValueError), ((-1, 8), ValueError), ((1, 2 ** 63), ValueError), ((1,), ValueError),
+             ((1, 2, 3), ValueError), ((1.0, 8), TypeError), (("1", 8), TypeError), ((True, 8), TypeError),
+             ("18", TypeError), (8, TypeError), (None, TypeError)]
+
+
+@pytest.mark.parametrize("pair,exc", BAD_PAIRS, ids=[repr(p) for p, _ in BAD_PAIRS])
+def test_bad_granule_same_error_everywhere(pair, exc):
+    calls = {}
+    for dev in DEVICES:
+        calls["dpe_mvm x_granule/" + dev] = lambda dev=dev: run_mvm(dev, x_granule=pair)
+        calls["dpe_mvm w_granule/" + dev] = lambda dev=dev: run_mvm(dev, w_granule=pair)
+        calls["dpe_conv2d x_granule/" + dev] = lambda dev=dev: run_conv(dev, x_granule=pair)
+        if pair is not None and not isinstance(pair, str):  # None: paral_size; strings name granularities
+            calls["slice_quantize quant_gran/" + dev] = lambda dev=dev: run_slice(dev, quant_gran=pair)
+        calls["slice_quantize paral_size/" + dev] = lambda dev=dev: run_slice(dev, paral_size=pair)
+    got = {label: outcome(fn) for label, fn in calls.items()}
+    assert {o[0] for o in got.values()} == {exc}, got
+    for label, (_, msg) in got.items():
+        name = label.split()[1].split("/")[0]
+        assert "argument '%s'" % name in msg, (label, msg)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_regression_granule_list_or_tuple(device):
+    """dpe_mvm(x_granule=[1, 8]) raised TypeError while slice_quantize accepted a list: both take any sequence."""
+    ref = np.asarray(run_mvm(device))
+    for conv in (list, tuple, np.array):
+        got = np.asarray(run_mvm(device, x_granule=conv([1, 8]), w_granule=conv([8, 8])))
+        np.testing.assert_array_equal(got, ref)
+        a = run_slice(device, paral_size=conv([2, 2]), quant_gran=conv([2, 4]))
+        b = run_slice(device, paral_size=(2, 2), quant_gran=(2, 4))
+        np.testing.assert_array_equal(np.asarray(a[0]), np.asarray(b[0]))
+    np.testing.assert_array_equal(np.asarray(run_conv(device, kernel_size=[3, 3], stride=[1, 1])[0]),
+                                  np.asarray(run_conv(device)[0]))
+
+
+# ---------------------------------------------------------------- levels, resolutions, slice methods
+
+@pytest.mark.parametrize("g_level,exc", [(1, ValueError), (300, ValueError), (65536, ValueError), (0, ValueError),
+                                         (4.0, TypeError), ("16", TypeError)])
+def test_g_level_same_rule_everywhere(g_level, exc):
+    """g_level=300 was accepted by dpe_mvm and rejected by slice_quantize: 2..256 everywhere now."""
+    calls = {}
+    for dev in DEVICES:
+        calls["dpe_mvm/" + dev] = lambda dev=dev: run_mvm(dev, g_level=g_level)
+        calls["dpe_conv2d/" + dev] = lambda dev=dev: run_conv(dev, g_level=g_level)
+        calls["slice_quantize/" + dev] = lambda dev=dev: run_slice(dev, g_level=g_level)
+        calls["program_conductance/" + dev] = lambda dev=dev: run_program(dev, g_level=g_level)
+    calls["program_levels"] = lambda: _core.program_levels(np.zeros((3, 2, 2), np.uint8), (1, 1, 2), g_level)
+    calls["program_weights"] = lambda: pyfastpim.program_weights(np.zeros((3, 2, 2), np.uint8), (1, 1, 2), g_level)
+    calls["public slice_quantize"] = lambda: pyfastpim.slice_quantize(X, (1, 1, 2), (2, 2), g_level=g_level)
+    if not isinstance(g_level, str):
+        calls["DPETensor"] = lambda: pyfastpim.DPETensor(g_level=g_level)
+    got = {label: outcome(fn) for label, fn in calls.items()}
+    assert {o[0] for o in got.values()} == {exc}, got
+    for label, (_, msg) in got.items():
+        assert "g_level" in msg or "conductance levels" in msg, (label, msg)
+
+
+def test_g_level_256_accepted_everywhere():
+    for dev in DEVICES:
+        run_mvm(dev, g_level=256, rdac=2)
+        run_slice(dev, g_level=256)
+        run_program(dev, g_level=256)
+    pyfastpim.DPETensor(g_level=256)
+
+
+@pytest.mark.parametrize("over,name,exc", [
+    (dict(rdac=1), "rdac", ValueError), (dict(rdac=2 ** 24 + 1), "rdac", ValueError), (dict(rdac=2.5), "rdac", TypeError),
+    (dict(radc=[256]), "radc", ValueError), (dict(radc=[1, 256]), "radc", ValueError),
+    (dict(radc=[256, 2 ** 40]), "radc", ValueError), (dict(radc="x"), "radc", TypeError),
+    (dict(radc=[256, 1.5]), "radc", TypeError),
+    (dict(x_widths=(2, 1)), "x_widths", ValueError), (dict(x_widths=(1, 9)), "x_widths", ValueError),
+    (dict(x_widths=()), "x_widths", ValueError), (dict(x_widths=(1,) * 17), "x_widths", ValueError),
+    (dict(x_widths=(1, 1.0)), "x_widths", TypeError), (dict(x_widths="11"), "x_widths", TypeError),
+    (dict(w_widths=(1, 8)), "w_widths", ValueError),  # 255 > g_level - 1
+    (dict(n=0), "'n'", ValueError), (dict(n=3), "'n'", ValueError), (dict(n=2 ** 40), "'n'", ValueError),
+    (dict(g_level=256, rdac=2 ** 16), "rdac", ValueError),  # (rdac-1)(g_level-1)n >= 2**24
+    (dict(HGS=1e-7, LGS=1e-5), "LGS", ValueError), (dict(LGS=-1e-7), "LGS", ValueError),
+    (dict(HGS=float("nan")), "HGS", ValueError), (dict(LGS=float("inf")), "LGS", ValueError),
+    (dict(vnoise=float("nan")), "vnoise", ValueError), (dict(vnoise=-0.1), "vnoise", ValueError),
+    (dict(vnoise=float("inf")), "vnoise", ValueError), (dict(vnoise=2e6), "vnoise", ValueError),
+    (dict(read_sigma=np.full(16, np.nan, np.float32)), "read_sigma", ValueError),
+    (dict(read_sigma=np.full(16, 6.0, np.float32)), "read_sigma", ValueError),
+    (dict(read_sigma=np.full(16, np.inf, np.float32)), "read_sigma", ValueError),
+    (dict(item0=-1), "item0", ValueError),
+])
+def test_dpe_contract_same_on_both_devices(over, name, exc):
+    calls = {"dpe_mvm/" + dev: (lambda dev=dev: run_mvm(dev, **over)) for dev in DEVICES}
+    if "item0" not in over:
+        calls.update({"dpe_conv2d/" + dev: (lambda dev=dev: run_conv(dev, **over)) for dev in DEVICES})
+    assert_same_rejection(calls, name, exc)
+
+
+@pytest.mark.parametrize("method,exc", [((2, 1), ValueError), ((1, 9), ValueError), ((1,), ValueError),
+                                        ((), ValueError), ((1,) * 17, ValueError), ((1, 2 ** 40), ValueError),
+                                        ((1, -1), ValueError), ((1, 1.5), TypeError), ("12", TypeError),
+                                        (5, TypeError), (None, TypeError)])
+def test_slice_method_same_error_everywhere(method, exc):
+    calls = {"slice_quantize/" + dev: (lambda dev=dev: run_slice(dev, slice_method=method)) for dev in DEVICES}
+    calls["program_levels"] = lambda: _core.program_levels(np.zeros((2, 2, 2), np.uint8), method, 16)
+    calls["conv2d x_widths/cpu"] = lambda: run_conv("cpu", x_widths=method)
+    got = {label: outcome(fn) for label, fn in calls.items()}
+    assert {o[0] for o in got.values()} == {exc}, got
+    for label, (_, msg) in got.items():
+        assert "slice_method" in msg or "x_widths" in msg, (label, msg)
+
+
+@pytest.mark.parametrize("over,name", [
+    (dict(write_variation=float("nan")), "write_variation"), (dict(write_variation=-0.1), "write_variation"),
+    (dict(rate_stuck_HGS=float("nan")), "rate_stuck_HGS"), (dict(rate_stuck_HGS=1.5), "rate_stuck_HGS"),
+    (dict(rate_stuck_LGS=0.6, rate_stuck_HGS=0.6), "rate_stuck_LGS"), (dict(HGS=float("inf")), "HGS"),
+    (dict(LGS=2e-5), "LGS"),
+])
+def test_programming_contract_same_on_both_devices(over, name):
+    assert_same_rejection({"program_conductance/" + d: (lambda d=d: run_program(d, **over)) for d in DEVICES},
+                          name, ValueError)
+
+
+# ---------------------------------------------------------------- non-finite input: PF_ENONFINITE
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nonfinite_input_same_error_on_both_devices(bad):
+    x = X.copy()
+    x[2, 3] = bad
+    assert_same_rejection({"slice_quantize/" + d: (lambda d=d: run_slice(d, data=x)) for d in DEVICES}, "'data'",
+                          ValueError)
+    img = conv_args()["image"].copy()
+    img[0, 1, 2, 2] = bad
+    calls = {"dpe_conv2d/" + d: (lambda d=d: run_conv(d, image=img)) for d in DEVICES}
+    assert_same_rejection(calls, "'input'", ValueError)
+    for label, fn in calls.items():
+        assert "NaN or infinity" in outcome(fn)[1], label
+
+
+def test_nonfinite_other_inputs_name_the_argument():
+    for fn, name in [(lambda: _core.irdrop_block(np.full((3, 3), np.nan), 1.0), "'g'"),
+                     (lambda: _core.irdrop_layer(np.full((1, 4, 4), np.inf, np.float32), 1.0, 2, 2, 1e-7), "'g'"),
+                     (lambda: _core.drift(np.ones(3, np.float32), 1, 2.0, 1.0, float("nan"), 0.0), "nu_mean"),
+                     (lambda: _core.drift(np.ones(3, np.float32), 1, float("inf"), 1.0, 0.05, 0.0), "t_seconds")]:
+        exc, msg = outcome(fn)
+        assert exc is ValueError and name in msg, (name, msg)
+
+
+# ---------------------------------------------------------------- wrong dtypes and types
+
+@pytest.mark.parametrize("over,name,exc", [
+    (dict(x_codes=np.zeros((2, 1, 3, 16), np.float32)), "x_codes", TypeError),
+    (dict(x_scale=np.ones((1, 3, 2), np.complex64)), "x_scale", TypeError),
+    (dict(w_levels=np.zeros((2, 16, 8), np.bool_)), "w_levels", TypeError),
+    (dict(x_codes="codes"), "x_codes", TypeError),
+    (dict(n="8"), "'n'", TypeError), (dict(HGS="1e-5"), "HGS", TypeError), (dict(call=-1), "call", ValueError), (dict(call=2 ** 64), "call", ValueError),
+    (dict(vnoise=None), "vnoise", TypeError),
+])
+def test_wrong_types_same_on_both_devices(over, name, exc):
+    assert_same_rejection({"dpe_mvm/" + d: (lambda d=d: run_mvm(d, **over)) for d in DEVICES}, name, exc)
+
+
+# ---------------------------------------------------------------- the error channel itself
+
+def test_memory_error_has_a_message():
+    """A failed allocation names what could not be allocated (not MemoryError(''))."""
+    import resource
+    old = resource.getrlimit(resource.RLIMIT_AS)
+    try:
+        import os
+        if os.environ.get("PYFASTPIM_SANITIZED") != "1":
+            resource.setrlimit(resource.RLIMIT_AS, (4 << 30, old[1]))
+        exc, msg = outcome(_core.normals, 1, 0, 0, 0, 2 ** 40)
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, old)
+    assert exc is MemoryError and msg, msg
+
+
+def test_interrupt_status_still_raises_keyboard_interrupt():
+    """PF_EINTR maps to KeyboardInterrupt (bind_interrupt.c); kept by the one mapper: test_interrupt.py covers
+    the signal path, this checks the mapper is the module's (no other channel left)."""
+    assert not hasattr(_core, "raise_status")
+    assert math.isfinite(float(np.asarray(run_mvm("cpu")).sum()))

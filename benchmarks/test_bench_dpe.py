@@ -120,8 +120,7 @@ def small_operands():
         rng.standard_normal((K, P)).astype(np.float32)
 
 
-@pytest.mark.parametrize("rows", sorted(SMALL))
-def test_dpe_small_roofline(benchmark, small_operands, rows):
+def _small_roofline(benchmark, small_operands, rows):
     xs, w = small_operands
     x = xs[rows]
     benchmark.group = SMALL[rows]
@@ -129,9 +128,7 @@ def test_dpe_small_roofline(benchmark, small_operands, rows):
     benchmark(lambda: [np.dot(x, w) for _ in range(16)])
 
 
-@pytest.mark.parametrize("noise", [False, True], ids=["noise_off", "read_dac_noise"])
-@pytest.mark.parametrize("rows", sorted(SMALL))
-def test_dpe_small(benchmark, small_operands, rows, noise):
+def _small(benchmark, small_operands, rows, noise):
     xs_all, w = small_operands
     eng = DPETensor(**(ENGINE if noise else dict(ENGINE, read_variation=0.0, vnoise=0.0)))
     xs, ws = sliced(eng, xs_all[rows], w)
@@ -140,3 +137,28 @@ def test_dpe_small(benchmark, small_operands, rows, noise):
     benchmark.extra_info["role"] = "subject"
     benchmark.extra_info["targets"] = {"roofline": SMALL_TARGETS[(rows, noise)]}
     benchmark(eng, xs, ws)
+
+
+# one function per case: report.py names cases by function
+def test_dpe_b1_roofline_16_sgemv(benchmark, small_operands):
+    _small_roofline(benchmark, small_operands, 1)
+
+
+def test_dpe_b1_noise_off(benchmark, small_operands):
+    _small(benchmark, small_operands, 1, False)
+
+
+def test_dpe_b1_read_dac_noise(benchmark, small_operands):
+    _small(benchmark, small_operands, 1, True)
+
+
+def test_dpe_b64_roofline_16_sgemm(benchmark, small_operands):
+    _small_roofline(benchmark, small_operands, 64)
+
+
+def test_dpe_b64_noise_off(benchmark, small_operands):
+    _small(benchmark, small_operands, 64, False)
+
+
+def test_dpe_b64_read_dac_noise(benchmark, small_operands):
+    _small(benchmark, small_operands, 64, True)

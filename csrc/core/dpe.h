@@ -183,7 +183,7 @@ typedef struct pf_dpe_packed {
     size_t b_panel;          /* floats per column panel of B */
     float *B;                /* [ncp][nb][sw][nk][NR] conductance values (see above) */
     float *Bs;               /* [ncp][nb][NR] column scales */
-    size_t bytes;            /* resident bytes (B + Bs) */
+    size_t bytes;            /* resident bytes (this struct, B and Bs) */
     int busy;                /* PF_DPE_PACKED_NOISY: B in use by a call (atomic builtins) */
 } pf_dpe_packed;
 

@@ -118,7 +118,7 @@ pf_status pf_dpe_pack(const pf_dpe_args *a, pf_dpe_packed **out)
         pf_dpe_packed_free(p);
         return PF_ENOMEM;
     }
-    p->bytes = b_bytes + s_bytes;
+    p->bytes = sizeof *p + (b_bytes ? b_bytes : 1) + (s_bytes ? s_bytes : 1); /* as pf_alloc counts them */
     pf_dpe_pack_w_scales(a, p->nb, p->Bs);
     if (p->kind == PF_DPE_PACKED_READY) {
         /* the values of every call: no read noise (an all-zero sigma draws exp(0) = 1) */

@@ -311,3 +311,23 @@ def test_layers_use_one_pack_and_survive_copy_deepcopy_and_pickle():
             y2 = layer(inp)
             assert layer.weight_sliced._packed[2] is not handle
             assert not np.array_equal(y2.numpy(), y.numpy())
+
+
+def test_one_row_tiles_give_the_bits_of_full_tiles_with_read_noise():
+    # read noise is indexed by weight cell and call only: a row multiplied alone (the one-row
+    # GEMV-shaped micro-kernel) equals the same row inside a batch (the 6-row micro-kernel)
+    c = case(21, N=1, R=7, K=70, P=45, n=16, cond=True)
+    radcs = [2 ** 12] * 3
+    sigma = np.array([0.0, 0.05, 0.08, 0.1], np.float32)
+    packed = _core.dpe_pack(*weight_args(c, radcs, sigma))
+    for isa in ISAS:
+        pyfastpim.set_isa_limit(isa)
+        try:
+            full = np.asarray(_core.dpe_mvm_packed(packed, *mvm_args(c, radcs, sigma, seed=4, call=2)))
+            for r in (0, 6):
+                one = dict(c, xs=np.ascontiguousarray(c["xs"][:, :, r:r + 1]),
+                           xsc=np.ascontiguousarray(c["xsc"][:, r:r + 1]))
+                got = np.asarray(_core.dpe_mvm_packed(packed, *mvm_args(one, radcs, sigma, seed=4, call=2)))
+                np.testing.assert_array_equal(got[0, 0], full[0, r])
+        finally:
+            pyfastpim.set_isa_limit("avx512")

@@ -222,5 +222,8 @@ typedef struct {
 void pf_dpe_tile_generic(const pf_dpe_tile *t);
 void pf_dpe_tile_avx2(const pf_dpe_tile *t);
 void pf_dpe_tile_avx512(const pf_dpe_tile *t);
+/* one-row instances: mr_valid must be 1 (the same bits as the full tiles) */
+void pf_dpe_tile1_avx2(const pf_dpe_tile *t);
+void pf_dpe_tile1_avx512(const pf_dpe_tile *t);
 
 #endif

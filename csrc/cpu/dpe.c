@@ -465,11 +465,12 @@ static pf_status plan_init(const pf_dpe_args *a, const pf_dpe_consts *s, mvm_pla
 /* One micro-tile: packed row panel A (global panel rp) times column panel cp,
  * written into the output (through a small buffer when the panel straddles
  * two batch items). */
-static void run_tile(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_plan *p, pf_dpe_tile_fn tile_fn,
+static void run_tile(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_plan *p, const pf_dpe_tile_fn fns[2],
                      const float *A, const float *As, const weights_view *w, int64_t rp, int64_t cp)
 {
     const int64_t g0 = rp * MR, item = g0 / a->rows, r0 = g0 % a->rows;
     const int64_t mr_total = pf_min64(MR, p->rows_total - g0);
+    const pf_dpe_tile_fn tile_fn = fns[mr_total == 1];
     int any_table = 0;
     for (int j = 0; j < a->sw; j++)
         any_table |= s->adc_table[j] != NULL;
@@ -498,7 +499,7 @@ static void run_tile(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pla
 
 /* The parallel loop nest over (row block, column chunk) items. */
 static int run_blocks(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_plan *p, const weights_view *w,
-                      pf_dpe_tile_fn tile_fn)
+                      const pf_dpe_tile_fn fns[2])
 {
     const int64_t nb = s->nb, a_floats = (int64_t)(p->a_panel / sizeof(float));
     int failed = 0;
@@ -523,7 +524,7 @@ static int run_blocks(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pl
             }
             for (int64_t cp = cc * p->cp_per_chunk; cp < pf_min64((cc + 1) * p->cp_per_chunk, p->ncp); cp++)
                 for (int64_t rp = 0; rp < nrp; rp++)
-                    run_tile(a, s, p, tile_fn, Ap + rp * a_floats, As + rp * nb * MR, w, rp0 + rp, cp);
+                    run_tile(a, s, p, fns, Ap + rp * a_floats, As + rp * nb * MR, w, rp0 + rp, cp);
         }
         pf_free(Ap);
         pf_free(As);
@@ -559,7 +560,9 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
     if ((st = plan_init(a, &s, &plan)) == PF_OK)
         st = weights_acquire(a, &s, plan.ncp, plan.b_bytes, &w);
     const pf_cpu_kernels *kt = pf_cpu_kernels_active();
-    if (st == PF_OK && run_blocks(a, &s, &plan, &w, s.noise_x || s.noise_w ? kt->tile_noisy : kt->tile_exact))
+    const int noisy = s.noise_x || s.noise_w;
+    const pf_dpe_tile_fn fns[2] = {noisy ? kt->tile_noisy : kt->tile_exact, noisy ? kt->tile1_noisy : kt->tile1_exact};
+    if (st == PF_OK && run_blocks(a, &s, &plan, &w, fns))
         st = PF_ENOMEM;
     weights_release(&w);
     pf_dpe_consts_free(&s);

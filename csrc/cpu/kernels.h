@@ -14,6 +14,8 @@ typedef struct {
     /* DPE micro-kernel for integer-valued (noise-free) operands, and for
      * operands with noise (fused multiply-adds: the SIMD kernels' bits) */
     pf_dpe_tile_fn tile_exact, tile_noisy;
+    /* the same for a panel with one valid row (batch 1: no work on padding rows) */
+    pf_dpe_tile_fn tile1_exact, tile1_noisy;
     /* 4 * ngroups standard normals of Philox groups group0.. (noise.c), and
      * exp in place; the portable instances call SLEEF's scalar builds */
     void (*normal_groups)(uint64_t seed, uint32_t stream, uint32_t call, uint64_t group0, int64_t ngroups,

@@ -35,5 +35,18 @@
 #define S_EXP(v) Sleef_expf8_u10avx2(v)
 #define EXP_W 8
 #define EXP8(p) _mm256_storeu_ps((p), Sleef_expf8_u10avx2(_mm256_loadu_ps(p)))
+/* 4 x 8 transpose: groups (v0[g], v1[g], v2[g], v3[g]) in order */
+static inline void store_groups8(float *out, __m256 v0, __m256 v1, __m256 v2, __m256 v3)
+{
+    __m256 t0 = _mm256_unpacklo_ps(v0, v1), t1 = _mm256_unpackhi_ps(v0, v1);
+    __m256 t2 = _mm256_unpacklo_ps(v2, v3), t3 = _mm256_unpackhi_ps(v2, v3);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE); /* groups 0|4, 1|5 */
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE); /* groups 2|6, 3|7 */
+    _mm256_storeu_ps(out, _mm256_permute2f128_ps(u0, u1, 0x20));
+    _mm256_storeu_ps(out + 8, _mm256_permute2f128_ps(u2, u3, 0x20));
+    _mm256_storeu_ps(out + 16, _mm256_permute2f128_ps(u0, u1, 0x31));
+    _mm256_storeu_ps(out + 24, _mm256_permute2f128_ps(u2, u3, 0x31));
+}
+#define STORE_GROUPS(out, v0, v1, v2, v3) store_groups8((out), (v0), (v1), (v2), (v3))
 
 #include "cpu/noise_simd.h"

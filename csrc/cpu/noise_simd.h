@@ -19,7 +19,8 @@
  *   F_LOADU(p) F_STOREU(p, v)
  *   S_LOG(v) S_SINCOS(v) (a struct with .x = sin, .y = cos) S_EXP(v)
  *   EXP_W                     floats per S_EXP call (8 or a multiple)
- *   EXP8(p)                   SLEEF's 8-wide expf_u10 on p[0..8) in place (runs below EXP_W) */
+ *   EXP8(p)                   SLEEF's 8-wide expf_u10 on p[0..8) in place (runs below EXP_W)
+ *   STORE_GROUPS(out, v0, v1, v2, v3)  optional: out[4g + l] = v_l[g] (a transpose), else scalar */
 #include "cpu/kernels.h"
 #include "core/philox_noise.h"
 
@@ -70,14 +71,20 @@ static void normals_block(uint64_t seed, uint32_t stream, uint32_t call, uint64_
     FVEC r1 = F_SQRT(F_MUL(m2, S_LOG(u01(c2))));
     S_SINCOS_T sc0 = S_SINCOS(F_MUL(two_pi, u01(c1)));
     S_SINCOS_T sc1 = S_SINCOS(F_MUL(two_pi, u01(c3)));
+    const FVEC v0 = F_MUL(r0, sc0.y), v1 = F_MUL(r0, sc0.x); /* cos, sin */
+    const FVEC v2 = F_MUL(r1, sc1.y), v3 = F_MUL(r1, sc1.x);
+#ifdef STORE_GROUPS
+    STORE_GROUPS(out, v0, v1, v2, v3);
+#else
     _Alignas(64) float v[4][VW];
-    F_STORE(v[0], F_MUL(r0, sc0.y)); /* cos */
-    F_STORE(v[1], F_MUL(r0, sc0.x)); /* sin */
-    F_STORE(v[2], F_MUL(r1, sc1.y));
-    F_STORE(v[3], F_MUL(r1, sc1.x));
+    F_STORE(v[0], v0);
+    F_STORE(v[1], v1);
+    F_STORE(v[2], v2);
+    F_STORE(v[3], v3);
     for (int g = 0; g < VW; g++)
         for (int l = 0; l < 4; l++)
             out[4 * g + l] = v[l][g];
+#endif
 }
 
 void PF_NORMALS_FN(uint64_t seed, uint32_t stream, uint32_t call, uint64_t group0, int64_t ngroups, float *out)

@@ -139,26 +139,16 @@ def _small(benchmark, small_operands, rows, noise):
     benchmark(eng, xs, ws)
 
 
+def _case(fn, *params):
+    def case(benchmark, small_operands):
+        fn(benchmark, small_operands, *params)
+    return case
+
+
 # one function per case: report.py names cases by function
-def test_dpe_b1_roofline_16_sgemv(benchmark, small_operands):
-    _small_roofline(benchmark, small_operands, 1)
-
-
-def test_dpe_b1_noise_off(benchmark, small_operands):
-    _small(benchmark, small_operands, 1, False)
-
-
-def test_dpe_b1_read_dac_noise(benchmark, small_operands):
-    _small(benchmark, small_operands, 1, True)
-
-
-def test_dpe_b64_roofline_16_sgemm(benchmark, small_operands):
-    _small_roofline(benchmark, small_operands, 64)
-
-
-def test_dpe_b64_noise_off(benchmark, small_operands):
-    _small(benchmark, small_operands, 64, False)
-
-
-def test_dpe_b64_read_dac_noise(benchmark, small_operands):
-    _small(benchmark, small_operands, 64, True)
+test_dpe_b1_roofline_16_sgemv = _case(_small_roofline, 1)
+test_dpe_b1_noise_off = _case(_small, 1, False)
+test_dpe_b1_read_dac_noise = _case(_small, 1, True)
+test_dpe_b64_roofline_16_sgemm = _case(_small_roofline, 64)
+test_dpe_b64_noise_off = _case(_small, 64, False)
+test_dpe_b64_read_dac_noise = _case(_small, 64, True)

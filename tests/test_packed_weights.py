@@ -331,3 +331,14 @@ def test_one_row_tiles_give_the_bits_of_full_tiles_with_read_noise():
                 np.testing.assert_array_equal(got[0, 0], full[0, r])
         finally:
             pyfastpim.set_isa_limit("avx512")
+
+
+def test_long_normal_runs_use_every_thread_with_the_same_values():
+    n = 3 * (1 << 16) + 12345  # several per-thread pieces and a ragged end
+    with pyfastpim.threads(1):
+        one = np.asarray(_core.normals(5, 1, 2, 7, n))
+    for threads in (2, 3):
+        with pyfastpim.threads(threads):
+            np.testing.assert_array_equal(np.asarray(_core.normals(5, 1, 2, 7, n)), one)
+    # any sub-range (counter-based), across a piece boundary
+    np.testing.assert_array_equal(np.asarray(_core.normals(5, 1, 2, 7 + 65530, 20)), one[65530:65550])

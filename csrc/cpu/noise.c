@@ -12,10 +12,14 @@
 #include "cpu/cpu_features.h"
 #include "cpu/kernels.h"
 #include "core/philox_noise.h"
+#include "cpu/threads.h"
 
 #include <math.h>
 #include <sleef.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* libsleef exports its FMA scalar builds; sleef.h declares them only when the
  * includer itself is compiled with FMA (FP_FAST_FMA). Called only after the
@@ -65,10 +69,8 @@ void pf_normal_groups_generic(uint64_t seed, uint32_t stream, uint32_t call, uin
         normal4_sleef(seed, stream, call, group0 + (uint64_t)q, fma, out + 4 * q);
 }
 
-void pf_normals(uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0, int64_t count, float *out)
+static void normals_range(uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0, int64_t count, float *out)
 {
-    if (count <= 0)
-        return;
     const pf_cpu_kernels *kt = pf_cpu_kernels_active();
     uint64_t g = idx0 >> 2, g_end = (idx0 + (uint64_t)count + 3) >> 2;
     float buf[4 * GROUP_BATCH];
@@ -91,6 +93,30 @@ void pf_normals(uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0, in
         }
         g += (uint64_t)ng;
     }
+}
+
+/* Elements per thread's piece of a long run (counter-based: any split gives the same values). */
+#define PARALLEL_PIECE ((int64_t)1 << 16)
+
+void pf_normals(uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0, int64_t count, float *out)
+{
+    if (count <= 0)
+        return;
+#ifdef _OPENMP
+    /* a long run outside a parallel region (inside one, the caller already uses every thread) */
+    const int nthreads = pf_get_num_threads();
+    if (count >= 2 * PARALLEL_PIECE && nthreads > 1 && !omp_in_parallel()) {
+        const int64_t pieces = (count + PARALLEL_PIECE - 1) / PARALLEL_PIECE;
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+        for (int64_t q = 0; q < pieces; q++) {
+            const int64_t e0 = q * PARALLEL_PIECE;
+            const int64_t ne = count - e0 < PARALLEL_PIECE ? count - e0 : PARALLEL_PIECE;
+            normals_range(seed, stream, call, idx0 + (uint64_t)e0, ne, out + e0);
+        }
+        return;
+    }
+#endif
+    normals_range(seed, stream, call, idx0, count, out);
 }
 
 void pf_exp_inplace_generic(float *v, int64_t count)

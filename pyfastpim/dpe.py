@@ -369,7 +369,7 @@ class DPETensor:
 
     def _run(self, x, mat, out, call, item0):
         """One kernel call on checked operands (x's batch items start at item0 of the logical batch)."""
-        from .sliced import _state_lock
+        from .sliced import _state_lock, packed_weights
         with _state_lock:  # one consistent programming of mat, even if another thread re-programs it
             self._ensure_programmed(mat)
             w_conductance, w_scale = self._weights_operand(mat)  # IR drop / drift (pyfastpim.physics)
@@ -378,8 +378,10 @@ class DPETensor:
                     x.paral_size[1], self.rdac, self.g_level, self._radc_lsb_first(len(mat)), self.HGS, self.LGS,
                     self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed, call, out, item0)
             key = _resident_key(self._cl, mat) if self._cl is not None else None
+            if self._cl is None:  # the weights packed once per programming (pyfastpim.sliced.packed_weights)
+                packed = packed_weights(mat, w_conductance, w_scale, *args[9:16])
         if self._cl is None:
-            return _core.dpe_mvm(*args)
+            return _core.dpe_mvm_packed(packed, *args)
         from .devices import cl_dpe_mvm  # weights stay resident while (object, version) is unchanged
         return cl_dpe_mvm(self._cl, *args, weights_key=key)
 
@@ -492,7 +494,7 @@ class DPETensor:
                 torch = _torch()
                 return torch.from_numpy(out), (torch.from_numpy(dq) if dq is not None else None)
             return out, dq
-        from .sliced import _state_lock
+        from .sliced import _state_lock, packed_weights
         with _state_lock:  # one consistent programming of w_sliced (see _run)
             self._ensure_programmed(w_sliced)
             w_conductance, w_scale = self._weights_operand(w_sliced)
@@ -502,8 +504,10 @@ class DPETensor:
                     self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed,
                     self._reserve_call(), bool(return_dequant))
             key = _resident_key(self._cl, w_sliced) if self._cl is not None else None
+            if self._cl is None:
+                packed = packed_weights(w_sliced, w_conductance, w_scale, *args[13:20])
         if self._cl is None:
-            out, dq = _core.dpe_conv2d(*args)
+            out, dq = _core.dpe_conv2d_packed(packed, *args)
         else:
             from .devices import cl_dpe_conv2d  # weights stay resident while (object, version) is unchanged
             out, dq = cl_dpe_conv2d(self._cl, *args, weights_key=key)

@@ -218,6 +218,35 @@ def program_weights(codes, slice_method, g_level, HGS=1e-5, LGS=1e-7, write_vari
     return levels, g
 
 
+def _array_identity(a):
+    """(owner, address, shape, strides) of an array: equal for two views of the same memory (a
+    weight operand such as ``_gran_scale[0]`` is a new view each time); the owner is held, so
+    its address cannot be reused while compared."""
+    if not isinstance(a, np.ndarray):
+        return (a,)
+    owner = a
+    while isinstance(owner, np.ndarray) and owner.base is not None:
+        owner = owner.base
+    return (owner, a.__array_interface__["data"][0], a.shape, a.strides)
+
+
+def packed_weights(mat, w_conductance, w_scale, n, rdac, g_level, radc, HGS, LGS, read_sigma):
+    """The CPU kernel's packed form of the programmed weights ``mat`` (a ``_core.PackedWeights``),
+    made once per programming and kept with ``mat`` (``mat._packed``); made again only when the
+    weight operand (the same arrays, by identity), the crossbar height, the device or whether
+    read noise is on changed. Call with ``_state_lock`` held."""
+    sig = (mat._version, n, int(g_level), float(HGS), float(LGS), read_sigma is not None)
+    arrays = tuple(_array_identity(a) for a in (mat._levels, w_conductance, w_scale))
+    cached = mat.__dict__.get("_packed")
+    if cached is not None and cached[0] == sig and all(a[0] is b[0] and a[1:] == b[1:]
+                                                       for a, b in zip(cached[1], arrays)):
+        return cached[2]
+    handle = _core.dpe_pack(mat._levels, w_conductance, w_scale, mat._granule, mat._widths, n, rdac, g_level,
+                            radc, HGS, LGS, read_sigma)
+    mat.__dict__["_packed"] = (sig, arrays, handle)
+    return handle
+
+
 def _check_engine(engine):
     """(g_level, HGS, LGS, write_variation, rate_stuck_HGS, rate_stuck_LGS, seed) of a programming engine."""
     names = ("g_level", "HGS", "LGS", "write_variation", "rate_stuck_HGS", "rate_stuck_LGS")
@@ -286,6 +315,23 @@ class SlicedData:
         self.sliced_max_weights = _out(m.astype(np.float32))
         self.sliced_weights = _out(w.astype(np.float32))
         self._reset()
+
+    # Every re-programming moves _version on (under _state_lock); setting it drops the weights
+    # packed for the CPU kernel from the previous programming (their memory is freed with them).
+    @property
+    def _version(self):
+        return self.__dict__.get("_version_value", 0)
+
+    @_version.setter
+    def _version(self, value):
+        self.__dict__["_version_value"] = value
+        self.__dict__["_packed"] = None
+
+    def __getstate__(self):
+        """Pickle / copy without the packed weights (derived state, re-packed on the next product)."""
+        state = self.__dict__.copy()
+        state["_packed"] = None
+        return state
 
     def _reset(self):
         self._codes = None        # uint8 (S, N, R, C)

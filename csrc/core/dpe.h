@@ -113,6 +113,10 @@ typedef struct {
     int w_max[PF_MAX_SLICES];
     int64_t w_weight[PF_MAX_SLICES];
 
+    /* the same weights packed once when programmed (pf_dpe_pack), or NULL to
+     * pack per call; must match the weight fields above (pf_dpe_packed_check) */
+    struct pf_dpe_packed *w_packed;
+
     /* device */
     int rdac, g_level;
     int64_t radc[PF_MAX_SLICES];     /* per weight slice, least significant first */
@@ -149,6 +153,49 @@ typedef struct {
 pf_status pf_dpe_consts_init(const pf_dpe_args *a, pf_dpe_consts *c);
 void pf_dpe_consts_free(pf_dpe_consts *c);
 
+/* Programmed weights packed once (cpu/dpe_packed.c), owned by the C core and
+ * allocated through the memory accounting (core/memory.h), so a call reads
+ * the packed micro-panels instead of repacking the weights.
+ *
+ * Representations (kind), one per object; more can be added beside them
+ * (e.g. an integer form of the levels, int8 panels [col panel][b][j][k][NR]
+ * for an exact integer micro-kernel: a new kind with its own buffer, chosen
+ * by pf_dpe_pack from the arguments, and the MVM selects the kernel by kind):
+ *   PF_DPE_PACKED_READY  no read noise: B holds every call's conductance
+ *                        values; a call does no weight work at all.
+ *   PF_DPE_PACKED_NOISY  read noise on: only the column scales are final; B is
+ *                        a resident work buffer (padding zeroed once) that each
+ *                        call refills with its noisy values, at the same Philox
+ *                        indices as the per-call path. A second concurrent
+ *                        call on the same object packs into its own buffer. */
+typedef enum {
+    PF_DPE_PACKED_READY = 0,
+    PF_DPE_PACKED_NOISY = 1,
+} pf_dpe_packed_kind;
+
+typedef struct pf_dpe_packed {
+    pf_dpe_packed_kind kind;
+    /* what it was packed from: checked against each call's arguments */
+    int64_t inner, cols, n, w_qr, w_qc;
+    int sw, g_level, has_conductance;
+    double HGS, LGS;
+    int64_t nb, nk, ncp;     /* inner blocks, rows per block, column panels */
+    size_t b_panel;          /* floats per column panel of B */
+    float *B;                /* [ncp][nb][sw][nk][NR] conductance values (see above) */
+    float *Bs;               /* [ncp][nb][NR] column scales */
+    size_t bytes;            /* resident bytes (this struct, B and Bs) */
+    int busy;                /* PF_DPE_PACKED_NOISY: B in use by a call (atomic builtins) */
+} pf_dpe_packed;
+
+/* Packs the weights of a (weight, device and noise fields; batch, rows and
+ * the input are not read) into a new object: PF_DPE_PACKED_READY unless
+ * a->read_sigma has a positive entry. PF_EINVAL, PF_EOVERFLOW, PF_ENOMEM. */
+pf_status pf_dpe_pack(const pf_dpe_args *a, pf_dpe_packed **out);
+void pf_dpe_packed_free(pf_dpe_packed *p);
+/* PF_OK when p was packed from weights of a's geometry and device with a's
+ * kind of read noise, else PF_EINVAL (naming the mismatch). */
+pf_status pf_dpe_packed_check(const pf_dpe_packed *p, const pf_dpe_args *a);
+
 /* Runs one MVM call. PF_EINVAL for inconsistent arguments (the binding
  * validates first; this re-checks what memory safety depends on); PF_EINTR
  * when a->cancel was set (out partly written). */
@@ -175,5 +222,8 @@ typedef struct {
 void pf_dpe_tile_generic(const pf_dpe_tile *t);
 void pf_dpe_tile_avx2(const pf_dpe_tile *t);
 void pf_dpe_tile_avx512(const pf_dpe_tile *t);
+/* one-row instances: mr_valid must be 1 (the same bits as the full tiles) */
+void pf_dpe_tile1_avx2(const pf_dpe_tile *t);
+void pf_dpe_tile1_avx512(const pf_dpe_tile *t);
 
 #endif

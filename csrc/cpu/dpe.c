@@ -1,8 +1,9 @@
 /* Fused DPE MVM: setup, operand packing with in-kernel noise, the loop nest
  * and the portable micro-kernel. See dpe.h for the contract. */
 #include "core/contract.h"
-#include "core/dpe.h"
+#include "cpu/dpe_internal.h"
 #include "cpu/cpu_features.h"
+#include "cpu/kernels.h"
 #include "core/memory.h"
 #include "cpu/noise.h"
 #include "core/philox_noise.h"
@@ -79,14 +80,9 @@ void pf_dpe_consts_free(pf_dpe_consts *s)
 pf_status pf_dpe_consts_init(const pf_dpe_args *a, pf_dpe_consts *s)
 {
     memset(s, 0, sizeof *s);
-    s->nb = pf_ceil_div(a->inner, a->n);
-    s->nk = s->nb == 1 ? a->inner : a->n;
+    pf_dpe_blocks(a, &s->nb, &s->nk);
     s->noise_x = a->vnoise > 0.0;
-    s->noise_w = a->w_conductance != NULL;
-    if (a->read_sigma)
-        for (int l = 0; l < a->g_level; l++)
-            if (a->read_sigma[l] > 0.0f)
-                s->noise_w = 1;
+    s->noise_w = a->w_conductance != NULL || pf_dpe_read_noise_on(a);
     int64_t D = (int64_t)(a->rdac - 1) * (a->g_level - 1) * a->n;
     for (int i = 0; i < a->sx; i++)
         for (int j = 0; j < a->sw; j++) {
@@ -298,70 +294,6 @@ static void pack_x_panel(const pf_dpe_args *a, const pf_dpe_consts *s, int64_t r
     }
 }
 
-/* Packs all column panels of the weights for this call, one weight row at a
- * time: conductances in units of Q_G above LGS, read noise applied. Bp and Bs
- * must be zeroed by the caller (padding). */
-static pf_status pack_w(const pf_dpe_args *a, const pf_dpe_consts *s, float *Bp, float *Bs)
-{
-    const int64_t n = a->n, nb = s->nb, K = a->inner, P = a->cols;
-    const int64_t ncp = pf_ceil_div(P, NR);
-    const int64_t panel = nb * a->sw * s->nk * NR;
-    const float QG = (float)((a->HGS - a->LGS) / (a->g_level - 1));
-    const float lgs = (float)(a->LGS / ((a->HGS - a->LGS) / (a->g_level - 1)));
-    for (int64_t cp = 0; cp < ncp; cp++) {
-        int64_t c0 = cp * NR, cw = pf_min64(NR, P - c0);
-        for (int64_t b = 0; b < nb; b++)
-            for (int64_t cc = 0; cc < cw; cc++)
-                Bs[(cp * nb + b) * NR + cc] = a->w_scale[((b * n) / a->w_qr) * a->w_gc + (c0 + cc) / a->w_qc];
-    }
-    int failed = 0;
-#pragma omp parallel num_threads(pf_get_num_threads()) reduction(| : failed)
-    {
-        float *val = pf_alloc((size_t)P * 2 * sizeof(float));
-        if (!val)
-            failed = 1;
-#pragma omp for schedule(static)
-        for (int64_t row = 0; row < a->sw * K; row++) {
-            if (failed || pf_cancelled(a->cancel))
-                continue;
-            const int64_t j = row / K, kk = row % K, cell0 = row * P;
-            const uint8_t *L = a->w_levels + cell0;
-            if (!s->noise_w) {
-                for (int64_t p = 0; p < P; p++)
-                    val[p] = (float)L[p];
-            } else {
-                float *f = val + P;
-                if (a->read_sigma) {
-                    pf_normals(a->seed, PF_STREAM_READ, a->call, (uint64_t)cell0, P, f);
-                    const int top = a->g_level - 1; /* levels are validated upstream; clamp keeps reads in bounds */
-                    for (int64_t p = 0; p < P; p++)
-                        f[p] = a->read_sigma[L[p] < top ? L[p] : top] * f[p];
-                    pf_exp_inplace(f, P);
-                } else {
-                    for (int64_t p = 0; p < P; p++)
-                        f[p] = 1.0f;
-                }
-                /* G_r = G * exp(sigma z); value = (G_r - LGS) / Q_G */
-                if (a->w_conductance) {
-                    const float *G = a->w_conductance + cell0;
-                    for (int64_t p = 0; p < P; p++)
-                        val[p] = (G[p] / QG) * f[p] - lgs;
-                } else {
-                    for (int64_t p = 0; p < P; p++)
-                        val[p] = ((float)L[p] + lgs) * f[p] - lgs;
-                }
-            }
-            float *dst = Bp + ((kk / n * a->sw + j) * s->nk + kk % n) * NR;
-            for (int64_t cp = 0; cp < ncp; cp++) {
-                int64_t c0 = cp * NR, cw = pf_min64(NR, P - c0);
-                memcpy(dst + cp * panel, val + c0, (size_t)cw * sizeof(float));
-            }
-        }
-        pf_free(val);
-    }
-    return failed ? PF_ENOMEM : PF_OK;
-}
-
 /* ---- portable micro-kernel ----
  * The SIMD kernels accumulate with fused multiply-adds. Noise-free operands
  * are small integers (every product and partial sum exact in float32), where
@@ -425,138 +357,199 @@ __attribute__((target("fma"))) static void tile_generic_fma(const pf_dpe_tile *t
 #endif
 static void tile_generic_fmaf(const pf_dpe_tile *t) { tile_generic(t, 1); }
 
+/* The portable kernel for noisy operands: the FMA instruction where the CPU
+ * has it, else libm's correctly rounded fmaf (the same bits). */
+void pf_dpe_tile_generic_fused(const pf_dpe_tile *t)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    if (pf_cpu_has_fma()) {
+        tile_generic_fma(t);
+        return;
+    }
+#endif
+    tile_generic_fmaf(t);
+}
+
 /* ---- driver ---- */
 
-pf_status pf_dpe_mvm(const pf_dpe_args *a)
-{
-    pf_status vst = pf_validate_dpe_args(a); /* the one contract (core/contract.h) */
-    if (vst != PF_OK)
-        return vst;
-    if (a->batch == 0 || a->rows == 0 || a->cols == 0)
-        return PF_OK;
-    if (a->inner == 0) {
-        for (int64_t it = 0; it < a->batch; it++)
-            for (int64_t r = 0; r < a->rows; r++)
-                for (int64_t p = 0; p < a->cols; p++)
-                    a->out[it * a->so_n + r * a->so_r + p * a->so_p] = 0.0f;
-        return PF_OK;
-    }
-    pf_dpe_consts s;
-    pf_status st = pf_dpe_consts_init(a, &s);
-    if (st != PF_OK)
-        return st;
+/* The packed weights a call reads: the programmed object's panels (no weight
+ * work), its resident buffer refilled with this call's read noise, or, without
+ * one (or while another call holds its buffer), panels packed for this call. */
+typedef struct {
+    const float *B, *Bs;
+    float *own_B, *own_Bs;
+    pf_dpe_packed *held;
+} weights_view;
 
-    const int64_t nb = s.nb, rows_total = a->batch * a->rows;
-    const int64_t ncp = pf_ceil_div(a->cols, NR), nrp_total = pf_ceil_div(rows_total, MR);
-    size_t b_panel, b_bytes, a_panel;
-    if (pf_mul_size((size_t)nb * a->sw, (size_t)s.nk * NR, &b_panel) ||
-        pf_mul_size(b_panel, (size_t)ncp * sizeof(float), &b_bytes) ||
-        pf_mul_size((size_t)nb * a->sx, (size_t)s.nk * MR * sizeof(float), &a_panel)) {
-        pf_dpe_consts_free(&s);
-        return PF_EOVERFLOW;
+static void weights_release(weights_view *v)
+{
+    pf_free(v->own_B);
+    pf_free(v->own_Bs);
+    if (v->held)
+        __atomic_store_n(&v->held->busy, 0, __ATOMIC_RELEASE);
+}
+
+static pf_status weights_acquire(const pf_dpe_args *a, const pf_dpe_consts *s, int64_t ncp, size_t b_bytes,
+                                 weights_view *v)
+{
+    pf_dpe_packed *pk = a->w_packed;
+    memset(v, 0, sizeof *v);
+    if (pk) {
+        pf_status st = pf_dpe_packed_check(pk, a);
+        if (st != PF_OK)
+            return st;
+        v->Bs = pk->Bs;
+        if (pk->kind == PF_DPE_PACKED_READY) {
+            v->B = pk->B;
+            return PF_OK;
+        }
+        if (!__atomic_exchange_n(&pk->busy, 1, __ATOMIC_ACQUIRE)) {
+            v->held = pk;
+            v->B = pk->B;
+            return pf_dpe_pack_w_values(a, s->noise_w, s->nb, s->nk, pk->B);
+        }
     }
+    v->B = v->own_B = pf_calloc(b_bytes, 1);
+    if (!v->Bs)
+        v->Bs = v->own_Bs = pf_calloc((size_t)ncp * s->nb * NR, sizeof(float));
+    if (!v->B || !v->Bs)
+        return PF_ENOMEM;
+    if (v->own_Bs)
+        pf_dpe_pack_w_scales(a, s->nb, v->own_Bs);
+    return pf_dpe_pack_w_values(a, s->noise_w, s->nb, s->nk, v->own_B);
+}
+
+/* Loop-nest sizes of one call. */
+typedef struct {
+    int64_t rows_total, ncp, nrp_total, block_panels, nrb, cp_per_chunk, ncc;
+    size_t b_panel, b_bytes, a_panel; /* floats per B panel, bytes of B, bytes per A panel */
+    int nthreads;
+} mvm_plan;
+
+static pf_status plan_init(const pf_dpe_args *a, const pf_dpe_consts *s, mvm_plan *p)
+{
+    p->rows_total = a->batch * a->rows;
+    p->ncp = pf_ceil_div(a->cols, NR);
+    p->nrp_total = pf_ceil_div(p->rows_total, MR);
+    if (pf_mul_size((size_t)s->nb * a->sw, (size_t)s->nk * NR, &p->b_panel) ||
+        pf_mul_size(p->b_panel, (size_t)p->ncp * sizeof(float), &p->b_bytes) ||
+        pf_mul_size((size_t)s->nb * a->sx, (size_t)s->nk * MR * sizeof(float), &p->a_panel))
+        return PF_EOVERFLOW;
     /* Rows are processed in blocks of a few packed panels that stay in L2
      * while every column panel of the (shared, packed-once) weights passes;
      * threads take (row block, column chunk) items, repacking a row block only
      * when they move to the next one. Memory: one block per thread. */
-    const int64_t block_panels = pf_max64(1, pf_min64((int64_t)(PF_DPE_A_BLOCK_BYTES / a_panel), nrp_total));
-    const int64_t nrb = pf_ceil_div(nrp_total, block_panels);
-    const int nthreads = pf_get_num_threads();
-    int64_t cp_per_chunk = pf_ceil_div(ncp, pf_max64(1, pf_min64(ncp, pf_ceil_div(4 * nthreads, nrb))));
-    const int64_t ncc = pf_ceil_div(ncp, cp_per_chunk);
+    p->block_panels = pf_max64(1, pf_min64((int64_t)(PF_DPE_A_BLOCK_BYTES / p->a_panel), p->nrp_total));
+    p->nrb = pf_ceil_div(p->nrp_total, p->block_panels);
+    p->nthreads = pf_get_num_threads();
+    p->cp_per_chunk = pf_ceil_div(p->ncp, pf_max64(1, pf_min64(p->ncp, pf_ceil_div(4 * p->nthreads, p->nrb))));
+    p->ncc = pf_ceil_div(p->ncp, p->cp_per_chunk);
+    return PF_OK;
+}
 
-    float *Bp = pf_calloc(b_bytes, 1);
-    float *Bs = pf_calloc((size_t)ncp * nb * NR, sizeof(float));
-    if (!Bp || !Bs) {
-        pf_free(Bp); pf_free(Bs);
-        pf_dpe_consts_free(&s);
-        return PF_ENOMEM;
-    }
-    st = pack_w(a, &s, Bp, Bs);
-
-    void (*tile_fn)(const pf_dpe_tile *) = pf_dpe_tile_generic;
-    if (pf_active_isa() >= PF_ISA_AVX512)
-        tile_fn = pf_dpe_tile_avx512;
-    else if (pf_active_isa() >= PF_ISA_AVX2)
-        tile_fn = pf_dpe_tile_avx2;
-    else if (s.noise_x || s.noise_w) /* inexact operands: fuse as the SIMD kernels do */
-#if defined(__x86_64__) || defined(__i386__)
-        tile_fn = pf_cpu_has_fma() ? tile_generic_fma : tile_generic_fmaf;
-#else
-        tile_fn = tile_generic_fmaf;
-#endif
+/* One micro-tile: packed row panel A (global panel rp) times column panel cp,
+ * written into the output (through a small buffer when the panel straddles
+ * two batch items). */
+static void run_tile(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_plan *p, const pf_dpe_tile_fn fns[2],
+                     const float *A, const float *As, const weights_view *w, int64_t rp, int64_t cp)
+{
+    const int64_t g0 = rp * MR, item = g0 / a->rows, r0 = g0 % a->rows;
+    const int64_t mr_total = pf_min64(MR, p->rows_total - g0);
+    const pf_dpe_tile_fn tile_fn = fns[mr_total == 1];
     int any_table = 0;
     for (int j = 0; j < a->sw; j++)
-        any_table |= s.adc_table[j] != NULL;
+        any_table |= s->adc_table[j] != NULL;
+    pf_dpe_tile t = {.A = A, .B = w->B + cp * (int64_t)p->b_panel, .row_scale = As,
+                     .col_scale = w->Bs + cp * s->nb * NR, .nb = s->nb, .n = (int)s->nk, .sx = a->sx, .sw = a->sw,
+                     .mr_valid = (int)mr_total, .nr_valid = (int)pf_min64(NR, a->cols - cp * NR), .coef = s->coef,
+                     .alpha = s->alpha, .adc_table = any_table ? (const float *const *)s->adc_table : NULL,
+                     .adc_table_max = s->adc_table_max, .ldc = a->so_p};
+    if (r0 + mr_total <= a->rows) {
+        t.out = a->out + item * a->so_n + r0 * a->so_r + cp * NR * a->so_p;
+        t.ldr = a->so_r;
+        tile_fn(&t);
+        return;
+    }
+    float tmp[MR * NR];
+    t.out = tmp;
+    t.ldr = NR;
+    t.ldc = 1;
+    tile_fn(&t);
+    for (int64_t rr = 0; rr < mr_total; rr++) {
+        int64_t g = g0 + rr, it = g / a->rows, r = g % a->rows;
+        for (int c2 = 0; c2 < t.nr_valid; c2++)
+            a->out[it * a->so_n + r * a->so_r + (cp * NR + c2) * a->so_p] = tmp[rr * NR + c2];
+    }
+}
 
-    int failed = st != PF_OK;
-#pragma omp parallel num_threads(nthreads) reduction(| : failed)
+/* The parallel loop nest over (row block, column chunk) items. */
+static int run_blocks(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_plan *p, const weights_view *w,
+                      const pf_dpe_tile_fn fns[2])
+{
+    const int64_t nb = s->nb, a_floats = (int64_t)(p->a_panel / sizeof(float));
+    int failed = 0;
+#pragma omp parallel num_threads(p->nthreads) reduction(| : failed)
     {
         pack_scratch sc;
-        float *Ap = pf_alloc((size_t)block_panels * a_panel);
-        float *As = pf_alloc((size_t)(block_panels * nb * MR) * sizeof(float));
-        if (scratch_init(a, &s, &sc) < 0 || !Ap || !As)
+        float *Ap = pf_alloc((size_t)p->block_panels * p->a_panel);
+        float *As = pf_alloc((size_t)(p->block_panels * nb * MR) * sizeof(float));
+        if (scratch_init(a, s, &sc) < 0 || !Ap || !As)
             failed = 1;
         int64_t packed_rb = -1;
 #pragma omp for schedule(static)
-        for (int64_t work = 0; work < nrb * ncc; work++) {
+        for (int64_t work = 0; work < p->nrb * p->ncc; work++) {
             if (failed || pf_cancelled(a->cancel))
                 continue; /* cancelled: skip the remaining blocks (PF_EINTR below) */
-            const int64_t rb = work / ncc, cc = work % ncc;
-            const int64_t rp0 = rb * block_panels, nrp = pf_min64(block_panels, nrp_total - rp0);
+            const int64_t rb = work / p->ncc, cc = work % p->ncc;
+            const int64_t rp0 = rb * p->block_panels, nrp = pf_min64(p->block_panels, p->nrp_total - rp0);
             if (rb != packed_rb) {
                 for (int64_t rp = 0; rp < nrp; rp++)
-                    pack_x_panel(a, &s, rp0 + rp, Ap + rp * (int64_t)(a_panel / sizeof(float)), As + rp * nb * MR,
-                                 &sc);
+                    pack_x_panel(a, s, rp0 + rp, Ap + rp * a_floats, As + rp * nb * MR, &sc);
                 packed_rb = rb;
             }
-            for (int64_t cp = cc * cp_per_chunk; cp < pf_min64((cc + 1) * cp_per_chunk, ncp); cp++)
-                for (int64_t rp = 0; rp < nrp; rp++) {
-                    int64_t g0 = (rp0 + rp) * MR;
-                    int64_t item = g0 / a->rows, r0 = g0 % a->rows;
-                    pf_dpe_tile t;
-                    t.A = Ap + rp * (int64_t)(a_panel / sizeof(float));
-                    t.B = Bp + cp * (int64_t)b_panel;
-                    t.row_scale = As + rp * nb * MR;
-                    t.col_scale = Bs + cp * nb * NR;
-                    t.nb = nb;
-                    t.n = (int)s.nk;
-                    t.sx = a->sx;
-                    t.sw = a->sw;
-                    t.nr_valid = (int)pf_min64(NR, a->cols - cp * NR);
-                    t.coef = s.coef;
-                    t.alpha = s.alpha;
-                    t.adc_table = any_table ? (const float *const *)s.adc_table : NULL;
-                    t.adc_table_max = s.adc_table_max;
-                    t.ldc = a->so_p;
-                    /* a micro-panel may straddle two batch items: split it */
-                    int64_t mr_total = pf_min64(MR, rows_total - g0);
-                    t.mr_valid = (int)mr_total;
-                    if (r0 + mr_total <= a->rows) {
-                        t.out = a->out + item * a->so_n + r0 * a->so_r + cp * NR * a->so_p;
-                        t.ldr = a->so_r;
-                        tile_fn(&t);
-                    } else {
-                        float tmp[MR * NR];
-                        t.out = tmp;
-                        t.ldr = NR;
-                        t.ldc = 1;
-                        tile_fn(&t);
-                        for (int64_t rr = 0; rr < mr_total; rr++) {
-                            int64_t g = g0 + rr, it = g / a->rows, r = g % a->rows;
-                            for (int c2 = 0; c2 < t.nr_valid; c2++)
-                                a->out[it * a->so_n + r * a->so_r + (cp * NR + c2) * a->so_p] = tmp[rr * NR + c2];
-                        }
-                    }
-                }
+            for (int64_t cp = cc * p->cp_per_chunk; cp < pf_min64((cc + 1) * p->cp_per_chunk, p->ncp); cp++)
+                for (int64_t rp = 0; rp < nrp; rp++)
+                    run_tile(a, s, p, fns, Ap + rp * a_floats, As + rp * nb * MR, w, rp0 + rp, cp);
         }
         pf_free(Ap);
         pf_free(As);
         pack_scratch_free(&sc);
     }
-    if (failed && st == PF_OK)
+    return failed;
+}
+
+static void zero_output(const pf_dpe_args *a)
+{
+    for (int64_t it = 0; it < a->batch; it++)
+        for (int64_t r = 0; r < a->rows; r++)
+            for (int64_t p = 0; p < a->cols; p++)
+                a->out[it * a->so_n + r * a->so_r + p * a->so_p] = 0.0f;
+}
+
+pf_status pf_dpe_mvm(const pf_dpe_args *a)
+{
+    pf_status st = pf_validate_dpe_args(a); /* the one contract (core/contract.h) */
+    if (st != PF_OK)
+        return st;
+    if (a->batch == 0 || a->rows == 0 || a->cols == 0)
+        return PF_OK;
+    if (a->inner == 0) {
+        zero_output(a);
+        return PF_OK;
+    }
+    pf_dpe_consts s;
+    if ((st = pf_dpe_consts_init(a, &s)) != PF_OK)
+        return st;
+    mvm_plan plan;
+    weights_view w = {0};
+    if ((st = plan_init(a, &s, &plan)) == PF_OK)
+        st = weights_acquire(a, &s, plan.ncp, plan.b_bytes, &w);
+    const pf_cpu_kernels *kt = pf_cpu_kernels_active();
+    const int noisy = s.noise_x || s.noise_w;
+    const pf_dpe_tile_fn fns[2] = {noisy ? kt->tile_noisy : kt->tile_exact, noisy ? kt->tile1_noisy : kt->tile1_exact};
+    if (st == PF_OK && run_blocks(a, &s, &plan, &w, fns))
         st = PF_ENOMEM;
-    pf_free(Bp); pf_free(Bs);
+    weights_release(&w);
     pf_dpe_consts_free(&s);
     return st == PF_OK && pf_cancelled(a->cancel) ? PF_EINTR : st;
 }

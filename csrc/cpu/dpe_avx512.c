@@ -23,3 +23,9 @@
                         (tab), 4)
 
 #include "cpu/dpe_tile_simd.h"
+
+/* the one-row (GEMV-shaped) instance */
+#undef PF_TILE_FN
+#define PF_TILE_FN pf_dpe_tile1_avx512
+#define PF_TILE_ROWS 1
+#include "cpu/dpe_tile_simd.h"

@@ -4,8 +4,12 @@
  * and slice pair. Same operation order as pf_dpe_tile_generic (see dpe.h), so
  * noise-free results are bit-identical across ISAs.
  *
- * The includer defines, before including:
+ * The includer defines, before including (and may include it again for
+ * another PF_TILE_FN / PF_TILE_ROWS):
  *   PF_TILE_FN            the function name
+ *   PF_TILE_ROWS          rows computed (optional, default MR): 1 gives the
+ *                         GEMV-shaped instance for a panel of one valid row
+ *                         (batch 1), the same per-element operations
  *   VW                    floats per vector
  *   VEC, IVEC             float and int32 vector types
  *   V_ZERO()              V_LOAD(p) (aligned)  V_LOADU(p)  V_STORE(p, v) (aligned)
@@ -17,13 +21,18 @@
 #include <string.h>
 
 #define TILE_MR PF_DPE_MR
+#ifdef PF_TILE_ROWS
+#define TILE_ROWS PF_TILE_ROWS
+#else
+#define TILE_ROWS TILE_MR
+#endif
 #define TILE_NR PF_DPE_NR
 #define TILE_NV (TILE_NR / VW)
 
 void PF_TILE_FN(const pf_dpe_tile *t)
 {
-    _Alignas(64) float out[TILE_MR * TILE_NR];
-    _Alignas(64) float tb[TILE_MR * TILE_NR];
+    _Alignas(64) float out[TILE_ROWS * TILE_NR];
+    _Alignas(64) float tb[TILE_ROWS * TILE_NR];
     memset(out, 0, sizeof out);
     const int n = t->n;
     for (int64_t b = 0; b < t->nb; b++) {
@@ -32,9 +41,9 @@ void PF_TILE_FN(const pf_dpe_tile *t)
             const float *A = t->A + (b * t->sx + i) * n * TILE_MR;
             for (int j = 0; j < t->sw; j++) {
                 const float *B = t->B + (b * t->sw + j) * n * TILE_NR;
-                VEC acc[TILE_MR][TILE_NV];
+                VEC acc[TILE_ROWS][TILE_NV];
 #pragma GCC unroll 16
-                for (int r = 0; r < TILE_MR; r++)
+                for (int r = 0; r < TILE_ROWS; r++)
 #pragma GCC unroll 4
                     for (int v = 0; v < TILE_NV; v++)
                         acc[r][v] = V_ZERO();
@@ -45,7 +54,7 @@ void PF_TILE_FN(const pf_dpe_tile *t)
                         bv[v] = V_LOAD(B + k * TILE_NR + v * VW);
                     const float *a = A + k * TILE_MR;
 #pragma GCC unroll 16
-                    for (int r = 0; r < TILE_MR; r++) {
+                    for (int r = 0; r < TILE_ROWS; r++) {
                         const VEC av = V_SET1(a[r]);
 #pragma GCC unroll 4
                         for (int v = 0; v < TILE_NV; v++)
@@ -57,7 +66,7 @@ void PF_TILE_FN(const pf_dpe_tile *t)
                 if (tab) {
                     const int32_t hi = t->adc_table_max[j];
 #pragma GCC unroll 16
-                    for (int r = 0; r < TILE_MR; r++)
+                    for (int r = 0; r < TILE_ROWS; r++)
 #pragma GCC unroll 4
                         for (int v = 0; v < TILE_NV; v++) {
                             float *cur = tb + r * TILE_NR + v * VW;
@@ -66,7 +75,7 @@ void PF_TILE_FN(const pf_dpe_tile *t)
                 } else {
                     const VEC alpha = V_SET1(t->alpha[j]);
 #pragma GCC unroll 16
-                    for (int r = 0; r < TILE_MR; r++)
+                    for (int r = 0; r < TILE_ROWS; r++)
 #pragma GCC unroll 4
                         for (int v = 0; v < TILE_NV; v++) {
                             float *cur = tb + r * TILE_NR + v * VW;
@@ -81,7 +90,7 @@ void PF_TILE_FN(const pf_dpe_tile *t)
         for (int v = 0; v < TILE_NV; v++)
             cs[v] = V_LOADU(t->col_scale + b * TILE_NR + v * VW);
 #pragma GCC unroll 16
-        for (int r = 0; r < TILE_MR; r++) {
+        for (int r = 0; r < TILE_ROWS; r++) {
             const VEC rv = V_SET1(rs[r]);
 #pragma GCC unroll 4
             for (int v = 0; v < TILE_NV; v++) {
@@ -101,5 +110,6 @@ void PF_TILE_FN(const pf_dpe_tile *t)
 }
 
 #undef TILE_MR
+#undef TILE_ROWS
 #undef TILE_NR
 #undef TILE_NV

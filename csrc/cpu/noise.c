@@ -1,8 +1,8 @@
 /* Bulk device noise on the CPU (noise.h). Every ISA computes the same bits:
- * the AVX2 path (noise_avx2.c, also used under AVX-512) evaluates log and
- * sin/cos with SLEEF's FMA vector functions (logf_u35, sincosf_u35), sqrt with
- * the correctly rounded instruction and exp with expf_u10 on runs of 8 (glibc's
- * expf on a row's tail); the portable path below calls SLEEF's scalar builds of
+ * the SIMD paths (noise_simd.h: noise_avx2.c, noise_avx512.c, chosen through
+ * the kernel table, kernels.h) evaluate log and sin/cos with SLEEF's FMA vector
+ * functions (logf_u35, sincosf_u35), sqrt with the correctly rounded
+ * instruction and exp with expf_u10 on runs of 8 (glibc's expf on a row's tail); the portable path below calls SLEEF's scalar builds of
  * the same algorithms (Sleef_*f1_*purecfma: the same FMA polynomials and
  * operation order, so lane for lane the same results) in the same places, and
  * kernels/base.cl transcribes those algorithms for OpenCL. A CPU without FMA
@@ -10,11 +10,16 @@
  * within an ulp or so of the others. */
 #include "cpu/noise.h"
 #include "cpu/cpu_features.h"
+#include "cpu/kernels.h"
 #include "core/philox_noise.h"
+#include "cpu/threads.h"
 
 #include <math.h>
 #include <sleef.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* libsleef exports its FMA scalar builds; sleef.h declares them only when the
  * includer itself is compiled with FMA (FP_FAST_FMA). Called only after the
@@ -28,7 +33,7 @@ float Sleef_expf1_u10purecfma(float);
 /* Lanes of the AVX2 exp: runs of this many elements use SLEEF's expf_u10, the tail glibc's expf. */
 #define EXP_RUN 8
 
-/* Four standard normals of one group, in lane order, as normals8 (noise_avx2.c)
+/* Four standard normals of one group, in lane order, as the SIMD instances (noise_simd.h)
  * computes each lane: r = sqrt(-2 * logf_u35(u)), (sin, cos) = sincosf_u35(2 pi u'). */
 static void normal4_sleef(uint64_t seed, uint32_t stream, uint32_t call, uint64_t group, int fma, float out[4])
 {
@@ -56,24 +61,31 @@ static void normal4_sleef(uint64_t seed, uint32_t stream, uint32_t call, uint64_
     out[3] = r1 * sc1.x;
 }
 
-void pf_normals(uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0, int64_t count, float *out)
+void pf_normal_groups_generic(uint64_t seed, uint32_t stream, uint32_t call, uint64_t group0, int64_t ngroups,
+                              float *out)
 {
-    if (count <= 0)
-        return;
-    int simd = pf_active_isa() >= PF_ISA_AVX2;
-    int fma = simd || pf_cpu_has_fma();
+    const int fma = pf_cpu_has_fma();
+    for (int64_t q = 0; q < ngroups; q++)
+        normal4_sleef(seed, stream, call, group0 + (uint64_t)q, fma, out + 4 * q);
+}
+
+static void normals_range(uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0, int64_t count, float *out)
+{
+    const pf_cpu_kernels *kt = pf_cpu_kernels_active();
     uint64_t g = idx0 >> 2, g_end = (idx0 + (uint64_t)count + 3) >> 2;
     float buf[4 * GROUP_BATCH];
     int64_t e = 0;
     while (g < g_end) {
         int64_t ng = (int64_t)(g_end - g) < GROUP_BATCH ? (int64_t)(g_end - g) : GROUP_BATCH;
-        if (simd)
-            pf_normals_avx2(seed, stream, call, g, ng, buf);
-        else
-            for (int64_t q = 0; q < ng; q++)
-                normal4_sleef(seed, stream, call, g + (uint64_t)q, fma, buf + 4 * q);
-        /* copy the part of this batch that lies inside [idx0, idx0 + count) */
         uint64_t first = g * 4;
+        if (first >= idx0 && e + 4 * ng <= count) { /* whole groups inside the range: straight into out */
+            kt->normal_groups(seed, stream, call, g, ng, out + e);
+            e += 4 * ng;
+            g += (uint64_t)ng;
+            continue;
+        }
+        kt->normal_groups(seed, stream, call, g, ng, buf);
+        /* copy the part of this batch that lies inside [idx0, idx0 + count) */
         for (int64_t q = 0; q < 4 * ng; q++) {
             uint64_t idx = first + (uint64_t)q;
             if (idx >= idx0 && e < count)
@@ -83,13 +95,33 @@ void pf_normals(uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0, in
     }
 }
 
-void pf_exp_inplace(float *v, int64_t count)
+/* Elements per thread's piece of a long run (counter-based: any split gives the same values). */
+#define PARALLEL_PIECE ((int64_t)1 << 16)
+
+void pf_normals(uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0, int64_t count, float *out)
 {
-    if (pf_active_isa() >= PF_ISA_AVX2) {
-        pf_exp_inplace_avx2(v, count);
+    if (count <= 0)
+        return;
+#ifdef _OPENMP
+    /* a long run outside a parallel region (inside one, the caller already uses every thread) */
+    const int nthreads = pf_get_num_threads();
+    if (count >= 2 * PARALLEL_PIECE && nthreads > 1 && !omp_in_parallel()) {
+        const int64_t pieces = (count + PARALLEL_PIECE - 1) / PARALLEL_PIECE;
+#pragma omp parallel for num_threads(nthreads) schedule(static)
+        for (int64_t q = 0; q < pieces; q++) {
+            const int64_t e0 = q * PARALLEL_PIECE;
+            const int64_t ne = count - e0 < PARALLEL_PIECE ? count - e0 : PARALLEL_PIECE;
+            normals_range(seed, stream, call, idx0 + (uint64_t)e0, ne, out + e0);
+        }
         return;
     }
-    /* the AVX2 path's split: SLEEF on whole runs of 8, glibc's expf on the tail */
+#endif
+    normals_range(seed, stream, call, idx0, count, out);
+}
+
+void pf_exp_inplace_generic(float *v, int64_t count)
+{
+    /* the SIMD paths' split: SLEEF on whole runs of 8, glibc's expf on the tail */
     int64_t runs = count - count % EXP_RUN, e = 0;
     if (pf_cpu_has_fma())
         for (; e < runs; e++)
@@ -99,4 +131,9 @@ void pf_exp_inplace(float *v, int64_t count)
             v[e] = Sleef_expf1_u10purec(v[e]);
     for (; e < count; e++)
         v[e] = expf(v[e]);
+}
+
+void pf_exp_inplace(float *v, int64_t count)
+{
+    pf_cpu_kernels_active()->exp_inplace(v, count);
 }

@@ -10,8 +10,6 @@
 void pf_normals(uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0, int64_t count, float *out);
 /* v[e] = exp(v[e]) in place. */
 void pf_exp_inplace(float *v, int64_t count);
-
-void pf_normals_avx2(uint64_t seed, uint32_t stream, uint32_t call, uint64_t group0, int64_t ngroups, float *out);
-void pf_exp_inplace_avx2(float *v, int64_t count);
+/* (per-ISA instances: kernels.h) */
 
 #endif

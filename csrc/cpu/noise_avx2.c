@@ -1,93 +1,52 @@
-/* AVX2 Philox4x32-10 over 8 counter groups at once, Box-Muller and exp with
- * SLEEF's vector functions (libsleef's vectorized logf/sincosf/expf, rather
- * than our own polynomials). Only called after runtime
- * dispatch has seen AVX2 + FMA. */
+/* AVX2 + FMA instance of the normal generator and exp (noise_simd.h): 8
+ * Philox groups per block. Only called through the AVX2 kernel table. */
 #pragma GCC target("avx2,fma")
-#include "cpu/noise.h"
-#include "core/philox_noise.h"
-
 #include <immintrin.h>
-#include <math.h>
 #include <sleef.h>
 
-static inline void mulhilo8(__m256i a, __m256i m, __m256i *hi, __m256i *lo)
+#define PF_NORMALS_FN pf_normal_groups_avx2
+#define PF_EXP_FN pf_exp_inplace_avx2
+#define VW 8
+#define IVEC __m256i
+#define FVEC __m256
+#define I_SET1(x) _mm256_set1_epi32(x)
+#define I_ADD(a, b) _mm256_add_epi32((a), (b))
+#define I_XOR(a, b) _mm256_xor_si256((a), (b))
+#define I_LANES() _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)
+#define I_MUL_EVEN(a, b) _mm256_mul_epu32((a), (b))
+#define I_SRL64(a, n) _mm256_srli_epi64((a), (n))
+#define I_SLL64(a, n) _mm256_slli_epi64((a), (n))
+#define I_SRL32(a, n) _mm256_srli_epi32((a), (n))
+#define I_BLEND_ODD(a, b) _mm256_blend_epi32((a), (b), 0xAA)
+#define I_CARRY(hi, lo, base)                                                                                        \
+    _mm256_sub_epi32((hi), _mm256_cmpgt_epi32(_mm256_xor_si256((base), _mm256_set1_epi32(INT32_MIN)),              \
+                                              _mm256_xor_si256((lo), _mm256_set1_epi32(INT32_MIN))))
+#define F_CVT(i) _mm256_cvtepi32_ps(i)
+#define F_SET1(x) _mm256_set1_ps(x)
+#define F_ADD(a, b) _mm256_add_ps((a), (b))
+#define F_MUL(a, b) _mm256_mul_ps((a), (b))
+#define F_SQRT(a) _mm256_sqrt_ps(a)
+#define F_STORE(p, v) _mm256_store_ps((p), (v))
+#define F_LOADU(p) _mm256_loadu_ps(p)
+#define F_STOREU(p, v) _mm256_storeu_ps((p), (v))
+#define S_LOG(v) Sleef_logf8_u35avx2(v)
+#define S_SINCOS(v) Sleef_sincosf8_u35avx2(v)
+#define S_SINCOS_T Sleef___m256_2
+#define S_EXP(v) Sleef_expf8_u10avx2(v)
+#define EXP_W 8
+#define EXP8(p) _mm256_storeu_ps((p), Sleef_expf8_u10avx2(_mm256_loadu_ps(p)))
+/* 4 x 8 transpose: groups (v0[g], v1[g], v2[g], v3[g]) in order */
+static inline void store_groups8(float *out, __m256 v0, __m256 v1, __m256 v2, __m256 v3)
 {
-    __m256i even = _mm256_mul_epu32(a, m);
-    __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(a, 32), m);
-    *lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
-    *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+    __m256 t0 = _mm256_unpacklo_ps(v0, v1), t1 = _mm256_unpackhi_ps(v0, v1);
+    __m256 t2 = _mm256_unpacklo_ps(v2, v3), t3 = _mm256_unpackhi_ps(v2, v3);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE); /* groups 0|4, 1|5 */
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE); /* groups 2|6, 3|7 */
+    _mm256_storeu_ps(out, _mm256_permute2f128_ps(u0, u1, 0x20));
+    _mm256_storeu_ps(out + 8, _mm256_permute2f128_ps(u2, u3, 0x20));
+    _mm256_storeu_ps(out + 16, _mm256_permute2f128_ps(u0, u1, 0x31));
+    _mm256_storeu_ps(out + 24, _mm256_permute2f128_ps(u2, u3, 0x31));
 }
+#define STORE_GROUPS(out, v0, v1, v2, v3) store_groups8((out), (v0), (v1), (v2), (v3))
 
-static inline __m256 u01(__m256i w)
-{
-    __m256 f = _mm256_cvtepi32_ps(_mm256_srli_epi32(w, 8));
-    return _mm256_mul_ps(_mm256_add_ps(f, _mm256_set1_ps(0.5f)), _mm256_set1_ps(1.0f / 16777216.0f));
-}
-
-/* 8 groups g0..g0+7 -> 32 normals in element order. */
-static void normals8(uint64_t seed, uint32_t stream, uint32_t call, uint64_t g0, float *out)
-{
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    /* 64-bit group index split into lo/hi words per lane (carry-aware) */
-    uint32_t lo0 = (uint32_t)g0;
-    __m256i c0 = _mm256_add_epi32(_mm256_set1_epi32((int)lo0), lane);
-    __m256i carry = _mm256_cmpgt_epi32(_mm256_xor_si256(_mm256_set1_epi32((int)lo0), _mm256_set1_epi32(INT32_MIN)),
-                                       _mm256_xor_si256(c0, _mm256_set1_epi32(INT32_MIN)));
-    __m256i c1 = _mm256_sub_epi32(_mm256_set1_epi32((int)(uint32_t)(g0 >> 32)), carry);
-    __m256i c2 = _mm256_set1_epi32((int)call);
-    __m256i c3 = _mm256_set1_epi32((int)stream);
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    const __m256i M0 = _mm256_set1_epi32((int)PHILOX_M4x32_0), M1 = _mm256_set1_epi32((int)PHILOX_M4x32_1);
-    for (int round = 0; round < 10; round++) {
-        if (round > 0) {
-            k0 += PHILOX_W32_0;
-            k1 += PHILOX_W32_1;
-        }
-        __m256i hi0, lo0v, hi1, lo1v;
-        mulhilo8(c0, M0, &hi0, &lo0v);
-        mulhilo8(c2, M1, &hi1, &lo1v);
-        __m256i n0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32((int)k0));
-        __m256i n2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32((int)k1));
-        c0 = n0;
-        c1 = lo1v;
-        c2 = n2;
-        c3 = lo0v;
-    }
-    const __m256 m2 = _mm256_set1_ps(-2.0f), two_pi = _mm256_set1_ps(6.283185307179586f);
-    /* u35 variants (3.5 ulp) are plenty for noise and ~1.5x faster; sqrt is the
-     * correctly rounded instruction, as sqrtf in the scalar path */
-    __m256 r0 = _mm256_sqrt_ps(_mm256_mul_ps(m2, Sleef_logf8_u35avx2(u01(c0))));
-    __m256 r1 = _mm256_sqrt_ps(_mm256_mul_ps(m2, Sleef_logf8_u35avx2(u01(c2))));
-    Sleef___m256_2 sc0 = Sleef_sincosf8_u35avx2(_mm256_mul_ps(two_pi, u01(c1)));
-    Sleef___m256_2 sc1 = Sleef_sincosf8_u35avx2(_mm256_mul_ps(two_pi, u01(c3)));
-    _Alignas(32) float v[4][8];
-    _mm256_store_ps(v[0], _mm256_mul_ps(r0, sc0.y)); /* cos */
-    _mm256_store_ps(v[1], _mm256_mul_ps(r0, sc0.x)); /* sin */
-    _mm256_store_ps(v[2], _mm256_mul_ps(r1, sc1.y));
-    _mm256_store_ps(v[3], _mm256_mul_ps(r1, sc1.x));
-    for (int g = 0; g < 8; g++)
-        for (int l = 0; l < 4; l++)
-            out[4 * g + l] = v[l][g];
-}
-
-void pf_normals_avx2(uint64_t seed, uint32_t stream, uint32_t call, uint64_t group0, int64_t ngroups, float *out)
-{
-    int64_t q = 0;
-    for (; q + 8 <= ngroups; q += 8)
-        normals8(seed, stream, call, group0 + (uint64_t)q, out + 4 * q);
-    if (q < ngroups) {
-        float tmp[32];
-        normals8(seed, stream, call, group0 + (uint64_t)q, tmp);
-        for (int64_t e = 0; e < 4 * (ngroups - q); e++)
-            out[4 * q + e] = tmp[e];
-    }
-}
-
-void pf_exp_inplace_avx2(float *v, int64_t count)
-{
-    int64_t e = 0;
-    for (; e + 8 <= count; e += 8)
-        _mm256_storeu_ps(v + e, Sleef_expf8_u10avx2(_mm256_loadu_ps(v + e)));
-    for (; e < count; e++)
-        v[e] = expf(v[e]);
-}
+#include "cpu/noise_simd.h"

@@ -210,16 +210,21 @@ int pf_dpe_parse_mvm(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs
     return 0;
 }
 
-static PyObject *py_dpe_mvm(PyObject *self, PyObject *args, PyObject *kwds)
+PyObject *pf_dpe_mvm_call(PyObject *args, PyObject *kwds, pf_dpe_packed *packed)
 {
-    (void)self;
     pf_dpe_args a;
     pf_dpe_refs refs = {0};
     PyObject *result = NULL;
-    if (pf_dpe_parse_mvm(args, kwds, &a, &refs, NULL) == 0 && run_kernel(&a) == 0)
+    if (pf_dpe_parse_mvm(args, kwds, &a, &refs, NULL) == 0 && ((a.w_packed = packed), run_kernel(&a) == 0))
         result = Py_NewRef((PyObject *)refs.out);
     pf_dpe_refs_release(&refs);
     return result;
+}
+
+static PyObject *py_dpe_mvm(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    (void)self;
+    return pf_dpe_mvm_call(args, kwds, NULL);
 }
 
 int pf_dpe_parse_conv2d(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs *refs, pf_im2col *c,
@@ -317,9 +322,8 @@ int pf_dpe_parse_conv2d(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_r
     return 0;
 }
 
-static PyObject *py_dpe_conv2d(PyObject *self, PyObject *args, PyObject *kwds)
+PyObject *pf_dpe_conv2d_call(PyObject *args, PyObject *kwds, pf_dpe_packed *packed)
 {
-    (void)self;
     pf_dpe_args a;
     pf_dpe_refs refs = {0};
     pf_im2col c;
@@ -327,6 +331,7 @@ static PyObject *py_dpe_conv2d(PyObject *self, PyObject *args, PyObject *kwds)
     PyObject *result = NULL;
     if (pf_dpe_parse_conv2d(args, kwds, &a, &refs, &c, &want_dq, NULL) < 0)
         goto done;
+    a.w_packed = packed;
     pf_status st;
     Py_BEGIN_ALLOW_THREADS
     st = pf_im2col_granule_max(&c, a.batch, a.x_qr, a.x_qc, (float *)refs.gmax->data);
@@ -369,6 +374,12 @@ int pf_normals_parse(PyObject *args, pf_normals_call *c)
     return c->out ? 0 : -1;
 }
 
+static PyObject *py_dpe_conv2d(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    (void)self;
+    return pf_dpe_conv2d_call(args, kwds, NULL);
+}
+
 /* Exposes the noise generator for statistical tests and cross-device checks. */
 static PyObject *py_normals(PyObject *self, PyObject *args)
 {
@@ -401,7 +412,7 @@ static PyMethodDef dpe_methods[] = {
 
 int pf_bind_dpe_init(PyObject *module)
 {
-    if (PyModule_AddFunctions(module, dpe_methods) < 0)
+    if (PyModule_AddFunctions(module, dpe_methods) < 0 || pf_bind_packed_init(module) < 0)
         return -1;
     if (PyModule_AddIntConstant(module, "DEFAULT_SEED", PF_DEFAULT_SEED) < 0)
         return -1;

@@ -58,4 +58,11 @@ int pf_dpe_parse_mvm(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs
 int pf_dpe_parse_conv2d(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs *refs, pf_im2col *c,
                         int *want_dq, PyObject **key);
 
+/* The whole _core.dpe_mvm / dpe_conv2d call, reading weights packed once
+ * (bind_packed.c) when packed is not NULL. */
+PyObject *pf_dpe_mvm_call(PyObject *args, PyObject *kwds, pf_dpe_packed *packed);
+PyObject *pf_dpe_conv2d_call(PyObject *args, PyObject *kwds, pf_dpe_packed *packed);
+/* bind_packed.c: PackedWeights, dpe_pack, dpe_mvm_packed, dpe_conv2d_packed. */
+int pf_bind_packed_init(PyObject *module);
+
 #endif

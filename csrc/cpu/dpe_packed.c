@@ -1,0 +1,153 @@
+/* Weight packing of the fused DPE MVM and the packed-weights object
+ * (dpe.h): programmed weights packed once, read by every later call. */
+#include "cpu/dpe_internal.h"
+#include "core/memory.h"
+#include "cpu/noise.h"
+#include "core/philox_noise.h"
+#include "cpu/threads.h"
+
+#include <string.h>
+
+#define NR PF_DPE_NR
+
+void pf_dpe_pack_w_scales(const pf_dpe_args *a, int64_t nb, float *Bs)
+{
+    const int64_t P = a->cols, ncp = pf_ceil_div(P, NR);
+    for (int64_t cp = 0; cp < ncp; cp++) {
+        int64_t c0 = cp * NR, cw = pf_min64(NR, P - c0);
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t cc = 0; cc < cw; cc++)
+                Bs[(cp * nb + b) * NR + cc] = a->w_scale[((b * a->n) / a->w_qr) * a->w_gc + (c0 + cc) / a->w_qc];
+    }
+}
+
+/* One weight row (slice j, inner row kk = row % K) into val[0..P): levels, or
+ * with noise G_r = G * exp(sigma z) as value (G_r - LGS) / Q_G. f: P floats. */
+static void weight_row(const pf_dpe_args *a, int noise_w, int64_t row, float *val, float *f)
+{
+    const int64_t P = a->cols, cell0 = row * P;
+    const uint8_t *L = a->w_levels + cell0;
+    if (!noise_w) {
+        for (int64_t p = 0; p < P; p++)
+            val[p] = (float)L[p];
+        return;
+    }
+    const float QG = (float)((a->HGS - a->LGS) / (a->g_level - 1));
+    const float lgs = (float)(a->LGS / ((a->HGS - a->LGS) / (a->g_level - 1)));
+    if (a->read_sigma) {
+        pf_normals(a->seed, PF_STREAM_READ, a->call, (uint64_t)cell0, P, f);
+        const int top = a->g_level - 1; /* levels are validated upstream; clamp keeps reads in bounds */
+        for (int64_t p = 0; p < P; p++)
+            f[p] = a->read_sigma[L[p] < top ? L[p] : top] * f[p];
+        pf_exp_inplace(f, P);
+    } else {
+        for (int64_t p = 0; p < P; p++)
+            f[p] = 1.0f;
+    }
+    if (a->w_conductance) {
+        const float *G = a->w_conductance + cell0;
+        for (int64_t p = 0; p < P; p++)
+            val[p] = (G[p] / QG) * f[p] - lgs;
+    } else {
+        for (int64_t p = 0; p < P; p++)
+            val[p] = ((float)L[p] + lgs) * f[p] - lgs;
+    }
+}
+
+pf_status pf_dpe_pack_w_values(const pf_dpe_args *a, int noise_w, int64_t nb, int64_t nk, float *Bp)
+{
+    const int64_t n = a->n, K = a->inner, P = a->cols;
+    const int64_t ncp = pf_ceil_div(P, NR), panel = nb * a->sw * nk * NR;
+    int failed = 0;
+#pragma omp parallel num_threads(pf_get_num_threads()) reduction(| : failed)
+    {
+        float *val = pf_alloc((size_t)P * 2 * sizeof(float));
+        if (!val)
+            failed = 1;
+#pragma omp for schedule(static)
+        for (int64_t row = 0; row < a->sw * K; row++) {
+            if (failed || pf_cancelled(a->cancel))
+                continue;
+            const int64_t j = row / K, kk = row % K;
+            weight_row(a, noise_w, row, val, val + P);
+            float *dst = Bp + ((kk / n * a->sw + j) * nk + kk % n) * NR;
+            for (int64_t cp = 0; cp < ncp; cp++) {
+                int64_t c0 = cp * NR, cw = pf_min64(NR, P - c0);
+                memcpy(dst + cp * panel, val + c0, (size_t)cw * sizeof(float));
+            }
+        }
+        pf_free(val);
+    }
+    return failed ? PF_ENOMEM : PF_OK;
+}
+
+void pf_dpe_packed_free(pf_dpe_packed *p)
+{
+    if (!p)
+        return;
+    pf_free(p->B);
+    pf_free(p->Bs);
+    pf_free(p);
+}
+
+pf_status pf_dpe_pack(const pf_dpe_args *a, pf_dpe_packed **out)
+{
+    *out = NULL;
+    if (a->n <= 0 || a->sw <= 0 || a->sw > PF_MAX_SLICES || a->inner < 0 || a->cols < 0 || a->w_qr <= 0 ||
+        a->w_qc <= 0 || a->w_qr % a->n || a->g_level < 2 || a->g_level > PF_MAX_LEVELS || !(a->HGS > a->LGS))
+        return pf_fail(PF_EINVAL, "w_levels", "inconsistent weight arguments");
+    pf_dpe_packed *p = pf_calloc(1, sizeof *p);
+    if (!p)
+        return PF_ENOMEM;
+    p->kind = pf_dpe_read_noise_on(a) ? PF_DPE_PACKED_NOISY : PF_DPE_PACKED_READY;
+    p->inner = a->inner, p->cols = a->cols, p->n = a->n, p->w_qr = a->w_qr, p->w_qc = a->w_qc;
+    p->sw = a->sw, p->g_level = a->g_level, p->has_conductance = a->w_conductance != NULL;
+    p->HGS = a->HGS, p->LGS = a->LGS;
+    pf_dpe_blocks(a, &p->nb, &p->nk);
+    p->ncp = pf_ceil_div(a->cols, NR);
+    size_t b_bytes, s_bytes;
+    if (pf_mul_size((size_t)p->nb * (size_t)a->sw, (size_t)p->nk * NR, &p->b_panel) ||
+        pf_mul_size(p->b_panel, (size_t)p->ncp * sizeof(float), &b_bytes) ||
+        pf_mul_size((size_t)p->ncp * (size_t)p->nb, NR * sizeof(float), &s_bytes)) {
+        pf_dpe_packed_free(p);
+        return PF_EOVERFLOW;
+    }
+    p->B = pf_calloc(b_bytes ? b_bytes : 1, 1);
+    p->Bs = pf_calloc(s_bytes ? s_bytes : 1, 1);
+    if (!p->B || !p->Bs) {
+        pf_dpe_packed_free(p);
+        return PF_ENOMEM;
+    }
+    p->bytes = sizeof *p + (b_bytes ? b_bytes : 1) + (s_bytes ? s_bytes : 1); /* as pf_alloc counts them */
+    pf_dpe_pack_w_scales(a, p->nb, p->Bs);
+    if (p->kind == PF_DPE_PACKED_READY) {
+        /* the values of every call: no read noise (an all-zero sigma draws exp(0) = 1) */
+        pf_dpe_args b = *a;
+        b.read_sigma = NULL;
+        b.cancel = NULL;
+        pf_status st = pf_dpe_pack_w_values(&b, b.w_conductance != NULL, p->nb, p->nk, p->B);
+        if (st != PF_OK) {
+            pf_dpe_packed_free(p);
+            return st;
+        }
+    }
+    *out = p;
+    return PF_OK;
+}
+
+pf_status pf_dpe_packed_check(const pf_dpe_packed *p, const pf_dpe_args *a)
+{
+    if (p->inner != a->inner || p->cols != a->cols || p->sw != a->sw)
+        return pf_fail(PF_EINVAL, "packed", "packed for weights (%d, %lld, %lld), the call has (%d, %lld, %lld)",
+                       p->sw, (long long)p->inner, (long long)p->cols, a->sw, (long long)a->inner,
+                       (long long)a->cols);
+    if (p->n != a->n || p->w_qr != a->w_qr || p->w_qc != a->w_qc)
+        return pf_fail(PF_EINVAL, "packed", "packed for another crossbar height or weight granule");
+    if (p->g_level != a->g_level || p->HGS != a->HGS || p->LGS != a->LGS ||
+        p->has_conductance != (a->w_conductance != NULL))
+        return pf_fail(PF_EINVAL, "packed", "packed for other device parameters (g_level, HGS, LGS, conductances)");
+    if ((p->kind == PF_DPE_PACKED_NOISY) != pf_dpe_read_noise_on(a))
+        return pf_fail(PF_EINVAL, "packed", "packed %s read noise, the call has %s", p->kind ? "with" : "without",
+                       p->kind ? "none" : "read noise");
+    return PF_OK;
+}

@@ -1,0 +1,112 @@
+/* The SIMD normal generator, written once for any vector width and
+ * instantiated per ISA (noise_avx2.c, noise_avx512.c): Philox4x32-10 over VW
+ * counter groups at once, Box-Muller with SLEEF's vector logf/sincosf (u35)
+ * and the correctly rounded sqrt, exp with SLEEF's expf (u10) on whole runs
+ * of 8 and glibc's expf on a row's tail (the portable path's split, noise.c).
+ * SLEEF builds every vector width from the same FMA algorithms, so lane for
+ * lane every instance gives the portable path's bits.
+ *
+ * The includer defines, before including:
+ *   PF_NORMALS_FN, PF_EXP_FN  the function names
+ *   VW                        32-bit lanes per vector
+ *   IVEC, FVEC                int and float vector types
+ *   I_SET1(x) I_ADD(a, b) I_XOR(a, b) I_LANES() (0, 1, .., VW-1)
+ *   I_MUL_EVEN(a, b)          64-bit products of the even 32-bit lanes (mul_epu32)
+ *   I_SRL64(a, n) I_SLL64(a, n) I_SRL32(a, n)
+ *   I_BLEND_ODD(a, b)         even 32-bit lanes of a, odd lanes of b
+ *   I_CARRY(hi, lo, base)     hi + 1 in lanes where lo < base (unsigned: lo wrapped), else hi
+ *   F_CVT(i) F_SET1(x) F_ADD(a, b) F_MUL(a, b) F_SQRT(a) F_STORE(p, v) (aligned)
+ *   F_LOADU(p) F_STOREU(p, v)
+ *   S_LOG(v) S_SINCOS(v) (a struct with .x = sin, .y = cos) S_EXP(v)
+ *   EXP_W                     floats per S_EXP call (8 or a multiple)
+ *   EXP8(p)                   SLEEF's 8-wide expf_u10 on p[0..8) in place (runs below EXP_W)
+ *   STORE_GROUPS(out, v0, v1, v2, v3)  optional: out[4g + l] = v_l[g] (a transpose), else scalar */
+#include "cpu/kernels.h"
+#include "core/philox_noise.h"
+
+#include <math.h>
+
+static inline void mulhilo(IVEC a, IVEC m, IVEC *hi, IVEC *lo)
+{
+    IVEC even = I_MUL_EVEN(a, m);
+    IVEC odd = I_MUL_EVEN(I_SRL64(a, 32), m);
+    *lo = I_BLEND_ODD(even, I_SLL64(odd, 32));
+    *hi = I_BLEND_ODD(I_SRL64(even, 32), odd);
+}
+
+static inline FVEC u01(IVEC w)
+{
+    FVEC f = F_CVT(I_SRL32(w, 8));
+    return F_MUL(F_ADD(f, F_SET1(0.5f)), F_SET1(1.0f / 16777216.0f));
+}
+
+/* VW groups g0.. -> 4 * VW normals in element order. */
+static void normals_block(uint64_t seed, uint32_t stream, uint32_t call, uint64_t g0, float *out)
+{
+    /* 64-bit group index split into lo/hi words per lane (carry-aware) */
+    const IVEC base = I_SET1((int)(uint32_t)g0);
+    IVEC c0 = I_ADD(base, I_LANES());
+    IVEC c1 = I_CARRY(I_SET1((int)(uint32_t)(g0 >> 32)), c0, base);
+    IVEC c2 = I_SET1((int)call);
+    IVEC c3 = I_SET1((int)stream);
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    const IVEC M0 = I_SET1((int)PHILOX_M4x32_0), M1 = I_SET1((int)PHILOX_M4x32_1);
+    for (int round = 0; round < 10; round++) {
+        if (round > 0) {
+            k0 += PHILOX_W32_0;
+            k1 += PHILOX_W32_1;
+        }
+        IVEC hi0, lo0, hi1, lo1;
+        mulhilo(c0, M0, &hi0, &lo0);
+        mulhilo(c2, M1, &hi1, &lo1);
+        IVEC n0 = I_XOR(I_XOR(hi1, c1), I_SET1((int)k0));
+        IVEC n2 = I_XOR(I_XOR(hi0, c3), I_SET1((int)k1));
+        c0 = n0;
+        c1 = lo1;
+        c2 = n2;
+        c3 = lo0;
+    }
+    const FVEC m2 = F_SET1(-2.0f), two_pi = F_SET1(6.283185307179586f);
+    FVEC r0 = F_SQRT(F_MUL(m2, S_LOG(u01(c0))));
+    FVEC r1 = F_SQRT(F_MUL(m2, S_LOG(u01(c2))));
+    S_SINCOS_T sc0 = S_SINCOS(F_MUL(two_pi, u01(c1)));
+    S_SINCOS_T sc1 = S_SINCOS(F_MUL(two_pi, u01(c3)));
+    const FVEC v0 = F_MUL(r0, sc0.y), v1 = F_MUL(r0, sc0.x); /* cos, sin */
+    const FVEC v2 = F_MUL(r1, sc1.y), v3 = F_MUL(r1, sc1.x);
+#ifdef STORE_GROUPS
+    STORE_GROUPS(out, v0, v1, v2, v3);
+#else
+    _Alignas(64) float v[4][VW];
+    F_STORE(v[0], v0);
+    F_STORE(v[1], v1);
+    F_STORE(v[2], v2);
+    F_STORE(v[3], v3);
+    for (int g = 0; g < VW; g++)
+        for (int l = 0; l < 4; l++)
+            out[4 * g + l] = v[l][g];
+#endif
+}
+
+void PF_NORMALS_FN(uint64_t seed, uint32_t stream, uint32_t call, uint64_t group0, int64_t ngroups, float *out)
+{
+    int64_t q = 0;
+    for (; q + VW <= ngroups; q += VW)
+        normals_block(seed, stream, call, group0 + (uint64_t)q, out + 4 * q);
+    if (q < ngroups) {
+        float tmp[4 * VW];
+        normals_block(seed, stream, call, group0 + (uint64_t)q, tmp);
+        for (int64_t e = 0; e < 4 * (ngroups - q); e++)
+            out[4 * q + e] = tmp[e];
+    }
+}
+
+void PF_EXP_FN(float *v, int64_t count)
+{
+    int64_t e = 0;
+    for (; e + EXP_W <= count; e += EXP_W)
+        F_STOREU(v + e, S_EXP(F_LOADU(v + e)));
+    for (; e + 8 <= count; e += 8) /* runs of 8 below EXP_W: the portable path's SLEEF runs */
+        EXP8(v + e);
+    for (; e < count; e++)
+        v[e] = expf(v[e]);
+}

@@ -2,6 +2,7 @@
  * and the portable micro-kernel. See dpe.h for the contract. */
 #include "core/dpe.h"
 #include "cpu/cpu_features.h"
+#include "cpu/dpe_int.h"
 #include "core/memory.h"
 #include "cpu/noise.h"
 #include "core/philox_noise.h"
@@ -453,6 +454,11 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
     pf_status st = pf_dpe_consts_init(a, &s);
     if (st != PF_OK)
         return st;
+    if (pf_dpe_int_eligible(a, &s)) { /* noise-free: the exact integer path (dpe_int.c) */
+        st = pf_dpe_mvm_int(a, &s);
+        pf_dpe_consts_free(&s);
+        return st;
+    }
 
     const int64_t nb = s.nb, rows_total = a->batch * a->rows;
     const int64_t ncp = pf_ceil_div(a->cols, NR), nrp_total = pf_ceil_div(rows_total, MR);

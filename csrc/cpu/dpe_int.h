@@ -21,7 +21,7 @@
 
 #include "core/dpe.h"
 
-#define PF_DPE_IMR PF_DPE_MR
+#define PF_DPE_IMR 4
 #define PF_DPE_INR PF_DPE_NR
 
 typedef struct {

@@ -27,17 +27,20 @@
 #define IT_NR PF_DPE_INR
 #define IT_NV (IT_NR / IVC)
 
-/* S of one (block, i, j) for the tile into s[r][v], with DOT/FINISH. */
+/* S of one (block, i, j) for the tile into s[r][v], with DOT/FINISH: the A and
+ * B pointers walk the k quads, every accumulator stays in a register. */
 #define IT_MAC(DOT, FINISH)                                                                                        \
     do {                                                                                                           \
         IACC acc[IT_MR][IT_NV];                                                                                    \
         _Pragma("GCC unroll 16") for (int r = 0; r < IT_MR; r++)                                                   \
             _Pragma("GCC unroll 16") for (int v = 0; v < IT_NV; v++) acc[r][v] = I_ZERO();                         \
-        for (int kq = 0; kq < nkq; kq++) {                                                                         \
+        const uint8_t *ap = A;                                                                                     \
+        const int8_t *bp = B;                                                                                      \
+        for (int kq = 0; kq < nkq; kq++, ap += IT_MR * 4, bp += IT_NR * 4) {                                       \
             IBV bv[IT_NV];                                                                                         \
-            _Pragma("GCC unroll 16") for (int v = 0; v < IT_NV; v++) bv[v] = I_LOADB(B + (kq * IT_NR + v * IVC) * 4); \
+            _Pragma("GCC unroll 16") for (int v = 0; v < IT_NV; v++) bv[v] = I_LOADB(bp + v * IVC * 4);            \
             _Pragma("GCC unroll 16") for (int r = 0; r < IT_MR; r++) {                                             \
-                const IAV av = I_BCASTA(A + (kq * IT_MR + r) * 4);                                                 \
+                const IAV av = I_BCASTA(ap + r * 4);                                                               \
                 _Pragma("GCC unroll 16") for (int v = 0; v < IT_NV; v++) acc[r][v] = DOT(acc[r][v], av, bv[v]);    \
             }                                                                                                      \
         }                                                                                                          \

@@ -13,22 +13,22 @@
  * S = sum k*B + boff * sum k (the row sums are packed with the codes).
  *
  * Packed layouts (k in quads, the 4 bytes of one row or column contiguous):
- *   A: [row panel][b][i][kq][MR][4] u8, rows past R and k past K zero
+ *   A: [row panel][b][i][kq][mr][4] u8, rows past R and k past K zero
  *   B: [col panel][b][j][kq][NR][4] s8, cols past P and k past K zero
- *   row sums [row panel][b][i][MR] int32 (boff * sum of the codes). */
+ *   row sums [row panel][b][i][mr] int32 (boff * sum of the codes). */
 #ifndef PF_DPE_INT_H
 #define PF_DPE_INT_H
 
 #include "core/dpe.h"
 
-#define PF_DPE_IMR 4
+#define PF_DPE_IMR_MAX 8 /* tile rows: 4 (AVX2, AVX-VNNI) or 8 (AVX-512 VNNI, portable) */
 #define PF_DPE_INR PF_DPE_NR
 
 typedef struct {
     const uint8_t *A;              /* packed codes of the row panel */
     const int8_t *B;               /* packed levels of the column panel */
-    const int32_t *rowsum;         /* [b][i][MR], or NULL when boff == 0 */
-    const float *row_scale;        /* [b][MR] */
+    const int32_t *rowsum;         /* [b][i][mr], or NULL when boff == 0 */
+    const float *row_scale;        /* [b][mr] */
     const float *col_scale;        /* [b][NR] */
     int64_t nb;
     int nkq, sx, sw, mr_valid, nr_valid;
@@ -37,7 +37,7 @@ typedef struct {
     const float *alpha;            /* [j] */
     const float *const *adc_table; /* [j] exact codes indexed by S, or NULL */
     const int32_t *adc_table_max;
-    float *out;                    /* MR x NR, row stride NR */
+    float *out;                    /* mr x NR, row stride NR */
 } pf_dpe_itile;
 
 void pf_dpe_itile_generic(const pf_dpe_itile *t);

@@ -14,6 +14,7 @@ static inline __m512i bcast4_avx512(const uint8_t *p)
 }
 
 #define PF_ITILE_FN pf_dpe_itile_avx512vnni
+#define ITILE_MR 8
 #define IVC 16
 #define IACC __m512i
 #define IAV __m512i

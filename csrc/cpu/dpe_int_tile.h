@@ -7,6 +7,7 @@
  *
  * The includer defines:
  *   PF_ITILE_FN                 the function name
+ *   ITILE_MR                    tile rows (optional, default 4; the packed panel height)
  *   IVC                         columns per integer accumulator (= floats per VF)
  *   IACC, IAV, IBV              accumulator, broadcast-A and B operand types
  *   I_ZERO()                    zero accumulator
@@ -23,7 +24,10 @@
 
 #include <string.h>
 
-#define IT_MR PF_DPE_IMR
+#ifndef ITILE_MR
+#define ITILE_MR 4
+#endif
+#define IT_MR ITILE_MR
 #define IT_NR PF_DPE_INR
 #define IT_NV (IT_NR / IVC)
 
@@ -121,5 +125,6 @@ void PF_ITILE_FN(const pf_dpe_itile *t)
 
 #undef IT_MAC
 #undef IT_MR
+#undef ITILE_MR
 #undef IT_NR
 #undef IT_NV

@@ -117,8 +117,11 @@ static pf_status pack_b(const pf_dpe_args *a, const pf_dpe_consts *s, const int_
         const int64_t j = row / K, kk = row % K, b = kk / n, kl = kk % n;
         const uint8_t *L = a->w_levels + row * P;
         int8_t *dst = Bp + (b * a->sw + j) * bstep + (kl >> 2) * NR * 4 + (kl & 3);
-        for (int64_t p = 0; p < P; p++)
-            dst[(p / NR) * (int64_t)ic->b_panel + (p % NR) * 4] = (int8_t)(L[p] - ic->boff);
+        for (int64_t p0 = 0; p0 < P; p0 += NR, dst += ic->b_panel) {
+            const int64_t cw = pf_min64(NR, P - p0);
+            for (int64_t c = 0; c < cw; c++)
+                dst[c * 4] = (int8_t)(L[p0 + c] - ic->boff);
+        }
     }
     return PF_OK;
 }

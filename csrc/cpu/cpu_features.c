@@ -5,38 +5,47 @@
 #include <stdlib.h>
 #include <string.h>
 
-static _Atomic int g_limit = PF_ISA_AVX512;
-static _Atomic int g_detected = -1;
+/* The limit is a tier (pf_tier): the float kernels use its base ISA, the
+ * integer kernels (dpe_int.c) may also use the VNNI tiers. */
+static _Atomic int g_limit = PF_TIER_AVX512VNNI;
 
-static pf_isa detect(void)
+static int cpu_has(pf_tier t)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-        return PF_ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return PF_ISA_AVX2;
-#endif
-    return PF_ISA_GENERIC;
-}
-
-pf_isa pf_detected_isa(void)
-{
-    int d = atomic_load(&g_detected);
-    if (d < 0) {
-        d = (int)detect();
-        atomic_store(&g_detected, d);
+    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    switch (t) {
+    case PF_TIER_AVX512VNNI: return avx512 && __builtin_cpu_supports("avx512vnni");
+    case PF_TIER_AVX512: return avx512;
+    case PF_TIER_AVXVNNI: return avx2 && __builtin_cpu_supports("avxvnni");
+    case PF_TIER_AVX2: return avx2;
+    default: return 1;
     }
-    return (pf_isa)d;
+#else
+    return t == PF_TIER_GENERIC;
+#endif
 }
 
-pf_isa pf_active_isa(void)
+/* The highest tier <= cap this CPU supports. */
+static pf_tier best_tier(int cap)
 {
-    pf_isa d = pf_detected_isa();
-    int lim = atomic_load(&g_limit);
-    return (int)d < lim ? d : (pf_isa)lim;
+    for (int t = cap; t > PF_TIER_GENERIC; t--)
+        if (cpu_has((pf_tier)t))
+            return (pf_tier)t;
+    return PF_TIER_GENERIC;
 }
+
+static pf_isa tier_base(pf_tier t)
+{
+    return t >= PF_TIER_AVX512 ? PF_ISA_AVX512 : t >= PF_TIER_AVX2 ? PF_ISA_AVX2 : PF_ISA_GENERIC;
+}
+
+pf_tier pf_detected_tier(void) { return best_tier(PF_TIER_AVX512VNNI); }
+pf_tier pf_active_tier(void) { return best_tier(atomic_load(&g_limit)); }
+pf_isa pf_detected_isa(void) { return tier_base(pf_detected_tier()); }
+pf_isa pf_active_isa(void) { return tier_base(pf_active_tier()); }
 
 /* ---- kernel tables, one per ISA ---- */
 
@@ -71,10 +80,30 @@ const pf_cpu_kernels *pf_cpu_kernels_active(void)
 
 pf_isa pf_set_isa_limit(pf_isa limit)
 {
+    return pf_set_tier_limit(limit == PF_ISA_AVX512 ? PF_TIER_AVX512 : limit == PF_ISA_AVX2 ? PF_TIER_AVX2
+                                                                                            : PF_TIER_GENERIC);
+}
+
+pf_isa pf_set_tier_limit(pf_tier limit)
+{
     atomic_store(&g_limit, (int)limit);
     pf_isa active = pf_active_isa();
     atomic_store(&g_kernels, table_for(active));
     return active;
+}
+
+int pf_cpu_has_avxvnni(void) { return cpu_has(PF_TIER_AVXVNNI); }
+
+static const char *const tier_names[] = {"generic", "avx2", "avxvnni", "avx512", "avx512vnni"};
+
+const char *pf_tier_name(pf_tier t) { return t >= PF_TIER_GENERIC && t <= PF_TIER_AVX512VNNI ? tier_names[t] : "?"; }
+
+int pf_tier_from_name(const char *name)
+{
+    for (int t = PF_TIER_GENERIC; t <= PF_TIER_AVX512VNNI; t++)
+        if (strcmp(name, tier_names[t]) == 0)
+            return t;
+    return -1;
 }
 
 const char *pf_isa_name(pf_isa isa)

@@ -3,6 +3,7 @@
 #include "core/contract.h"
 #include "cpu/dpe_internal.h"
 #include "cpu/cpu_features.h"
+#include "cpu/dpe_int.h"
 #include "cpu/kernels.h"
 #include "core/memory.h"
 #include "cpu/noise.h"
@@ -395,10 +396,7 @@ static pf_status weights_acquire(const pf_dpe_args *a, const pf_dpe_consts *s, i
     pf_dpe_packed *pk = a->w_packed;
     memset(v, 0, sizeof *v);
     if (pk) {
-        pf_status st = pf_dpe_packed_check(pk, a);
-        if (st != PF_OK)
-            return st;
-        v->Bs = pk->Bs;
+        v->Bs = pk->Bs; /* checked against the call by pf_dpe_mvm */
         if (pk->kind == PF_DPE_PACKED_READY) {
             v->B = pk->B;
             return PF_OK;
@@ -526,6 +524,18 @@ static void zero_output(const pf_dpe_args *a)
                 a->out[it * a->so_n + r * a->so_r + p * a->so_p] = 0.0f;
 }
 
+/* The integer path packs its operands per call; weights already packed for the
+ * float kernel cost no weight work at all, which wins until the batch amortizes
+ * the integer packing (measured on Zen 3: crossover between 64 and 512 rows). */
+#define PF_INT_MIN_ROWS_PACKED 256
+
+static int use_int_path(const pf_dpe_args *a, const pf_dpe_consts *s)
+{
+    if (!pf_dpe_int_eligible(a, s))
+        return 0;
+    return !a->w_packed || a->w_packed->kind != PF_DPE_PACKED_READY || a->batch * a->rows >= PF_INT_MIN_ROWS_PACKED;
+}
+
 pf_status pf_dpe_mvm(const pf_dpe_args *a)
 {
     pf_status st = pf_validate_dpe_args(a); /* the one contract (core/contract.h) */
@@ -537,9 +547,16 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
         zero_output(a);
         return PF_OK;
     }
+    if (a->w_packed && (st = pf_dpe_packed_check(a->w_packed, a)) != PF_OK)
+        return st; /* a pack of other weights or other read noise, on either path */
     pf_dpe_consts s;
     if ((st = pf_dpe_consts_init(a, &s)) != PF_OK)
         return st;
+    if (use_int_path(a, &s)) { /* noise-free: the exact integer path (dpe_int.c) */
+        st = pf_dpe_mvm_int(a, &s);
+        pf_dpe_consts_free(&s);
+        return st;
+    }
     mvm_plan plan;
     weights_view w = {0};
     if ((st = plan_init(a, &s, &plan)) == PF_OK)

@@ -4,6 +4,7 @@
 #include "python/bindings.h"
 #include "opencl/cl_loader.h"
 #include "cpu/cpu_features.h"
+#include "cpu/dpe_int.h"
 #include "core/memory.h"
 #include "core/pf_common.h"
 #include "cpu/threads.h"
@@ -91,15 +92,33 @@ static PyObject *py_set_isa_limit(PyObject *self, PyObject *arg)
     const char *name = PyUnicode_AsUTF8(arg);
     if (!name)
         return NULL;
-    pf_isa lim;
-    if (strcmp(name, "generic") == 0) lim = PF_ISA_GENERIC;
-    else if (strcmp(name, "avx2") == 0) lim = PF_ISA_AVX2;
-    else if (strcmp(name, "avx512") == 0) lim = PF_ISA_AVX512;
-    else {
-        PyErr_Format(PyExc_ValueError, "argument 'isa': expected 'generic', 'avx2' or 'avx512', got '%s'", name);
+    const int lim = pf_tier_from_name(name);
+    if (lim < 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "argument 'isa': expected 'generic', 'avx2', 'avxvnni', 'avx512' or 'avx512vnni', got '%s'", name);
         return NULL;
     }
-    return PyUnicode_FromString(pf_isa_name(pf_set_isa_limit(lim)));
+    return PyUnicode_FromString(pf_isa_name(pf_set_tier_limit((pf_tier)lim)));
+}
+
+static PyObject *py_cpu_tier(PyObject *self, PyObject *noargs)
+{
+    PF_UNUSED(self);
+    PF_UNUSED(noargs);
+    return Py_BuildValue("(ss)", pf_tier_name(pf_active_tier()), pf_tier_name(pf_detected_tier()));
+}
+
+static PyObject *py_dpe_int_path(PyObject *self, PyObject *args)
+{
+    PF_UNUSED(self);
+    int on = -1;
+    if (!PyArg_ParseTuple(args, "|p:dpe_int_path", &on))
+        return NULL;
+    if (on >= 0)
+        pf_dpe_int_set_enabled(on);
+    return Py_BuildValue("{s:O,s:K,s:s}", "enabled", pf_dpe_int_enabled() ? Py_True : Py_False, "calls",
+                         (unsigned long long)pf_dpe_int_calls(), "kernel",
+                         pf_tier_name((pf_tier)pf_dpe_int_kernel_tier()));
 }
 
 static PyObject *py_cl_library_error(PyObject *self, PyObject *noargs)
@@ -126,7 +145,13 @@ static PyMethodDef core_methods[] = {
     {"default_num_threads", py_default_num_threads, METH_NOARGS,
      "OMP_NUM_THREADS when it is a positive integer, else the CPUs in the process's affinity mask."},
     {"cpu_isa", py_cpu_isa, METH_NOARGS, "(active ISA, detected ISA) of the CPU kernels."},
-    {"set_isa_limit", py_set_isa_limit, METH_O, "Cap the SIMD level ('generic', 'avx2', 'avx512'); returns the active one."},
+    {"set_isa_limit", py_set_isa_limit, METH_O,
+     "Cap the SIMD tier ('generic', 'avx2', 'avxvnni', 'avx512', 'avx512vnni'); returns the active base ISA."},
+    {"cpu_tier", py_cpu_tier, METH_NOARGS,
+     "(active, detected) tier: 'generic', 'avx2', 'avxvnni', 'avx512' or 'avx512vnni' (VNNI bits included)."},
+    {"dpe_int_path", py_dpe_int_path, METH_VARARGS,
+     "dpe_int_path([enabled])\n--\n\nSwitch the exact integer path of noise-free products on or off (process-wide); "
+     "returns {'enabled', 'calls' (calls that took it), 'kernel' (the integer kernel's tier)}."},
     {"check_seed", pf_py_check_seed, METH_O,
      "check_seed(seed)\n--\n\nThe seed as every entry point reads it: an int in [0, 2**64) (None: DEFAULT_SEED); "
      "TypeError / ValueError naming 'seed' otherwise."},

@@ -1,0 +1,62 @@
+/* Exact integer MVM of the noise-free DPE path (docs/semantics.md 7.1).
+ *
+ * With every noise source off and conductances at their ideal levels (no
+ * write variation, no stuck cells: pf_dpe_consts.noise_w == 0) the crossbar
+ * sum of one block and slice pair is the integer S = sum_k dac_k * L_k, which
+ * the float path accumulates exactly in float32. This path computes the same S
+ * with u8 x s8 integer dot products (vpdpbusd, vpmaddubsw) and hands (float)S
+ * to the float path's ADC epilogue operation by operation, so the outputs are
+ * bit-identical to pf_dpe_mvm's float path and to tests/reference/dpe_ref.py.
+ *
+ * Operands: DAC codes k in [0, rdac-1] as u8 (needs rdac <= 256); levels as
+ * s8 B = L - boff with boff = 0 when g_level <= 128, else 128, in which case
+ * S = sum k*B + boff * sum k (the row sums are packed with the codes).
+ *
+ * Packed layouts (k in quads, the 4 bytes of one row or column contiguous):
+ *   A: [row panel][b][i][kq][mr][4] u8, rows past R and k past K zero
+ *   B: [col panel][b][j][kq][NR][4] s8, cols past P and k past K zero
+ *   row sums [row panel][b][i][mr] int32 (boff * sum of the codes). */
+#ifndef PF_DPE_INT_H
+#define PF_DPE_INT_H
+
+#include "core/dpe.h"
+
+#define PF_DPE_IMR_MAX 8 /* tile rows: 4 (AVX2, AVX-VNNI) or 8 (AVX-512 VNNI, portable) */
+#define PF_DPE_INR PF_DPE_NR
+
+typedef struct {
+    const uint8_t *A;              /* packed codes of the row panel */
+    const int8_t *B;               /* packed levels of the column panel */
+    const int32_t *rowsum;         /* [b][i][mr], or NULL when boff == 0 */
+    const float *row_scale;        /* [b][mr] */
+    const float *col_scale;        /* [b][NR] */
+    int64_t nb;
+    int nkq, sx, sw, mr_valid, nr_valid;
+    int acc16;                     /* every partial sum fits int16 (AVX2 kernel: 16-bit accumulation) */
+    const float *coef;             /* [i*sw + j] */
+    const float *alpha;            /* [j] */
+    const float *const *adc_table; /* [j] exact codes indexed by S, or NULL */
+    const int32_t *adc_table_max;
+    float *out;                    /* mr x NR, row stride NR */
+} pf_dpe_itile;
+
+void pf_dpe_itile_generic(const pf_dpe_itile *t);
+void pf_dpe_itile_avx2(const pf_dpe_itile *t);      /* vpmaddubsw: needs 2*max(k)*max|B| <= 32767 */
+void pf_dpe_itile_avx2_wide(const pf_dpe_itile *t); /* the portable kernel compiled for AVX2 (no saturation) */
+void pf_dpe_itile_avxvnni(const pf_dpe_itile *t);
+void pf_dpe_itile_avx512vnni(const pf_dpe_itile *t);
+
+/* Whether the call can take the integer path (noise-free, ideal levels, rdac <= 256, enabled). */
+int pf_dpe_int_eligible(const pf_dpe_args *a, const pf_dpe_consts *s);
+/* The integer MVM; same contract as pf_dpe_mvm after its validation. */
+pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s);
+
+/* Process-wide switch (tests compare against the float path) and counters. */
+void pf_dpe_int_set_enabled(int on);
+int pf_dpe_int_enabled(void);
+uint64_t pf_dpe_int_calls(void);  /* calls that took the integer path */
+/* The integer kernel the next call would use: a pf_tier value (PF_TIER_AVX512
+ * never: an AVX-512 CPU without VNNI uses the AVX2 or AVX-VNNI kernel). */
+int pf_dpe_int_kernel_tier(void);
+
+#endif

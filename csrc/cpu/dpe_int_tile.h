@@ -1,0 +1,130 @@
+/* The integer micro-kernel of the exact DPE path (dpe_int.h), written once and
+ * instantiated per ISA by dpe_int.c (portable), dpe_int_avx2.c,
+ * dpe_int_avxvnni.c and dpe_int_avx512vnni.c under function target pragmas.
+ * An MR x NR tile: integer crossbar sums S per (block, i, j), then the float
+ * path's ADC epilogue on (float)S in the float path's order (dpe.h,
+ * dpe_tile_simd.h), so every instance gives the float path's bits.
+ *
+ * The includer defines:
+ *   PF_ITILE_FN                 the function name
+ *   ITILE_MR                    tile rows (optional, default 4; the packed panel height)
+ *   IVC                         columns per integer accumulator (= floats per VF)
+ *   IACC, IAV, IBV              accumulator, broadcast-A and B operand types
+ *   I_ZERO()                    zero accumulator
+ *   I_BCASTA(p)                 the 4 codes at p (one row, one k quad) for every column
+ *   I_LOADB(p)                  IVC columns x 4 levels at p
+ *   I_DOT(acc, a, b)            acc + per column sum of the 4 products (int32 lanes)
+ *   I_FINISH(acc)               int32 column sums (VI)
+ *   I_DOT16, I_FINISH16         optional: the same with 16-bit lanes, used when t->acc16
+ *   VF, VI                      float and int32 vectors of IVC lanes
+ *   VI_LOAD1(p) (broadcast int32), VI_ADD(a, b), VI_CVT(v) (to float)
+ *   VF_SET1(x) VF_LOAD(p) VF_STORE(p, v) (aligned) VF_LOADU(p) VF_MUL VF_ADD VF_RINT
+ *   VF_TABLE(tab, vi, hi)       tab[clamp(vi, 0, hi)] */
+#include "cpu/dpe_int.h"
+
+#include <string.h>
+
+#ifndef ITILE_MR
+#define ITILE_MR 4
+#endif
+#define IT_MR ITILE_MR
+#define IT_NR PF_DPE_INR
+#define IT_NV (IT_NR / IVC)
+
+/* S of one (block, i, j) for the tile into s[r][v], with DOT/FINISH: the A and
+ * B pointers walk the k quads, every accumulator stays in a register. */
+#define IT_MAC(DOT, FINISH)                                                                                        \
+    do {                                                                                                           \
+        IACC acc[IT_MR][IT_NV];                                                                                    \
+        _Pragma("GCC unroll 16") for (int r = 0; r < IT_MR; r++)                                                   \
+            _Pragma("GCC unroll 16") for (int v = 0; v < IT_NV; v++) acc[r][v] = I_ZERO();                         \
+        const uint8_t *ap = A;                                                                                     \
+        const int8_t *bp = B;                                                                                      \
+        for (int kq = 0; kq < nkq; kq++, ap += IT_MR * 4, bp += IT_NR * 4) {                                       \
+            IBV bv[IT_NV];                                                                                         \
+            _Pragma("GCC unroll 16") for (int v = 0; v < IT_NV; v++) bv[v] = I_LOADB(bp + v * IVC * 4);            \
+            _Pragma("GCC unroll 16") for (int r = 0; r < IT_MR; r++) {                                             \
+                const IAV av = I_BCASTA(ap + r * 4);                                                               \
+                _Pragma("GCC unroll 16") for (int v = 0; v < IT_NV; v++) acc[r][v] = DOT(acc[r][v], av, bv[v]);    \
+            }                                                                                                      \
+        }                                                                                                          \
+        _Pragma("GCC unroll 16") for (int r = 0; r < IT_MR; r++)                                                   \
+            _Pragma("GCC unroll 16") for (int v = 0; v < IT_NV; v++) s[r][v] = FINISH(acc[r][v]);                  \
+    } while (0)
+
+void PF_ITILE_FN(const pf_dpe_itile *t)
+{
+    _Alignas(64) float out[IT_MR * IT_NR];
+    _Alignas(64) float tb[IT_MR * IT_NR];
+    memset(out, 0, sizeof out);
+    const int nkq = t->nkq;
+    const int64_t a_step = (int64_t)nkq * IT_MR * 4, b_step = (int64_t)nkq * IT_NR * 4;
+    for (int64_t b = 0; b < t->nb; b++) {
+        memset(tb, 0, sizeof tb);
+        for (int i = 0; i < t->sx; i++) {
+            const uint8_t *A = t->A + (b * t->sx + i) * a_step;
+            const int32_t *rsum = t->rowsum ? t->rowsum + (b * t->sx + i) * IT_MR : NULL;
+            for (int j = 0; j < t->sw; j++) {
+                const int8_t *B = t->B + (b * t->sw + j) * b_step;
+                VI s[IT_MR][IT_NV];
+#ifdef I_DOT16
+                if (t->acc16)
+                    IT_MAC(I_DOT16, I_FINISH16);
+                else
+#endif
+                    IT_MAC(I_DOT, I_FINISH);
+                if (rsum)
+#pragma GCC unroll 16
+                    for (int r = 0; r < IT_MR; r++) {
+                        const VI off = VI_LOAD1(rsum + r);
+#pragma GCC unroll 16
+                        for (int v = 0; v < IT_NV; v++)
+                            s[r][v] = VI_ADD(s[r][v], off);
+                    }
+                /* the float path's epilogue on the exact sums (dpe_tile_simd.h) */
+                const VF coef = VF_SET1(t->coef[i * t->sw + j]);
+                const float *tab = t->adc_table ? t->adc_table[j] : NULL;
+                if (tab) {
+                    const int32_t hi = t->adc_table_max[j];
+#pragma GCC unroll 16
+                    for (int r = 0; r < IT_MR; r++)
+#pragma GCC unroll 16
+                        for (int v = 0; v < IT_NV; v++) {
+                            float *cur = tb + r * IT_NR + v * IVC;
+                            VF_STORE(cur, VF_ADD(VF_LOAD(cur), VF_MUL(VF_TABLE(tab, s[r][v], hi), coef)));
+                        }
+                } else {
+                    const VF alpha = VF_SET1(t->alpha[j]);
+#pragma GCC unroll 16
+                    for (int r = 0; r < IT_MR; r++)
+#pragma GCC unroll 16
+                        for (int v = 0; v < IT_NV; v++) {
+                            float *cur = tb + r * IT_NR + v * IVC;
+                            VF_STORE(cur, VF_ADD(VF_LOAD(cur), VF_MUL(VF_RINT(VF_MUL(VI_CVT(s[r][v]), alpha)), coef)));
+                        }
+                }
+            }
+        }
+        const float *rs = t->row_scale + b * IT_MR;
+        VF cs[IT_NV];
+#pragma GCC unroll 16
+        for (int v = 0; v < IT_NV; v++)
+            cs[v] = VF_LOADU(t->col_scale + b * IT_NR + v * IVC);
+#pragma GCC unroll 16
+        for (int r = 0; r < IT_MR; r++) {
+            const VF rv = VF_SET1(rs[r]);
+#pragma GCC unroll 16
+            for (int v = 0; v < IT_NV; v++) {
+                float *o = out + r * IT_NR + v * IVC;
+                VF_STORE(o, VF_ADD(VF_LOAD(o), VF_MUL(VF_LOAD(tb + r * IT_NR + v * IVC), VF_MUL(rv, cs[v]))));
+            }
+        }
+    }
+    memcpy(t->out, out, sizeof out);
+}
+
+#undef IT_MAC
+#undef IT_MR
+#undef ITILE_MR
+#undef IT_NR
+#undef IT_NV

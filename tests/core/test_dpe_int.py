@@ -1,0 +1,295 @@
+"""The exact integer path of noise-free products (csrc/cpu/dpe_int*.c): bit-identical to the float path and to
+the reference transcription (tests/reference/dpe_ref.py) on every integer kernel this CPU has, taken exactly when
+the product is noise-free with ideal levels, and never dispatched to a VNNI kernel without its CPUID bits."""
+import os
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import pyfastpim
+from pyfastpim import _core
+from reference.dpe_ref import mvm_exact
+from helpers import HGS, LGS, make_case
+
+SANITIZED = os.environ.get("PYFASTPIM_SANITIZED") == "1"
+TIERS = ("generic", "avx2", "avxvnni", "avx512", "avx512vnni")
+DETECTED_TIER = _core.cpu_tier()[1]
+# the integer kernel each tier limit selects on this CPU: VNNI kernels only where CPUID has the bits
+CPU_FLAGS = set()
+if os.path.exists("/proc/cpuinfo"):
+    with open("/proc/cpuinfo") as fh:
+        for line in fh:
+            if line.startswith("flags"):
+                CPU_FLAGS = set(line.split(":", 1)[1].split())
+                break
+
+
+def int_kernels():
+    """{tier limit: integer kernel} for every limit up to the detected tier (the limit restored afterwards)."""
+    out = {}
+    try:
+        for tier in TIERS[:TIERS.index(DETECTED_TIER) + 1]:
+            pyfastpim.set_isa_limit(tier)
+            out[tier] = _core.dpe_int_path()["kernel"]
+    finally:
+        pyfastpim.set_isa_limit("avx512vnni")
+    return out
+
+
+# one limit per distinct integer kernel of this CPU
+KERNEL_LIMITS = {}
+for _tier, _kernel in int_kernels().items():
+    KERNEL_LIMITS.setdefault(_kernel, _tier)
+
+
+class int_path:
+    """Within the block the integer path is on (True) or off (False); restores the previous state."""
+
+    def __init__(self, on):
+        self.on = on
+
+    def __enter__(self):
+        self.old = _core.dpe_int_path()["enabled"]
+        _core.dpe_int_path(self.on)
+        return self
+
+    def __exit__(self, *exc):
+        _core.dpe_int_path(self.old)
+        return False
+
+
+def calls():
+    return _core.dpe_int_path()["calls"]
+
+
+def run(xs, xsc, xg, xw, wl, wsc, wg, ww, n, rdac, g_level, radc, sigma=None, vnoise=0.0, cond=None):
+    return np.asarray(_core.dpe_mvm(xs, xsc, xg, xw, wl, cond, wsc, wg, ww, n, rdac, g_level, radc, HGS, LGS, sigma,
+                                    vnoise, 1, 0))
+
+
+def int_and_float(args, limit):
+    """(integer-path output, float-path output) under the tier limit; asserts which path each took."""
+    pyfastpim.set_isa_limit(limit)
+    try:
+        with int_path(True):
+            c0 = calls()
+            got_int = run(*args)
+            assert calls() == c0 + 1, "the noise-free product did not take the integer path"
+        with int_path(False):
+            got_float = run(*args)
+            assert calls() == c0 + 1, "the integer path was taken although switched off"
+    finally:
+        pyfastpim.set_isa_limit("avx512vnni")
+    return got_int, got_float
+
+
+# (N, R, K, P, n, x widths, w widths, x granule, w granule, g_level, rdac, radc)
+# Operand bounds pick the AVX2 kernel's variant: 16-bit accumulation when nkq * 2 * max(k) * max|B| <= 32767,
+# 32-bit (vpmaddubsw + vpmaddwd) when only 2 * max(k) * max|B| <= 32767, else the widened portable kernel;
+# g_level > 128 stores levels as L - 128 with row-sum correction.
+CASES = [
+    (2, 13, 70, 37, 8, (1, 1, 2), (1, 1, 2), (1, 8), (8, 8), 4, 4, 4096),          # edge tiles, K % n != 0
+    (1, 1, 1, 1, 1, (1, 1), (1, 1), (1, 1), (1, 1), 2, 2, 2),                       # smallest everything
+    (1, 7, 100, 33, 32, (1, 3, 4), (1, 7), (1, 32), (32, 32), 256, 256, 4096),     # maxima: rdac 256, g_level 256
+    (3, 5, 9, 17, 4, (1, 8), (1, 2), (1, 4), (4, 4), 128, 200, 1000),              # widened AVX2, odd radc (table)
+    (1, 6, 600, 20, 512, (1, 2), (1, 3), (1, 512), (512, 8), 16, 16, 2 ** 16),    # 32-bit AVX2 accumulation
+    (2, 9, 64, 35, 8, (1, 1, 2), (1, 1, 2), (1, 8), (8, 8), 4, 4, 7),              # ADC ties, exact-code table
+    (1, 3, 130, 48, 64, (1, 1, 2, 2), (1, 1, 2, 2), (1, 64), (64, 16), 4, 4, 2 ** 12),  # K % 4 != 0 per block
+    (2, 11, 45, 19, 16, (1, 4), (1, 7), (2, 16), (32, 5), 129, 8, 2 ** 8),         # g_level just over 128
+    (1, 4, 33, 16, 33, (1, 1), (1, 8), (1, 33), (33, 16), 256, 16, 2 ** 10),       # n not a multiple of 4
+]
+
+
+@pytest.mark.parametrize("kernel", sorted(KERNEL_LIMITS))
+@pytest.mark.parametrize("case", CASES, ids=range(len(CASES)))
+def test_integer_path_is_bit_identical_to_float_path_and_reference(kernel, case):
+    N, R, K, P, n, xw, ww, xg, wg, g_level, rdac, radc = case
+    rng = np.random.default_rng(len(kernel) * 100 + R)
+    xs, xsc, wl, wsc = make_case(rng, N, R, K, P, n, xw, ww, xg, wg, g_level)
+    radc = [radc] * len(ww)
+    args = (xs, xsc, xg, xw, wl, wsc, wg, ww, n, rdac, g_level, radc)
+    ref = mvm_exact(xs, xsc, xg, xw, wl, wsc, wg, ww, n, rdac, g_level, radc)
+    got_int, got_float = int_and_float(args, KERNEL_LIMITS[kernel])
+    np.testing.assert_array_equal(got_int, ref)
+    np.testing.assert_array_equal(got_float, ref)
+    assert R * P == 1 or np.count_nonzero(ref) > 0  # a meaningful comparison
+
+
+@pytest.mark.parametrize("kernel", sorted(KERNEL_LIMITS))
+@pytest.mark.parametrize("batch", [1, 64, 512])
+def test_batches_are_bit_identical(kernel, batch):
+    # rows of a micro-panel straddle batch items (R = 3 is no multiple of 4 or 8)
+    R, K, P = 3, 75, 40
+    if SANITIZED and batch == 512:
+        batch = 96
+    rng = np.random.default_rng(batch)
+    xs, xsc, wl, wsc = make_case(rng, batch, R, K, P, 32, (1, 1, 2, 2), (1, 1, 2, 2), (1, 32), (32, 32), 4)
+    args = (xs, xsc, (1, 32), (1, 1, 2, 2), wl, wsc, (32, 32), (1, 1, 2, 2), 32, 4, 4, [4096] * 4)
+    got_int, got_float = int_and_float(args, KERNEL_LIMITS[kernel])
+    np.testing.assert_array_equal(got_int, got_float)
+    sub = slice(0, min(batch, 8))  # the reference is slow: check the first items and the last one
+    ref = mvm_exact(xs[:, sub], xsc[sub], (1, 32), (1, 1, 2, 2), wl, wsc, (32, 32), (1, 1, 2, 2), 32, 4, 4, [4096] * 4)
+    np.testing.assert_array_equal(got_int[sub], ref)
+    last = mvm_exact(xs[:, -1:], xsc[-1:], (1, 32), (1, 1, 2, 2), wl, wsc, (32, 32), (1, 1, 2, 2), 32, 4, 4,
+                     [4096] * 4)
+    np.testing.assert_array_equal(got_int[-1:], last)
+
+
+def test_random_shapes_on_every_kernel():
+    rng = np.random.default_rng(2024)
+    for _ in range(4 if SANITIZED else 12):
+        n = int(rng.choice([1, 4, 7, 16, 32, 64]))
+        g_level = int(rng.choice([2, 4, 16, 128, 256]))
+        rdac = int(rng.choice([2, 4, 16, 256]))
+        # widths within the levels (m <= g_level - 1) and B <= 16 bits
+        ww = (1,) + tuple(int(v) for v in rng.integers(1, min(7, int(np.log2(g_level))) + 1, int(rng.integers(0, 3))))
+        xw = (1,) + tuple(int(v) for v in rng.integers(1, 8, int(rng.integers(0, 3))))
+        N, R, K, P = (int(v) for v in (rng.integers(1, 4), rng.integers(1, 19), rng.integers(1, 150),
+                                      rng.integers(1, 50)))
+        xg, wg = (int(rng.integers(1, 4)), n * int(rng.integers(1, 3))), (n * int(rng.integers(1, 3)),
+                                                                         int(rng.integers(1, 40)))
+        radc = [int(rng.choice([2 ** 4, 2 ** 8, 2 ** 12, 1000, 3]))] * len(ww)
+        xs, xsc, wl, wsc = make_case(rng, N, R, K, P, n, xw, ww, xg, wg, g_level)
+        args = (xs, xsc, xg, xw, wl, wsc, wg, ww, n, rdac, g_level, radc)
+        ref = mvm_exact(*args)
+        for kernel, limit in KERNEL_LIMITS.items():
+            got_int, got_float = int_and_float(args, limit)
+            np.testing.assert_array_equal(got_int, ref, err_msg="kernel %s, %r" % (kernel, args[7:]))
+            np.testing.assert_array_equal(got_float, ref)
+
+
+def test_thread_counts_give_the_same_bits():
+    rng = np.random.default_rng(7)
+    xs, xsc, wl, wsc = make_case(rng, 3, 37, 200, 70, 32, (1, 1, 2, 2), (1, 1, 2, 2), (1, 32), (32, 32), 4)
+    args = (xs, xsc, (1, 32), (1, 1, 2, 2), wl, wsc, (32, 32), (1, 1, 2, 2), 32, 4, 4, [4096] * 4)
+    outs = []
+    for threads in (1, 2, 3):
+        with pyfastpim.threads(threads):
+            outs.append(run(*args))
+    for o in outs[1:]:
+        np.testing.assert_array_equal(o, outs[0])
+
+
+def test_noise_and_programmed_conductances_stay_on_the_float_path():
+    rng = np.random.default_rng(9)
+    xs, xsc, wl, wsc = make_case(rng, 2, 9, 64, 20, 16, (1, 1, 2), (1, 1, 2), (1, 16), (16, 16), 4)
+    args = (xs, xsc, (1, 16), (1, 1, 2), wl, wsc, (16, 16), (1, 1, 2), 16, 4, 4, [4096] * 3)
+    cond = (wl * ((HGS - LGS) / 3) + LGS).astype(np.float32)  # write variation / stuck cells come as conductances
+    c0 = calls()
+    run(*args, sigma=np.full(4, 0.05, np.float32))
+    run(*args, vnoise=0.05)
+    run(*args, cond=cond)
+    assert calls() == c0
+    run(*args, sigma=np.zeros(4, np.float32))  # zero read noise is noise-free
+    assert calls() == c0 + 1
+
+
+def conv_args():
+    rng = np.random.default_rng(5)
+    img = rng.standard_normal((3, 8, 16, 15)).astype(np.float32)
+    K = 72
+    wl = rng.integers(0, 16, (3, K, 29)).astype(np.uint8)
+    wsc = rng.random((3, 2)).astype(np.float32)
+    return (img, (3, 3), (2, 1), (1, 1), (1, 1), (1, 32), (1, 1, 2, 4), False, wl, None, wsc, (32, 16), (1, 1, 2),
+            32, 16, 16, [4096] * 3, HGS, LGS, None, 0.0, 3, 1)
+
+
+@pytest.mark.parametrize("kernel", sorted(KERNEL_LIMITS))
+def test_conv2d_im2col_input_is_bit_identical(kernel):
+    pyfastpim.set_isa_limit(KERNEL_LIMITS[kernel])
+    try:
+        with int_path(True):
+            c0 = calls()
+            got_int = np.asarray(_core.dpe_conv2d(*conv_args())[0])
+            assert calls() == c0 + 1
+        with int_path(False):
+            got_float = np.asarray(_core.dpe_conv2d(*conv_args())[0])
+    finally:
+        pyfastpim.set_isa_limit("avx512vnni")
+    np.testing.assert_array_equal(got_int, got_float)
+    assert np.count_nonzero(got_int) > 0
+
+
+def test_layers_take_the_integer_path_when_noise_free():
+    torch = pytest.importorskip("torch")
+    from pyfastpim.nn import LinearMem
+    torch.manual_seed(0)
+    eng = pyfastpim.DPETensor(read_variation=0.0, vnoise=0.0, write_variation=0.0, rate_stuck_HGS=0.0,
+                              rate_stuck_LGS=0.0, g_level=4, rdac=4, radc=2 ** 12)
+    lin = LinearMem(eng, 90, 33, (1, 1, 2, 2), (1, 1, 2, 2))
+    # a batch that amortizes the integer packing (PF_INT_MIN_ROWS_PACKED rows, csrc/cpu/dpe.c)
+    x = torch.randn(300, 90)
+    with torch.no_grad(), int_path(False):
+        ref = lin(x)
+    c0 = calls()
+    with torch.no_grad():
+        got = lin(x)
+    assert calls() > c0
+    assert torch.equal(got, ref)
+
+
+def test_small_batches_read_the_weights_packed_once_instead():
+    """Below the crossover, weights already packed at programming cost no weight work per call
+    (the integer path would pack them again): the float path runs, with the same bits."""
+    torch = pytest.importorskip("torch")
+    from pyfastpim.nn import LinearMem
+    torch.manual_seed(0)
+    eng = pyfastpim.DPETensor(read_variation=0.0, vnoise=0.0, write_variation=0.0, rate_stuck_HGS=0.0,
+                              rate_stuck_LGS=0.0, g_level=4, rdac=4, radc=2 ** 12)
+    lin = LinearMem(eng, 90, 33, (1, 1, 2, 2), (1, 1, 2, 2))
+    x = torch.randn(5, 90)
+    with torch.no_grad(), int_path(False):
+        ref = lin(x)
+    c0 = calls()
+    with torch.no_grad():
+        got = lin(x)
+    assert calls() == c0
+    assert torch.equal(got, ref)
+
+
+def test_dispatch_never_picks_a_vnni_kernel_without_its_cpuid_bits():
+    kernels = int_kernels()
+    assert set(kernels.values()) <= {"generic", "avx2", "avxvnni", "avx512vnni"}
+    assert kernels["generic"] == "generic"
+    if CPU_FLAGS:  # Linux: the kernel's view of CPUID
+        for kernel in kernels.values():
+            if kernel == "avx512vnni":
+                assert "avx512_vnni" in CPU_FLAGS and "avx512bw" in CPU_FLAGS
+            if kernel == "avxvnni":
+                assert "avx_vnni" in CPU_FLAGS
+        assert (DETECTED_TIER == "avx512vnni") == ("avx512_vnni" in CPU_FLAGS and "avx512bw" in CPU_FLAGS
+                                                   and "avx512vl" in CPU_FLAGS and "avx512dq" in CPU_FLAGS)
+        if "avx512_vnni" not in CPU_FLAGS:
+            assert "avx512vnni" not in kernels.values()
+        if "avx_vnni" not in CPU_FLAGS:
+            assert "avxvnni" not in kernels.values()
+    # a limit above what the CPU has is capped, and the float kernels keep their base ISA names
+    try:
+        assert pyfastpim.set_isa_limit("avx512vnni") == pyfastpim.cpu_isa()[1]
+        assert _core.cpu_tier()[0] == DETECTED_TIER
+        assert pyfastpim.set_isa_limit("avxvnni") in ("generic", "avx2")
+        with pytest.raises(ValueError, match="isa"):
+            pyfastpim.set_isa_limit("avx512_vnni")
+    finally:
+        pyfastpim.set_isa_limit("avx512vnni")
+
+
+def test_every_vnni_instance_is_compiled_in():
+    # this CPU may not run them, but the build must carry them (dispatch picks them where CPUID allows)
+    objdump = shutil.which("objdump")
+    if not objdump:
+        pytest.skip("objdump not installed")
+    so = _core.__file__
+    dis = subprocess.run([objdump, "-d", "--no-show-raw-insn", so], capture_output=True, text=True, check=True).stdout
+    funcs = {}
+    for m in re.finditer(r"<(pf_dpe_itile_\w+)>:\n(.*?)(?:\n\n|\Z)", dis, re.S):
+        funcs[m.group(1)] = m.group(2)
+    if "pf_dpe_itile_avx2" not in funcs:
+        pytest.skip("the extension's symbols are stripped")
+    assert "vpdpbusd" in funcs["pf_dpe_itile_avx512vnni"] and "zmm" in funcs["pf_dpe_itile_avx512vnni"]
+    assert "{vex} vpdpbusd" in funcs["pf_dpe_itile_avxvnni"]
+    assert "vpmaddubsw" in funcs["pf_dpe_itile_avx2"]
+    assert "vpdpbusd" not in funcs["pf_dpe_itile_avx2"] and "vpdpbusd" not in funcs["pf_dpe_itile_generic"]

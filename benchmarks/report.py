@@ -230,8 +230,8 @@ def readme_peers(runs, source):
              "library default threads; one warm-up image, then timed batches (median; CPU = process CPU time "
              "of that batch)." % (any_rec.get("cpu_model", "?"), any_rec.get("cpus", "?"), dates[0], dates[-1]), "",
              "| model | batch | pyfastpim s/batch (CPU s) | MemIntelli s/batch (CPU s) | speedup | "
-             "peak RSS pyfastpim | peak RSS MemIntelli |",
-             "|---|---|---|---|---|---|---|"]
+             "peak RSS pyfastpim | peak RSS MemIntelli | threads pyfastpim / MemIntelli |",
+             "|---|---|---|---|---|---|---|---|"]
     for case in cases:
         p, m = latest.get((case, "pyfastpim")), latest.get((case, "memintelli"))
 
@@ -242,9 +242,9 @@ def readme_peers(runs, source):
             return "%.3g (%.3g)" % (w, rec["cpu_s"][rec["wall_s"].index(w)])
         speed = ("%.1fx" % (_median(m["wall_s"]) / _median(p["wall_s"]))) if p and m else ""
         batch = (p or m)["batch"]
-        lines.append("| %s | %d | %s | %s | %s | %s | %s |" % (
+        lines.append("| %s | %d | %s | %s | %s | %s | %s | %s / %s |" % (
             case, batch, cell(p), cell(m), speed, "%.0f MB" % p["peak_rss_mb"] if p else "",
-            "%.0f MB" % m["peak_rss_mb"] if m else ""))
+            "%.0f MB" % m["peak_rss_mb"] if m else "", p["threads"] if p else "-", m["threads"] if m else "-"))
     return "\n".join(lines)
 
 
@@ -256,12 +256,17 @@ def replace_block(text, name, body):
     return pat.sub(lambda _: begin + "\n" + body + "\n" + end, text, count=1)
 
 
+def _shown(path):
+    rel = os.path.relpath(os.path.abspath(path), ROOT)
+    return path if rel.startswith("..") else rel
+
+
 def write_readme(readme, bench_path, peers_path=None):
     with open(readme, encoding="utf-8") as fh:
         text = fh.read()
-    text = replace_block(text, "bench", readme_bench(load(bench_path), os.path.relpath(bench_path, ROOT)))
+    text = replace_block(text, "bench", readme_bench(load(bench_path), _shown(bench_path)))
     if peers_path and os.path.exists(peers_path):
-        text = replace_block(text, "peers", readme_peers(load(peers_path), os.path.relpath(peers_path, ROOT)))
+        text = replace_block(text, "peers", readme_peers(load(peers_path), _shown(peers_path)))
     with open(readme, "w", encoding="utf-8") as fh:
         fh.write(text)
 

@@ -14,9 +14,10 @@ Rounds: every case measured with ``benchmark(fn, ...)`` gets the options of the 
 ``ROUNDS`` whose pattern occurs in its node id (a ``@pytest.mark.benchmark(...)`` on the case
 itself wins): at least ``min_rounds`` rounds and ``max_time`` seconds of rounds, after warm-up
 calls, each round at least ``min_time`` long (fast calls are looped). Cases measured with
-``benchmark.pedantic`` keep their own rounds when their role is ``reference`` (the slow
-transcriptions: seconds per call) and get at least ``PEDANTIC_MIN_ROUNDS`` rounds and one
-warm-up round otherwise. The aim: two back-to-back `make bench` runs on a quiet machine agree
+``benchmark.pedantic`` get at least ``REFERENCE_MIN_ROUNDS`` rounds, no warm-up, when their role
+is ``reference`` (the slow transcriptions: seconds per call); other pedantic cases get one timed
+warm-up call and up to ``PEDANTIC_MIN_ROUNDS`` rounds as far as ``PEDANTIC_BUDGET_S`` allows (a
+case of several seconds per call keeps the rounds its file asks for). The aim: two back-to-back `make bench` runs on a quiet machine agree
 within 15% on every median (report.py prints the previous run beside this one).
 
 Machine: the JSON's ``machine_info`` gets ``pyfastpim`` (CPU model, CPU count, ISA, threads), which
@@ -24,6 +25,7 @@ report.py names in the README table.
 """
 import functools
 import os
+import time
 
 import numpy as np
 import pytest
@@ -35,9 +37,11 @@ THREADS = int(os.environ["PYFASTPIM_BENCH_THREADS"]) if os.environ.get("PYFASTPI
 
 # (node id substring, pytest-benchmark options); first match wins, the last entry is the default.
 ROUNDS = [
-    ("", dict(min_rounds=10, max_time=2.0, min_time=0.002, warmup=True, warmup_iterations=2)),
+    ("", dict(min_rounds=10, max_time=1.5, min_time=0.002, warmup=True, warmup_iterations=1)),
 ]
 PEDANTIC_MIN_ROUNDS = 5
+PEDANTIC_BUDGET_S = 3.0
+REFERENCE_MIN_ROUNDS = 3
 
 
 def rounds_for(nodeid):
@@ -54,16 +58,23 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _pedantic(bm, original, target, args=(), kwargs=None, setup=None, rounds=1, warmup_rounds=0, iterations=1):
-    if bm.extra_info.get("role") != "reference":
-        rounds = max(rounds, PEDANTIC_MIN_ROUNDS)
-        warmup_rounds = max(warmup_rounds, 1)
+    if bm.extra_info.get("role") == "reference":
+        rounds = max(rounds, REFERENCE_MIN_ROUNDS)
+    elif rounds < PEDANTIC_MIN_ROUNDS:
+        # one warm-up call, timed: as many more rounds as PEDANTIC_BUDGET_S allows, up to the minimum
+        # (a case of several seconds per call keeps the rounds its file asks for)
+        a, k = setup() if setup else (args, kwargs)
+        t0 = time.perf_counter()
+        target(*a, **(k or {}))
+        elapsed = max(time.perf_counter() - t0, 1e-9)
+        rounds = max(rounds, min(PEDANTIC_MIN_ROUNDS, int(PEDANTIC_BUDGET_S / elapsed)))
     return original(target, args=args, kwargs=kwargs, setup=setup, rounds=rounds, warmup_rounds=warmup_rounds,
                     iterations=iterations)
 
 
 @pytest.fixture
 def benchmark(benchmark):
-    """pytest-benchmark's fixture, with the minimum rounds above for ``pedantic`` subject/roofline cases."""
+    """pytest-benchmark's fixture, with the minimum rounds above for ``pedantic`` cases."""
     benchmark.pedantic = functools.partial(_pedantic, benchmark, benchmark.pedantic)
     return benchmark
 

@@ -174,19 +174,33 @@ def test_readme_performance_section_is_generated():
 def test_bench_rounds_and_pedantic_minimum():
     conf = _load("pyfastpim_bench_conftest", "conftest.py")
     opts = conf.rounds_for("benchmarks/test_bench_dpe.py::test_dpe_noise_on")
-    assert opts["min_rounds"] >= 10 and opts["max_time"] >= 2.0 and opts["warmup"]
-    calls = []
+    assert opts["min_rounds"] >= 10 and opts["max_time"] >= 1.0 and opts["warmup"]
+    calls, probes = [], []
 
     def original(target, **kw):
         calls.append(kw)
 
     class Fake:
         extra_info = {"role": "subject"}
-    conf._pedantic(Fake, original, len, rounds=3)
-    assert calls[-1]["rounds"] == conf.PEDANTIC_MIN_ROUNDS >= 5 and calls[-1]["warmup_rounds"] == 1
-    Fake.extra_info = {"role": "reference"}  # the slow transcriptions keep their own rounds
-    conf._pedantic(Fake, original, len, rounds=1)
-    assert calls[-1]["rounds"] == 1 and calls[-1]["warmup_rounds"] == 0
+    conf._pedantic(Fake, original, probes.append, args=(1,), rounds=3)  # fast: raised to the minimum
+    assert calls[-1]["rounds"] == conf.PEDANTIC_MIN_ROUNDS >= 5 and probes == [1]  # after one warm-up call
+    conf._pedantic(Fake, original, probes.append, setup=lambda: ((2,), {}), rounds=2)
+    assert probes == [1, 2] and calls[-1]["rounds"] == conf.PEDANTIC_MIN_ROUNDS
+    budget = conf.PEDANTIC_BUDGET_S
+    try:
+        conf.PEDANTIC_BUDGET_S = 0.0  # as if one call took longer than the budget: the file's rounds stay
+        conf._pedantic(Fake, original, probes.append, args=(3,), rounds=3)
+        assert calls[-1]["rounds"] == 3
+    finally:
+        conf.PEDANTIC_BUDGET_S = budget
+    conf._pedantic(Fake, original, probes.append, args=(4,), rounds=9)  # more than the minimum: no probe
+    assert calls[-1]["rounds"] == 9 and probes == [1, 2, 3]
+    Fake.extra_info = {"role": "reference"}  # the slow transcriptions: a few rounds, no warm-up
+    conf._pedantic(Fake, original, probes.append, args=(5,), rounds=1)
+    assert calls[-1]["rounds"] == conf.REFERENCE_MIN_ROUNDS >= 3 and calls[-1]["warmup_rounds"] == 0
+    assert probes == [1, 2, 3]
+    conf._pedantic(Fake, original, probes.append, rounds=7, warmup_rounds=2)
+    assert calls[-1]["rounds"] == 7 and calls[-1]["warmup_rounds"] == 2
 
 
 def test_peer_script_records_json(tmp_path):

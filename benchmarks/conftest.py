@@ -1,28 +1,25 @@
 """Benchmark harness: fixed seeds, default thread counts, one JSON for report.py.
 
-Each case sets ``benchmark.group`` and ``benchmark.extra_info['role']``:
-``subject`` (pyfastpim), ``reference`` (an implementation of the same
-algorithm, e.g. the PyTorch einsum transcription) or ``roofline`` (the bare
-arithmetic through OpenBLAS). report.py prints each case's median time and its
-ratios to the group's reference and roofline, measured in the same run, with
-the case's targets (``extra_info['targets']``): 'roofline' (time / roofline
-time, at most), 'speedup_vs_reference' (reference time / time, at least),
-'vs:<case>' (time / that case's time, at most) or any other extra_info key
-(its value, at most).
+Each case sets ``benchmark.group`` and ``benchmark.extra_info['role']``: ``subject`` (pyfastpim),
+``reference`` (an implementation of the same algorithm, e.g. the PyTorch einsum transcription) or
+``roofline`` (the bare arithmetic through OpenBLAS). report.py prints each case's median time and
+its ratios to the group's reference and roofline, measured in the same run, with the case's targets
+(``extra_info['targets']``): 'roofline' (time / roofline time, at most), 'speedup_vs_reference'
+(reference time / time, at least), 'vs:<case>' (time / that case's time, at most) or any other
+extra_info key (its value, at most).
 
 Rounds: every case measured with ``benchmark(fn, ...)`` gets the options of the first entry of
-``ROUNDS`` whose pattern occurs in its node id (a ``@pytest.mark.benchmark(...)`` on the case
-itself wins): at least ``min_rounds`` rounds and ``max_time`` seconds of rounds, after warm-up
-calls, each round at least ``min_time`` long (fast calls are looped). Cases measured with
-``benchmark.pedantic`` get at least ``REFERENCE_MIN_ROUNDS`` rounds, no warm-up, when their role
-is ``reference`` (the slow transcriptions: seconds per call); other pedantic cases get one timed
-warm-up call and up to ``PEDANTIC_MIN_ROUNDS`` rounds as far as ``PEDANTIC_BUDGET_S`` allows (a
-case of several seconds per call keeps the rounds its file asks for). The aim: two back-to-back `make bench` runs on a quiet machine agree
-within 15% on every median (report.py prints the previous run beside this one).
+``ROUNDS`` whose pattern occurs in its node id (a ``@pytest.mark.benchmark(...)`` on the case itself
+wins): at least ``min_rounds`` rounds and ``max_time`` seconds of rounds, after warm-up calls, each
+round at least ``min_time`` long (fast calls are looped). Cases measured with ``benchmark.pedantic``
+get at least ``REFERENCE_MIN_ROUNDS`` rounds, no warm-up, when their role is ``reference`` (the slow
+transcriptions: seconds per call); other pedantic cases get one timed warm-up call and up to
+``PEDANTIC_MIN_ROUNDS`` rounds as far as ``PEDANTIC_BUDGET_S`` allows (a case of several seconds per
+call keeps the rounds its file asks for). The aim: two back-to-back `make bench` runs on a quiet
+machine agree within 15% on every median (report.py prints the previous run beside this one).
 
 Machine: the JSON's ``machine_info`` gets ``pyfastpim`` (CPU model, CPU count, ISA, threads), which
-report.py names in the README table.
-"""
+report.py names in the README table."""
 import functools
 import os
 import time

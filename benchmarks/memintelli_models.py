@@ -7,19 +7,18 @@ Usage (run each implementation in its own process; MemIntelli is not part of thi
     make bench-peers     # every case, each implementation in its own process (MEMINTELLI=/path)
 
 Options: ``--threads N`` sets torch's and pyfastpim's thread counts (default: each library's own
-default, which for Debian's torch is 1 thread), ``--repeat N`` timed batches (default 5 for pyfastpim, 1 for MemIntelli, whose ResNet-18
-batch takes minutes), ``--json PATH`` where the result is appended (default build/peers.json; ``-``
-for none). ``benchmarks/report.py --readme README.md`` renders the newest result of each
-(implementation, case) from that file.
+default, which for Debian's torch is 1 thread), ``--repeat N`` timed batches (default 5 for
+pyfastpim, 1 for MemIntelli, whose ResNet-18 batch takes minutes), ``--json PATH`` where the result
+is appended (default build/peers.json; ``-`` for none). ``benchmarks/report.py --readme README.md``
+renders the newest result of each (implementation, case) from that file.
 
-The model and engine settings are those of MemIntelli's examples: 05 (VGG CIFAR), 07 (ResNet
-CIFAR) and, for LeNet-5 (which has no example of its own), the MNIST settings of example 02
-(engine, slices (1, 1, 2), crossbar and quantization sizes; the LeNet5 class's default 4-bit
-slices would need 16 conductance levels, example 02's engine has 4). Weights are random (the speed does not depend on them).
-After one warm-up batch of one image, each timed batch records wall time and process CPU time
-(all threads; CPU / wall above 1 shows the threads at work, below the thread count shows other
-load on the machine), plus the process's peak RSS.
-"""
+The model and engine settings are those of MemIntelli's examples: 05 (VGG CIFAR), 07 (ResNet CIFAR)
+and, for LeNet-5 (which has no example of its own), the MNIST settings of example 02 (engine, slices
+(1, 1, 2), crossbar and quantization sizes; the LeNet5 class's default 4-bit slices would need 16
+conductance levels, example 02's engine has 4). Weights are random (the speed does not depend on
+them). After one warm-up batch of one image, each timed batch records wall time and process CPU time
+(all threads; CPU / wall above 1 shows the threads at work, below the thread count shows other load
+on the machine), plus the process's peak RSS."""
 import argparse
 import datetime
 import importlib

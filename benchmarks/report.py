@@ -164,9 +164,12 @@ def machine_line(data):
     threads = pf.get("threads")
     commit = (data.get("commit_info") or {}).get("id") or ""
     dirty = (data.get("commit_info") or {}).get("dirty")
-    return ("%s, %s CPUs, pyfastpim ISA %s, %s threads (the defaults: no thread variables), %s UTC, commit %s%s"
-            % (cpu, cores if cores else "?", isa or "?", threads if threads else "?",
-               (data.get("datetime") or "?")[:16].replace("T", " "), commit[:10] or "?", " (modified)" if dirty else ""))
+    how = ("pinned by PYFASTPIM_BENCH_THREADS" if pf.get("bench_threads")
+           else "the defaults: no thread variables")
+    return ("%s, %s CPUs, pyfastpim ISA %s, %s threads (%s), %s UTC, commit %s%s"
+            % (cpu, cores if cores else "?", isa or "?", threads if threads else "?", how,
+               (data.get("datetime") or "?")[:16].replace("T", " "), commit[:10] or "?",
+               " (modified)" if dirty else ""))
 
 
 def _md_time(t):

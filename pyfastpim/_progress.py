@@ -63,7 +63,7 @@ def _tqdm_class():
     try:
         if in_notebook():
             try:
-                import ipywidgets  # noqa: F401
+                import ipywidgets  # noqa: F401  (tqdm.notebook draws with it)
                 from tqdm.notebook import tqdm
                 return tqdm
             except ImportError:

@@ -129,7 +129,8 @@ def test_readme_generated_from_one_run(report, tmp_path):
     readme.write_text(README_TEMPLATE)
     report.write_readme(str(readme), str(tmp_path / "bench.json"), str(tmp_path / "peers.json"))
     text = readme.read_text()
-    assert text.startswith("# x\nintro stays 0.5 s\n<!-- bench:begin -->\n") and text.endswith("<!-- peers:end -->\ntail\n")
+    assert text.startswith("# x\nintro stays 0.5 s\n<!-- bench:begin -->\n")
+    assert text.endswith("<!-- peers:end -->\ntail\n")
     assert "old table" not in text and "old peers" not in text and "\nbetween\n" in text
     bench = text[text.index("bench:begin"):text.index("bench:end")]
     assert "Test CPU 9000, 16 CPUs, pyfastpim ISA avx512, 16 threads" in bench and "2026-01-03 10:00" in bench

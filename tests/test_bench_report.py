@@ -111,9 +111,10 @@ tail
 """
 
 
-def _peer(impl, case, wall, cpu, rss, date, batch=16, threads_set=None):
+def _peer(impl, case, wall, cpu, rss, date, batch=16, threads_set=None, threads=None):
+    threads = threads or threads_set or (2 if impl == "pyfastpim" else 1)
     return dict(impl=impl, case=case, batch=batch, wall_s=wall, cpu_s=cpu, peak_rss_mb=rss, date=date,
-                threads=2, threads_set=threads_set, cpu_model="Test CPU 9000", cpus=16)
+                threads=threads, threads_set=threads_set, cpu_model="Test CPU 9000", cpus=16)
 
 
 def test_readme_generated_from_one_run(report, tmp_path):
@@ -121,7 +122,8 @@ def test_readme_generated_from_one_run(report, tmp_path):
     _write(str(tmp_path / "bench.json"), cur)
     peers = [_peer("pyfastpim", "resnet18_cifar", [7.0, 6.0, 6.5], [12.0, 11.0, 11.5], 580.0, "2026-01-03 09:00 UTC"),
              _peer("memintelli", "resnet18_cifar", [200.0], [190.0], 3300.0, "2026-01-03 09:10 UTC"),
-             _peer("memintelli", "resnet18_cifar", [100.0], [190.0], 3300.0, "2026-01-03 09:20 UTC", threads_set=2),
+             _peer("memintelli", "resnet18_cifar", [100.0], [180.0], 3300.0, "2026-01-03 09:20 UTC", threads_set=2),
+             _peer("memintelli", "resnet18_cifar", [50.0], [180.0], 3300.0, "2026-01-03 09:25 UTC", threads_set=4),
              _peer("memintelli", "resnet18_cifar", [300.0], [290.0], 3400.0, "2026-01-02 09:00 UTC"),
              _peer("pyfastpim", "lenet5_mnist", [0.2], [0.3], 240.0, "2026-01-03 09:30 UTC", batch=64)]
     _write(str(tmp_path / "peers.json"), peers)
@@ -141,8 +143,10 @@ def test_readme_generated_from_one_run(report, tmp_path):
     assert "only 40.0x faster than the reference" in bench  # the missed 100x is out of reach: stated with numbers
     pe = text[text.index("peers:begin"):text.index("peers:end")]
     # newest default-thread record per implementation; the median of the timed batches with its CPU time
-    assert "| resnet18_cifar | 16 | 6.5 (11.5) | 200 (190) | 30.8x | 580 MB | 3300 MB | 2 / 2 |" in pe
-    assert "| lenet5_mnist | 64 | 0.2 (0.3) | not measured |  | 240 MB |  | 2 / - |" in pe
+    # MemIntelli at its default (1 thread here) and, pinned by --threads, at pyfastpim's 2 threads
+    assert "| resnet18_cifar | 16 | 6.5 (11.5) | 200 (190) | 30.8x | 580 MB | 3300 MB | 2 / 1 | 100 (180) | 15.4x |" \
+        in pe
+    assert "| lenet5_mnist | 64 | 0.2 (0.3) | not measured |  | 240 MB |  | 2 / - |  |  |" in pe
     assert "Test CPU 9000, 16 CPUs" in pe
     readme.write_text("# no markers\n")
     with pytest.raises(SystemExit, match="bench:begin"):

@@ -20,7 +20,7 @@ VENV_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3 
 VENV := build/venv
 MLX_DIR := build/mlx-target
 
-.PHONY: all deps build run test test-venv test-mlx bench sanitize tsan fuzz clean
+.PHONY: all deps build run test test-venv test-mlx bench bench-peers bench-readme sanitize tsan fuzz clean
 
 all: build
 
@@ -65,11 +65,34 @@ test-mlx: build
 	[ -d $(MLX_DIR)/mlx ] || $(PYTHON) -m pip install -q --target $(MLX_DIR) "mlx[cpu]"
 	PYTHONPATH=$(CURDIR)/$(MLX_DIR) $(PYTEST_ENV) $(PYTHON) -m pytest -q tests/api/test_mlx.py tests/api/test_dlpack.py
 
+# Every run is kept in $(BENCH_HISTORY) (pytest-benchmark autosave, one JSON per run, gitignored);
+# report.py prints this run's ratios beside the previous run's. Rounds per case: benchmarks/conftest.py.
+# BENCH_ARGS passes pytest options, e.g. BENCH_ARGS="-k slicing".
+BENCH_HISTORY := .benchmarks
+BENCH_ARGS ?=
 bench: build
 	mkdir -p build
 	$(BENCH_ENV) $(PYTHON) -m pytest -q benchmarks --benchmark-only --benchmark-columns=min,median,rounds \
-	  --benchmark-sort=name --benchmark-json=build/bench.json
-	$(PYTHON) benchmarks/report.py build/bench.json
+	  --benchmark-sort=name --benchmark-json=build/bench.json \
+	  --benchmark-autosave --benchmark-storage=file://$(BENCH_HISTORY) $(BENCH_ARGS)
+	$(PYTHON) benchmarks/report.py build/bench.json --history $(BENCH_HISTORY)
+
+# The model-level comparison with MemIntelli (a checkout of github.com/HUST-ISMD-Odyssey/MemIntelli
+# at $(MEMINTELLI); never part of this repository): each model and implementation in its own process,
+# results appended to build/peers.json. Several minutes (MemIntelli's ResNet-18 batch takes minutes).
+MEMINTELLI ?= /tmp/memintelli
+PEER_CASES := lenet5_mnist vgg13_bn_cifar resnet18_cifar
+bench-peers: build
+	mkdir -p build
+	for c in $(PEER_CASES); do $(BENCH_ENV) $(PYTHON) benchmarks/memintelli_models.py pyfastpim $$c || exit 1; done
+	@if [ -d "$(MEMINTELLI)/memintelli" ]; then \
+	  for c in $(PEER_CASES); do $(BENCH_ENV) PYTHONPATH=$(MEMINTELLI) $(PYTHON) benchmarks/memintelli_models.py memintelli $$c || exit 1; done; \
+	else echo "bench-peers: no MemIntelli checkout at $(MEMINTELLI) (MEMINTELLI=path): pyfastpim only"; fi
+
+# README's performance section from ONE run: build/bench.json (the last `make bench`) and
+# build/peers.json (`make bench-peers`); machine, ISA and date are named in the generated text.
+bench-readme:
+	$(PYTHON) benchmarks/report.py build/bench.json --readme README.md --peers build/peers.json
 
 # Sanitized build goes to its own tree so the regular in-place build is untouched.
 sanitize: deps

@@ -1,16 +1,28 @@
 """Benchmark harness: fixed seeds, default thread counts, one JSON for report.py.
 
-Each case sets ``benchmark.group`` and ``benchmark.extra_info['role']``:
-``subject`` (pyfastpim), ``reference`` (an implementation of the same
-algorithm, e.g. the PyTorch einsum transcription) or ``roofline`` (the bare
-arithmetic through OpenBLAS). report.py prints each case's median time and its
-ratios to the group's reference and roofline, measured in the same run, with
-the case's targets (``extra_info['targets']``): 'roofline' (time / roofline
-time, at most), 'speedup_vs_reference' (reference time / time, at least),
-'vs:<case>' (time / that case's time, at most) or any other extra_info key
-(its value, at most).
-"""
+Each case sets ``benchmark.group`` and ``benchmark.extra_info['role']``: ``subject`` (pyfastpim),
+``reference`` (an implementation of the same algorithm, e.g. the PyTorch einsum transcription) or
+``roofline`` (the bare arithmetic through OpenBLAS). report.py prints each case's median time and
+its ratios to the group's reference and roofline, measured in the same run, with the case's targets
+(``extra_info['targets']``): 'roofline' (time / roofline time, at most), 'speedup_vs_reference'
+(reference time / time, at least), 'vs:<case>' (time / that case's time, at most) or any other
+extra_info key (its value, at most).
+
+Rounds: every case measured with ``benchmark(fn, ...)`` gets the options of the first entry of
+``ROUNDS`` whose pattern occurs in its node id (a ``@pytest.mark.benchmark(...)`` on the case itself
+wins): at least ``min_rounds`` rounds and ``max_time`` seconds of rounds, after warm-up calls, each
+round at least ``min_time`` long (fast calls are looped). Cases measured with ``benchmark.pedantic``
+get at least ``REFERENCE_MIN_ROUNDS`` rounds, no warm-up, when their role is ``reference`` (the slow
+transcriptions: seconds per call); other pedantic cases get one timed warm-up call and up to
+``PEDANTIC_MIN_ROUNDS`` rounds as far as ``PEDANTIC_BUDGET_S`` allows (a case of several seconds per
+call keeps the rounds its file asks for). The aim: two back-to-back `make bench` runs on a quiet
+machine agree within 15% on every median (report.py prints the previous run beside this one).
+
+Machine: the JSON's ``machine_info`` gets ``pyfastpim`` (CPU model, CPU count, ISA, threads), which
+report.py names in the README table."""
+import functools
 import os
+import time
 
 import numpy as np
 import pytest
@@ -18,6 +30,74 @@ import pytest
 # Default: the thread counts a user gets (pyfastpim's default is the CPUs of the affinity mask,
 # torch's and OpenBLAS's their own). PYFASTPIM_BENCH_THREADS=n pins pyfastpim and torch to n.
 THREADS = int(os.environ["PYFASTPIM_BENCH_THREADS"]) if os.environ.get("PYFASTPIM_BENCH_THREADS") else None
+
+
+# (node id substring, pytest-benchmark options); first match wins, the last entry is the default.
+ROUNDS = [
+    ("", dict(min_rounds=10, max_time=1.5, min_time=0.002, warmup=True, warmup_iterations=1)),
+]
+PEDANTIC_MIN_ROUNDS = 5
+PEDANTIC_BUDGET_S = 3.0
+REFERENCE_MIN_ROUNDS = 3
+
+
+def rounds_for(nodeid):
+    for pattern, opts in ROUNDS:
+        if pattern in nodeid:
+            return dict(opts)
+    return {}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "benchmark" in getattr(item, "fixturenames", ()) and item.get_closest_marker("benchmark") is None:
+            item.add_marker(pytest.mark.benchmark(**rounds_for(item.nodeid)))
+
+
+def _pedantic(bm, original, target, args=(), kwargs=None, setup=None, rounds=1, warmup_rounds=0, iterations=1):
+    if bm.extra_info.get("role") == "reference":
+        rounds = max(rounds, REFERENCE_MIN_ROUNDS)
+    elif rounds < PEDANTIC_MIN_ROUNDS:
+        # one warm-up call, timed: as many more rounds as PEDANTIC_BUDGET_S allows, up to the minimum
+        # (a case of several seconds per call keeps the rounds its file asks for)
+        a, k = setup() if setup else (args, kwargs)
+        t0 = time.perf_counter()
+        target(*a, **(k or {}))
+        elapsed = max(time.perf_counter() - t0, 1e-9)
+        rounds = max(rounds, min(PEDANTIC_MIN_ROUNDS, int(PEDANTIC_BUDGET_S / elapsed)))
+    return original(target, args=args, kwargs=kwargs, setup=setup, rounds=rounds, warmup_rounds=warmup_rounds,
+                    iterations=iterations)
+
+
+@pytest.fixture
+def benchmark(benchmark):
+    """pytest-benchmark's fixture, with the minimum rounds above for ``pedantic`` cases."""
+    benchmark.pedantic = functools.partial(_pedantic, benchmark, benchmark.pedantic)
+    return benchmark
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or platform.machine()
+
+
+def pytest_benchmark_update_machine_info(config, machine_info):
+    import pyfastpim
+    active, detected = pyfastpim.cpu_isa()
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        affinity = os.cpu_count()
+    machine_info["pyfastpim"] = dict(cpu_model=_cpu_model(), cpu_count=os.cpu_count(), affinity_cpus=affinity,
+                                     isa=active, isa_detected=detected, threads=pyfastpim.get_num_threads(),
+                                     bench_threads=THREADS)
 
 
 @pytest.fixture(autouse=True)

@@ -1,10 +1,15 @@
-"""Optional progress bars (tqdm) for long work: the demo and evaluation loops.
+"""Optional progress bars (tqdm) for long work: model conversion, evaluation loops, the demo.
 
 ``progress(total, desc, enable=None)`` gives a tqdm bar when tqdm is installed and progress
-is enabled, else a silent stand-in with the same ``update`` / context-manager interface.
-``enable=None`` follows ``PYFASTPIM_PROGRESS`` ("1" on, "0" off) and otherwise shows a bar
-only when stderr is a terminal, so captured output (pytest, pipes, notebooks' captured
-stderr, CI logs) stays clean by default."""
+is enabled, else a silent stand-in with the same ``update`` / ``close`` / context-manager
+interface. tqdm is optional: nothing here needs it.
+
+``enable``: True / False force the bar on / off. ``None`` (the default everywhere) follows
+``PYFASTPIM_PROGRESS`` ("1" on, "0" off) and otherwise shows a bar only where someone is
+watching: stderr is a terminal, or the code runs in a Jupyter kernel (a notebook). Captured
+output (pytest, pipes, CI logs, subprocesses) stays clean. A bar appears only after ``delay``
+seconds, so quick work shows nothing even where bars are on.
+"""
 import os
 import sys
 
@@ -26,6 +31,18 @@ class _Silent:
         return False
 
 
+def in_notebook():
+    """True inside a Jupyter kernel (IPython's ZMQ shell), where stderr is not a terminal but is shown."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    try:
+        shell = ipython.get_ipython()
+    except Exception:  # an IPython too old or half imported: no notebook detection
+        return False
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
 def enabled(enable=None):
     if enable is not None:
         return bool(enable)
@@ -33,17 +50,35 @@ def enabled(enable=None):
     if env in ("0", "1"):
         return env == "1"
     try:
-        return sys.stderr.isatty()
+        if sys.stderr is not None and sys.stderr.isatty():
+            return True
     except (AttributeError, ValueError):
-        return False
+        pass
+    return in_notebook()
 
 
-def progress(total, desc=None, enable=None):
+def _tqdm_class():
+    """tqdm's bar class, or None when tqdm is not installed. In a notebook, the widget bar when
+    ipywidgets is there (tqdm.auto would warn without it), else the text bar."""
+    try:
+        if in_notebook():
+            try:
+                import ipywidgets  # noqa: F401  (tqdm.notebook draws with it)
+                from tqdm.notebook import tqdm
+                return tqdm
+            except ImportError:
+                pass
+        from tqdm.std import tqdm
+        return tqdm
+    except ImportError:
+        return None
+
+
+def progress(total, desc=None, enable=None, unit="it", delay=0.0):
     """A progress bar over ``total`` steps (tqdm when installed and enabled, else silent)."""
     if not enabled(enable):
         return _Silent(total, desc)
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
+    cls = _tqdm_class()
+    if cls is None:
         return _Silent(total, desc)
-    return tqdm(total=total, desc=desc, leave=False, file=sys.stderr)
+    return cls(total=total, desc=desc, unit=unit, leave=False, file=sys.stderr, delay=delay)

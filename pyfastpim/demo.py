@@ -94,11 +94,15 @@ def train(model, x, y, epochs=30, lr=1e-2, batch=64):
     return model
 
 
-def evaluate(model, x, y, batch=BATCH):
-    """(accuracy, seconds per batch) of ``model`` on ``x``, ``y`` under torch.no_grad()."""
+def evaluate(model, x, y, batch=BATCH, progress=None):
+    """(accuracy, seconds per batch) of ``model`` on ``x``, ``y`` under torch.no_grad().
+
+    ``progress``: a bar over the batches (tqdm, when installed); None shows it only on a terminal
+    or in a notebook and only for evaluations longer than half a second."""
     import torch
+    from ._progress import progress as progress_bar
     correct, elapsed, n = 0, 0.0, 0
-    with torch.no_grad():
+    with torch.no_grad(), progress_bar(-(-len(x) // batch), "evaluate", progress, unit="batch", delay=0.5) as bar:
         model(x[:batch])  # warm-up, not timed
         for i in range(0, len(x), batch):
             t0 = time.perf_counter()
@@ -106,6 +110,7 @@ def evaluate(model, x, y, batch=BATCH):
             elapsed += time.perf_counter() - t0
             correct += int((out.argmax(1) == y[i:i + batch]).sum())
             n += 1
+            bar.update(1)
     return correct / len(x), elapsed / n
 
 
@@ -114,7 +119,7 @@ def on_engine(model, engine_kw, seed=SEED):
     import pyfastpim
     import pyfastpim.nn
     engine = pyfastpim.DPETensor(seed=seed, **engine_kw)
-    return pyfastpim.nn.convert(copy.deepcopy(model), engine, INPUT_SLICE, WEIGHT_SLICE)
+    return pyfastpim.nn.convert(copy.deepcopy(model), engine, INPUT_SLICE, WEIGHT_SLICE, progress=False)
 
 
 def sweeps(quick=False):
@@ -148,7 +153,7 @@ def on_engine_physics(model, engine_kw, drift_kw, seed=SEED):
     engine = pyfastpim.DPETensor(seed=seed, **engine_kw)
     if drift_kw is not None:
         engine.drift(**drift_kw)
-    return pyfastpim.nn.convert(copy.deepcopy(model), engine, INPUT_SLICE, WEIGHT_SLICE)
+    return pyfastpim.nn.convert(copy.deepcopy(model), engine, INPUT_SLICE, WEIGHT_SLICE, progress=False)
 
 
 def _progress(total, desc):
@@ -283,7 +288,7 @@ def _run(args):
                 model = models[name] if kw is None else on_engine(models[name], kw, seed)
             if label == FINETUNE_LABEL:  # hardware-aware training on the noisy engine
                 train(model, xtr, ytr, epochs=FINETUNE_EPOCHS, lr=1e-3)
-            acc, spb = evaluate(model, xte, yte)
+            acc, spb = evaluate(model, xte, yte, progress=False)  # one bar: the outer one
             if isinstance(label, tuple):
                 results.setdefault((label[0], name, label[1]), []).append(acc)
             else:

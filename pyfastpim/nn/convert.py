@@ -4,12 +4,13 @@ import warnings
 import torch
 import torch.nn as nn
 
+from .._progress import progress as _progress_bar
 from .layers import Conv2dMem, LinearMem
 
 __all__ = ["convert"]
 
 
-def convert(model, engine, input_slice, weight_slice, *, exclude=(), **layer_kwargs):
+def convert(model, engine, input_slice, weight_slice, *, exclude=(), progress=None, **layer_kwargs):
     """Replace ``nn.Linear`` and ``nn.Conv2d`` modules of ``model`` by LinearMem / Conv2dMem, in place.
 
     Weights and biases are copied and programmed into ``engine`` once. Conv2d layers are mapped
@@ -26,6 +27,9 @@ def convert(model, engine, input_slice, weight_slice, *, exclude=(), **layer_kwa
         input_slice, weight_slice: slice methods (bit widths, most significant first).
         exclude: qualified module names (as in ``model.named_modules()``) to leave as they are,
             with their submodules.
+        progress: a progress bar over the layers (tqdm, when installed): True / False force it;
+            None (default) shows it only where stderr is a terminal or in a notebook, and only
+            when converting takes more than half a second (``PYFASTPIM_PROGRESS=0/1`` overrides).
         **layer_kwargs: passed to every new layer: ``bw_e``, ``input_paral_size``,
             ``weight_paral_size``, ``input_quant_gran``, ``weight_quant_gran``.
 
@@ -43,7 +47,7 @@ def convert(model, engine, input_slice, weight_slice, *, exclude=(), **layer_kwa
     skipped = []
     memo = {}
 
-    def visit(module, prefix):
+    def visit(module, prefix, bar):
         for name, child in list(module.named_children()):
             qual = prefix + name
             if qual in exclude or child is None:
@@ -53,8 +57,10 @@ def convert(model, engine, input_slice, weight_slice, *, exclude=(), **layer_kwa
             else:
                 new = _convert_one(child, qual, engine, input_slice, weight_slice, layer_kwargs, skipped)
                 memo[id(child)] = new
+                if _is_candidate(child):
+                    bar.update(1)
                 if new is child and not isinstance(child, nn.MultiheadAttention):
-                    visit(child, qual + ".")
+                    visit(child, qual + ".", bar)
                 elif isinstance(child, nn.MultiheadAttention):
                     skipped.append("%s (MultiheadAttention: uses its projection weights directly)" % qual)
             if new is not child:
@@ -63,13 +69,42 @@ def convert(model, engine, input_slice, weight_slice, *, exclude=(), **layer_kwa
     if "" in exclude:
         result = model
     else:
-        result = _convert_one(model, "<model>", engine, input_slice, weight_slice, layer_kwargs, skipped)
-        if result is model:
-            visit(model, "")
+        with _progress_bar(_count_candidates(model, exclude), "pyfastpim.nn.convert", progress, unit="layer",
+                           delay=0.5) as bar:
+            result = _convert_one(model, "<model>", engine, input_slice, weight_slice, layer_kwargs, skipped)
+            if _is_candidate(model):
+                bar.update(1)
+            if result is model:
+                visit(model, "", bar)
     if skipped:
         warnings.warn("pyfastpim.nn.convert left %d layer(s) unconverted: %s" % (len(skipped), "; ".join(skipped)),
                       UserWarning, stacklevel=2)
     return result
+
+
+def _is_candidate(module):
+    """A layer convert() maps or reports (Linear and convolutions not converted already)."""
+    return isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)) and not isinstance(module, (LinearMem, Conv2dMem))
+
+
+def _count_candidates(model, exclude):
+    """The number of layers convert() will visit: the progress bar's total (same walk as visit())."""
+    if _is_candidate(model):
+        return 1
+    seen, stack = set(), [(model, "")]
+    count = 0
+    while stack:
+        module, prefix = stack.pop()
+        for name, child in module.named_children():
+            qual = prefix + name
+            if qual in exclude or child is None or id(child) in seen:
+                continue
+            seen.add(id(child))
+            if _is_candidate(child):
+                count += 1
+            elif not isinstance(child, nn.MultiheadAttention):
+                stack.append((child, qual + "."))
+    return count
 
 
 def _is_lazy(module):

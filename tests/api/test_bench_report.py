@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT
 BENCH = os.path.join(ROOT, "benchmarks")
 pytestmark = pytest.mark.skipif(not os.path.isdir(BENCH), reason="benchmarks/ is not here (installed package)")
 

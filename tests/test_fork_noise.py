@@ -178,3 +178,55 @@ def test_seed_worker_outside_a_worker_raises():
     pytest.importorskip("torch")
     with pytest.raises(RuntimeError, match="worker_init_fn"):
         pyfastpim.seed_worker(0)
+
+
+SPAWN = """
+import json, sys, numpy as np, torch, pyfastpim
+from pyfastpim import DPETensor, SlicedData
+
+class Data(torch.utils.data.Dataset):
+    def __init__(self):
+        rng = np.random.default_rng(4)
+        self.eng = DPETensor(read_variation=0.05, vnoise=0.05)
+        self.xs = SlicedData((1, 1, 2, 4), is_weight=False)
+        self.xs.slice_data_imp(self.eng, rng.standard_normal((4, 32)).astype(np.float32))
+        self.ws = SlicedData((1, 1, 2, 4), is_weight=True)
+        self.ws.slice_data_imp(self.eng, rng.standard_normal((32, 8)).astype(np.float32))
+    def __len__(self):
+        return 2
+    def __getitem__(self, i):
+        out = np.asarray(self.eng(self.xs, self.ws))
+        return dict(worker=torch.utils.data.get_worker_info().id, out=out.tobytes().hex(),
+                    stream=str(pyfastpim.noise_stream()))
+
+if __name__ == "__main__":
+    torch.manual_seed(5)
+    loader = torch.utils.data.DataLoader(Data(), batch_size=None, num_workers=2, worker_init_fn=pyfastpim.seed_worker,
+                                         multiprocessing_context="spawn", timeout=%(timeout)d)
+    seeded = list(loader)
+    d = Data()
+    unstreamed = np.asarray(d.eng(d.xs, d.ws)).tobytes().hex()  # what a worker without a stream draws
+    print(json.dumps(dict(seeded=seeded, unstreamed=unstreamed)))
+"""
+
+
+@pytest.mark.skipif("site-packages" in os.path.abspath(pyfastpim.__file__).split(os.sep),
+                    reason="spawn workers re-import the script's package from the checkout")
+def test_spawn_workers_draw_distinct_noise_with_seed_worker(tmp_path):
+    pytest.importorskip("torch")
+    script = tmp_path / "spawn_noise.py"
+    script.write_text("import sys; sys.path.insert(0, %r)\n" % ROOT + SPAWN % {"timeout": 2 * TIMEOUT - 60})
+    try:  # two spawn workers each import torch: slow under the sanitizers
+        r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=2 * TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the spawn DataLoader script hung (no answer in %d s)" % (2 * TIMEOUT))
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    seeded = res["seeded"]
+    assert [it["worker"] for it in seeded] == [0, 1]
+    # a spawned worker is a fresh process without a stream of its own; seed_worker gives each worker
+    # one, so the two unpickled engines draw distinct noise for the same call number ...
+    assert "None" not in (seeded[0]["stream"], seeded[1]["stream"])
+    assert seeded[0]["stream"] != seeded[1]["stream"] and seeded[0]["out"] != seeded[1]["out"]
+    # ... and not the noise of the seed alone (what both would draw without seed_worker)
+    assert res["unstreamed"] not in (seeded[0]["out"], seeded[1]["out"])

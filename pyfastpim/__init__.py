@@ -131,8 +131,43 @@ def set_isa_limit(isa):
     return _core.set_isa_limit(isa)
 
 
+def noise_stream():
+    """This process's noise stream (an int), or None.
+
+    None in a process started normally (spawn and forkserver children included). A child made by
+    fork gets one automatically: the parent's stream mixed with the parent's fork number, so
+    sibling workers (torch DataLoader with the fork start method) get distinct streams, and a
+    program forking in the same order gets the same ones. Engines inherited from the parent
+    (through fork, or unpickled) key their per-call noise with ``mix(seed, stream)``; engines
+    created in this process use their seed alone. See :func:`seed_worker`.
+    """
+    return _core.noise_stream()
+
+
+def set_noise_stream(stream):
+    """Set this process's noise stream (an int in [0, 2**64), or None for none); see :func:`noise_stream`."""
+    _core.set_noise_stream(stream)
+
+
+def seed_worker(worker_id=None):
+    """``worker_init_fn`` for torch DataLoader workers: the noise stream from torch's worker seed.
+
+    ``DataLoader(ds, num_workers=n, worker_init_fn=pyfastpim.seed_worker)``. Sets this process's
+    noise stream to the worker's torch seed (``torch.initial_seed()`` in a worker is
+    ``base_seed + worker_id``, base_seed drawn from the parent's torch generator): inherited
+    engines then draw noise that is distinct per worker and reproducible under
+    ``torch.manual_seed`` whatever else the program forks, for fork and spawn workers alike
+    (spawn workers have no stream otherwise). Outside a worker it raises RuntimeError.
+    """
+    import torch.utils.data
+    info = torch.utils.data.get_worker_info()
+    if info is None:
+        raise RuntimeError("seed_worker: not in a torch DataLoader worker (pass it as worker_init_fn)")
+    _core.set_noise_stream(int(info.seed) & 0xFFFFFFFFFFFFFFFF)
+
+
 __all__ = ["Array", "asarray", "memory", "set_num_threads", "get_num_threads", "threads",
-           "cpu_isa", "set_isa_limit"]
+           "cpu_isa", "set_isa_limit", "noise_stream", "set_noise_stream", "seed_worker"]
 
 # The feature modules below are imported when present; each kernel family adds
 # its public names here.

@@ -9,6 +9,15 @@ kernel from a counter-based generator (Philox4x32-10): key = ``engine.seed``,
 counter = (element, ``engine.calls``). The same seed and call number give the
 same output for any thread count.
 
+Across processes: an engine created in a process draws the noise of its seed
+there too (a forked or spawned child is a new process; an engine it creates with
+seed s gives what one created anywhere with seed s gives). An engine *inherited*
+by a child (through fork, or unpickled: spawn workers) keeps its programmed
+weights (same seed) but keys its per-call noise with the seed mixed with the
+child's noise stream (:func:`pyfastpim.noise_stream`), so DataLoader workers
+using the same layer draw distinct noise. ``engine.reset(seed)`` makes an
+engine the process's own again.
+
 Call numbers are reserved atomically (:class:`pyfastpim._core.CallCounter`, one
 fetch-and-add) before any kernel releases the GIL: concurrent calls from several
 threads always draw distinct noise, and N concurrent calls give the same set of
@@ -272,6 +281,12 @@ class DPETensor:
                           % (c, c - 2 ** 32), RuntimeWarning, stacklevel=3)
         return c & 0xFFFFFFFF
 
+    def _noise_key(self):
+        """Philox key of the per-call noise (read, DAC): the seed, or, for an engine inherited by a
+        forked or spawned worker that has a noise stream (:func:`pyfastpim.noise_stream`), a key
+        mixed from the seed and that stream, so sibling workers draw distinct noise."""
+        return self._counter.noise_key(self.seed)
+
     @property
     def program_seed(self):
         """Seed of weight programming (write variation, stuck-at faults): the engine seed."""
@@ -376,7 +391,8 @@ class DPETensor:
             args = (x._codes, x._gran_scale, x._granule, x._widths,
                     mat._levels, w_conductance, w_scale, mat._granule, mat._widths,
                     x.paral_size[1], self.rdac, self.g_level, self._radc_lsb_first(len(mat)), self.HGS, self.LGS,
-                    self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed, call, out, item0)
+                    self._read_sigma if self._read_sigma.any() else None, self.vnoise, self._noise_key(), call, out,
+                    item0)
             key = _resident_key(self._cl, mat) if self._cl is not None else None
             if self._cl is None:  # the weights packed once per programming (pyfastpim.sliced.packed_weights)
                 packed = packed_weights(mat, w_conductance, w_scale, *args[9:16])
@@ -501,7 +517,7 @@ class DPETensor:
             args = (x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), granule, _widths(input_slice), bw_e is not None,
                     w_sliced._levels, w_conductance, w_scale, w_sliced._granule,
                     w_sliced._widths, input_paral_size[1], self.rdac, self.g_level, radc, self.HGS, self.LGS,
-                    self._read_sigma if self._read_sigma.any() else None, self.vnoise, self.seed,
+                    self._read_sigma if self._read_sigma.any() else None, self.vnoise, self._noise_key(),
                     self._reserve_call(), bool(return_dequant))
             key = _resident_key(self._cl, w_sliced) if self._cl is not None else None
             if self._cl is None:

@@ -16,7 +16,22 @@
  * start method, torch DataLoader workers) therefore run the kernels on one
  * thread, with the same results (results never depend on the thread count).
  * A child made with the spawn or forkserver start method is a fresh process
- * and keeps all threads. */
+ * and keeps all threads.
+ *
+ * Noise streams across fork: a forked child inherits every engine with its
+ * seed and call counter, so two DataLoader workers using the same layer would
+ * draw the same noise for the same call numbers. Each process therefore has a
+ * noise stream: none in a process started normally (spawn included); in a
+ * forked child, the parent's stream mixed with the parent's fork number (the
+ * prepare handler counts forks, so sibling workers get distinct streams and
+ * the same program forking in the same order gets the same streams). A
+ * CallCounter remembers whether it was created in this process; one inherited
+ * through fork or unpickled (spawn workers get their dataset pickled) keys its
+ * noise with noise_key(seed) = mix(seed, stream) while the process has a
+ * stream, and with the seed otherwise. Counters created in the process keep
+ * the plain seed: an engine made in a worker with seed s behaves as one made
+ * anywhere with seed s. set_noise_stream() sets the stream explicitly
+ * (pyfastpim.seed_worker derives it from torch's per-worker seed). */
 #include "python/bindings.h"
 #include "cpu/threads.h"
 
@@ -32,10 +47,28 @@
 /* ---- fork ---- */
 
 static _Atomic int g_forked; /* set in children forked after this module was loaded */
+static _Atomic uint64_t g_forks;      /* forks made by this process (prepare handler) */
+static _Atomic uint64_t g_stream;     /* this process's noise stream, when g_stream_on */
+static _Atomic int g_stream_on;
+
+static uint64_t splitmix64(uint64_t z)
+{
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void before_fork(void) { atomic_fetch_add(&g_forks, 1); }
 
 static void after_fork_child(void)
 {
     atomic_store(&g_forked, 1);
+    /* the child's stream: the parent's (or none) mixed with the parent's fork number */
+    uint64_t parent = atomic_load(&g_stream_on) ? atomic_load(&g_stream) : 0;
+    atomic_store(&g_stream, splitmix64(parent ^ splitmix64(atomic_load(&g_forks))));
+    atomic_store(&g_stream_on, 1);
+    atomic_store(&g_forks, 0);
 #ifdef _OPENMP
     omp_set_max_active_levels(0); /* every parallel region runs on the calling thread only */
     omp_set_num_threads(1);
@@ -50,6 +83,37 @@ static PyObject *py_forked_child(PyObject *self, PyObject *noargs)
     (void)self;
     (void)noargs;
     return PyBool_FromLong(pf_in_forked_child());
+}
+
+static PyObject *py_noise_stream(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    if (!atomic_load(&g_stream_on))
+        Py_RETURN_NONE;
+    return PyLong_FromUnsignedLongLong(atomic_load(&g_stream));
+}
+
+static PyObject *py_set_noise_stream(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    if (arg == Py_None) {
+        atomic_store(&g_stream_on, 0);
+        Py_RETURN_NONE;
+    }
+    if (!PyLong_Check(arg) || PyBool_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "argument 'stream': expected an int or None, got %s", Py_TYPE(arg)->tp_name);
+        return NULL;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(arg);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError, "argument 'stream': expected an int in [0, 2**64) or None");
+        return NULL;
+    }
+    atomic_store(&g_stream, (uint64_t)v);
+    atomic_store(&g_stream_on, 1);
+    Py_RETURN_NONE;
 }
 
 /* ---- argument errors ----
@@ -120,6 +184,7 @@ void pf_name_parse_error(PyObject *args, PyObject *kwds, const char *format, cha
 typedef struct {
     PyObject_HEAD
     _Atomic uint64_t value;
+    pid_t born_pid; /* the process that created it; 0: unpickled (made elsewhere) */
 } PfCallCounter;
 
 static int counter_value_from(PyObject *obj, uint64_t *out)
@@ -140,9 +205,10 @@ static int counter_value_from(PyObject *obj, uint64_t *out)
 
 static PyObject *PfCallCounter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"value", NULL};
+    static char *kwlist[] = {"value", "inherited", NULL};
     PyObject *ov = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:CallCounter", kwlist, &ov))
+    int inherited = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|Op:CallCounter", kwlist, &ov, &inherited))
         return NULL;
     uint64_t v = 0;
     if (ov && counter_value_from(ov, &v) < 0)
@@ -151,6 +217,7 @@ static PyObject *PfCallCounter_new(PyTypeObject *type, PyObject *args, PyObject 
     if (!self)
         return NULL;
     atomic_init(&self->value, v);
+    self->born_pid = inherited ? 0 : getpid();
     return (PyObject *)self;
 }
 
@@ -181,10 +248,35 @@ static int PfCallCounter_set_value(PfCallCounter *self, PyObject *v, void *closu
     return 0;
 }
 
+static int counter_inherited(PfCallCounter *self) { return self->born_pid != getpid(); }
+
+static PyObject *PfCallCounter_get_inherited(PfCallCounter *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(counter_inherited(self));
+}
+
+static PyObject *PfCallCounter_noise_key(PfCallCounter *self, PyObject *oseed)
+{
+    unsigned long long seed = PyLong_Check(oseed) ? PyLong_AsUnsignedLongLong(oseed) : (unsigned long long)-1;
+    if (!PyLong_Check(oseed) || (seed == (unsigned long long)-1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError, "argument 'seed': expected an int in [0, 2**64)");
+        return NULL;
+    }
+    if (!counter_inherited(self) || !atomic_load(&g_stream_on))
+        return PyLong_FromUnsignedLongLong(seed);
+    /* a distinct Philox key per (seed, stream), below 2**63 like any seed the kernels take */
+    uint64_t key = splitmix64((uint64_t)seed ^ splitmix64(atomic_load(&g_stream) ^ 0x6E6F697365ull));
+    return PyLong_FromUnsignedLongLong(key >> 1);
+}
+
 static PyObject *PfCallCounter_reduce(PfCallCounter *self, PyObject *noargs)
 {
     (void)noargs;
-    return Py_BuildValue("(O(K))", (PyObject *)Py_TYPE(self), (unsigned long long)atomic_load(&self->value));
+    /* an unpickled counter counts as inherited: its noise follows the unpickling process's stream */
+    return Py_BuildValue("(O(KO))", (PyObject *)Py_TYPE(self), (unsigned long long)atomic_load(&self->value),
+                         Py_True);
 }
 
 static PyObject *PfCallCounter_repr(PfCallCounter *self)
@@ -195,6 +287,9 @@ static PyObject *PfCallCounter_repr(PfCallCounter *self)
 static PyMethodDef PfCallCounter_methods[] = {
     {"reserve", (PyCFunction)PfCallCounter_reserve, METH_NOARGS,
      "reserve()\n--\n\nReturn the current value and increment it, in one atomic step."},
+    {"noise_key", (PyCFunction)PfCallCounter_noise_key, METH_O,
+     "noise_key(seed)\n--\n\nThe Philox key of noisy calls: seed for a counter created in this process or "
+     "while the process has no noise stream; else a key mixed from seed and the process's noise stream."},
     {"__reduce__", (PyCFunction)PfCallCounter_reduce, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
@@ -202,6 +297,8 @@ static PyMethodDef PfCallCounter_methods[] = {
 static PyGetSetDef PfCallCounter_getset[] = {
     {"value", (getter)PfCallCounter_get_value, (setter)PfCallCounter_set_value,
      "The next value reserve() returns.", NULL},
+    {"inherited", (getter)PfCallCounter_get_inherited, NULL,
+     "True when the counter was made in another process (inherited through fork, or unpickled).", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -216,7 +313,7 @@ static void PfCallCounter_dealloc(PyObject *self)
 static PyType_Slot PfCallCounter_slots[] = {
     {Py_tp_repr, (void *)PfCallCounter_repr},
     {Py_tp_dealloc, (void *)PfCallCounter_dealloc},
-    {Py_tp_doc, (void *)"CallCounter(value=0)\n--\n\n"
+    {Py_tp_doc, (void *)"CallCounter(value=0, inherited=False)\n--\n\n"
                         "A 64-bit counter (wrapping modulo 2**64) whose reserve() is one atomic fetch-and-add: "
                         "concurrent callers always get distinct values."},
     {Py_tp_methods, PfCallCounter_methods},
@@ -239,6 +336,11 @@ static PyMethodDef process_methods[] = {
     {"forked_child", py_forked_child, METH_NOARGS,
      "forked_child()\n--\n\nTrue in a process forked after pyfastpim was imported: its kernels run on one "
      "thread (GNU libgomp's thread pool does not survive fork)."},
+    {"noise_stream", py_noise_stream, METH_NOARGS,
+     "noise_stream()\n--\n\nThis process's noise stream (an int), or None: set automatically in a forked child, "
+     "or by set_noise_stream()."},
+    {"set_noise_stream", py_set_noise_stream, METH_O,
+     "set_noise_stream(stream)\n--\n\nSet this process's noise stream (an int in [0, 2**64)), or None for none."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -246,7 +348,7 @@ int pf_bind_process_init(PyObject *module)
 {
     static int registered;
     if (!registered) {
-        if (pthread_atfork(NULL, NULL, after_fork_child) != 0) {
+        if (pthread_atfork(before_fork, NULL, after_fork_child) != 0) {
             PyErr_SetString(PyExc_RuntimeError, "pthread_atfork failed");
             return -1;
         }

@@ -42,7 +42,7 @@ run: build
 # API, packaging, robustness) and tests/backends (CPU ISAs, OpenCL, CPU/OpenCL parity).
 test: build
 	$(PYTHON) .ci/check_layers.py
-	$(PYTHON) .ci/check_function_length.py || echo "check_function_length: over the limit (issue 10 in progress)"
+	$(PYTHON) .ci/check_function_length.py
 	$(PYTEST_ENV) $(PYTHON) -m pytest -q tests
 
 # The pip/venv path of the README on another Python: `pip install .` (build isolation, setuptools

@@ -133,6 +133,24 @@ typedef struct {
     pf_cancel *cancel;                 /* polled between blocks: PF_EINTR when set (NULL: never) */
 } pf_dpe_args;
 
+/* Inner blocks nb = ceil(K/n) and rows stored per block nk (n, or K when one
+ * block holds all K < n rows). */
+static inline void pf_dpe_blocks(const pf_dpe_args *a, int64_t *nb, int64_t *nk)
+{
+    *nb = pf_ceil_div(a->inner, a->n);
+    *nk = *nb == 1 ? a->inner : a->n;
+}
+
+/* Some read_sigma entry is positive: conductances are re-drawn every call. */
+static inline int pf_dpe_read_noise_on(const pf_dpe_args *a)
+{
+    if (a->read_sigma)
+        for (int l = 0; l < a->g_level; l++)
+            if (a->read_sigma[l] > 0.0f)
+                return 1;
+    return 0;
+}
+
 /* Per-call constants, the same for every backend (CPU, OpenCL): scale-back
  * coefficients coef[i*sw + j], ADC gains alpha[j], DAC codes dac[i][slice value]
  * (0 past the slice maximum) and, for noise-free slices whose fast rint is not

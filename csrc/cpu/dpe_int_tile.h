@@ -20,6 +20,7 @@
  *   VI_LOAD1(p) (broadcast int32), VI_ADD(a, b), VI_CVT(v) (to float)
  *   VF_SET1(x) VF_LOAD(p) VF_STORE(p, v) (aligned) VF_LOADU(p) VF_MUL VF_ADD VF_RINT
  *   VF_TABLE(tab, vi, hi)       tab[clamp(vi, 0, hi)] */
+#include "cpu/dpe_epilogue.h"
 #include "cpu/dpe_int.h"
 
 #include <string.h>
@@ -81,44 +82,11 @@ void PF_ITILE_FN(const pf_dpe_itile *t)
                         for (int v = 0; v < IT_NV; v++)
                             s[r][v] = VI_ADD(s[r][v], off);
                     }
-                /* the float path's epilogue on the exact sums (dpe_tile_simd.h) */
-                const VF coef = VF_SET1(t->coef[i * t->sw + j]);
-                const float *tab = t->adc_table ? t->adc_table[j] : NULL;
-                if (tab) {
-                    const int32_t hi = t->adc_table_max[j];
-#pragma GCC unroll 16
-                    for (int r = 0; r < IT_MR; r++)
-#pragma GCC unroll 16
-                        for (int v = 0; v < IT_NV; v++) {
-                            float *cur = tb + r * IT_NR + v * IVC;
-                            VF_STORE(cur, VF_ADD(VF_LOAD(cur), VF_MUL(VF_TABLE(tab, s[r][v], hi), coef)));
-                        }
-                } else {
-                    const VF alpha = VF_SET1(t->alpha[j]);
-#pragma GCC unroll 16
-                    for (int r = 0; r < IT_MR; r++)
-#pragma GCC unroll 16
-                        for (int v = 0; v < IT_NV; v++) {
-                            float *cur = tb + r * IT_NR + v * IVC;
-                            VF_STORE(cur, VF_ADD(VF_LOAD(cur), VF_MUL(VF_RINT(VF_MUL(VI_CVT(s[r][v]), alpha)), coef)));
-                        }
-                }
+                /* the float path's epilogue on the exact sums (dpe_epilogue.h) */
+                PF_EPI_ADC(VF, VF, VI_CVT, t, i, j, tb, s, IT_MR, IT_NV, IT_NR, IVC);
             }
         }
-        const float *rs = t->row_scale + b * IT_MR;
-        VF cs[IT_NV];
-#pragma GCC unroll 16
-        for (int v = 0; v < IT_NV; v++)
-            cs[v] = VF_LOADU(t->col_scale + b * IT_NR + v * IVC);
-#pragma GCC unroll 16
-        for (int r = 0; r < IT_MR; r++) {
-            const VF rv = VF_SET1(rs[r]);
-#pragma GCC unroll 16
-            for (int v = 0; v < IT_NV; v++) {
-                float *o = out + r * IT_NR + v * IVC;
-                VF_STORE(o, VF_ADD(VF_LOAD(o), VF_MUL(VF_LOAD(tb + r * IT_NR + v * IVC), VF_MUL(rv, cs[v]))));
-            }
-        }
+        PF_EPI_SCALE(VF, VF, t, b, out, tb, IT_MR, IT_MR, IT_NV, IT_NR, IVC);
     }
     memcpy(t->out, out, sizeof out);
 }

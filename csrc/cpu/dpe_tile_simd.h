@@ -17,6 +17,7 @@
  *   V_RINT(v)             round half to even
  *   V_TABLE(tab, v, hi)   tab[clamp((int)v, 0, hi)] (exact ADC codes) */
 #include "core/dpe.h"
+#include "cpu/dpe_epilogue.h"
 
 #include <string.h>
 
@@ -61,43 +62,10 @@ void PF_TILE_FN(const pf_dpe_tile *t)
                             acc[r][v] = V_FMA(av, bv[v], acc[r][v]);
                     }
                 }
-                const VEC coef = V_SET1(t->coef[i * t->sw + j]);
-                const float *tab = t->adc_table ? t->adc_table[j] : NULL;
-                if (tab) {
-                    const int32_t hi = t->adc_table_max[j];
-#pragma GCC unroll 16
-                    for (int r = 0; r < TILE_ROWS; r++)
-#pragma GCC unroll 4
-                        for (int v = 0; v < TILE_NV; v++) {
-                            float *cur = tb + r * TILE_NR + v * VW;
-                            V_STORE(cur, V_ADD(V_LOAD(cur), V_MUL(V_TABLE(tab, acc[r][v], hi), coef)));
-                        }
-                } else {
-                    const VEC alpha = V_SET1(t->alpha[j]);
-#pragma GCC unroll 16
-                    for (int r = 0; r < TILE_ROWS; r++)
-#pragma GCC unroll 4
-                        for (int v = 0; v < TILE_NV; v++) {
-                            float *cur = tb + r * TILE_NR + v * VW;
-                            V_STORE(cur, V_ADD(V_LOAD(cur), V_MUL(V_RINT(V_MUL(acc[r][v], alpha)), coef)));
-                        }
-                }
+                PF_EPI_ADC(V, VEC, PF_EPI_FLOAT, t, i, j, tb, acc, TILE_ROWS, TILE_NV, TILE_NR, VW);
             }
         }
-        const float *rs = t->row_scale + b * TILE_MR;
-        VEC cs[TILE_NV];
-#pragma GCC unroll 4
-        for (int v = 0; v < TILE_NV; v++)
-            cs[v] = V_LOADU(t->col_scale + b * TILE_NR + v * VW);
-#pragma GCC unroll 16
-        for (int r = 0; r < TILE_ROWS; r++) {
-            const VEC rv = V_SET1(rs[r]);
-#pragma GCC unroll 4
-            for (int v = 0; v < TILE_NV; v++) {
-                float *o = out + r * TILE_NR + v * VW;
-                V_STORE(o, V_ADD(V_LOAD(o), V_MUL(V_LOAD(tb + r * TILE_NR + v * VW), V_MUL(rv, cs[v]))));
-            }
-        }
+        PF_EPI_SCALE(V, VEC, t, b, out, tb, TILE_ROWS, TILE_MR, TILE_NV, TILE_NR, VW);
     }
     if (t->ldc == 1 && t->nr_valid == TILE_NR) {
         for (int r = 0; r < t->mr_valid; r++)

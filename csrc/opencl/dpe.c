@@ -70,8 +70,9 @@ int pf_cl_weights_match(const pf_cl_weights *w, const pf_dpe_args *a)
 
 /* ---- per-call constants ---- */
 
-/* The CPU path's constants (pf_dpe_consts_init) laid out for the device: coef[sx*sw] then
- * alpha[sw] in one buffer, the DAC codes [sx][256], the exact ADC tables concatenated. */
+/* The constants of every backend (pf_dpe_consts_init, core/dpe_consts.c) laid out for the
+ * device: coef[sx*sw] then alpha[sw] in one buffer, the DAC codes [sx][256], the exact ADC
+ * tables concatenated. */
 typedef struct {
     int noise_x, noise_w, any_table;
     float *fparams;

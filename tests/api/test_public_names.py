@@ -9,8 +9,8 @@ import pyfastpim
 
 PUBLIC = ["ABSE", "Array", "AttentionContext", "DEFAULT_SEED", "DPETensor", "OpenCLDevice", "RE", "SNR",
           "SlicedData", "asarray", "cpu_isa", "devices", "dpe_matmul", "get_num_threads", "memory",
-          "program_weights", "resolve_device", "resolve_engine_device", "set_isa_limit", "set_num_threads",
-          "slice_params", "slice_quantize", "threads"]
+          "noise_stream", "program_weights", "resolve_device", "resolve_engine_device", "seed_worker",
+          "set_isa_limit", "set_noise_stream", "set_num_threads", "slice_params", "slice_quantize", "threads"]
 
 QUIET = dict(read_variation=0.0, vnoise=0.0, write_variation=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
 

@@ -4,6 +4,8 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -225,3 +227,14 @@ def test_peer_script_records_json(tmp_path):
     assert len(rec["wall_s"]) == len(rec["cpu_s"]) == 2 and all(w > 0 for w in rec["wall_s"])
     assert all(c >= 0 for c in rec["cpu_s"]) and rec["peak_rss_mb"] > 0 and rec["threads"] >= 1
     assert rec["isa"][0] in ("generic", "avx2", "avx512") and rec["cpus"] >= 1
+
+
+def test_every_benchmark_module_collects():
+    """`make bench` runs benchmarks/ only on request: a module that fails to import (a missing
+    import after a merge) would go unnoticed until then. Collection imports every module."""
+    pytest.importorskip("pytest_benchmark")
+    pytest.importorskip("torch")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
+                        os.path.join(ROOT, "benchmarks")], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "error" not in r.stdout.lower().split("collected")[-1], r.stdout[-3000:]

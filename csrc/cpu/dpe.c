@@ -433,16 +433,11 @@ static void zero_output(const pf_dpe_args *a)
                 a->out[it * a->so_n + r * a->so_r + p * a->so_p] = 0.0f;
 }
 
-/* The integer path packs its operands per call; weights already packed for the
- * float kernel cost no weight work at all, which wins until the batch amortizes
- * the integer packing (measured on Zen 3: crossover between 64 and 512 rows). */
-#define PF_INT_MIN_ROWS_PACKED 256
-
 static int use_int_path(const pf_dpe_args *a, const pf_dpe_consts *s)
 {
     if (!pf_dpe_int_eligible(a, s))
         return 0;
-    return !a->w_packed || a->w_packed->kind != PF_DPE_PACKED_READY || a->batch * a->rows >= PF_INT_MIN_ROWS_PACKED;
+    return !a->w_packed || a->w_packed->kind != PF_DPE_PACKED_READY || a->batch * a->rows >= PF_DPE_INT_MIN_ROWS_PACKED;
 }
 
 pf_status pf_dpe_mvm(const pf_dpe_args *a)

@@ -53,6 +53,13 @@ pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s);
 
 /* Process-wide switch (tests compare against the float path) and counters. */
 void pf_dpe_int_set_enabled(int on);
+/* The integer path packs its operands per call; weights already packed for the
+ * float kernel (a programmed SlicedData, cpu/dpe_packed.c) cost no weight work
+ * at all, which wins until the batch amortizes the integer packing (Zen 3,
+ * AVX2: batch 64 1.50x vs 1.18x the roofline, batch 512 0.71x vs 1.48x). With
+ * such weights the integer path takes calls of at least this many rows. */
+#define PF_DPE_INT_MIN_ROWS_PACKED 256
+
 int pf_dpe_int_enabled(void);
 uint64_t pf_dpe_int_calls(void);  /* calls that took the integer path */
 /* The integer kernel the next call would use: a pf_tier value (PF_TIER_AVX512

@@ -222,11 +222,23 @@ class _Conv2dMemFunction(torch.autograd.Function):
 class _MemLayer(nn.Module):
     """Shared machinery: parameters, programmed-weight cache with automatic re-programming."""
 
-    def _init_params(self, weight_shape, bias, device, dtype):
+    def _init_params(self, weight_shape, bias, device, dtype, size_args=("out_features", "in_features")):
         """The weight of weight_shape (out, in, kernel...) and, with bias, a bias of size out;
-        initialized by reset_parameters()."""
+        initialized by reset_parameters(). size_args: the constructor arguments that set the shape."""
         factory = {"device": device, "dtype": dtype}
-        self.weight = nn.Parameter(torch.empty(weight_shape, **factory))
+        try:
+            weight = torch.empty(weight_shape, **factory)
+        except RuntimeError as exc:  # torch's size overflow / allocator failure, naming the sizes
+            names = ", ".join("'%s'" % a for a in size_args)
+            text = str(exc).splitlines()[0][:200]
+            if "overflow" in text:
+                raise ValueError("arguments %s: the weight's size %s overflows (%s)"
+                                 % (names, tuple(weight_shape), text)) from exc
+            if "allocate" in text:
+                raise MemoryError("arguments %s: a weight of shape %s does not fit in memory (%s)"
+                                  % (names, tuple(weight_shape), text)) from exc
+            raise
+        self.weight = nn.Parameter(weight)
         if bias:
             self.bias = nn.Parameter(torch.empty(weight_shape[0], **factory))
         else:
@@ -443,7 +455,8 @@ class Conv2dMem(_MemLayer):
         self.stride = _pair(stride, "stride", minimum=1)
         self.padding = _pair(padding, "padding", minimum=0)
         self.dilation = _pair(dilation, "dilation", minimum=1)
-        self._init_params((self.out_channels, self.in_channels) + self.kernel_size, bias, device, dtype)
+        self._init_params((self.out_channels, self.in_channels) + self.kernel_size, bias, device, dtype,
+                          ("out_channels", "in_channels", "kernel_size"))
         self._init_mem(engine, input_slice, weight_slice, bw_e, input_paral_size, weight_paral_size,
                        input_quant_gran, weight_quant_gran, device)
 

@@ -481,3 +481,16 @@ def test_metrics_match_memintelli_definitions(to):
     assert pyfastpim.RE(t, torch.as_tensor(b)) == pytest.approx(re, rel=1e-12)
     with pytest.raises(ValueError, match="same shape"):
         pyfastpim.SNR(a, b[:, :4])
+
+
+def test_a_weight_too_large_is_a_clear_error_naming_the_sizes():
+    """torch's allocator failure and size overflow (RuntimeErrors) reach the user as MemoryError /
+    ValueError naming the constructor arguments that set the weight's shape (found by tests/fuzz.py)."""
+    eng = pyfastpim.DPETensor()
+    with pytest.raises(MemoryError, match="'out_features', 'in_features'"):
+        LinearMem(eng, 2 ** 40, 4, (1, 1, 2, 2), (1, 1, 2, 2))
+    with pytest.raises(MemoryError, match="'out_channels', 'in_channels', 'kernel_size'"):
+        Conv2dMem(eng, 2 ** 20, 2 ** 20, 3, (1, 1, 2, 2), (1, 1, 2, 2))
+    with pytest.raises(ValueError, match="'out_channels', 'in_channels', 'kernel_size'.*overflows"):
+        Conv2dMem(eng, 3, 2, 2 ** 32 + 1, (1, 1, 2, 2), (1, 1, 2, 2))
+    assert LinearMem(eng, 8, 4, (1, 1, 2, 2), (1, 1, 2, 2)).weight.shape == (4, 8)  # and the process goes on

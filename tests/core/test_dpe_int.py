@@ -220,8 +220,8 @@ def test_layers_take_the_integer_path_when_noise_free():
     eng = pyfastpim.DPETensor(read_variation=0.0, vnoise=0.0, write_variation=0.0, rate_stuck_HGS=0.0,
                               rate_stuck_LGS=0.0, g_level=4, rdac=4, radc=2 ** 12)
     lin = LinearMem(eng, 90, 33, (1, 1, 2, 2), (1, 1, 2, 2))
-    # a batch that amortizes the integer packing (PF_INT_MIN_ROWS_PACKED rows, csrc/cpu/dpe.c)
-    x = torch.randn(300, 90)
+    # a batch that amortizes the integer packing (min_rows_packed rows, csrc/cpu/dpe_int.h)
+    x = torch.randn(_core.dpe_int_path()["min_rows_packed"], 90)
     with torch.no_grad(), int_path(False):
         ref = lin(x)
     c0 = calls()
@@ -240,7 +240,7 @@ def test_small_batches_read_the_weights_packed_once_instead():
     eng = pyfastpim.DPETensor(read_variation=0.0, vnoise=0.0, write_variation=0.0, rate_stuck_HGS=0.0,
                               rate_stuck_LGS=0.0, g_level=4, rdac=4, radc=2 ** 12)
     lin = LinearMem(eng, 90, 33, (1, 1, 2, 2), (1, 1, 2, 2))
-    x = torch.randn(5, 90)
+    x = torch.randn(_core.dpe_int_path()["min_rows_packed"] - 1, 90)
     with torch.no_grad(), int_path(False):
         ref = lin(x)
     c0 = calls()

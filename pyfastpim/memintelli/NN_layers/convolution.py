@@ -81,7 +81,8 @@ class Conv1dMem(_layers._MemLayer):
         self.padding = (_int1(padding, "padding", 0),)
         self.dilation = (_int1(dilation, "dilation", 1),)
         self._init_params((self.out_channels, self.in_channels) + self.kernel_size, bias,
-                          _device.torch_device(device) if device is not None else None, dtype)
+                          _device.torch_device(device) if device is not None else None, dtype,
+                          ("out_channels", "in_channels", "kernel_size"))
         self._init_mem(engine, input_slice, weight_slice, bw_e, input_paral_size, weight_paral_size,
                        input_quant_gran, weight_quant_gran, device)
 

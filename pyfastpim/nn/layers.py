@@ -68,6 +68,9 @@ def _slice_tuple(value, name):
     return widths
 
 
+_SIZE_MAX = 2 ** 31 - 1
+
+
 def _pair(value, name, minimum=0):
     if isinstance(value, torch.Tensor):
         value = value.tolist()
@@ -80,6 +83,8 @@ def _pair(value, name, minimum=0):
         raise TypeError("%s must be an int or a pair of ints, got %r" % (name, value))
     if min(pair) < minimum:
         raise ValueError("%s must be >= %d, got %r" % (name, minimum, value))
+    if max(pair) > _SIZE_MAX:  # the C core's geometry limit; torch's int64 size arithmetic wraps beyond
+        raise ValueError("%s must be <= 2**31 - 1, got %r" % (name, value))
     return pair
 
 

@@ -492,5 +492,19 @@ def test_a_weight_too_large_is_a_clear_error_naming_the_sizes():
     with pytest.raises(MemoryError, match="'out_channels', 'in_channels', 'kernel_size'"):
         Conv2dMem(eng, 2 ** 20, 2 ** 20, 3, (1, 1, 2, 2), (1, 1, 2, 2))
     with pytest.raises(ValueError, match="'out_channels', 'in_channels', 'kernel_size'.*overflows"):
-        Conv2dMem(eng, 3, 2, 2 ** 32 + 1, (1, 1, 2, 2), (1, 1, 2, 2))
+        Conv2dMem(eng, 2 ** 62, 2 ** 62, 3, (1, 1, 2, 2), (1, 1, 2, 2))
     assert LinearMem(eng, 8, 4, (1, 1, 2, 2), (1, 1, 2, 2)).weight.shape == (4, 8)  # and the process goes on
+
+
+@pytest.mark.parametrize("arg", ["padding", "stride", "dilation", "kernel_size"])
+def test_conv_geometry_beyond_the_core_limit_is_refused_naming_it(arg):
+    """Sizes past 2**31 - 1 would wrap torch's int64 size arithmetic (padding 2**63 - 1 made an
+    empty batch's torch conv2d fail with a meaningless message; found by tests/fuzz.py)."""
+    eng = pyfastpim.DPETensor()
+    kw = dict(kernel_size=3, padding=1)
+    kw[arg] = 2 ** 31
+    with pytest.raises(ValueError, match=arg):
+        Conv2dMem(eng, 2, 3, input_slice=(1, 1, 2), weight_slice=(1, 1, 2), **kw)
+    kw[arg] = 2 ** 31 - 1 if arg != "kernel_size" else 3
+    if arg != "kernel_size":
+        Conv2dMem(eng, 2, 3, input_slice=(1, 1, 2), weight_slice=(1, 1, 2), **kw)  # the limit itself is fine

@@ -9,6 +9,21 @@
  * integer kernels (dpe_int.c) may also use the VNNI tiers. */
 static _Atomic int g_limit = PF_TIER_AVX512VNNI;
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+
+/* CPUID.(EAX=7, ECX=1):EAX bit 4. Read directly: clang 14's __builtin_cpu_supports does not know
+ * "avxvnni" (the TSan build, .ci/tsan-cc, compiles with clang). The OS state is AVX's (avx2). */
+static int cpuid_avxvnni(void)
+{
+    unsigned int a, b, c, d;
+    if (__get_cpuid_max(0, NULL) < 7)
+        return 0;
+    __cpuid_count(7, 1, a, b, c, d);
+    return (a >> 4) & 1;
+}
+#endif
+
 static int cpu_has(pf_tier t)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -19,7 +34,7 @@ static int cpu_has(pf_tier t)
     switch (t) {
     case PF_TIER_AVX512VNNI: return avx512 && __builtin_cpu_supports("avx512vnni");
     case PF_TIER_AVX512: return avx512;
-    case PF_TIER_AVXVNNI: return avx2 && __builtin_cpu_supports("avxvnni");
+    case PF_TIER_AVXVNNI: return avx2 && cpuid_avxvnni();
     case PF_TIER_AVX2: return avx2;
     default: return 1;
     }

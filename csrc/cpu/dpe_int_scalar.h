@@ -5,9 +5,13 @@
 #include <math.h>
 #include <stdint.h>
 
+#ifndef PF_DPE_INT_SCALAR_TYPES
+#define PF_DPE_INT_SCALAR_TYPES
+typedef const uint8_t *pf_itile_codes; /* a typedef: the tile declares `const IAV` */
+#endif
 #define IVC 1
 #define IACC int32_t
-#define IAV const uint8_t *
+#define IAV pf_itile_codes
 #define IBV const int8_t *
 #define I_ZERO() 0
 #define I_BCASTA(p) (p)

@@ -47,3 +47,29 @@ def test_loaded_sanitized_module_was_built_without_fwrapv():
     assert any(b"-fsanitize=" in p for p in producers)
     for p in producers:
         assert b" -fwrapv" not in p, p
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, ".ci", "tsan-cc")), reason="needs the source tree")
+def test_the_tsan_compiler_wrapper_knows_every_simd_file():
+    """clang (the `make tsan` compiler) ignores GCC's file-wide `#pragma GCC target`: .ci/tsan-cc
+    gives each SIMD kernel file its ISA on the command line, so a new kernel file must be listed
+    there with the features its pragma names (an AVX-VNNI file was missed once)."""
+    wrapper = open(os.path.join(ROOT, ".ci", "tsan-cc")).read()
+    cases = {}
+    for line in wrapper.splitlines():
+        m = re.match(r"\s*([^)]*\.c)\)\s*exec .*\"\$@\"(.*);;", line)
+        if m:
+            flags = set(re.findall(r"-m([\w-]+)", m.group(2)))
+            for pattern in m.group(1).split("|"):
+                cases[pattern.strip().lstrip("*")] = flags
+    src = os.path.join(ROOT, "csrc", "cpu")
+    for name in sorted(os.listdir(src)):
+        if not name.endswith(".c"):
+            continue
+        m = re.search(r'#pragma GCC target\("([^"]+)"\)', open(os.path.join(src, name)).read())
+        if not m:
+            continue
+        matches = [flags for suffix, flags in cases.items() if name.endswith(suffix)]
+        assert matches, "%s has '#pragma GCC target' but no case in .ci/tsan-cc" % name
+        want = set(m.group(1).split(","))
+        assert want <= matches[0], "%s: .ci/tsan-cc lacks %s" % (name, sorted(want - matches[0]))

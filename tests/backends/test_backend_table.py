@@ -169,3 +169,12 @@ def test_an_opencl_handle_instance_has_no_op_methods(dev):
     for name in REMOVED:
         with pytest.raises(AttributeError):
             getattr(dev, name)
+
+
+@pytest.mark.parametrize("op", ["dpe_mvm", "dpe_conv2d", "slice_quantize", "program_conductance", "normals"])
+def test_every_op_signature_ends_with_keyword_only_device(op):
+    import inspect
+    params = inspect.signature(getattr(_core, op)).parameters
+    device = params["device"]
+    assert device.kind is inspect.Parameter.KEYWORD_ONLY and device.default is None
+    assert ("weights_key" in params) == (op in ("dpe_mvm", "dpe_conv2d"))

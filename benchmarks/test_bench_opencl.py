@@ -190,7 +190,7 @@ def test_opencl_slicing_cpu_path(benchmark, slice_data, case):
 def test_opencl_slicing_device(benchmark, slice_data, case):
     dev = pyfastpim.resolve_device("opencl")
     a = _slice_args(slice_data, case)
-    r = dev.slice_quantize(*a)  # warm-up
+    r = _core.slice_quantize(*a, device=dev)  # warm-up
     ref = _core.slice_quantize(*a)
     for u, v in zip(ref[:6], r[:6]):
         if u is not None:
@@ -199,4 +199,4 @@ def test_opencl_slicing_device(benchmark, slice_data, case):
     benchmark.extra_info["role"] = "subject"
     device_info(benchmark, dev)
     benchmark.extra_info["targets"] = {"speedup_vs_reference": 0.5}
-    benchmark(lambda: dev.slice_quantize(*a))
+    benchmark(lambda: _core.slice_quantize(*a, device=dev))

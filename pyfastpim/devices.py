@@ -27,8 +27,11 @@ Ops on a device handle (each the contract of the CPU op, kernels in kernels/*.cl
 
 - :func:`cl_dpe_mvm` (``_core.dpe_mvm``) and :func:`cl_dpe_conv2d` (``_core.dpe_conv2d``, the
   implicit-im2col convolution): the fused DAC -> crossbar -> ADC product.
-- ``handle.slice_quantize(...)`` / ``handle.program_conductance(...)``: bit-slicing and weight
-  programming, bit-identical (``SlicedData.slice_data_imp`` uses them for an engine on OpenCL).
+- ``_core.slice_quantize(..., device=handle)`` / ``_core.program_conductance(..., device=handle)``:
+  bit-slicing and weight programming, bit-identical (``SlicedData.slice_data_imp`` uses them for an
+  engine on OpenCL). Every op of the C core takes ``device=`` (None or ``"cpu"``, or a handle) and
+  runs through that backend's table (csrc/core/backend.h); the handle itself has no op methods
+  but the attention ones (``attn_update``, ``attn_apply``, ``attn_tanh``).
 - :func:`cl_attention_update` / :func:`cl_attention_apply`: an ``AttentionContext``'s update and
   apply on the device (the context's matrices shared in place); equal to the CPU within float32
   rounding (its products are OpenBLAS sgemm), the tanh bit-identical.
@@ -188,10 +191,8 @@ def cl_dpe_mvm(handle, *args, weights_key=None, **kwargs):
     set larger than the budget is transferred for its call only); ``handle.resident_bytes`` is what
     it holds. None transfers (or, on zero-copy devices, wraps) them per call.
     """
-    if not isinstance(handle, OpenCLDevice):
-        raise TypeError("argument 'handle': expected an OpenCL device from pyfastpim.resolve_device(), got %s"
-                        % type(handle).__name__)
-    return handle.dpe_mvm(*args, weights_key=weights_key, **kwargs)
+    _check_handle(handle)
+    return _core.dpe_mvm(*args, weights_key=weights_key, device=handle, **kwargs)
 
 
 def _check_handle(handle):
@@ -210,7 +211,7 @@ def cl_dpe_conv2d(handle, *args, weights_key=None, **kwargs):
     ``weights_key`` as for :func:`cl_dpe_mvm`.
     """
     _check_handle(handle)
-    return handle.dpe_conv2d(*args, weights_key=weights_key, **kwargs)
+    return _core.dpe_conv2d(*args, weights_key=weights_key, device=handle, **kwargs)
 
 
 def _rows(a, name):

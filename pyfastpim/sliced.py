@@ -359,15 +359,17 @@ class SlicedData:
             raise ValueError("argument 'data': weights must be 2-D (rows, cols), got %d dimensions" % ndim)
         g_level = _check_engine(engine)[0] if self.is_weight else None
         gran = self.quant_gran if isinstance(self.quant_gran, str) else tuple(self.quant_gran)
-        ops = getattr(engine, "_cl", None) or _core  # an engine on an OpenCL device slices there (same results)
-        r = ops.slice_quantize(data, self._widths, self.paral_size, gran, self.bw_e, not self.inference, g_level)
+        dev = getattr(engine, "_cl", None)  # an engine on an OpenCL device slices there (same results)
+        r = _core.slice_quantize(data, self._widths, self.paral_size, gran, self.bw_e, not self.inference, g_level,
+                                 device=dev)
         codes, gmax, gscale, gexp, dq, levels = (_np(a) for a in r[:6])
         conductance = None
         if self.is_weight:
             g_level, HGS, LGS, wv, rh, rl, seed = _check_engine(engine)
             levels = levels[:, 0]
             if wv > 0 or rh > 0 or rl > 0:
-                conductance = np.asarray(ops.program_conductance(levels, g_level, HGS, LGS, wv, rh, rl, seed))
+                conductance = np.asarray(_core.program_conductance(levels, g_level, HGS, LGS, wv, rh, rl, seed,
+                                                                   device=dev))
             program = (g_level, HGS, LGS, wv, rh, rl, seed)  # everything programming depends on
         with _state_lock:
             self._reset()

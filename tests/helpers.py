@@ -136,13 +136,13 @@ class Backend:
         return cl_dpe_conv2d(self.dev, *args, **kw)
 
     def slice_quantize(self, *args, **kw):
-        return (self.dev or _core).slice_quantize(*args, **kw)
+        return _core.slice_quantize(*args, device=self.dev, **kw)
 
     def program_conductance(self, *args, **kw):
-        return (self.dev or _core).program_conductance(*args, **kw)
+        return _core.program_conductance(*args, device=self.dev, **kw)
 
     def normals(self, *args):
-        return (self.dev or _core).normals(*args)
+        return _core.normals(*args, device=self.dev)
 
 
 # ---- convolution cases -----------------------------------------------------------------------------

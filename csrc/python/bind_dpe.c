@@ -1,13 +1,13 @@
 /* Python binding of the fused DPE MVM: validation and argument parsing only;
  * the kernel (dpe.c) sees plain pointers. */
 #include "python/array.h"
+#include "python/bind_device.h"
 #include "python/bind_dpe.h"
 #include "python/bind_interrupt.h"
 #include "python/bindings.h"
 #include "core/contract.h"
 #include "core/dpe.h"
 #include "core/memory.h"
-#include "cpu/noise.h"
 #include "core/philox_noise.h"
 
 int pf_dpe_check_shape(PfArray *a, const char *argname, int ndim, const int64_t *shape)
@@ -114,24 +114,34 @@ int pf_dpe_parse_weights_and_device(pf_dpe_args *a, pf_dpe_refs *refs, const pf_
     return 0;
 }
 
-/* Runs the MVM with the GIL released; Ctrl-C stops it within one block of
- * work and raises KeyboardInterrupt (bind_interrupt.h). */
-static int run_kernel(pf_dpe_args *a)
+/* Runs the MVM on device d with the GIL released (its lock held, the resident weights of key;
+ * bind_device.h); Ctrl-C stops it within one block of work and raises KeyboardInterrupt
+ * (bind_interrupt.h). 0, or -1 with an exception. */
+static int run_mvm(pf_device *d, pf_dpe_args *a, const pf_dpe_refs *refs, PyObject *key)
 {
+    if (key != Py_None && d->handle && PyObject_Hash(key) == -1)
+        return -1; /* TypeError: unhashable weights_key (checked before the lock: hashing may run Python code) */
+    if (pf_device_lock(d) < 0)
+        return -1;
+    const void *w;
+    int transient;
+    if (pf_device_weights(d, key, a, refs, &w, &transient) < 0) {
+        pf_device_unlock(d);
+        return -1;
+    }
     pf_status st;
     pf_sigint_guard guard;
     do {
         a->cancel = pf_sigint_begin(&guard);
+        pf_clear_error();
         Py_BEGIN_ALLOW_THREADS
-        st = pf_dpe_mvm(a);
+        st = d->be->dpe_mvm(d->dev, a, w);
         Py_END_ALLOW_THREADS
     } while (pf_sigint_end(&guard, st == PF_EINTR) > 0);
     a->cancel = NULL;
-    if (st != PF_OK) {
-        pf_raise_status(st, "dpe_mvm");
-        return -1;
-    }
-    return 0;
+    pf_device_weights_done(d, w, transient);
+    pf_device_unlock(d);
+    return st == PF_OK ? 0 : (pf_raise_status(st, d->what), -1); /* PF_EINTR: the signal handler's exception */
 }
 
 int pf_dpe_parse_mvm(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs *refs, PyObject **key)
@@ -210,21 +220,72 @@ int pf_dpe_parse_mvm(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs
     return 0;
 }
 
-PyObject *pf_dpe_mvm_call(PyObject *args, PyObject *kwds, pf_dpe_packed *packed)
+/* dpe_mvm on device d; packed (CPU only): weights packed once, and no weights_key. */
+static PyObject *mvm_call(PyObject *args, PyObject *kwds, pf_dpe_packed *packed, pf_device *d)
 {
     pf_dpe_args a;
     pf_dpe_refs refs = {0};
-    PyObject *result = NULL;
-    if (pf_dpe_parse_mvm(args, kwds, &a, &refs, NULL) == 0 && ((a.w_packed = packed), run_kernel(&a) == 0))
+    PyObject *key = Py_None, *result = NULL;
+    if (pf_dpe_parse_mvm(args, kwds, &a, &refs, packed ? NULL : &key) == 0 &&
+        ((a.w_packed = packed), run_mvm(d, &a, &refs, key) == 0))
         result = Py_NewRef((PyObject *)refs.out);
     pf_dpe_refs_release(&refs);
     return result;
 }
 
+/* dpe_conv2d on device d: granule max, the MVM with the implicit im2col input, the optional
+ * dequantized unfolded input, each through d's backend table. */
+static PyObject *conv2d_call(PyObject *args, PyObject *kwds, pf_dpe_packed *packed, pf_device *d)
+{
+    pf_dpe_args a;
+    pf_dpe_refs refs = {0};
+    pf_im2col c;
+    int want_dq, st;
+    PyObject *key = Py_None, *result = NULL;
+    if (pf_dpe_parse_conv2d(args, kwds, &a, &refs, &c, &want_dq, packed ? NULL : &key) < 0)
+        goto done;
+    a.w_packed = packed;
+    PF_DEVICE_CALL(d, st, d->be->im2col_granule_max(d->dev, &c, a.batch, a.x_qr, a.x_qc, (float *)refs.gmax->data));
+    if (st != PF_OK || run_mvm(d, &a, &refs, key) < 0)
+        goto done;
+    if (want_dq) {
+        PF_DEVICE_CALL(d, st, d->be->im2col_dequantize(d->dev, &c, a.batch, a.x_qr, a.x_qc, a.x_gc,
+                                                       (const float *)refs.gmax->data, &a.x_method, a.x_bfp,
+                                                       (float *)refs.dq->data));
+        if (st != PF_OK)
+            goto done;
+    }
+    result = Py_BuildValue("(OO)", (PyObject *)refs.out, refs.dq ? (PyObject *)refs.dq : Py_None);
+done:
+    pf_dpe_refs_release(&refs);
+    return result;
+}
+
+/* An op binding taking device=: `fn` on the device named by kwds, with the rest of kwds. */
+static PyObject *on_device(PyObject *args, PyObject *kwds, const char *op,
+                           PyObject *(*fn)(PyObject *, PyObject *, pf_dpe_packed *, pf_device *))
+{
+    pf_device d;
+    PyObject *kw;
+    if (pf_device_from_kwds(kwds, &kw, op, &d) < 0)
+        return NULL;
+    PyObject *result = fn(args, kw, NULL, &d);
+    Py_XDECREF(kw);
+    pf_device_clear(&d);
+    return result;
+}
+
+PyObject *pf_dpe_mvm_call(PyObject *args, PyObject *kwds, pf_dpe_packed *packed)
+{
+    pf_device cpu;
+    pf_device_resolve(NULL, "dpe_mvm", &cpu); /* cannot fail */
+    return mvm_call(args, kwds, packed, &cpu);
+}
+
 static PyObject *py_dpe_mvm(PyObject *self, PyObject *args, PyObject *kwds)
 {
     (void)self;
-    return pf_dpe_mvm_call(args, kwds, NULL);
+    return on_device(args, kwds, "dpe_mvm", mvm_call);
 }
 
 int pf_dpe_parse_conv2d(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs *refs, pf_im2col *c,
@@ -324,37 +385,9 @@ int pf_dpe_parse_conv2d(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_r
 
 PyObject *pf_dpe_conv2d_call(PyObject *args, PyObject *kwds, pf_dpe_packed *packed)
 {
-    pf_dpe_args a;
-    pf_dpe_refs refs = {0};
-    pf_im2col c;
-    int want_dq;
-    PyObject *result = NULL;
-    if (pf_dpe_parse_conv2d(args, kwds, &a, &refs, &c, &want_dq, NULL) < 0)
-        goto done;
-    a.w_packed = packed;
-    pf_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = pf_im2col_granule_max(&c, a.batch, a.x_qr, a.x_qc, (float *)refs.gmax->data);
-    Py_END_ALLOW_THREADS
-    if (st != PF_OK) {
-        if (st == PF_EINVAL)
-            PyErr_SetString(PyExc_ValueError, "argument 'input': contains NaN or infinity");
-        else
-            pf_raise_status(st, "dpe_conv2d");
-        goto done;
-    }
-    if (run_kernel(&a) < 0)
-        goto done;
-    if (want_dq) {
-        Py_BEGIN_ALLOW_THREADS
-        pf_im2col_dequantize(&c, a.batch, a.x_qr, a.x_qc, a.x_gc, (const float *)refs.gmax->data, &a.x_method,
-                             a.x_bfp, (float *)refs.dq->data);
-        Py_END_ALLOW_THREADS
-    }
-    result = Py_BuildValue("(OO)", (PyObject *)refs.out, refs.dq ? (PyObject *)refs.dq : Py_None);
-done:
-    pf_dpe_refs_release(&refs);
-    return result;
+    pf_device cpu;
+    pf_device_resolve(NULL, "dpe_conv2d", &cpu); /* cannot fail */
+    return conv2d_call(args, kwds, packed, &cpu);
 }
 
 int pf_normals_parse(PyObject *args, pf_normals_call *c)
@@ -377,36 +410,54 @@ int pf_normals_parse(PyObject *args, pf_normals_call *c)
 static PyObject *py_dpe_conv2d(PyObject *self, PyObject *args, PyObject *kwds)
 {
     (void)self;
-    return pf_dpe_conv2d_call(args, kwds, NULL);
+    return on_device(args, kwds, "dpe_conv2d", conv2d_call);
 }
 
-/* Exposes the noise generator for statistical tests and cross-device checks. */
-static PyObject *py_normals(PyObject *self, PyObject *args)
+/* normals(seed, stream, call, idx0, count, device=None): the noise generator, for statistical
+ * tests and cross-device checks. */
+static PyObject *py_normals(PyObject *self, PyObject *args, PyObject *kwds)
 {
     (void)self;
+    pf_device d;
+    PyObject *kw;
     pf_normals_call c;
-    if (pf_normals_parse(args, &c) < 0)
+    if (pf_device_from_kwds(kwds, &kw, "normals", &d) < 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    pf_normals(c.seed, c.stream, c.call, c.idx0, c.count, (float *)c.out->data);
-    Py_END_ALLOW_THREADS
-    return (PyObject *)c.out;
+    int rc = -1, st;
+    if (kw && PyDict_GET_SIZE(kw) > 0)
+        PyErr_SetString(PyExc_TypeError, "normals() takes no keyword arguments but 'device'");
+    else
+        rc = pf_normals_parse(args, &c);
+    Py_XDECREF(kw);
+    if (rc == 0) {
+        PF_DEVICE_CALL(&d, st, d.be->normals(d.dev, c.seed, c.stream, c.call, c.idx0, c.count, (float *)c.out->data));
+        if (st != PF_OK)
+            Py_CLEAR(c.out);
+    }
+    pf_device_clear(&d);
+    return rc == 0 ? (PyObject *)c.out : NULL;
 }
 
 static PyMethodDef dpe_methods[] = {
     {"dpe_conv2d", (PyCFunction)(void (*)(void))py_dpe_conv2d, METH_VARARGS | METH_KEYWORDS,
      "dpe_conv2d(image, kernel_size, stride, padding, dilation, x_granule, x_widths, bfp, w_levels, w_conductance, "
      "w_scale, w_granule, w_widths, n, rdac, g_level, radc, HGS, LGS, read_sigma, vnoise, seed, call, "
-     "return_dequant=False)\n--\n\n"
+     "return_dequant=False, weights_key=None, *, device=None)\n--\n\n"
      "Convolution through the crossbar with implicit im2col: the unfolded input (N, Ho*Wo, C*kh*kw) is "
      "quantized and sliced on the fly and never stored. Returns (out (N, P, Ho, Wo), dequantized unfolded "
-     "input or None)."},
-    {"normals", py_normals, METH_VARARGS,
-     "normals(seed, stream, call, idx0, count)\n--\n\nStandard normals of elements idx0.. of a Philox noise stream."},
+     "input or None). device: None or 'cpu' (the CPU), or an OpenCLDevice (every stage on that device); "
+     "weights_key (OpenCL only) as for dpe_mvm."},
+    {"normals", (PyCFunction)(void (*)(void))py_normals, METH_VARARGS | METH_KEYWORDS,
+     "normals(seed, stream, call, idx0, count, *, device=None)\n--\n\nStandard normals of elements idx0.. of a "
+     "Philox noise stream, drawn on device (None or 'cpu': the CPU; an OpenCLDevice: that device)."},
     {"dpe_mvm", (PyCFunction)(void (*)(void))py_dpe_mvm, METH_VARARGS | METH_KEYWORDS,
      "dpe_mvm(x_codes, x_scale, x_granule, x_widths, w_levels, w_conductance, w_scale, w_granule, w_widths, n, rdac, "
-     "g_level, radc, HGS, LGS, read_sigma, vnoise, seed, call, out=None, item0=0)\n--\n\n"
-     "Fused DAC -> crossbar -> ADC product of sliced inputs and programmed weights (spec section 7)."},
+     "g_level, radc, HGS, LGS, read_sigma, vnoise, seed, call, out=None, item0=0, weights_key=None, *, "
+     "device=None)\n--\n\n"
+     "Fused DAC -> crossbar -> ADC product of sliced inputs and programmed weights (spec section 7). device: "
+     "None or 'cpu' (the CPU), or an OpenCLDevice (that device). weights_key (OpenCL only; a ValueError on the "
+     "CPU), hashable, e.g. (id(sliced), sliced._version), keeps the weights resident on the device between "
+     "calls; an entry whose key changes is released."},
     {NULL, NULL, 0, NULL},
 };
 

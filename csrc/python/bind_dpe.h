@@ -1,5 +1,5 @@
-/* The DPE call's argument contract, shared by the CPU binding (bind_dpe.c)
- * and the OpenCL binding (bind_opencl.c): one set of rules and messages. */
+/* The DPE call's argument contract (bind_dpe.c, bind_packed.c): one set of
+ * rules and messages for every backend (device=, bind_device.h). */
 #ifndef PF_BIND_DPE_H
 #define PF_BIND_DPE_H
 
@@ -36,8 +36,8 @@ void pf_dpe_device_init(pf_dpe_device_args *d);
  * the argument. */
 int pf_dpe_parse_weights_and_device(pf_dpe_args *a, pf_dpe_refs *refs, const pf_dpe_device_args *d);
 
-/* normals(seed, stream, call, idx0, count): the arguments and a new float32 (count,) output, shared by
- * _core.normals and the OpenCL device's normals. 0, or -1 with an exception naming the argument. */
+/* normals(seed, stream, call, idx0, count): the arguments and a new float32 (count,) output of
+ * _core.normals. 0, or -1 with an exception naming the argument. */
 typedef struct {
     uint64_t seed;
     unsigned int stream, call;
@@ -58,8 +58,8 @@ int pf_dpe_parse_mvm(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs
 int pf_dpe_parse_conv2d(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs *refs, pf_im2col *c,
                         int *want_dq, PyObject **key);
 
-/* The whole _core.dpe_mvm / dpe_conv2d call, reading weights packed once
- * (bind_packed.c) when packed is not NULL. */
+/* The whole _core.dpe_mvm / dpe_conv2d call on the CPU without weights_key,
+ * reading weights packed once (bind_packed.c) when packed is not NULL. */
 PyObject *pf_dpe_mvm_call(PyObject *args, PyObject *kwds, pf_dpe_packed *packed);
 PyObject *pf_dpe_conv2d_call(PyObject *args, PyObject *kwds, pf_dpe_packed *packed);
 /* bind_packed.c: PackedWeights, dpe_pack, dpe_mvm_packed, dpe_conv2d_packed. */

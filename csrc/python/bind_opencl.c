@@ -1,8 +1,10 @@
 /* Python bindings of the OpenCL backend: device listing, the device handle
  * type pyfastpim._core.OpenCLDevice (context, queue, program, scratch and the
- * resident-weights cache of one device) and its ops. Argument validation is
- * here, with the same rules and messages as bind_dpe.c; csrc/opencl/ sees plain
- * pointers.
+ * resident-weights cache of one device), the `device=` argument of the op
+ * bindings (bind_device.h: _core.dpe_mvm(..., device=handle) and the other ops
+ * run through the backend table, core/backend.h) and the attention ops, which
+ * remain handle methods (their CPU bindings take a workspace and other
+ * arguments). csrc/opencl/ sees plain pointers.
  *
  * Threading: one lock per handle serializes its calls. It is taken after the
  * call's arguments are converted, waited for with the GIL released, and held
@@ -11,12 +13,13 @@
  * __eq__, a dropped reference's finalizer); a call made by such code on the
  * same handle raises RuntimeError instead of deadlocking. */
 #include "python/array.h"
+#include "python/bind_device.h"
 #include "python/bind_dpe.h"
-#include "python/bind_interrupt.h"
 #include "python/bindings.h"
-#include "python/bind_slicing.h"
 #include "core/dpe.h"
 #include "core/memory.h"
+#include "cpu/backend.h"
+#include "opencl/backend.h"
 #include "opencl/opencl.h"
 
 #include <math.h>
@@ -498,25 +501,7 @@ static PyObject *PfCLDevice_repr(PfCLDevice *self)
                                 d->name, d->type, d->platform_name);
 }
 
-static PyObject *PfCLDevice_normals(PfCLDevice *self, PyObject *args)
-{
-    if (fork_check("normals()") < 0)
-        return NULL;
-    pf_normals_call nc; /* the arguments of _core.normals (bind_dpe.c) */
-    int st;
-    if (pf_normals_parse(args, &nc) < 0)
-        return NULL;
-    PfArray *out = nc.out;
-    PF_CL_LOCKED(self, st, "normals on OpenCL", pf_cl_normals(self->dev, nc.seed, nc.stream, nc.call, nc.idx0,
-                                                              nc.count, (float *)out->data));
-    if (st != PF_OK) {
-        Py_DECREF(out);
-        return NULL;
-    }
-    return (PyObject *)out;
-}
-
-/* ---- dpe_mvm: the arguments of _core.dpe_mvm (bind_dpe.c), same checks ---- */
+/* ---- resident weights of the dpe_mvm / dpe_conv2d calls (weights_key) ---- */
 
 /* Finds or makes the resident weights for weights_key (device lock held).
  * Returns 0 with *w set (NULL: no key, transfer per call) or -1 with an
@@ -602,127 +587,6 @@ static int resident_weights(PfCLDevice *self, PyObject *key, const pf_dpe_args *
     e->last_use = ++self->clock;
     *w = made;
     return 0;
-}
-
-/* Runs the MVM on the device with the resident weights of okey (device lock
- * taken here). Returns 0 or -1 with an exception. */
-static int run_mvm(PfCLDevice *self, pf_dpe_args *a, pf_dpe_refs *refs, PyObject *okey, const char *what)
-{
-    int st = PF_OK;
-    pf_cl_weights *w = NULL;
-    int transient = 0;
-    if (okey != Py_None && PyObject_Hash(okey) == -1)
-        return -1; /* TypeError: unhashable weights_key (checked before the lock: hashing may run Python code) */
-    if (lock_device(self) < 0)
-        return -1;
-    int empty = a->batch == 0 || a->rows == 0 || a->cols == 0 || a->inner == 0;
-    if (!empty && resident_weights(self, okey, a, refs->wl, refs->wc, refs->ws, &w, &transient) < 0) {
-        unlock_device(self);
-        return -1;
-    }
-    pf_sigint_guard guard; /* Ctrl-C: stops between enqueued pieces (bind_interrupt.h) */
-    int again;
-    do {
-        a->cancel = pf_sigint_begin(&guard);
-        pf_clear_error();
-        Py_BEGIN_ALLOW_THREADS
-        st = pf_cl_dpe_mvm(self->dev, a, w);
-        Py_END_ALLOW_THREADS
-        again = pf_sigint_end(&guard, st == PF_EINTR);
-    } while (again > 0);
-    a->cancel = NULL;
-    if (transient)
-        pf_cl_weights_free(w);
-    unlock_device(self);
-    return st == PF_OK ? 0 : (raise_cl(st, what), -1); /* PF_EINTR: the exception the signal handler raised */
-}
-
-static PyObject *PfCLDevice_dpe_mvm(PfCLDevice *self, PyObject *args, PyObject *kwds)
-{
-    if (fork_check("dpe_mvm on OpenCL") < 0)
-        return NULL;
-    pf_dpe_args a;
-    pf_dpe_refs refs = {0};
-    PyObject *okey = Py_None, *result = NULL;
-    if (pf_dpe_parse_mvm(args, kwds, &a, &refs, &okey) == 0 && run_mvm(self, &a, &refs, okey, "dpe_mvm on OpenCL") == 0)
-        result = Py_NewRef((PyObject *)refs.out);
-    pf_dpe_refs_release(&refs);
-    return result;
-}
-
-/* dpe_conv2d: the arguments, checks and results of _core.dpe_conv2d
- * (bind_dpe.c), every stage on the device: granule max, fused MVM with the
- * implicit im2col input, optional dequantized unfolded input. */
-static PyObject *PfCLDevice_dpe_conv2d(PfCLDevice *self, PyObject *args, PyObject *kwds)
-{
-    if (fork_check("dpe_conv2d on OpenCL") < 0)
-        return NULL;
-    pf_dpe_args a;
-    pf_dpe_refs refs = {0};
-    pf_im2col c;
-    int want_dq;
-    PyObject *okey = Py_None, *result = NULL;
-    if (pf_dpe_parse_conv2d(args, kwds, &a, &refs, &c, &want_dq, &okey) < 0)
-        goto done;
-    int st;
-    PF_CL_LOCKED(self, st, "dpe_conv2d on OpenCL",
-                 pf_cl_im2col_granule_max(self->dev, &c, a.batch, a.x_qr, a.x_qc, (float *)refs.gmax->data));
-    if (st != PF_OK || run_mvm(self, &a, &refs, okey, "dpe_conv2d on OpenCL") < 0)
-        goto done;
-    if (want_dq) {
-        PF_CL_LOCKED(self, st, "dpe_conv2d on OpenCL",
-                     pf_cl_im2col_dequantize(self->dev, &c, a.batch, a.x_qr, a.x_qc, (const float *)refs.gmax->data,
-                                             a.x_method.total_bits, a.x_bfp, (float *)refs.dq->data));
-        if (st != PF_OK)
-            goto done;
-    }
-    result = Py_BuildValue("(OO)", (PyObject *)refs.out, refs.dq ? (PyObject *)refs.dq : Py_None);
-done:
-    pf_dpe_refs_release(&refs);
-    return result;
-}
-
-/* ---- slicing: the arguments and results of _core.slice_quantize / program_conductance ---- */
-
-static PyObject *PfCLDevice_slice_quantize(PfCLDevice *self, PyObject *args, PyObject *kwds)
-{
-    if (fork_check("slice_quantize on OpenCL") < 0)
-        return NULL;
-    pf_slice_call c;
-    if (pf_slice_call_parse(args, kwds, &c) < 0)
-        return NULL;
-    int st;
-    PF_CL_LOCKED(self, st, "slice_quantize on OpenCL",
-                 pf_cl_slice_quantize(self->dev, (const float *)c.x->data, c.n, c.rows, c.cols, c.gran[0], c.gran[1],
-                                      &c.sm, c.bfp, (uint8_t *)c.codes->data, (float *)c.gmax->data,
-                                      (float *)c.gscale->data, c.gexp ? (int32_t *)c.gexp->data : NULL,
-                                      c.dq ? (float *)c.dq->data : NULL, c.g_level,
-                                      c.levels ? (uint8_t *)c.levels->data : NULL));
-    if (st != PF_OK) { /* raised as the CPU path raises (NaN/inf data: PF_ENONFINITE naming 'data') */
-        pf_slice_call_clear(&c);
-        return NULL;
-    }
-    return pf_slice_call_finish(&c, st);
-}
-
-static PyObject *PfCLDevice_program_conductance(PfCLDevice *self, PyObject *args, PyObject *kwds)
-{
-    if (fork_check("program_conductance on OpenCL") < 0)
-        return NULL;
-    PfArray *levels, *g;
-    pf_program_params p;
-    if (pf_program_call_parse(args, kwds, &levels, &g, &p) < 0)
-        return NULL;
-    int st;
-    PF_CL_LOCKED(self, st, "program_conductance on OpenCL",
-                 pf_cl_program_conductance(self->dev, (const uint8_t *)levels->data, levels->shape[0],
-                                           levels->shape[1], levels->shape[2], &p, (float *)g->data));
-    Py_DECREF(levels);
-    if (st != PF_OK) {
-        Py_DECREF(g);
-        return NULL;
-    }
-    return (PyObject *)g;
 }
 
 /* ---- attention context ops (the contract of attention.h on the device) ---- */
@@ -912,23 +776,6 @@ static PyObject *PfCLDevice_check_kernel_args(PfCLDevice *self, PyObject *args)
 static PyMethodDef PfCLDevice_methods[] = {
     {"build", (PyCFunction)PfCLDevice_build, METH_NOARGS,
      "build()\n--\n\nCompile the kernels for this device now (otherwise done at first use)."},
-    {"dpe_mvm", CL_KW_METHOD(PfCLDevice_dpe_mvm),
-     "dpe_mvm(x_codes, x_scale, x_granule, x_widths, w_levels, w_conductance, w_scale, w_granule, w_widths, n, rdac, "
-     "g_level, radc, HGS, LGS, read_sigma, vnoise, seed, call, out=None, item0=0, weights_key=None)\n--\n\n"
-     "_core.dpe_mvm on this device. weights_key (hashable, e.g. (id(sliced), sliced._version)) keeps the weights "
-     "resident on the device between calls; an entry whose key changes is released."},
-    {"dpe_conv2d", CL_KW_METHOD(PfCLDevice_dpe_conv2d),
-     "dpe_conv2d(image, kernel_size, stride, padding, dilation, x_granule, x_widths, bfp, w_levels, w_conductance, "
-     "w_scale, w_granule, w_widths, n, rdac, g_level, radc, HGS, LGS, read_sigma, vnoise, seed, call, "
-     "return_dequant=False, weights_key=None)\n--\n\n"
-     "_core.dpe_conv2d on this device (implicit im2col: granule max, quantize/slice/DAC in the packer, the fused "
-     "MVM, the optional dequantized unfolded input); same results. weights_key as for dpe_mvm."},
-    {"slice_quantize", CL_KW_METHOD(PfCLDevice_slice_quantize),
-     "slice_quantize(data, slice_method, paral_size, quant_gran=None, bw_e=None, dequant=False, g_level=None)\n--\n\n"
-     "_core.slice_quantize on this device: same arguments, errors and (bit-identical) results."},
-    {"program_conductance", CL_KW_METHOD(PfCLDevice_program_conductance),
-     "program_conductance(levels, g_level, HGS, LGS, write_variation=0, rate_stuck_HGS=0, rate_stuck_LGS=0, "
-     "seed=None)\n--\n\n_core.program_conductance on this device: same arguments, errors and results."},
     {"attn_update", CL_KW_METHOD(PfCLDevice_attn_update),
      "attn_update(outgoing, x, y, rate)\n--\n\nThe attention context's sampled update (pf_attn_update) on this "
      "device: outgoing (D, D) float32 is updated in place from the rows of x and y (their first D columns)."},
@@ -943,8 +790,6 @@ static PyMethodDef PfCLDevice_methods[] = {
     {"_check_kernel_args", (PyCFunction)PfCLDevice_check_kernel_args, METH_VARARGS,
      "_check_kernel_args(name, declared)\n--\n\nTests: the build-time check of one kernel's argument count against "
      "`declared` (RuntimeError when they differ)."},
-    {"normals", (PyCFunction)PfCLDevice_normals, METH_VARARGS,
-     "normals(seed, stream, call, idx0, count)\n--\n\nStandard normals of a Philox noise stream, drawn on the device."},
     {"mvm_uses_tiled", (PyCFunction)PfCLDevice_mvm_uses_tiled, METH_O,
      "mvm_uses_tiled(n)\n--\n\nWhether a product with crossbar size n runs the local-memory tiled MVM kernel "
      "(pf_dpe_mvm_tiled) under the current mvm_kernel mode."},
@@ -995,6 +840,97 @@ static PyMethodDef opencl_methods[] = {
      "cl_devices()\n--\n\n(number of platforms, [device info dict, ...]) as the OpenCL ICD loader reports them."},
     {NULL, NULL, 0, NULL},
 };
+
+/* ---- device= of the op bindings (bind_device.h) ---- */
+
+int pf_device_resolve(PyObject *obj, const char *op, pf_device *d)
+{
+    memset(d, 0, sizeof *d);
+    d->be = &pf_backend_cpu;
+    PyOS_snprintf(d->what, sizeof d->what, "%s", op);
+    if (!obj || obj == Py_None)
+        return 0;
+    if (PyObject_TypeCheck(obj, &PfCLDevice_Type)) {
+        PyOS_snprintf(d->what, sizeof d->what, "%s on OpenCL", op);
+        if (fork_check(d->what) < 0)
+            return -1;
+        d->be = &pf_backend_opencl;
+        d->dev = ((PfCLDevice *)obj)->dev;
+        d->handle = Py_NewRef(obj);
+        return 0;
+    }
+    if (PyUnicode_Check(obj)) {
+        if (PyUnicode_CompareWithASCIIString(obj, "cpu") == 0)
+            return 0;
+        PyErr_Format(PyExc_ValueError, "argument 'device': expected None, 'cpu' or an OpenCLDevice handle, got %R "
+                     "(device strings such as 'opencl' are resolved by pyfastpim.resolve_device)", obj);
+        return -1;
+    }
+    PyErr_Format(PyExc_TypeError, "argument 'device': expected None, 'cpu' or a pyfastpim._core.OpenCLDevice, got %s",
+                 Py_TYPE(obj)->tp_name);
+    return -1;
+}
+
+int pf_device_from_kwds(PyObject *kwds, PyObject **kw, const char *op, pf_device *d)
+{
+    static PyObject *name; /* interned "device" */
+    PyObject *obj = NULL;
+    *kw = NULL;
+    if (!name && !(name = PyUnicode_InternFromString("device")))
+        return -1;
+    if (kwds && !(obj = PyDict_GetItemWithError(kwds, name)) && PyErr_Occurred())
+        return -1;
+    if (pf_device_resolve(obj, op, d) < 0)
+        return -1;
+    if (!obj) {
+        *kw = Py_XNewRef(kwds);
+        return 0;
+    }
+    /* a copy: the caller's dict may be shared (PyObject_Call passes it as is) */
+    if (!(*kw = PyDict_Copy(kwds)) || PyDict_DelItem(*kw, name) < 0) {
+        Py_CLEAR(*kw);
+        pf_device_clear(d);
+        return -1;
+    }
+    return 0;
+}
+
+void pf_device_clear(pf_device *d) { Py_CLEAR(d->handle); }
+
+int pf_device_lock(pf_device *d) { return d->handle ? lock_device((PfCLDevice *)d->handle) : 0; }
+
+void pf_device_unlock(pf_device *d)
+{
+    if (d->handle)
+        unlock_device((PfCLDevice *)d->handle);
+}
+
+int pf_device_weights(pf_device *d, PyObject *key, const pf_dpe_args *a, const pf_dpe_refs *refs, const void **w,
+                      int *transient)
+{
+    *w = NULL;
+    *transient = 0;
+    if (!d->handle) {
+        if (key == Py_None)
+            return 0;
+        PyErr_SetString(PyExc_ValueError, "argument 'weights_key': only an OpenCL device keeps weights resident; "
+                        "pass None (the default) on the CPU");
+        return -1;
+    }
+    if (a->batch == 0 || a->rows == 0 || a->cols == 0 || a->inner == 0)
+        return 0; /* an empty product reads no weights */
+    pf_cl_weights *cw = NULL;
+    if (resident_weights((PfCLDevice *)d->handle, key, a, refs->wl, refs->wc, refs->ws, &cw, transient) < 0)
+        return -1;
+    *w = cw;
+    return 0;
+}
+
+void pf_device_weights_done(pf_device *d, const void *w, int transient)
+{
+    if (d->handle && transient)
+        pf_cl_weights_free((pf_cl_weights *)w);
+}
 
 int pf_bind_opencl_init(PyObject *module)
 {

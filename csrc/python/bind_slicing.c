@@ -2,13 +2,16 @@
  * validation only. Every error is a Python exception naming the argument.
  *
  *   slice_quantize(data, slice_method, paral_size, quant_gran=None, bw_e=None,
- *                  dequant=False, g_level=None)
+ *                  dequant=False, g_level=None, *, device=None)
  *       -> (codes, gran_max, gran_scale, gran_exp | None, dequant | None,
  *           levels | None, (qr', qc'))
  *   program_levels(codes, slice_method, g_level) -> levels
  *   program_conductance(levels, g_level, HGS, LGS, write_variation=0,
- *                       rate_stuck_HGS=0, rate_stuck_LGS=0, seed=DEFAULT_SEED)
+ *                       rate_stuck_HGS=0, rate_stuck_LGS=0, seed=DEFAULT_SEED, *,
+ *                       device=None)
  *       -> conductance
+ * device= (bind_device.h): None or "cpu", or an OpenCLDevice; the call runs
+ * through that backend's table (core/backend.h).
  */
 #include <math.h>
 #include <string.h>
@@ -18,6 +21,7 @@
 #include "core/pf_common.h"
 #include "core/philox_noise.h"
 #include "core/slicing.h"
+#include "python/bind_device.h"
 #include "python/bind_slicing.h"
 #include "python/bind_interrupt.h"
 #include "core/contract.h"
@@ -166,11 +170,11 @@ fail:
     return -1;
 }
 
-PyObject *pf_slice_call_finish(pf_slice_call *c, pf_status status)
+PyObject *pf_slice_call_finish(pf_slice_call *c, pf_status status, const char *what)
 {
     PyObject *result = NULL;
     if (status != PF_OK) {
-        pf_raise_status(status, "slice_quantize"); /* NaN/inf data: PF_ENONFINITE naming 'data' */
+        pf_raise_status(status, what); /* NaN/inf data: PF_ENONFINITE naming 'data' */
     } else {
         result = Py_BuildValue("(OOOOOO(LL))", (PyObject *)c->codes, (PyObject *)c->gmax, (PyObject *)c->gscale,
                                c->gexp ? (PyObject *)c->gexp : Py_None, c->dq ? (PyObject *)c->dq : Py_None,
@@ -181,25 +185,45 @@ PyObject *pf_slice_call_finish(pf_slice_call *c, pf_status status)
     return result;
 }
 
+/* Runs a parsed slice_quantize call on device d (lock held, GIL released); Ctrl-C stops the CPU's
+ * slicing between bands / rows (bind_interrupt.h). */
+static pf_status run_slice(pf_device *d, pf_slice_call *c)
+{
+    pf_status status;
+    pf_sigint_guard guard;
+    do {
+        pf_cancel *cancel = pf_sigint_begin(&guard);
+        pf_clear_error();
+        Py_BEGIN_ALLOW_THREADS
+        status = d->be->slice_quantize(d->dev, (const float *)c->x->data, c->n, c->rows, c->cols, c->gran[0],
+                                       c->gran[1], &c->sm, c->bfp, (uint8_t *)c->codes->data, (float *)c->gmax->data,
+                                       (float *)c->gscale->data, c->gexp ? (int32_t *)c->gexp->data : NULL,
+                                       c->dq ? (float *)c->dq->data : NULL, c->g_level,
+                                       c->levels ? (uint8_t *)c->levels->data : NULL, cancel);
+        Py_END_ALLOW_THREADS
+    } while (pf_sigint_end(&guard, status == PF_EINTR) > 0);
+    return status;
+}
+
 static PyObject *py_slice_quantize(PyObject *self, PyObject *args, PyObject *kwds)
 {
     PF_UNUSED(self);
+    pf_device d;
+    PyObject *kw, *result = NULL;
     pf_slice_call c;
-    if (pf_slice_call_parse(args, kwds, &c) < 0)
+    if (pf_device_from_kwds(kwds, &kw, "slice_quantize", &d) < 0)
         return NULL;
-    pf_status status;
-    pf_sigint_guard guard; /* Ctrl-C stops the slicing between bands / rows (bind_interrupt.h) */
-    do {
-        pf_cancel *cancel = pf_sigint_begin(&guard);
-        Py_BEGIN_ALLOW_THREADS
-        status = pf_slice_quantize_cancel((const float *)c.x->data, c.n, c.rows, c.cols, c.gran[0], c.gran[1], &c.sm,
-                                          c.bfp, (uint8_t *)c.codes->data, (float *)c.gmax->data,
-                                          (float *)c.gscale->data, c.gexp ? (int32_t *)c.gexp->data : NULL,
-                                          c.dq ? (float *)c.dq->data : NULL, c.g_level,
-                                          c.levels ? (uint8_t *)c.levels->data : NULL, cancel);
-        Py_END_ALLOW_THREADS
-    } while (pf_sigint_end(&guard, status == PF_EINTR) > 0);
-    return pf_slice_call_finish(&c, status);
+    int rc = pf_slice_call_parse(args, kw, &c);
+    Py_XDECREF(kw);
+    if (rc == 0 && pf_device_lock(&d) < 0)
+        pf_slice_call_clear(&c);
+    else if (rc == 0) {
+        pf_status status = run_slice(&d, &c);
+        pf_device_unlock(&d);
+        result = pf_slice_call_finish(&c, status, d.what);
+    }
+    pf_device_clear(&d);
+    return result;
 }
 
 static PyObject *py_program_levels(PyObject *self, PyObject *args, PyObject *kwds)
@@ -287,33 +311,38 @@ int pf_program_call_parse(PyObject *args, PyObject *kwds, PfArray **levels_out, 
 static PyObject *py_program_conductance(PyObject *self, PyObject *args, PyObject *kwds)
 {
     PF_UNUSED(self);
-    PfArray *levels, *g;
+    pf_device d;
+    PyObject *kw;
+    PfArray *levels, *g = NULL;
     pf_program_params p;
-    if (pf_program_call_parse(args, kwds, &levels, &g, &p) < 0)
+    if (pf_device_from_kwds(kwds, &kw, "program_conductance", &d) < 0)
         return NULL;
-    pf_status status;
-    Py_BEGIN_ALLOW_THREADS
-    status = pf_program_conductance((const uint8_t *)levels->data, levels->shape[0], levels->shape[1],
-                                    levels->shape[2], &p, (float *)g->data);
-    Py_END_ALLOW_THREADS
-    Py_DECREF(levels);
-    if (status != PF_OK) {
-        Py_DECREF(g);
-        return pf_raise_status(status, "program_conductance");
+    int rc = pf_program_call_parse(args, kw, &levels, &g, &p), st;
+    Py_XDECREF(kw);
+    if (rc == 0) {
+        PF_DEVICE_CALL(&d, st, d.be->program_conductance(d.dev, (const uint8_t *)levels->data, levels->shape[0],
+                                                          levels->shape[1], levels->shape[2], &p, (float *)g->data));
+        Py_DECREF(levels);
+        if (st != PF_OK)
+            Py_CLEAR(g);
     }
+    pf_device_clear(&d);
     return (PyObject *)g;
 }
 
 static PyMethodDef slicing_methods[] = {
     {"slice_quantize", (PyCFunction)(void (*)(void))py_slice_quantize, METH_VARARGS | METH_KEYWORDS,
-     "slice_quantize(data, slice_method, paral_size, quant_gran=None, bw_e=None, dequant=False, g_level=None)\n--\n\n"
+     "slice_quantize(data, slice_method, paral_size, quant_gran=None, bw_e=None, dequant=False, g_level=None, *, "
+     "device=None)\n--\n\n"
      "Quantize and bit-slice data (spec 1-5; weights also programmed to levels, spec 6, when g_level is given).\n"
-     "Returns (codes, gran_max, gran_scale, gran_exp|None, dequant|None, levels|None, (qr, qc))."},
+     "Returns (codes, gran_max, gran_scale, gran_exp|None, dequant|None, levels|None, (qr, qc)). device: None or "
+     "'cpu' (the CPU), or an OpenCLDevice (that device; bit-identical results)."},
     {"program_levels", (PyCFunction)(void (*)(void))py_program_levels, METH_VARARGS | METH_KEYWORDS,
      "program_levels(codes, slice_method, g_level)\n--\n\nConductance levels of slice codes (spec 6)."},
     {"program_conductance", (PyCFunction)(void (*)(void))py_program_conductance, METH_VARARGS | METH_KEYWORDS,
      "program_conductance(levels, g_level, HGS, LGS, write_variation=0, rate_stuck_HGS=0, rate_stuck_LGS=0, "
-     "seed=None)\n--\n\nProgrammed conductances in siemens with write variation and stuck-at faults (spec 6)."},
+     "seed=None, *, device=None)\n--\n\nProgrammed conductances in siemens with write variation and stuck-at "
+     "faults (spec 6), on device (None or 'cpu': the CPU; an OpenCLDevice: that device, same results)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,7 +1,6 @@
-/* Argument contract of the slicing ops, shared by the CPU bindings
- * (bind_slicing.c) and the OpenCL device handle (bind_opencl.c): one parser
- * and one result builder, so both backends take the same arguments, raise the
- * same errors and return the same tuples. */
+/* Argument contract of the slicing ops (bind_slicing.c): one parser and one
+ * result builder for every backend (device=, bind_device.h), so both backends
+ * take the same arguments, raise the same errors and return the same tuples. */
 #ifndef PF_BIND_SLICING_H
 #define PF_BIND_SLICING_H
 
@@ -22,8 +21,9 @@ typedef struct {
  * an exception naming the argument (c is then cleared). */
 int pf_slice_call_parse(PyObject *args, PyObject *kwds, pf_slice_call *c);
 /* The result tuple (codes, gran_max, gran_scale, gran_exp|None, dequant|None,
- * levels|None, (qr', qc')) from a run's status; clears c either way. */
-PyObject *pf_slice_call_finish(pf_slice_call *c, pf_status status);
+ * levels|None, (qr', qc')) from a run's status (a failure raised naming `what`);
+ * clears c either way. */
+PyObject *pf_slice_call_finish(pf_slice_call *c, pf_status status, const char *what);
 void pf_slice_call_clear(pf_slice_call *c);
 
 /* program_conductance(levels, g_level, HGS, LGS, write_variation=0, rate_stuck_HGS=0,

@@ -81,16 +81,16 @@ def run_conv(device, **over):
 
 def run_slice(device, **over):
     args = slice_args(**over)
-    return (_core.slice_quantize if device == "cpu" else CL.slice_quantize)(**args)
+    return _core.slice_quantize(**args, device=None if device == "cpu" else CL)
 
 
 def run_program(device, **over):
     args = program_args(**over)
-    return (_core.program_conductance if device == "cpu" else CL.program_conductance)(**args)
+    return _core.program_conductance(**args, device=None if device == "cpu" else CL)
 
 
 def run_normals(device, seed):
-    return (_core.normals if device == "cpu" else CL.normals)(seed, 0, 0, 0, 4)
+    return _core.normals(seed, 0, 0, 0, 4, device=None if device == "cpu" else CL)
 
 
 def outcome(fn, *args, **kw):

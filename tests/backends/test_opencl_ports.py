@@ -2,7 +2,7 @@
 
 - implicit-im2col convolution: ``cl_dpe_conv2d`` vs ``_core.dpe_conv2d`` (bit-identical noise
   off; noise on, bit-identical where the CPU draws noise with its AVX2 path)
-- bit-slice/quantize and weight programming: ``OpenCLDevice.slice_quantize`` /
+- bit-slice/quantize and weight programming: ``_core.slice_quantize(..., device=dev)`` /
   ``program_conductance`` vs ``_core.slice_quantize`` / ``program_conductance`` (bit-identical)
 - attention context update/apply: ``cl_attention_update`` / ``cl_attention_apply`` vs
   ``AttentionContext.update_outgoing`` / ``apply`` (within 1e-5 relative; tanh bit-identical)
@@ -164,7 +164,7 @@ def assert_same_slices(a, b):
 @settings(max_examples=FEW * 2, deadline=None)
 def test_slice_quantize_is_bit_identical_to_the_cpu(dev, c):
     args = slice_args(c)
-    assert_same_slices(_core.slice_quantize(*args), dev.slice_quantize(*args))
+    assert_same_slices(_core.slice_quantize(*args), _core.slice_quantize(*args, device=dev))
 
 
 @given(st.integers(1, 5), st.integers(1, 30), st.integers(1, 50), st.sampled_from([2, 16, 256]),
@@ -174,7 +174,7 @@ def test_slice_quantize_is_bit_identical_to_the_cpu(dev, c):
 def test_program_conductance_is_bit_identical_to_the_cpu(dev, S, R, C, g_level, wv, stuck, seed):
     levels = np.random.default_rng(seed % 2 ** 32).integers(0, g_level, (S, R, C)).astype(np.uint8)
     args = (levels, g_level, 1e-5, 1e-7, wv, stuck[0], stuck[1], seed)
-    np.testing.assert_array_equal(np.asarray(dev.program_conductance(*args)),
+    np.testing.assert_array_equal(np.asarray(_core.program_conductance(*args, device=dev)),
                                   np.asarray(_core.program_conductance(*args)))
 
 
@@ -182,10 +182,10 @@ def test_slicing_shares_host_memory_with_zero_copies(dev):
     if not dev.zero_copy:
         pytest.skip("device does not share host memory")
     x = np.random.default_rng(0).standard_normal((64, 96)).astype(np.float32)
-    dev.slice_quantize(x, (1, 1, 2, 2), (32, 32), None, None, True, 16)
+    _core.slice_quantize(x, (1, 1, 2, 2), (32, 32), None, None, True, 16, device=dev)
     with pyfastpim.memory.trace() as t:
-        r = dev.slice_quantize(x, (1, 1, 2, 2), (32, 32), None, None, True, 16)
-        dev.program_conductance(np.asarray(r[5])[:, 0], 16, 1e-5, 1e-7, 0.02, 0.01, 0.01, 3)
+        r = _core.slice_quantize(x, (1, 1, 2, 2), (32, 32), None, None, True, 16, device=dev)
+        _core.program_conductance(np.asarray(r[5])[:, 0], 16, 1e-5, 1e-7, 0.02, 0.01, 0.01, 3, device=dev)
     assert t.copies == 0, t.by_kind
 
 
@@ -290,11 +290,11 @@ def test_every_port_matches_with_explicit_transfers(dev):
     x = np.random.default_rng(2).standard_normal((33, 70)).astype(np.float32)
     a = (x, (1, 1, 2, 2), (8, 8), (8, 16), None, True, 16)
     with pyfastpim.memory.trace() as t:
-        r = d2.slice_quantize(*a)
+        r = _core.slice_quantize(*a, device=d2)
     assert t.copies > 0
     assert_same_slices(_core.slice_quantize(*a), r)
     lv = np.asarray(r[5])[:, 0]
-    np.testing.assert_array_equal(np.asarray(d2.program_conductance(lv, 16, 1e-5, 1e-7, 0.02, 0.01, 0.02, 4)),
+    np.testing.assert_array_equal(np.asarray(_core.program_conductance(lv, 16, 1e-5, 1e-7, 0.02, 0.01, 0.02, 4, device=d2)),
                                   np.asarray(_core.program_conductance(lv, 16, 1e-5, 1e-7, 0.02, 0.01, 0.02, 4)))
     cpu, cl = _core.AttentionContext(update_rate=0.4, strength=0.3), _core.AttentionContext(update_rate=0.4, strength=0.3)
     cpu.update_outgoing(x, x)

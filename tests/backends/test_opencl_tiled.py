@@ -67,7 +67,7 @@ def mvm_args(*args, seed=3, call=5, **kw):
 def run(d, kernel, args, **kw):
     old, d.mvm_kernel = d.mvm_kernel, kernel
     try:
-        return np.asarray(d.dpe_mvm(*args, **kw))
+        return np.asarray(_core.dpe_mvm(*args, device=d, **kw))
     finally:
         d.mvm_kernel = old
 

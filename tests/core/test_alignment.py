@@ -168,7 +168,7 @@ def test_opencl_entry_points():
     dev = pyfastpim.resolve_device("opencl")
     rng = np.random.default_rng(5)
     data = rng.standard_normal((13, 37)).astype(np.float32)
-    check(lambda d: tuple(dev.slice_quantize(d, (1, 1, 2, 4), (4, 8), (4, 8), None, True, 16)[:6]), [data], [0])
+    check(lambda d: tuple(_core.slice_quantize(d, (1, 1, 2, 4), (4, 8), (4, 8), None, True, 16, device=dev)[:6]), [data], [0])
     img = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)
     wsc = rng.random((4, 2)).astype(np.float32)
 

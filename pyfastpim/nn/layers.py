@@ -68,10 +68,10 @@ def _slice_tuple(value, name):
     return widths
 
 
-_SIZE_MAX = 2 ** 31 - 1
+_GEOMETRY_MAX = 2 ** 31 - 1  # the C core's convolution geometry limit
 
 
-def _pair(value, name, minimum=0):
+def _pair(value, name, minimum=0, maximum=None):
     if isinstance(value, torch.Tensor):
         value = value.tolist()
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
@@ -83,8 +83,8 @@ def _pair(value, name, minimum=0):
         raise TypeError("%s must be an int or a pair of ints, got %r" % (name, value))
     if min(pair) < minimum:
         raise ValueError("%s must be >= %d, got %r" % (name, minimum, value))
-    if max(pair) > _SIZE_MAX:  # the C core's geometry limit; torch's int64 size arithmetic wraps beyond
-        raise ValueError("%s must be <= 2**31 - 1, got %r" % (name, value))
+    if maximum is not None and max(pair) > maximum:  # beyond, torch's int64 size arithmetic can wrap
+        raise ValueError("argument '%s': must be <= %d, got %r" % (name, maximum, value))
     return pair
 
 
@@ -456,10 +456,10 @@ class Conv2dMem(_MemLayer):
                 raise ValueError("%s must be a positive int, got %r" % (name, v))
         self.in_channels = int(in_channels)
         self.out_channels = int(out_channels)
-        self.kernel_size = _pair(kernel_size, "kernel_size", minimum=1)
-        self.stride = _pair(stride, "stride", minimum=1)
-        self.padding = _pair(padding, "padding", minimum=0)
-        self.dilation = _pair(dilation, "dilation", minimum=1)
+        self.kernel_size = _pair(kernel_size, "kernel_size", minimum=1, maximum=_GEOMETRY_MAX)
+        self.stride = _pair(stride, "stride", minimum=1, maximum=_GEOMETRY_MAX)
+        self.padding = _pair(padding, "padding", minimum=0, maximum=_GEOMETRY_MAX)
+        self.dilation = _pair(dilation, "dilation", minimum=1, maximum=_GEOMETRY_MAX)
         self._init_params((self.out_channels, self.in_channels) + self.kernel_size, bias, device, dtype,
                           ("out_channels", "in_channels", "kernel_size"))
         self._init_mem(engine, input_slice, weight_slice, bw_e, input_paral_size, weight_paral_size,

@@ -201,7 +201,11 @@ typedef struct pf_dpe_packed {
     size_t b_panel;          /* floats per column panel of B */
     float *B;                /* [ncp][nb][sw][nk][NR] conductance values (see above) */
     float *Bs;               /* [ncp][nb][NR] column scales */
-    size_t bytes;            /* resident bytes (this struct, B and Bs) */
+    int8_t *iB;              /* PF_DPE_PACKED_READY without programmed conductances: the exact integer
+                                path's panels (levels as int8, cpu/dpe_int.c), so its calls do no
+                                weight work either; NULL otherwise */
+    float *iBs;              /* their column scales */
+    size_t bytes;            /* resident bytes (this struct, B, Bs, iB and iBs) */
     int busy;                /* PF_DPE_PACKED_NOISY: B in use by a call (atomic builtins) */
 } pf_dpe_packed;
 

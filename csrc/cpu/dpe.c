@@ -433,12 +433,6 @@ static void zero_output(const pf_dpe_args *a)
                 a->out[it * a->so_n + r * a->so_r + p * a->so_p] = 0.0f;
 }
 
-static int use_int_path(const pf_dpe_args *a, const pf_dpe_consts *s)
-{
-    if (!pf_dpe_int_eligible(a, s))
-        return 0;
-    return !a->w_packed || a->w_packed->kind != PF_DPE_PACKED_READY || a->batch * a->rows >= PF_DPE_INT_MIN_ROWS_PACKED;
-}
 
 pf_status pf_dpe_mvm(const pf_dpe_args *a)
 {
@@ -456,7 +450,7 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
     pf_dpe_consts s;
     if ((st = pf_dpe_consts_init(a, &s)) != PF_OK)
         return st;
-    if (use_int_path(a, &s)) { /* noise-free: the exact integer path (dpe_int.c) */
+    if (pf_dpe_int_eligible(a, &s)) { /* noise-free: the exact integer path (dpe_int.c) */
         st = pf_dpe_mvm_int(a, &s);
         pf_dpe_consts_free(&s);
         return st;

@@ -102,9 +102,9 @@ static void pack_a(const pf_dpe_args *a, const pf_dpe_consts *s, const int_const
 
 /* Packs every column panel of the levels (L - boff) and the column scales. B
  * and Bs zeroed by the caller. */
-static pf_status pack_b(const pf_dpe_args *a, const pf_dpe_consts *s, const int_consts *ic, int8_t *Bp, float *Bs)
+static pf_status pack_b(const pf_dpe_args *a, int64_t nb, const int_consts *ic, int8_t *Bp, float *Bs)
 {
-    const int64_t n = a->n, nb = s->nb, K = a->inner, P = a->cols, ncp = pf_ceil_div(P, NR);
+    const int64_t n = a->n, K = a->inner, P = a->cols, ncp = pf_ceil_div(P, NR);
     const int64_t bstep = (int64_t)ic->nkq * NR * 4;
     for (int64_t cp = 0; cp < ncp; cp++)
         for (int64_t b = 0; b < nb; b++)
@@ -123,6 +123,49 @@ static pf_status pack_b(const pf_dpe_args *a, const pf_dpe_consts *s, const int_
                 dst[c * 4] = (int8_t)(L[p0 + c] - ic->boff);
         }
     }
+    return PF_OK;
+}
+
+/* The weight side of the integer operands: level offset, k quads per block,
+ * bytes per column panel of B and of B and Bs in all. */
+static pf_status weight_layout(const pf_dpe_args *a, int64_t nb, int64_t nk, int_consts *ic, size_t *b_bytes,
+                               size_t *s_bytes)
+{
+    const int64_t ncp = pf_ceil_div(a->cols, NR);
+    ic->boff = a->g_level - 1 > 127 ? 128 : 0;
+    ic->nkq = (int)pf_ceil_div(nk, 4);
+    if (pf_mul_size((size_t)nb * a->sw, (size_t)ic->nkq * NR * 4, &ic->b_panel) ||
+        pf_mul_size(ic->b_panel, (size_t)ncp, b_bytes) ||
+        pf_mul_size((size_t)ncp * (size_t)nb, NR * sizeof(float), s_bytes))
+        return PF_EOVERFLOW;
+    return PF_OK;
+}
+
+pf_status pf_dpe_int_pack_weights(const pf_dpe_args *a, int64_t nb, int64_t nk, int8_t **B, float **Bs,
+                                  size_t *bytes)
+{
+    int_consts ic;
+    size_t b_bytes, s_bytes;
+    memset(&ic, 0, sizeof ic);
+    *B = NULL;
+    *Bs = NULL;
+    pf_status st = weight_layout(a, nb, nk, &ic, &b_bytes, &s_bytes);
+    if (st != PF_OK)
+        return st;
+    *B = pf_calloc(b_bytes ? b_bytes : 1, 1);
+    *Bs = pf_calloc(s_bytes ? s_bytes : 1, 1);
+    if (!*B || !*Bs)
+        st = PF_ENOMEM;
+    else
+        st = pack_b(a, nb, &ic, *B, *Bs);
+    if (st != PF_OK) {
+        pf_free(*B);
+        pf_free(*Bs);
+        *B = NULL;
+        *Bs = NULL;
+        return st;
+    }
+    *bytes = (b_bytes ? b_bytes : 1) + (s_bytes ? s_bytes : 1);
     return PF_OK;
 }
 
@@ -164,18 +207,16 @@ pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s)
     int_consts ic;
     memset(&ic, 0, sizeof ic);
     int acc16;
-    ic.boff = a->g_level - 1 > 127 ? 128 : 0;
-    ic.nkq = (int)pf_ceil_div(s->nk, 4);
+    size_t b_bytes, s_bytes;
+    if (weight_layout(a, s->nb, s->nk, &ic, &b_bytes, &s_bytes) != PF_OK)
+        return PF_EOVERFLOW;
     const itile_fn fn = choose_kernel(a, &ic, &acc16); /* sets ic.mr */
     for (int i = 0; i < a->sx; i++)
         for (int v = 0; v <= a->x_max[i]; v++)
             ic.dac[i][v] = (uint8_t)s->dac[i][v]; /* exact: integers in [0, rdac-1], rdac <= 256 */
     const int64_t nb = s->nb, rows_total = a->batch * a->rows;
     const int64_t ncp = pf_ceil_div(a->cols, NR), nrp_total = pf_ceil_div(rows_total, ic.mr);
-    size_t b_bytes;
-    if (pf_mul_size((size_t)nb * a->sw, (size_t)ic.nkq * NR * 4, &ic.b_panel) ||
-        pf_mul_size(ic.b_panel, (size_t)ncp, &b_bytes) ||
-        pf_mul_size((size_t)nb * a->sx, (size_t)ic.nkq * ic.mr * 4, &ic.a_panel))
+    if (pf_mul_size((size_t)nb * a->sx, (size_t)ic.nkq * ic.mr * 4, &ic.a_panel))
         return PF_EOVERFLOW;
     const int64_t block_panels =
         pf_max64(1, pf_min64((int64_t)(PF_DPE_INT_A_BLOCK_BYTES / ic.a_panel), nrp_total));
@@ -187,9 +228,13 @@ pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s)
     for (int j = 0; j < a->sw; j++)
         any_table |= s->adc_table[j] != NULL;
 
-    int8_t *Bp = pf_calloc(b_bytes, 1);
-    float *Bs = pf_calloc((size_t)ncp * nb * NR, sizeof(float));
-    pf_status st = Bp && Bs ? pack_b(a, s, &ic, Bp, Bs) : PF_ENOMEM;
+    /* weights packed once at programming (pf_dpe_pack), else packed for this call */
+    const pf_dpe_packed *pk = a->w_packed && a->w_packed->iB ? a->w_packed : NULL;
+    int8_t *own_B = pk ? NULL : pf_calloc(b_bytes, 1);
+    float *own_Bs = pk ? NULL : pf_calloc(s_bytes, 1);
+    const int8_t *Bp = pk ? pk->iB : own_B;
+    const float *Bs = pk ? pk->iBs : own_Bs;
+    pf_status st = pk ? PF_OK : own_B && own_Bs ? pack_b(a, nb, &ic, own_B, own_Bs) : PF_ENOMEM;
     int failed = st != PF_OK;
 #pragma omp parallel num_threads(nthreads) reduction(| : failed)
     {
@@ -239,8 +284,8 @@ pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s)
     }
     if (failed && st == PF_OK)
         st = PF_ENOMEM;
-    pf_free(Bp);
-    pf_free(Bs);
+    pf_free(own_B);
+    pf_free(own_Bs);
     if (st == PF_OK)
         atomic_fetch_add(&g_calls, 1);
     return st == PF_OK && pf_cancelled(a->cancel) ? PF_EINTR : st;

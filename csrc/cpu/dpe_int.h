@@ -48,18 +48,16 @@ void pf_dpe_itile_avx512vnni(const pf_dpe_itile *t);
 
 /* Whether the call can take the integer path (noise-free, ideal levels, rdac <= 256, enabled). */
 int pf_dpe_int_eligible(const pf_dpe_args *a, const pf_dpe_consts *s);
+/* The integer path's weight panels of a (levels - boff as int8, column scales),
+ * allocated (pf_calloc) and packed for pf_dpe_pack: with them in a->w_packed a
+ * call does no weight work. *bytes: what they hold. */
+pf_status pf_dpe_int_pack_weights(const pf_dpe_args *a, int64_t nb, int64_t nk, int8_t **B, float **Bs,
+                                  size_t *bytes);
 /* The integer MVM; same contract as pf_dpe_mvm after its validation. */
 pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s);
 
 /* Process-wide switch (tests compare against the float path) and counters. */
 void pf_dpe_int_set_enabled(int on);
-/* The integer path packs its operands per call; weights already packed for the
- * float kernel (a programmed SlicedData, cpu/dpe_packed.c) cost no weight work
- * at all, which wins until the batch amortizes the integer packing (Zen 3,
- * AVX2: batch 64 1.50x vs 1.18x the roofline, batch 512 0.71x vs 1.48x). With
- * such weights the integer path takes calls of at least this many rows. */
-#define PF_DPE_INT_MIN_ROWS_PACKED 256
-
 int pf_dpe_int_enabled(void);
 uint64_t pf_dpe_int_calls(void);  /* calls that took the integer path */
 /* The integer kernel the next call would use: a pf_tier value (PF_TIER_AVX512

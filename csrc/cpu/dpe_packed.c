@@ -1,6 +1,7 @@
 /* Weight packing of the fused DPE MVM and the packed-weights object
  * (dpe.h): programmed weights packed once, read by every later call. */
 #include "cpu/dpe_internal.h"
+#include "cpu/dpe_int.h"
 #include "core/memory.h"
 #include "cpu/noise.h"
 #include "core/philox_noise.h"
@@ -87,6 +88,8 @@ void pf_dpe_packed_free(pf_dpe_packed *p)
         return;
     pf_free(p->B);
     pf_free(p->Bs);
+    pf_free(p->iB);
+    pf_free(p->iBs);
     pf_free(p);
 }
 
@@ -126,10 +129,14 @@ pf_status pf_dpe_pack(const pf_dpe_args *a, pf_dpe_packed **out)
         b.read_sigma = NULL;
         b.cancel = NULL;
         pf_status st = pf_dpe_pack_w_values(&b, b.w_conductance != NULL, p->nb, p->nk, p->B);
+        size_t ibytes = 0;
+        if (st == PF_OK && !b.w_conductance) /* ideal levels: the integer path's panels too */
+            st = pf_dpe_int_pack_weights(&b, p->nb, p->nk, &p->iB, &p->iBs, &ibytes);
         if (st != PF_OK) {
             pf_dpe_packed_free(p);
             return st;
         }
+        p->bytes += ibytes;
     }
     *out = p;
     return PF_OK;

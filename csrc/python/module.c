@@ -116,10 +116,9 @@ static PyObject *py_dpe_int_path(PyObject *self, PyObject *args)
         return NULL;
     if (on >= 0)
         pf_dpe_int_set_enabled(on);
-    return Py_BuildValue("{s:O,s:K,s:s,s:i}", "enabled", pf_dpe_int_enabled() ? Py_True : Py_False, "calls",
+    return Py_BuildValue("{s:O,s:K,s:s}", "enabled", pf_dpe_int_enabled() ? Py_True : Py_False, "calls",
                          (unsigned long long)pf_dpe_int_calls(), "kernel",
-                         pf_tier_name((pf_tier)pf_dpe_int_kernel_tier()), "min_rows_packed",
-                         PF_DPE_INT_MIN_ROWS_PACKED);
+                         pf_tier_name((pf_tier)pf_dpe_int_kernel_tier()));
 }
 
 static PyObject *py_cl_library_error(PyObject *self, PyObject *noargs)
@@ -152,8 +151,7 @@ static PyMethodDef core_methods[] = {
      "(active, detected) tier: 'generic', 'avx2', 'avxvnni', 'avx512' or 'avx512vnni' (VNNI bits included)."},
     {"dpe_int_path", py_dpe_int_path, METH_VARARGS,
      "dpe_int_path([enabled])\n--\n\nSwitch the exact integer path of noise-free products on or off (process-wide); "
-     "returns {'enabled', 'calls' (calls that took it), 'kernel' (the integer kernel's tier), 'min_rows_packed' "
-     "(with weights packed at programming, calls of fewer rows take the float kernel on those panels)}."},
+     "returns {'enabled', 'calls' (calls that took it), 'kernel' (the integer kernel's tier)}."},
     {"check_seed", pf_py_check_seed, METH_O,
      "check_seed(seed)\n--\n\nThe seed as every entry point reads it: an int in [0, 2**64) (None: DEFAULT_SEED); "
      "TypeError / ValueError naming 'seed' otherwise."},

@@ -220,34 +220,57 @@ def test_layers_take_the_integer_path_when_noise_free():
     eng = pyfastpim.DPETensor(read_variation=0.0, vnoise=0.0, write_variation=0.0, rate_stuck_HGS=0.0,
                               rate_stuck_LGS=0.0, g_level=4, rdac=4, radc=2 ** 12)
     lin = LinearMem(eng, 90, 33, (1, 1, 2, 2), (1, 1, 2, 2))
-    # a batch that amortizes the integer packing (min_rows_packed rows, csrc/cpu/dpe_int.h)
-    x = torch.randn(_core.dpe_int_path()["min_rows_packed"], 90)
-    with torch.no_grad(), int_path(False):
-        ref = lin(x)
-    c0 = calls()
-    with torch.no_grad():
-        got = lin(x)
-    assert calls() > c0
-    assert torch.equal(got, ref)
+    for rows in (1, 5, 300):  # batch 1 included: the weights' integer panels are packed once
+        x = torch.randn(rows, 90)
+        with torch.no_grad(), int_path(False):
+            ref = lin(x)
+        c0 = calls()
+        with torch.no_grad():
+            got = lin(x)
+        assert calls() == c0 + 1
+        assert torch.equal(got, ref)
 
 
-def test_small_batches_read_the_weights_packed_once_instead():
-    """Below the crossover, weights already packed at programming cost no weight work per call
-    (the integer path would pack them again): the float path runs, with the same bits."""
-    torch = pytest.importorskip("torch")
-    from pyfastpim.nn import LinearMem
-    torch.manual_seed(0)
-    eng = pyfastpim.DPETensor(read_variation=0.0, vnoise=0.0, write_variation=0.0, rate_stuck_HGS=0.0,
-                              rate_stuck_LGS=0.0, g_level=4, rdac=4, radc=2 ** 12)
-    lin = LinearMem(eng, 90, 33, (1, 1, 2, 2), (1, 1, 2, 2))
-    x = torch.randn(_core.dpe_int_path()["min_rows_packed"] - 1, 90)
-    with torch.no_grad(), int_path(False):
-        ref = lin(x)
+def _programmed(noise_free_levels, seed=0):
+    eng = pyfastpim.DPETensor(read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0,
+                              write_variation=0.0 if noise_free_levels else 0.05, g_level=4, rdac=4, radc=2 ** 12)
+    rng = np.random.default_rng(seed)
+    w = pyfastpim.SlicedData((1, 1, 2, 2), is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+    w.slice_data_imp(eng, rng.standard_normal((256, 256)).astype(np.float32))
+    x = pyfastpim.SlicedData((1, 1, 2, 2), paral_size=(1, 32), quant_gran=(1, 32))
+    x.slice_data_imp(eng, rng.standard_normal((3, 256)).astype(np.float32))
+    return eng, x, w
+
+
+def test_programmed_weights_hold_integer_panels_and_calls_do_no_weight_work():
+    """Ideal levels (no write variation, no stuck cells, no read noise): programming packs the
+    integer path's int8 panels beside the float panels, and a noise-free call then allocates no
+    weight panel (the per-call path would allocate the sw*K*P bytes of int8 levels)."""
+    eng, x, w = _programmed(True)
+    ref = np.asarray(eng(x, w))  # the first product packs the programmed weights
+    packed = w._packed[2]
+    level_bytes = 4 * 256 * 256  # int8 levels of 4 weight slices
+    assert packed.nbytes >= 4 * 256 * 256 * 4 + level_bytes  # float32 panels + int8 panels
+    pyfastpim.memory.reset_peak()
+    before = pyfastpim.memory.stats()
     c0 = calls()
-    with torch.no_grad():
-        got = lin(x)
+    got = np.asarray(eng(x, w))
+    after = pyfastpim.memory.stats()
+    assert calls() == c0 + 1
+    assert after["peak_bytes"] - before["current_bytes"] < level_bytes // 2
+    np.testing.assert_array_equal(got, ref)
+    with int_path(False):
+        np.testing.assert_array_equal(np.asarray(eng(x, w)), got)
+
+
+def test_programmed_conductances_keep_the_float_path():
+    """Write variation makes the cells' conductances non-integer: no integer panels are packed
+    and products take the float path."""
+    eng, x, w = _programmed(False)
+    eng(x, w)
+    c0 = calls()
+    eng(x, w)
     assert calls() == c0
-    assert torch.equal(got, ref)
 
 
 def test_dispatch_never_picks_a_vnni_kernel_without_its_cpuid_bits():

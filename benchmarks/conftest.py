@@ -22,10 +22,14 @@ Machine: the JSON's ``machine_info`` gets ``pyfastpim`` (CPU model, CPU count, I
 report.py names in the README table."""
 import functools
 import os
+import sys
 import time
 
 import numpy as np
 import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # loaded by path too (tests)
+from bench_machine import cpu_model  # noqa: E402
 
 # Default: the thread counts a user gets (pyfastpim's default is the CPUs of the affinity mask,
 # torch's and OpenBLAS's their own). PYFASTPIM_BENCH_THREADS=n pins pyfastpim and torch to n.
@@ -76,18 +80,6 @@ def benchmark(benchmark):
     return benchmark
 
 
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-    return platform.processor() or platform.machine()
-
-
 def pytest_benchmark_update_machine_info(config, machine_info):
     import pyfastpim
     active, detected = pyfastpim.cpu_isa()
@@ -95,7 +87,7 @@ def pytest_benchmark_update_machine_info(config, machine_info):
         affinity = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         affinity = os.cpu_count()
-    machine_info["pyfastpim"] = dict(cpu_model=_cpu_model(), cpu_count=os.cpu_count(), affinity_cpus=affinity,
+    machine_info["pyfastpim"] = dict(cpu_model=cpu_model(), cpu_count=os.cpu_count(), affinity_cpus=affinity,
                                      isa=active, isa_detected=detected, threads=pyfastpim.get_num_threads(),
                                      bench_threads=THREADS)
 

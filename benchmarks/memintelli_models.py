@@ -24,12 +24,14 @@ import datetime
 import importlib
 import json
 import os
-import platform
 import resource
 import sys
 import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # loaded by path too (tests)
+from bench_machine import cpu_model  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -59,17 +61,6 @@ CASES = {
                    weight_paral_size=(64, 1), input_quant_gran=(1, 256), weight_quant_gran=(256, 1))),
 }
 PACKAGES = {"pyfastpim": "pyfastpim.memintelli", "memintelli": "memintelli"}
-
-
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _threads(impl):
@@ -118,7 +109,7 @@ def run_case(impl, case, batch=None, repeat=None, threads=None):
     rec = dict(impl=impl, case=case, batch=batch, wall_s=wall, cpu_s=cpu, build_s=t_build,
                peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                threads=_threads(impl), threads_set=threads, loadavg_1min=[load_before, os.getloadavg()[0]],
-               cpu_model=_cpu_model(), cpus=os.cpu_count(), torch=torch.__version__,
+               cpu_model=cpu_model(), cpus=os.cpu_count(), torch=torch.__version__,
                date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
     if impl == "pyfastpim":
         import pyfastpim

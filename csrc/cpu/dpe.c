@@ -22,6 +22,12 @@
 /* Packed input rows per block: a few panels that stay in L2 while the weight
  * panels pass. Peak memory is one block per thread, whatever the batch. */
 #define PF_DPE_A_BLOCK_BYTES ((size_t)192 << 10)
+/* run_fused: every packed input row at once up to this size (batch 64 of the
+ * engine case: 1.1 MB), and column chunks of at most this many panels (128
+ * columns: the AVX2 normal generator's 4-vector blocks); at least 2 panels
+ * (32 columns: one vector of Philox groups), or the call takes run_blocks. */
+#define PF_DPE_FUSED_A_BYTES ((size_t)4 << 20)
+#define PF_DPE_FUSED_CHUNK_PANELS 8
 
 
 /* ---- packing ---- */
@@ -300,12 +306,14 @@ static void weights_release(weights_view *v)
 }
 
 static pf_status weights_acquire(const pf_dpe_args *a, const pf_dpe_consts *s, int64_t ncp, size_t b_bytes,
-                                 weights_view *v)
+                                 int values, weights_view *v)
 {
     pf_dpe_packed *pk = a->w_packed;
     memset(v, 0, sizeof *v);
     if (pk) {
         v->Bs = pk->Bs; /* checked against the call by pf_dpe_mvm */
+        if (!values)
+            return PF_OK;
         if (pk->kind == PF_DPE_PACKED_READY) {
             v->B = pk->B;
             return PF_OK;
@@ -316,14 +324,13 @@ static pf_status weights_acquire(const pf_dpe_args *a, const pf_dpe_consts *s, i
             return pf_dpe_pack_w_values(a, s->noise_w, s->nb, s->nk, pk->B);
         }
     }
-    v->B = v->own_B = pf_calloc(b_bytes, 1);
-    if (!v->Bs)
-        v->Bs = v->own_Bs = pf_calloc((size_t)ncp * s->nb * NR, sizeof(float));
-    if (!v->B || !v->Bs)
+    if (values && !(v->B = v->own_B = pf_calloc(b_bytes, 1)))
+        return PF_ENOMEM;
+    if (!v->Bs && !(v->Bs = v->own_Bs = pf_calloc((size_t)ncp * s->nb * NR, sizeof(float))))
         return PF_ENOMEM;
     if (v->own_Bs)
         pf_dpe_pack_w_scales(a, s->nb, v->own_Bs);
-    return pf_dpe_pack_w_values(a, s->noise_w, s->nb, s->nk, v->own_B);
+    return values ? pf_dpe_pack_w_values(a, s->noise_w, s->nb, s->nk, v->own_B) : PF_OK;
 }
 
 /* Loop-nest sizes of one call. */
@@ -331,6 +338,7 @@ typedef struct {
     int64_t rows_total, ncp, nrp_total, block_panels, nrb, cp_per_chunk, ncc;
     size_t b_panel, b_bytes, a_panel; /* floats per B panel, bytes of B, bytes per A panel */
     int nthreads;
+    int64_t fused_panels; /* > 0: read noise drawn per chunk of this many column panels (run_fused) */
 } mvm_plan;
 
 static pf_status plan_init(const pf_dpe_args *a, const pf_dpe_consts *s, mvm_plan *p)
@@ -351,6 +359,12 @@ static pf_status plan_init(const pf_dpe_args *a, const pf_dpe_consts *s, mvm_pla
     p->nthreads = pf_get_num_threads();
     p->cp_per_chunk = pf_ceil_div(p->ncp, pf_max64(1, pf_min64(p->ncp, pf_ceil_div(4 * p->nthreads, p->nrb))));
     p->ncc = pf_ceil_div(p->ncp, p->cp_per_chunk);
+    /* chunk buffers of all threads together at most 1/8 of the weight panels */
+    size_t a_all;
+    p->fused_panels = pf_min64(PF_DPE_FUSED_CHUNK_PANELS, p->ncp / (8 * (int64_t)p->nthreads));
+    if (p->fused_panels < 2 || !pf_dpe_read_noise_on(a) || pf_mul_size((size_t)p->nrp_total, p->a_panel, &a_all) ||
+        a_all > PF_DPE_FUSED_A_BYTES)
+        p->fused_panels = 0;
     return PF_OK;
 }
 
@@ -358,7 +372,7 @@ static pf_status plan_init(const pf_dpe_args *a, const pf_dpe_consts *s, mvm_pla
  * written into the output (through a small buffer when the panel straddles
  * two batch items). */
 static void run_tile(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_plan *p, const pf_dpe_tile_fn fns[2],
-                     const float *A, const float *As, const weights_view *w, int64_t rp, int64_t cp)
+                     const float *A, const float *As, const float *B, const float *Bs, int64_t rp, int64_t cp)
 {
     const int64_t g0 = rp * MR, item = g0 / a->rows, r0 = g0 % a->rows;
     const int64_t mr_total = pf_min64(MR, p->rows_total - g0);
@@ -366,8 +380,7 @@ static void run_tile(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pla
     int any_table = 0;
     for (int j = 0; j < a->sw; j++)
         any_table |= s->adc_table[j] != NULL;
-    pf_dpe_tile t = {.A = A, .B = w->B + cp * (int64_t)p->b_panel, .row_scale = As,
-                     .col_scale = w->Bs + cp * s->nb * NR, .nb = s->nb, .n = (int)s->nk, .sx = a->sx, .sw = a->sw,
+    pf_dpe_tile t = {.A = A, .B = B, .row_scale = As, .col_scale = Bs, .nb = s->nb, .n = (int)s->nk, .sx = a->sx, .sw = a->sw,
                      .mr_valid = (int)mr_total, .nr_valid = (int)pf_min64(NR, a->cols - cp * NR), .coef = s->coef,
                      .alpha = s->alpha, .adc_table = any_table ? (const float *const *)s->adc_table : NULL,
                      .adc_table_max = s->adc_table_max, .ldc = a->so_p};
@@ -416,12 +429,57 @@ static int run_blocks(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pl
             }
             for (int64_t cp = cc * p->cp_per_chunk; cp < pf_min64((cc + 1) * p->cp_per_chunk, p->ncp); cp++)
                 for (int64_t rp = 0; rp < nrp; rp++)
-                    run_tile(a, s, p, fns, Ap + rp * a_floats, As + rp * nb * MR, w, rp0 + rp, cp);
+                    run_tile(a, s, p, fns, Ap + rp * a_floats, As + rp * nb * MR, w->B + cp * (int64_t)p->b_panel,
+                             w->Bs + cp * nb * NR, rp0 + rp, cp);
         }
         pf_free(Ap);
         pf_free(As);
         pack_scratch_free(&sc);
     }
+    return failed;
+}
+
+/* Read noise on and few input rows: a call draws noise for every weight
+ * cell, so rather than writing all noisy panels to memory and streaming them
+ * back once per row block (run_blocks), each thread draws the panels of one
+ * column chunk into a buffer that stays in cache and runs every row panel,
+ * packed once up front, against it. Same tiles, same bits. */
+static int run_fused(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_plan *p, const float *Bs,
+                     const pf_dpe_tile_fn fns[2])
+{
+    const int64_t nb = s->nb, a_floats = (int64_t)(p->a_panel / sizeof(float));
+    const int64_t cpc = p->fused_panels, nchunks = pf_ceil_div(p->ncp, cpc);
+    float *Ap = pf_alloc((size_t)p->nrp_total * p->a_panel); /* size checked by plan_init */
+    float *As = pf_alloc((size_t)(p->nrp_total * nb * MR) * sizeof(float));
+    int failed = !Ap || !As;
+#pragma omp parallel num_threads(p->nthreads) if (!failed)
+    {
+        pack_scratch sc;
+        float *Bc = pf_calloc((size_t)cpc * p->b_panel, sizeof(float)); /* block-row padding stays zero */
+        float *val = pf_alloc((size_t)cpc * NR * 2 * sizeof(float));
+        if (scratch_init(a, s, &sc) < 0 || !Bc || !val)
+            __atomic_store_n(&failed, 1, __ATOMIC_RELAXED);
+#pragma omp for schedule(static)
+        for (int64_t rp = 0; rp < p->nrp_total; rp++)
+            if (!__atomic_load_n(&failed, __ATOMIC_RELAXED))
+                pack_x_panel(a, s, rp, Ap + rp * a_floats, As + rp * nb * MR, &sc);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t c = 0; c < nchunks; c++) {
+            const int64_t cp0 = c * cpc, cp1 = pf_min64(cp0 + cpc, p->ncp);
+            if (__atomic_load_n(&failed, __ATOMIC_RELAXED) ||
+                pf_dpe_pack_w_chunk(a, s->noise_w, nb, s->nk, cp0, cp1, Bc, val) != PF_OK)
+                continue; /* cancelled: PF_EINTR from the caller */
+            for (int64_t cp = cp0; cp < cp1; cp++)
+                for (int64_t rp = 0; rp < p->nrp_total; rp++)
+                    run_tile(a, s, p, fns, Ap + rp * a_floats, As + rp * nb * MR, Bc + (cp - cp0) * p->b_panel,
+                             Bs + cp * nb * NR, rp, cp);
+        }
+        pf_free(Bc);
+        pf_free(val);
+        pack_scratch_free(&sc);
+    }
+    pf_free(Ap);
+    pf_free(As);
     return failed;
 }
 
@@ -458,11 +516,11 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
     mvm_plan plan;
     weights_view w = {0};
     if ((st = plan_init(a, &s, &plan)) == PF_OK)
-        st = weights_acquire(a, &s, plan.ncp, plan.b_bytes, &w);
+        st = weights_acquire(a, &s, plan.ncp, plan.b_bytes, !plan.fused_panels, &w);
     const pf_cpu_kernels *kt = pf_cpu_kernels_active();
     const int noisy = s.noise_x || s.noise_w;
     const pf_dpe_tile_fn fns[2] = {noisy ? kt->tile_noisy : kt->tile_exact, noisy ? kt->tile1_noisy : kt->tile1_exact};
-    if (st == PF_OK && run_blocks(a, &s, &plan, &w, fns))
+    if (st == PF_OK && (plan.fused_panels ? run_fused(a, &s, &plan, w.Bs, fns) : run_blocks(a, &s, &plan, &w, fns)))
         st = PF_ENOMEM;
     weights_release(&w);
     pf_dpe_consts_free(&s);

@@ -12,5 +12,11 @@ void pf_dpe_pack_w_scales(const pf_dpe_args *a, int64_t nb, float *Bs);
  * read noise of call a->call applied when on; noise_w: any conductance noise
  * (programmed conductances or read noise). All threads, one weight row each. */
 pf_status pf_dpe_pack_w_values(const pf_dpe_args *a, int noise_w, int64_t nb, int64_t nk, float *Bp);
+/* The same for column panels [cp0, cp1) only, on the calling thread, into Bc
+ * [cp1 - cp0][nb][sw][nk][NR] (block-row padding zeroed by the caller once;
+ * column padding written here, so Bc can be reused across chunks). val:
+ * 2 * (cp1 - cp0) * NR floats of scratch. PF_EINTR when a->cancel is set. */
+pf_status pf_dpe_pack_w_chunk(const pf_dpe_args *a, int noise_w, int64_t nb, int64_t nk, int64_t cp0, int64_t cp1,
+                              float *Bc, float *val);
 
 #endif

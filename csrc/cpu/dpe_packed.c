@@ -10,6 +10,7 @@
 #include <string.h>
 
 #define NR PF_DPE_NR
+#define PREFETCH_ROWS 4 /* weight rows ahead whose levels pack_w_row prefetches */
 
 void pf_dpe_pack_w_scales(const pf_dpe_args *a, int64_t nb, float *Bs)
 {
@@ -22,64 +23,134 @@ void pf_dpe_pack_w_scales(const pf_dpe_args *a, int64_t nb, float *Bs)
     }
 }
 
-/* One weight row (slice j, inner row kk = row % K) into val[0..P): levels, or
- * with noise G_r = G * exp(sigma z) as value (G_r - LGS) / Q_G. f: P floats. */
-static void weight_row(const pf_dpe_args *a, int noise_w, int64_t row, float *val, float *f)
+/* read_sigma by level for every uint8 level: levels above g_level - 1 (never
+ * stored: validated upstream) read the top one, so the per-cell lookup in
+ * weight_row needs no compare (a data-dependent branch there mispredicted on
+ * random levels and cost more than the normals themselves); with one sigma
+ * for every level (read_variation given as a float) the lookup becomes a
+ * vectorizable multiply by that value. */
+typedef struct {
+    float tab[256];
+    int uniform;
+} level_sigma;
+
+static void sigma_by_level(const pf_dpe_args *a, level_sigma *ls)
 {
-    const int64_t P = a->cols, cell0 = row * P;
+    const int top = a->g_level - 1;
+    ls->uniform = 1;
+    for (int l = 0; l < 256; l++) {
+        ls->tab[l] = a->read_sigma[l < top ? l : top];
+        ls->uniform &= memcmp(&ls->tab[l], &ls->tab[0], sizeof(float)) == 0;
+    }
+}
+
+/* Columns [c0, c1) of one weight row (slice j, inner row kk = row % K) into
+ * val[0..c1-c0): levels, or with noise G_r = G * exp(sigma z) as value
+ * (G_r - LGS) / Q_G. f: c1 - c0 floats; sigma: sigma_by_level's table (read
+ * noise on). c0 is a multiple of 8, so exp's runs of 8 fall where they fall
+ * for the whole row: a column range gives the whole row's bits. */
+static void weight_row(const pf_dpe_args *a, int noise_w, const level_sigma *sigma, int64_t row, int64_t c0,
+                       int64_t c1, float *val, float *f)
+{
+    const int64_t P = a->cols, cell0 = row * P + c0, w = c1 - c0;
     const uint8_t *L = a->w_levels + cell0;
     if (!noise_w) {
-        for (int64_t p = 0; p < P; p++)
+        for (int64_t p = 0; p < w; p++)
             val[p] = (float)L[p];
         return;
     }
     const float QG = (float)((a->HGS - a->LGS) / (a->g_level - 1));
     const float lgs = (float)(a->LGS / ((a->HGS - a->LGS) / (a->g_level - 1)));
     if (a->read_sigma) {
-        pf_normals(a->seed, PF_STREAM_READ, a->call, (uint64_t)cell0, P, f);
-        const int top = a->g_level - 1; /* levels are validated upstream; clamp keeps reads in bounds */
-        for (int64_t p = 0; p < P; p++)
-            f[p] = a->read_sigma[L[p] < top ? L[p] : top] * f[p];
-        pf_exp_inplace(f, P);
+        pf_normals(a->seed, PF_STREAM_READ, a->call, (uint64_t)cell0, w, f);
+        if (sigma->uniform) {
+            const float s0 = sigma->tab[0];
+            for (int64_t p = 0; p < w; p++)
+                f[p] = s0 * f[p];
+        } else {
+            for (int64_t p = 0; p < w; p++)
+                f[p] = sigma->tab[L[p]] * f[p];
+        }
+        pf_exp_inplace(f, w);
     } else {
-        for (int64_t p = 0; p < P; p++)
+        for (int64_t p = 0; p < w; p++)
             f[p] = 1.0f;
     }
     if (a->w_conductance) {
         const float *G = a->w_conductance + cell0;
-        for (int64_t p = 0; p < P; p++)
+        for (int64_t p = 0; p < w; p++)
             val[p] = (G[p] / QG) * f[p] - lgs;
     } else {
-        for (int64_t p = 0; p < P; p++)
+        for (int64_t p = 0; p < w; p++)
             val[p] = ((float)L[p] + lgs) * f[p] - lgs;
+    }
+}
+
+/* Weight row `row` (of sw * K), column panels [cp0, cp1), into the panels at
+ * Bp (panel cp0 first, `panel` floats apart); the last panel's columns past P
+ * are written as zeros. val: 2 * (cp1 - cp0) * NR floats of scratch. */
+static void pack_w_row(const pf_dpe_args *a, int noise_w, const level_sigma *sigma, int64_t nk, int64_t cp0, int64_t cp1,
+                       int64_t row, size_t panel, float *Bp, float *val)
+{
+    const int64_t n = a->n, K = a->inner, P = a->cols, c0 = cp0 * NR, c1 = pf_min64(cp1 * NR, P);
+    const int64_t j = row / K, kk = row % K;
+    if (row + PREFETCH_ROWS < a->sw * K) {
+        /* a column chunk reads a short piece of every row: the hardware
+         * prefetcher misses the stride, and the first touch of each row's
+         * levels stalled longer than drawing its noise */
+        const int64_t ahead = (row + PREFETCH_ROWS) * P;
+        for (int64_t c = c0; c < c1; c += 64) {
+            __builtin_prefetch(a->w_levels + ahead + c);
+            if (a->w_conductance)
+                for (int64_t g = c; g < pf_min64(c + 64, c1); g += 16)
+                    __builtin_prefetch(a->w_conductance + ahead + g);
+        }
+    }
+    weight_row(a, noise_w, sigma, row, c0, c1, val, val + (cp1 - cp0) * NR);
+    float *dst = Bp + ((kk / n * a->sw + j) * nk + kk % n) * NR;
+    for (int64_t cp = cp0; cp < cp1; cp++) {
+        int64_t cw = pf_min64(NR, P - cp * NR);
+        memcpy(dst + (cp - cp0) * panel, val + (cp - cp0) * NR, (size_t)cw * sizeof(float));
+        if (cw < NR)
+            memset(dst + (cp - cp0) * panel + cw, 0, (size_t)(NR - cw) * sizeof(float));
     }
 }
 
 pf_status pf_dpe_pack_w_values(const pf_dpe_args *a, int noise_w, int64_t nb, int64_t nk, float *Bp)
 {
-    const int64_t n = a->n, K = a->inner, P = a->cols;
-    const int64_t ncp = pf_ceil_div(P, NR), panel = nb * a->sw * nk * NR;
+    const int64_t ncp = pf_ceil_div(a->cols, NR);
+    const size_t panel = (size_t)(nb * a->sw * nk * NR);
     int failed = 0;
 #pragma omp parallel num_threads(pf_get_num_threads()) reduction(| : failed)
     {
-        float *val = pf_alloc((size_t)P * 2 * sizeof(float));
+        float *val = pf_alloc((size_t)ncp * NR * 2 * sizeof(float));
+        level_sigma sigma;
         if (!val)
             failed = 1;
+        else if (noise_w && a->read_sigma)
+            sigma_by_level(a, &sigma);
 #pragma omp for schedule(static)
-        for (int64_t row = 0; row < a->sw * K; row++) {
-            if (failed || pf_cancelled(a->cancel))
-                continue;
-            const int64_t j = row / K, kk = row % K;
-            weight_row(a, noise_w, row, val, val + P);
-            float *dst = Bp + ((kk / n * a->sw + j) * nk + kk % n) * NR;
-            for (int64_t cp = 0; cp < ncp; cp++) {
-                int64_t c0 = cp * NR, cw = pf_min64(NR, P - c0);
-                memcpy(dst + cp * panel, val + c0, (size_t)cw * sizeof(float));
-            }
-        }
+        for (int64_t row = 0; row < a->sw * a->inner; row++)
+            if (!failed && !pf_cancelled(a->cancel))
+                pack_w_row(a, noise_w, &sigma, nk, 0, ncp, row, panel, Bp, val);
         pf_free(val);
     }
     return failed ? PF_ENOMEM : PF_OK;
+}
+
+pf_status pf_dpe_pack_w_chunk(const pf_dpe_args *a, int noise_w, int64_t nb, int64_t nk, int64_t cp0, int64_t cp1,
+                              float *Bc, float *val)
+{
+    const size_t panel = (size_t)(nb * a->sw * nk * NR);
+    level_sigma sigma;
+    if (noise_w && a->read_sigma)
+        sigma_by_level(a, &sigma);
+    for (int64_t row = 0; row < a->sw * a->inner; row++) {
+        if (pf_cancelled(a->cancel))
+            return PF_EINTR;
+        pack_w_row(a, noise_w, &sigma, nk, cp0, cp1, row, panel, Bc, val);
+    }
+    return PF_OK;
 }
 
 void pf_dpe_packed_free(pf_dpe_packed *p)

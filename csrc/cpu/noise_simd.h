@@ -40,15 +40,22 @@ static inline FVEC u01(IVEC w)
     return F_MUL(F_ADD(f, F_SET1(0.5f)), F_SET1(1.0f / 16777216.0f));
 }
 
-/* VW groups g0.. -> 4 * VW normals in element order. */
-static void normals_block(uint64_t seed, uint32_t stream, uint32_t call, uint64_t g0, float *out)
+/* Philox4x32-10 of nv (a constant after inlining, at most PHILOX_VECS)
+ * independent vectors of VW groups, nv * VW groups g0..: the rounds are one
+ * dependent chain per vector, so interleaving vectors gives the out-of-order
+ * core independent work (4 vectors: ~1.3x the normals per second of 1 on Zen 3). */
+#define PHILOX_VECS 4
+static inline void philox_blocks(uint64_t seed, uint32_t stream, uint32_t call, uint64_t g0, int nv,
+                                 IVEC c[PHILOX_VECS][4])
 {
-    /* 64-bit group index split into lo/hi words per lane (carry-aware) */
-    const IVEC base = I_SET1((int)(uint32_t)g0);
-    IVEC c0 = I_ADD(base, I_LANES());
-    IVEC c1 = I_CARRY(I_SET1((int)(uint32_t)(g0 >> 32)), c0, base);
-    IVEC c2 = I_SET1((int)call);
-    IVEC c3 = I_SET1((int)stream);
+    for (int v = 0; v < nv; v++) {
+        /* 64-bit group index split into lo/hi words per lane (carry-aware) */
+        const IVEC base = I_SET1((int)(uint32_t)(g0 + (uint64_t)(v * VW)));
+        c[v][0] = I_ADD(base, I_LANES());
+        c[v][1] = I_CARRY(I_SET1((int)(uint32_t)((g0 + (uint64_t)(v * VW)) >> 32)), c[v][0], base);
+        c[v][2] = I_SET1((int)call);
+        c[v][3] = I_SET1((int)stream);
+    }
     uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
     const IVEC M0 = I_SET1((int)PHILOX_M4x32_0), M1 = I_SET1((int)PHILOX_M4x32_1);
     for (int round = 0; round < 10; round++) {
@@ -56,21 +63,27 @@ static void normals_block(uint64_t seed, uint32_t stream, uint32_t call, uint64_
             k0 += PHILOX_W32_0;
             k1 += PHILOX_W32_1;
         }
-        IVEC hi0, lo0, hi1, lo1;
-        mulhilo(c0, M0, &hi0, &lo0);
-        mulhilo(c2, M1, &hi1, &lo1);
-        IVEC n0 = I_XOR(I_XOR(hi1, c1), I_SET1((int)k0));
-        IVEC n2 = I_XOR(I_XOR(hi0, c3), I_SET1((int)k1));
-        c0 = n0;
-        c1 = lo1;
-        c2 = n2;
-        c3 = lo0;
+        const IVEC K0 = I_SET1((int)k0), K1 = I_SET1((int)k1);
+        for (int v = 0; v < nv; v++) {
+            IVEC hi0, lo0, hi1, lo1;
+            mulhilo(c[v][0], M0, &hi0, &lo0);
+            mulhilo(c[v][2], M1, &hi1, &lo1);
+            c[v][0] = I_XOR(I_XOR(hi1, c[v][1]), K0);
+            c[v][1] = lo1;
+            c[v][2] = I_XOR(I_XOR(hi0, c[v][3]), K1);
+            c[v][3] = lo0;
+        }
     }
+}
+
+/* One vector of VW Philox outputs -> 4 * VW normals in element order. */
+static inline void box_muller_store(const IVEC c[4], float *out)
+{
     const FVEC m2 = F_SET1(-2.0f), two_pi = F_SET1(6.283185307179586f);
-    FVEC r0 = F_SQRT(F_MUL(m2, S_LOG(u01(c0))));
-    FVEC r1 = F_SQRT(F_MUL(m2, S_LOG(u01(c2))));
-    S_SINCOS_T sc0 = S_SINCOS(F_MUL(two_pi, u01(c1)));
-    S_SINCOS_T sc1 = S_SINCOS(F_MUL(two_pi, u01(c3)));
+    FVEC r0 = F_SQRT(F_MUL(m2, S_LOG(u01(c[0]))));
+    FVEC r1 = F_SQRT(F_MUL(m2, S_LOG(u01(c[2]))));
+    S_SINCOS_T sc0 = S_SINCOS(F_MUL(two_pi, u01(c[1])));
+    S_SINCOS_T sc1 = S_SINCOS(F_MUL(two_pi, u01(c[3])));
     const FVEC v0 = F_MUL(r0, sc0.y), v1 = F_MUL(r0, sc0.x); /* cos, sin */
     const FVEC v2 = F_MUL(r1, sc1.y), v3 = F_MUL(r1, sc1.x);
 #ifdef STORE_GROUPS
@@ -87,14 +100,25 @@ static void normals_block(uint64_t seed, uint32_t stream, uint32_t call, uint64_
 #endif
 }
 
+/* nv * VW groups g0.. -> 4 * nv * VW normals in element order. */
+static inline void normals_block(uint64_t seed, uint32_t stream, uint32_t call, uint64_t g0, int nv, float *out)
+{
+    IVEC c[PHILOX_VECS][4];
+    philox_blocks(seed, stream, call, g0, nv, c);
+    for (int v = 0; v < nv; v++)
+        box_muller_store(c[v], out + 4 * VW * v);
+}
+
 void PF_NORMALS_FN(uint64_t seed, uint32_t stream, uint32_t call, uint64_t group0, int64_t ngroups, float *out)
 {
     int64_t q = 0;
-    for (; q + VW <= ngroups; q += VW)
-        normals_block(seed, stream, call, group0 + (uint64_t)q, out + 4 * q);
+    for (; q + PHILOX_VECS * VW <= ngroups; q += PHILOX_VECS * VW)
+        normals_block(seed, stream, call, group0 + (uint64_t)q, PHILOX_VECS, out + 4 * q);
+    for (; q + VW <= ngroups; q += VW) /* short runs (column chunks of the fused DPE path) */
+        normals_block(seed, stream, call, group0 + (uint64_t)q, 1, out + 4 * q);
     if (q < ngroups) {
         float tmp[4 * VW];
-        normals_block(seed, stream, call, group0 + (uint64_t)q, tmp);
+        normals_block(seed, stream, call, group0 + (uint64_t)q, 1, tmp);
         for (int64_t e = 0; e < 4 * (ngroups - q); e++)
             out[4 * q + e] = tmp[e];
     }

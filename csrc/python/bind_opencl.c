@@ -1,10 +1,9 @@
 /* Python bindings of the OpenCL backend: device listing, the device handle
  * type pyfastpim._core.OpenCLDevice (context, queue, program, scratch and the
  * resident-weights cache of one device), the `device=` argument of the op
- * bindings (bind_device.h: _core.dpe_mvm(..., device=handle) and the other ops
- * run through the backend table, core/backend.h) and the attention ops, which
- * remain handle methods (their CPU bindings take a workspace and other
- * arguments). csrc/opencl/ sees plain pointers.
+ * bindings (bind_device.h: _core.dpe_mvm(..., device=handle) and every other op,
+ * the attention kernels included, run through the backend table, core/backend.h);
+ * the handle has no op methods. csrc/opencl/ sees plain pointers.
  *
  * Threading: one lock per handle serializes its calls. It is taken after the
  * call's arguments are converted, waited for with the GIL released, and held

@@ -10,7 +10,9 @@ shapes allocate nothing.
 
 :class:`AttentionContext` adds a ``device``: on an OpenCL device (``"opencl"``,
 ``"opencl:P:D"``), ``update_outgoing`` and ``apply`` (without ``engine``) run the kernels of
-``kernels/attention.cl``, equal to the CPU within float32 rounding.
+``kernels/attention.cl``, equal to the CPU within float32 rounding: the same ``_core`` bindings
+with ``device=`` the handle, after the same argument flow and under the same guard
+(``update_outgoing_step``, ``gradients`` and ``engine=`` run on the CPU).
 
 Concurrency: every method that reads or writes the matrices, the workspace or the parameters
 holds the context's guard from after its arguments are converted until its last access (the
@@ -248,12 +250,16 @@ class _ContextCore:
         outgoing = (1 - r) * outgoing + r * tanh(cov / den). T = min rows, D = min(columns, embed_dim);
         leading dimensions are flattened into rows. No-op when update_rate <= 0 or T == 0. ValueError
         when D differs from an existing outgoing (assign outgoing = None to start over)."""
+        return self._update_rows(x, y, None)
+
+    def _update_rows(self, x, y, device):
+        """update_outgoing on ``device`` (None: the CPU; an OpenCLDevice: pyfastpim.devices)."""
         if not self._rate > 0.0:
             return None  # spec: return if r <= 0
         xa = _view(x, "x")
         ya = _view(y, "y")
         (tx, dx), (ty, dy) = _rows(xa, "x"), _rows(ya, "y")
-        self._update(xa, ya, min(tx, ty), min(dx, dy), False, "update_outgoing")
+        self._update(xa, ya, min(tx, ty), min(dx, dy), False, "update_outgoing", device)
 
     def update_outgoing_step(self, x_vec, y_vec):
         """The update for one row each (T = 1): vectors are centred by the mean over their elements, and
@@ -270,7 +276,7 @@ class _ContextCore:
             raise ValueError("argument '%s': needs at least one element" % ("x_vec" if xa.shape[0] < 1 else "y_vec"))
         self._update(xa, ya, 1, d, True, "update_outgoing_step")
 
-    def _update(self, xa, ya, t, d, step, fn):
+    def _update(self, xa, ya, t, d, step, fn, device=None):
         self._guard.acquire(fn)
         try:
             rate = self._rate
@@ -278,7 +284,7 @@ class _ContextCore:
                 return None
             if self._embed is not None and self._embed < d:
                 d = self._embed
-            _core._attn_update(self._ws, self._outgoing_for(d, fn), xa, ya, t, d, rate, step)
+            _core._attn_update(self._ws, self._outgoing_for(d, fn), xa, ya, t, d, rate, step, device=device)
         finally:
             self._guard.release()
         return None
@@ -296,8 +302,9 @@ class _ContextCore:
         """apply() for one vector (D,)."""
         return self._apply(x_vec, out, engine, slice_kwargs, True)
 
-    def _apply(self, x, out, engine, kw, step, strength=None):
-        """apply / apply_step; ``strength`` (a float) is stored and used under the same guard."""
+    def _apply(self, x, out, engine, kw, step, strength=None, device=None):
+        """apply / apply_step; ``strength`` (a float) is stored and used under the same guard; ``device``
+        (None: the CPU; an OpenCLDevice: pyfastpim.devices) runs the product without engine=."""
         fn, xname = ("apply_step", "x_vec") if step else ("apply", "x")
         _check_out(out, fn)
         if kw and engine is None:
@@ -325,7 +332,7 @@ class _ContextCore:
                                  % (xname, xa.shape[-1], d))
             res = oa if oa is not None else _core._attn_new(xa.shape, False)
             if engine is None:
-                _core._attn_apply(self._ws, res, xa, w, s, xname)
+                _core._attn_apply(self._ws, res, xa, w, s, xname, device=device)
             else:
                 _engine_apply(res, xa, w, s, engine, kw, xname)
         finally:
@@ -386,8 +393,7 @@ class _ContextCore:
             self._guard.release()
         return n
 
-    # Private API of pyfastpim.devices, whose OpenCL path runs a context's update and apply on a
-    # device while holding the guard.
+    # The guard as a pair of calls, for code that must hold it across several of its own steps.
     def _hold(self):
         """Take the context's guard for this thread (waiting like any call)."""
         self._guard.acquire("AttentionContext")
@@ -396,13 +402,6 @@ class _ContextCore:
         """Give back the guard taken by _hold()."""
         self._guard.held_by_me("_release")
         self._guard.release()
-
-    def _held_outgoing(self, d, fn):
-        """outgoing ready for an update of size d (created as zeros, or checked); guard held."""
-        self._guard.held_by_me("_held_outgoing")
-        if d < 1:
-            raise ValueError("argument 'd': must be >= 1")
-        return np.asarray(self._outgoing_for(d, fn))
 
     def __repr__(self):
         return "AttentionContext(update_rate=%r, strength=%r, embed_dim=%r, incoming=%s, outgoing=%s)" % (
@@ -446,17 +445,10 @@ class AttentionContext(_ContextCore):
         self.device = "cpu" if self._device is None else (device if isinstance(device, str) else "opencl")
 
     def update_outgoing(self, x, y):
-        if self._device is None:
-            return super().update_outgoing(x, y)
-        from .devices import cl_attention_update
-        return cl_attention_update(self._device, self, x, y)
+        return self._update_rows(x, y, self._device)
 
     def apply(self, x, out=None, engine=None, **slice_kwargs):
-        if self._device is None or engine is not None:
-            return super().apply(x, out=out, engine=engine, **slice_kwargs)
-        _check_out(out, "apply")
-        from .devices import cl_attention_apply
-        return cl_attention_apply(self._device, self, x, out)
+        return self._apply(x, out, engine, slice_kwargs, False, device=self._device)
 
     update_outgoing.__doc__ = _ContextCore.update_outgoing.__doc__
     apply.__doc__ = _ContextCore.apply.__doc__

@@ -30,11 +30,13 @@ Ops on a device handle (each the contract of the CPU op, kernels in kernels/*.cl
 - ``_core.slice_quantize(..., device=handle)`` / ``_core.program_conductance(..., device=handle)``:
   bit-slicing and weight programming, bit-identical (``SlicedData.slice_data_imp`` uses them for an
   engine on OpenCL). Every op of the C core takes ``device=`` (None or ``"cpu"``, or a handle) and
-  runs through that backend's table (csrc/core/backend.h); the handle itself has no op methods
-  but the attention ones (``attn_update``, ``attn_apply``, ``attn_tanh``).
+  runs through that backend's table (csrc/core/backend.h); the handle itself has no op methods.
 - :func:`cl_attention_update` / :func:`cl_attention_apply`: an ``AttentionContext``'s update and
-  apply on the device (the context's matrices shared in place); equal to the CPU within float32
-  rounding (its products are OpenBLAS sgemm), the tanh bit-identical.
+  apply on the device (the context's matrices shared in place) through
+  ``_core._attn_update(..., device=handle)`` / ``_core._attn_apply(..., device=handle)``
+  (``_core._attention_tanh(x, device=handle)`` is the update's tanh); equal to the CPU within
+  float32 rounding (its products are OpenBLAS sgemm), the tanh bit-identical. The step update
+  (``update_outgoing_step``) has no device kernel: it runs on the CPU.
 """
 import os
 import re
@@ -214,69 +216,24 @@ def cl_dpe_conv2d(handle, *args, weights_key=None, **kwargs):
     return _core.dpe_conv2d(*args, weights_key=weights_key, device=handle, **kwargs)
 
 
-def _rows(a, name):
-    import numpy as np
-    try:
-        a = np.asarray(a, dtype=np.float32)
-    except (TypeError, ValueError) as exc:  # NumPy's message names no argument
-        raise type(exc)("argument '%s': expected float32 rows, %s" % (name, exc)) from None
-    if a.ndim < 2:
-        raise ValueError("argument '%s': expected (T, D) rows (got %d dimensions); use update_outgoing_step for one "
-                         "vector" % (name, a.ndim))
-    if a.shape[-1] < 1:
-        raise ValueError("argument '%s': needs at least one column" % name)
-    return a.reshape(-1, a.shape[-1])
-
-
 def cl_attention_update(handle, ctx, x, y):
     """``ctx.update_outgoing(x, y)`` with the update computed on the OpenCL device ``handle``.
 
-    Same rules as the CPU method (rows of x and y, D = min(columns, embed_dim), outgoing created
-    as zeros or required to be D x D, rate <= 0 a no-op). The context's outgoing matrix is updated
-    in place (shared with the device, zero copies, on host-memory devices). Results equal the CPU
+    The CPU method's argument flow and rules (rows of x and y, D = min(columns, embed_dim),
+    outgoing created as zeros or required to be D x D, rate <= 0 a no-op, the context's guard held
+    while the device updates outgoing in place), then ``_core._attn_update(..., device=handle)``.
+    outgoing is shared with the device (zero copies) on host-memory devices. Results equal the CPU
     within float32 rounding (the CPU's covariance is an OpenBLAS sgemm; the tanh is bit-identical).
     """
     _check_handle(handle)
-    rate = ctx.update_rate
-    if not rate > 0:
-        return None
-    xr, yr = _rows(x, "x"), _rows(y, "y")
-    d = min(xr.shape[1], yr.shape[1])
-    if min(xr.shape[0], yr.shape[0]) == 0:
-        return None
-    # the context's guard, as its CPU methods take it: setters and other calls on the context
-    # wait until the device has updated outgoing in place
-    ctx._hold()
-    try:
-        rate = ctx.update_rate
-        if not rate > 0:
-            return None
-        if ctx.embed_dim is not None:
-            d = min(d, ctx.embed_dim)
-        o = ctx._held_outgoing(d, "update_outgoing")  # created as zeros, or checked to be D x D
-        handle.attn_update(o, xr, yr, rate)  # o is a view of the context's matrix: updated in place
-    finally:
-        ctx._release()
-    return None
+    return ctx._update_rows(x, y, handle)
 
 
 def cl_attention_apply(handle, ctx, x, out=None):
     """``ctx.apply(x, out)`` (no engine) on the OpenCL device ``handle``: x + (s/D) * (x @ incoming),
     non-finite terms as 0; x returned unchanged (or copied into out) when the context has no
-    incoming matrix or strength 0. Equal to the CPU within float32 rounding (its product is sgemm)."""
-    import numpy as np
+    incoming matrix or strength 0. The CPU method's argument flow, guard and result type (torch
+    for torch x, NumPy otherwise, or out), then ``_core._attn_apply(..., device=handle)``. Equal to
+    the CPU within float32 rounding (its product is sgemm)."""
     _check_handle(handle)
-    ctx._hold()  # the context's guard: its setters wait until the device has read incoming
-    try:
-        w = ctx.incoming
-        if w is None or ctx.strength == 0.0:
-            if out is None:
-                return x
-            try:
-                np.copyto(np.asarray(out), np.asarray(x, dtype=np.float32))
-            except (TypeError, ValueError) as exc:  # NumPy's message names no argument
-                raise type(exc)("argument 'out' or 'x': cannot copy x into out: %s" % exc) from None
-            return out
-        return handle.attn_apply(x, w, ctx.strength, out)
-    finally:
-        ctx._release()
+    return ctx._apply(x, out, None, {}, False, device=handle)

@@ -5,12 +5,13 @@
  * through the table of the device it was given (csrc/python/bind_device.h), so the two backends
  * take the same arguments, raise the same errors and, per docs/semantics.md, return the same
  * results. Each entry has the contract of the CPU function it names (core/dpe.h, core/slicing.h,
- * cpu/noise.h); `dev` is the backend's device (NULL for the CPU; the OpenCL backend's
+ * cpu/noise.h, core/attention.h); `dev` is the backend's device (NULL for the CPU; the OpenCL backend's
  * pf_cl_device, whose calls the caller serializes). Every entry returns a pf_status and records a
  * failure with pf_fail (core/pf_common.h). Core declares the table only: it includes no backend. */
 #ifndef PF_BACKEND_H
 #define PF_BACKEND_H
 
+#include "core/attention.h"
 #include "core/dpe.h"
 #include "core/interrupt.h"
 #include "core/pf_common.h"
@@ -42,6 +43,17 @@ typedef struct pf_backend {
     /* out[e] = standard normal of element idx0 + e of a Philox stream (cpu/noise.h pf_normals) */
     pf_status (*normals)(void *dev, uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0, int64_t count,
                          float *out);
+    /* The attention context's kernels (core/attention.h). ws: the CPU's workspace (the OpenCL
+     * backend needs none and ignores it). attn_update_step is NULL where the backend has no
+     * step kernel (OpenCL: the binding raises NotImplementedError naming 'device'). */
+    pf_status (*attn_update)(void *dev, pf_attn_ws *ws, float *outgoing, int64_t d, const float *x, int64_t ldx,
+                             const float *y, int64_t ldy, int64_t t, double rate);
+    pf_status (*attn_update_step)(void *dev, pf_attn_ws *ws, float *outgoing, int64_t d, const float *x,
+                                  const float *y, double rate);
+    pf_status (*attn_apply)(void *dev, pf_attn_ws *ws, float *out, const float *x, const float *w, int64_t t,
+                            int64_t d, double s);
+    /* the update's float32 tanh, elementwise, non-finite inputs as 0 (pf_attn_tanh) */
+    pf_status (*attn_tanh)(void *dev, float *out, const float *x, int64_t count);
 } pf_backend;
 
 #endif

@@ -1,5 +1,6 @@
 /* The CPU backend's table (core/backend.h): thin wrappers of the C kernels; dev is unused (NULL). */
 #include "cpu/backend.h"
+#include "core/attention.h"
 #include "cpu/noise.h"
 
 static pf_status cpu_dpe_mvm(void *dev, const pf_dpe_args *a, const void *resident)
@@ -48,6 +49,35 @@ static pf_status cpu_normals(void *dev, uint64_t seed, uint32_t stream, uint32_t
     return PF_OK;
 }
 
+static pf_status cpu_attn_update(void *dev, pf_attn_ws *ws, float *outgoing, int64_t d, const float *x, int64_t ldx,
+                                 const float *y, int64_t ldy, int64_t t, double rate)
+{
+    (void)dev;
+    return (pf_status)pf_attn_update(ws, outgoing, d, x, ldx, y, ldy, t, rate);
+}
+
+static pf_status cpu_attn_update_step(void *dev, pf_attn_ws *ws, float *outgoing, int64_t d, const float *x,
+                                      const float *y, double rate)
+{
+    (void)dev;
+    return (pf_status)pf_attn_update_step(ws, outgoing, d, x, y, rate);
+}
+
+static pf_status cpu_attn_apply(void *dev, pf_attn_ws *ws, float *out, const float *x, const float *w, int64_t t,
+                                int64_t d, double s)
+{
+    (void)dev;
+    return (pf_status)pf_attn_apply(ws, out, x, w, t, d, s);
+}
+
+static pf_status cpu_attn_tanh(void *dev, float *out, const float *x, int64_t count)
+{
+    (void)dev;
+    if (count > 0)
+        pf_attn_tanh(out, x, (size_t)count);
+    return PF_OK;
+}
+
 const pf_backend pf_backend_cpu = {
     .name = "cpu",
     .dpe_mvm = cpu_dpe_mvm,
@@ -56,4 +86,8 @@ const pf_backend pf_backend_cpu = {
     .slice_quantize = cpu_slice_quantize,
     .program_conductance = cpu_program_conductance,
     .normals = cpu_normals,
+    .attn_update = cpu_attn_update,
+    .attn_update_step = cpu_attn_update_step,
+    .attn_apply = cpu_attn_apply,
+    .attn_tanh = cpu_attn_tanh,
 };

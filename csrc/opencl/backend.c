@@ -43,6 +43,25 @@ static pf_status cl_normals(void *dev, uint64_t seed, uint32_t stream, uint32_t 
     return pf_cl_normals((pf_cl_device *)dev, seed, stream, call, idx0, count, out);
 }
 
+static pf_status cl_attn_update(void *dev, pf_attn_ws *ws, float *outgoing, int64_t d, const float *x, int64_t ldx,
+                                const float *y, int64_t ldy, int64_t t, double rate)
+{
+    (void)ws; /* device buffers, no host workspace */
+    return pf_cl_attn_update((pf_cl_device *)dev, outgoing, d, x, ldx, y, ldy, t, rate);
+}
+
+static pf_status cl_attn_apply(void *dev, pf_attn_ws *ws, float *out, const float *x, const float *w, int64_t t,
+                               int64_t d, double s)
+{
+    (void)ws;
+    return pf_cl_attn_apply((pf_cl_device *)dev, out, x, w, t, d, s);
+}
+
+static pf_status cl_attn_tanh(void *dev, float *out, const float *x, int64_t count)
+{
+    return pf_cl_attn_tanh((pf_cl_device *)dev, out, x, count);
+}
+
 const pf_backend pf_backend_opencl = {
     .name = "opencl",
     .dpe_mvm = cl_dpe_mvm,
@@ -51,4 +70,8 @@ const pf_backend pf_backend_opencl = {
     .slice_quantize = cl_slice_quantize,
     .program_conductance = cl_program_conductance,
     .normals = cl_normals,
+    .attn_update = cl_attn_update,
+    .attn_update_step = NULL, /* no step kernel: update_outgoing_step runs on the CPU */
+    .attn_apply = cl_attn_apply,
+    .attn_tanh = cl_attn_tanh,
 };

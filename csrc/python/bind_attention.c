@@ -2,17 +2,20 @@
  *
  * pyfastpim/attention.py owns the AttentionContext (its parameters, matrices,
  * guard, argument flow and the engine= product); this file only binds the
- * kernels of csrc/cpu/attention.c on pyfastpim.Array operands the Python layer
- * has already converted and shaped, plus AttentionWorkspace, the reusable
+ * kernels of csrc/cpu/attention.c (and, with device=<OpenCLDevice>, those of
+ * csrc/opencl/attention.c, through the backend table) on pyfastpim.Array operands
+ * the Python layer has already converted and shaped, plus AttentionWorkspace, the reusable
  * scratch memory that keeps steady-state calls free of allocations. Every entry
  * point re-checks the sizes it hands to C (a wrong call raises, never crashes)
  * and releases the GIL around the arithmetic. No Python module is imported. */
 #include "python/array.h"
 #include "core/attention.h"
+#include "python/bind_device.h"
 #include "python/bindings.h"
 #include "core/memory.h"
 #include "core/pf_common.h"
 
+#include <math.h>
 #include <string.h>
 
 /* ---- workspace ---- */
@@ -185,73 +188,187 @@ static PyObject *py_copy(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* _attn_update(ws, outgoing, x, y, t, d, rate, step): the update of outgoing (d, d)
- * from the first t rows and d columns of x and y (one vector each when step). */
-static PyObject *py_update(PyObject *self, PyObject *args)
+/* ---- device= (python/bind_device.h) ----
+ * _attn_update, _attn_apply and _attention_tanh take a keyword-only device=: None or "cpu" (the
+ * kernels of csrc/cpu/attention.c) or an OpenCLDevice (those of csrc/opencl/attention.c, under the
+ * device's lock, refused in a forked child). The arguments are checked once, by the same code,
+ * for either device; the call then goes through the backend table (core/backend.h). */
+
+/* device= of an attention binding, whose only keyword it is. 0, or -1 with an exception (d clear). */
+static int attn_device(PyObject *kwds, const char *op, pf_device *d)
+{
+    PyObject *kw;
+    if (pf_device_from_kwds(kwds, &kw, op, d) < 0)
+        return -1;
+    int extra = kw && PyDict_GET_SIZE(kw) > 0;
+    Py_XDECREF(kw);
+    if (!extra)
+        return 0;
+    PyErr_Format(PyExc_TypeError, "%s() takes no keyword arguments but 'device'", op);
+    pf_device_clear(d);
+    return -1;
+}
+
+/* Names the kernel in the messages of a failed call ("update_outgoing", "apply on OpenCL"). */
+static void attn_what(pf_device *d, const char *kernel)
+{
+    PyOS_snprintf(d->what, sizeof d->what, "%s%s", kernel, d->handle ? " on OpenCL" : "");
+}
+
+/* The workspace of one call: the caller's AttentionWorkspace (taken: a second concurrent caller
+ * raises), or for ws=None a temporary one freed after the call. The OpenCL backend uses device
+ * buffers and no workspace: ws stays NULL and the caller's workspace is not touched. */
+typedef struct {
+    PfAttnWs *owner;
+    pf_attn_ws tmp;
+    pf_attn_ws *ws;
+} ws_use;
+
+static int ws_check(PyObject *o)
+{
+    if (o == Py_None || PyObject_TypeCheck(o, &PfAttnWs_Type))
+        return 0;
+    PyErr_Format(PyExc_TypeError, "argument 'ws': expected an AttentionWorkspace or None, got %s",
+                 Py_TYPE(o)->tp_name);
+    return -1;
+}
+
+static int ws_begin(ws_use *u, PyObject *o, const pf_device *d)
+{
+    memset(u, 0, sizeof *u);
+    if (d->handle)
+        return 0;
+    if (o == Py_None) {
+        u->ws = &u->tmp;
+        return 0;
+    }
+    u->owner = (PfAttnWs *)o;
+    u->ws = ws_take(u->owner);
+    return u->ws ? 0 : -1;
+}
+
+static void ws_end(ws_use *u)
+{
+    if (u->owner)
+        u->owner->busy = 0;
+    else
+        pf_attn_ws_free(&u->tmp);
+}
+
+/* The checks of _attn_update on either device: outgoing a writable float32 (d, d) matrix; x and y
+ * float32 with at least d columns and t rows (one vector each when step); rate finite. */
+static int update_check(PfArray *o, PfArray *x, PfArray *y, Py_ssize_t t, Py_ssize_t d, double rate, int step)
+{
+    Py_ssize_t n = square(o, "outgoing", 1);
+    if (n < 0 || f32(x, "x", 0) < 0 || f32(y, "y", 0) < 0)
+        return -1;
+    if (n != d) {
+        PyErr_Format(PyExc_ValueError, "argument 'outgoing': expected (%zd, %zd), got (%zd, %zd)", d, d, n, n);
+        return -1;
+    }
+    if (step && (x->ndim != 1 || y->ndim != 1)) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': step=True takes one vector (D,) each for 'x' and 'y'",
+                     x->ndim != 1 ? "x" : "y");
+        return -1;
+    }
+    Py_ssize_t dx = x->ndim ? x->shape[x->ndim - 1] : 0, dy = y->ndim ? y->shape[y->ndim - 1] : 0;
+    if (d > dx || d > dy) {
+        PyErr_Format(PyExc_ValueError, "argument 'outgoing': D = %zd exceeds the columns of 'x' (%zd) or 'y' (%zd)",
+                     d, dx, dy);
+        return -1;
+    }
+    size_t tx = pf_array_size(x) / (size_t)dx, ty = pf_array_size(y) / (size_t)dy;
+    if (t < 0 || (size_t)t > tx || (size_t)t > ty) {
+        PyErr_Format(PyExc_ValueError, "argument 't': t = %zd is negative or exceeds the rows of 'x' (%zu) or 'y' "
+                     "(%zu)", t, tx, ty);
+        return -1;
+    }
+    if (!isfinite(rate)) {
+        PyErr_Format(PyExc_ValueError, "argument 'rate': must be finite, got %s",
+                     isnan(rate) ? "nan" : rate > 0 ? "inf" : "-inf");
+        return -1;
+    }
+    return 0;
+}
+
+/* _attn_update(ws, outgoing, x, y, t, d, rate, step, *, device=None): the update of outgoing
+ * (d, d) from the first t rows and d columns of x and y (one vector each when step). */
+static PyObject *py_update(PyObject *self, PyObject *args, PyObject *kwds)
 {
     PF_UNUSED(self);
-    PfAttnWs *w;
+    PyObject *wso, *ret = NULL;
     PfArray *o, *x, *y;
     Py_ssize_t t, d;
     double rate;
-    int step;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!nndp:_attn_update", &PfAttnWs_Type, &w, &PfArray_Type, &o, &PfArray_Type,
-                          &x, &PfArray_Type, &y, &t, &d, &rate, &step))
+    int step, st;
+    pf_device dv;
+    ws_use u;
+    if (attn_device(kwds, "_attn_update", &dv) < 0)
         return NULL;
-    if (square(o, "outgoing", 1) != d || f32(x, "x", 0) < 0 || f32(y, "y", 0) < 0) {
-        if (!PyErr_Occurred())
-            PyErr_Format(PyExc_ValueError, "argument 'outgoing': expected (%zd, %zd)", d, d);
-        return NULL;
+    if (!PyArg_ParseTuple(args, "OO!O!O!nndp:_attn_update", &wso, &PfArray_Type, &o, &PfArray_Type, &x,
+                          &PfArray_Type, &y, &t, &d, &rate, &step) ||
+        ws_check(wso) < 0 || update_check(o, x, y, t, d, rate, step) < 0)
+        goto done;
+    if (step && !dv.be->attn_update_step) {
+        PyErr_Format(PyExc_NotImplementedError, "argument 'device': the %s backend has no step update "
+                     "(update_outgoing_step, step=True); run it with device=None", dv.be->name);
+        goto done;
     }
-    Py_ssize_t dx = x->ndim ? x->shape[x->ndim - 1] : 0, dy = y->ndim ? y->shape[y->ndim - 1] : 0;
-    size_t tx = dx ? pf_array_size(x) / (size_t)dx : 0, ty = dy ? pf_array_size(y) / (size_t)dy : 0;
-    if (d > dx || d > dy || t < 0 || (size_t)t > tx || (size_t)t > ty || (step && (x->ndim != 1 || y->ndim != 1)))
-        return PyErr_Format(PyExc_ValueError, "_attn_update: t = %zd, d = %zd exceed the inputs", t, d);
-    pf_attn_ws *ws = ws_take(w);
-    if (!ws)
-        return NULL;
-    int st;
-    Py_BEGIN_ALLOW_THREADS
-    if (step)
-        st = pf_attn_update_step(ws, (float *)o->data, d, (const float *)x->data, (const float *)y->data, rate);
-    else
-        st = pf_attn_update(ws, (float *)o->data, d, (const float *)x->data, dx, (const float *)y->data, dy, t, rate);
-    Py_END_ALLOW_THREADS
-    w->busy = 0;
-    if (st)
-        return pf_raise_status(st, step ? "update_outgoing_step" : "update_outgoing");
-    Py_RETURN_NONE;
+    attn_what(&dv, step ? "update_outgoing_step" : "update_outgoing");
+    if (ws_begin(&u, wso, &dv) < 0)
+        goto done;
+    float *od = (float *)o->data;
+    const float *xd = (const float *)x->data, *yd = (const float *)y->data;
+    PF_DEVICE_CALL(&dv, st,
+                   step ? dv.be->attn_update_step(dv.dev, u.ws, od, d, xd, yd, rate)
+                        : dv.be->attn_update(dv.dev, u.ws, od, d, xd, x->shape[x->ndim - 1], yd,
+                                             y->shape[y->ndim - 1], t, rate));
+    ws_end(&u);
+    if (st == PF_OK)
+        ret = Py_NewRef(Py_None);
+done:
+    pf_device_clear(&dv);
+    return ret;
 }
 
-/* _attn_apply(ws, out, x, w, s, xname): out = x + (s/D) * (x @ w), s != 0. */
-static PyObject *py_apply(PyObject *self, PyObject *args)
+/* _attn_apply(ws, out, x, w, s, xname, *, device=None): out = x + (s/D) * (x @ w), s != 0. */
+static PyObject *py_apply(PyObject *self, PyObject *args, PyObject *kwds)
 {
     PF_UNUSED(self);
-    PfAttnWs *w;
+    PyObject *wso, *ret = NULL;
     PfArray *out, *x, *m;
     double s;
     const char *xname;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!ds:_attn_apply", &PfAttnWs_Type, &w, &PfArray_Type, &out, &PfArray_Type,
-                          &x, &PfArray_Type, &m, &s, &xname))
+    int st;
+    pf_device dv;
+    ws_use u;
+    if (attn_device(kwds, "_attn_apply", &dv) < 0)
         return NULL;
+    if (!PyArg_ParseTuple(args, "OO!O!O!ds:_attn_apply", &wso, &PfArray_Type, &out, &PfArray_Type, &x,
+                          &PfArray_Type, &m, &s, &xname) ||
+        ws_check(wso) < 0)
+        goto done;
     Py_ssize_t d = square(m, "incoming", 0);
     Py_ssize_t t = d < 0 || f32(x, xname, 0) < 0 ? -1 : rows_of(x, d, xname);
     if (t < 0 || f32(out, "out", 1) < 0 || same_size(out, x, "out") < 0)
-        return NULL;
-    if (!no_partial_overlap(out, x, NULL) || overlap(out, m))
-        return PyErr_Format(PyExc_ValueError, "argument 'out': must not overlap the context's incoming matrix or "
-                            "partially overlap '%s' (out=%s itself is allowed)", xname, xname);
-    pf_attn_ws *ws = ws_take(w);
-    if (!ws)
-        return NULL;
-    int st;
-    Py_BEGIN_ALLOW_THREADS
-    st = pf_attn_apply(ws, (float *)out->data, (const float *)x->data, (const float *)m->data, t, d, s);
-    Py_END_ALLOW_THREADS
-    w->busy = 0;
-    if (st)
-        return pf_raise_status(st, xname[1] ? "apply_step" : "apply");
-    Py_RETURN_NONE;
+        goto done;
+    if (!no_partial_overlap(out, x, NULL) || overlap(out, m)) {
+        PyErr_Format(PyExc_ValueError, "argument 'out': must not overlap the context's incoming matrix or "
+                     "partially overlap '%s' (out=%s itself is allowed)", xname, xname);
+        goto done;
+    }
+    attn_what(&dv, xname[1] ? "apply_step" : "apply");
+    if (ws_begin(&u, wso, &dv) < 0)
+        goto done;
+    PF_DEVICE_CALL(&dv, st,
+                   dv.be->attn_apply(dv.dev, u.ws, (float *)out->data, (const float *)x->data,
+                                     (const float *)m->data, t, d, s));
+    ws_end(&u);
+    if (st == PF_OK)
+        ret = Py_NewRef(Py_None);
+done:
+    pf_device_clear(&dv);
+    return ret;
 }
 
 /* _attn_gradients(ws, out, x, g, w, s) -> grad_strength; out (or None: grad_s only)
@@ -333,31 +450,54 @@ static PyObject *py_epilogue(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-static PyObject *py_tanh(PyObject *self, PyObject *arg)
+/* _attention_tanh(x, *, device=None): the update kernels' float32 tanh of x (non-finite as 0). */
+static PyObject *py_tanh(PyObject *self, PyObject *args, PyObject *kwds)
 {
     PF_UNUSED(self);
-    PfArray *x = pf_array_from_object(arg, PF_DT_F32, 0, "x");
-    if (!x)
+    PyObject *xo;
+    PfArray *x = NULL, *out = NULL;
+    int st;
+    pf_device dv;
+    if (attn_device(kwds, "_attention_tanh", &dv) < 0)
         return NULL;
-    PfArray *out = pf_array_new(PF_DT_F32, x->ndim, x->shape);
-    if (out)
-        pf_attn_tanh((float *)out->data, (const float *)x->data, pf_array_size(x));
-    Py_DECREF(x);
+    if (PyArg_ParseTuple(args, "O:_attention_tanh", &xo) && (x = pf_array_from_object(xo, PF_DT_F32, 0, "x")) &&
+        (out = pf_array_new(PF_DT_F32, x->ndim, x->shape))) {
+        attn_what(&dv, "attention tanh");
+        PF_DEVICE_CALL(&dv, st,
+                       dv.be->attn_tanh(dv.dev, (float *)out->data, (const float *)x->data,
+                                        (int64_t)pf_array_size(x)));
+        if (st != PF_OK)
+            Py_CLEAR(out);
+    }
+    Py_XDECREF(x);
+    pf_device_clear(&dv);
     return (PyObject *)out;
 }
+
+/* The function and flags of a binding taking keywords (device=). */
+#define ATTN_KW(fn) (PyCFunction)(void (*)(void))(fn), METH_VARARGS | METH_KEYWORDS
 
 static PyMethodDef attn_functions[] = {
     {"_attn_view", py_view, METH_VARARGS, "_attn_view(obj, writable, name): a float32 C-contiguous Array view."},
     {"_attn_new", py_new, METH_VARARGS, "_attn_new(shape, zeros): a new float32 Array."},
     {"_attn_copy", py_copy, METH_VARARGS, "_attn_copy(dst, src, counted): dst[:] = src."},
-    {"_attn_update", py_update, METH_VARARGS,
-     "_attn_update(ws, outgoing, x, y, t, d, rate, step): the context update (spec section 9)."},
-    {"_attn_apply", py_apply, METH_VARARGS, "_attn_apply(ws, out, x, w, s, xname): out = x + (s/D) * (x @ w)."},
+    {"_attn_update", ATTN_KW(py_update),
+     "_attn_update(ws, outgoing, x, y, t, d, rate, step, *, device=None)\n--\n\n"
+     "The context update (spec section 9) of outgoing (d, d) in place from the first t rows and d columns of x "
+     "and y (one vector each when step). ws: an AttentionWorkspace, or None for a temporary one (the OpenCL "
+     "backend uses none and ignores ws). device: None or 'cpu' (the CPU), or an OpenCLDevice (that device; no "
+     "step update there: NotImplementedError naming 'device'). Same checks and errors on either device."},
+    {"_attn_apply", ATTN_KW(py_apply),
+     "_attn_apply(ws, out, x, w, s, xname, *, device=None)\n--\n\n"
+     "out = x + (s/D) * (x @ w), non-finite terms as 0; out may be x itself. ws and device as for _attn_update; "
+     "xname names x in messages."},
     {"_attn_gradients", py_gradients, METH_VARARGS,
      "_attn_gradients(ws, out, x, g, w, s) -> grad_strength; grad_x into out (None: not computed)."},
     {"_attn_finite", py_finite, METH_O, "_attn_finite(x): x, or a copy with non-finite values as 0."},
     {"_attn_epilogue", py_epilogue, METH_VARARGS, "_attn_epilogue(out, x, xw, scale): out = fin(x) + scale*fin(xw)."},
-    {"_attention_tanh", py_tanh, METH_O, "The update kernels' float32 tanh (for accuracy tests); returns an Array."},
+    {"_attention_tanh", ATTN_KW(py_tanh),
+     "_attention_tanh(x, *, device=None)\n--\n\nThe update kernels' float32 tanh of x, non-finite values as 0 "
+     "(for accuracy and cross-device tests); returns an Array. device as for _attn_update."},
     {NULL, NULL, 0, NULL},
 };
 

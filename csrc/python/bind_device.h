@@ -1,5 +1,6 @@
 /* The `device=` argument of the op bindings (_core.dpe_mvm, dpe_conv2d, slice_quantize,
- * program_conductance, normals): which backend table (core/backend.h) runs the call, and for an
+ * program_conductance, normals, and the attention kernels _attn_update, _attn_apply,
+ * _attention_tanh): which backend table (core/backend.h) runs the call, and for an
  * OpenCL device handle (_core.OpenCLDevice, bind_opencl.c) its lock and resident weights.
  *
  *   device=None or "cpu"      the CPU backend

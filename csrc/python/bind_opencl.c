@@ -1,10 +1,9 @@
 /* Python bindings of the OpenCL backend: device listing, the device handle
  * type pyfastpim._core.OpenCLDevice (context, queue, program, scratch and the
  * resident-weights cache of one device), the `device=` argument of the op
- * bindings (bind_device.h: _core.dpe_mvm(..., device=handle) and the other ops
- * run through the backend table, core/backend.h) and the attention ops, which
- * remain handle methods (their CPU bindings take a workspace and other
- * arguments). csrc/opencl/ sees plain pointers.
+ * bindings (bind_device.h: _core.dpe_mvm(..., device=handle) and every other op,
+ * the attention kernels included, run through the backend table, core/backend.h);
+ * the handle has no op methods. csrc/opencl/ sees plain pointers.
  *
  * Threading: one lock per handle serializes its calls. It is taken after the
  * call's arguments are converted, waited for with the GIL released, and held
@@ -22,7 +21,6 @@
 #include "opencl/backend.h"
 #include "opencl/opencl.h"
 
-#include <math.h>
 #include <pythread.h>
 #include <unistd.h>
 
@@ -589,147 +587,6 @@ static int resident_weights(PfCLDevice *self, PyObject *key, const pf_dpe_args *
     return 0;
 }
 
-/* ---- attention context ops (the contract of attention.h on the device) ---- */
-
-/* Rows of a float32 (..., D) array: leading dimensions flattened. */
-static int attn_rows(PfArray *a, const char *name, int64_t *t, int64_t *d)
-{
-    if (a->ndim < 2 || a->shape[a->ndim - 1] < 1) {
-        PyErr_Format(PyExc_ValueError, "argument '%s': expected (T, D) rows with D >= 1", name);
-        return -1;
-    }
-    *d = a->shape[a->ndim - 1];
-    *t = (int64_t)(pf_array_size(a) / (size_t)*d);
-    return 0;
-}
-
-static PyObject *PfCLDevice_attn_update(PfCLDevice *self, PyObject *args, PyObject *kwds)
-{
-    if (fork_check("attention update on OpenCL") < 0)
-        return NULL;
-    static char *kwlist[] = {"outgoing", "x", "y", "rate", NULL};
-    PyObject *oo, *xo, *yo;
-    double rate;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOd:attn_update", kwlist, &oo, &xo, &yo, &rate))
-        return NULL;
-    PfArray *o = NULL, *x = NULL, *y = NULL;
-    PyObject *ret = NULL;
-    int64_t tx, dx, ty, dy;
-    if (!(o = pf_array_from_object(oo, PF_DT_F32, 1, "outgoing")) || !(x = pf_array_from_object(xo, PF_DT_F32, 0, "x")) ||
-        !(y = pf_array_from_object(yo, PF_DT_F32, 0, "y")))
-        goto done;
-    if (o->ndim != 2 || o->shape[0] != o->shape[1] || o->shape[0] < 1) {
-        PyErr_SetString(PyExc_ValueError, "argument 'outgoing': expected a square (D, D) float32 matrix, D >= 1");
-        goto done;
-    }
-    if (attn_rows(x, "x", &tx, &dx) < 0 || attn_rows(y, "y", &ty, &dy) < 0)
-        goto done;
-    const int64_t d = o->shape[0];
-    if (d > dx || d > dy) {
-        PyErr_Format(PyExc_ValueError, "argument 'outgoing': D = %lld exceeds the rows of 'x' (%lld) or 'y' (%lld)",
-                     (long long)d, (long long)dx, (long long)dy);
-        goto done;
-    }
-    if (!isfinite(rate)) {
-        PyErr_SetString(PyExc_ValueError, "argument 'rate': must be finite");
-        goto done;
-    }
-    int st;
-    PF_CL_LOCKED(self, st, "attention update on OpenCL",
-                 pf_cl_attn_update(self->dev, (float *)o->data, d, (const float *)x->data, dx, (const float *)y->data,
-                                   dy, tx < ty ? tx : ty, rate));
-    if (st != PF_OK)
-        goto done;
-    ret = Py_NewRef(Py_None);
-done:
-    Py_XDECREF(o);
-    Py_XDECREF(x);
-    Py_XDECREF(y);
-    return ret;
-}
-
-static PyObject *PfCLDevice_attn_apply(PfCLDevice *self, PyObject *args, PyObject *kwds)
-{
-    if (fork_check("attention apply on OpenCL") < 0)
-        return NULL;
-    static char *kwlist[] = {"x", "incoming", "strength", "out", NULL};
-    PyObject *xo, *wo, *outo = Py_None;
-    double s;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOd|O:attn_apply", kwlist, &xo, &wo, &s, &outo))
-        return NULL;
-    PfArray *x = NULL, *w = NULL, *out = NULL;
-    PyObject *ret = NULL;
-    if (!(x = pf_array_from_object(xo, PF_DT_F32, 0, "x")) || !(w = pf_array_from_object(wo, PF_DT_F32, 0, "incoming")))
-        goto done;
-    if (w->ndim != 2 || w->shape[0] != w->shape[1] || w->shape[0] < 1) {
-        PyErr_SetString(PyExc_ValueError, "argument 'incoming': expected a square (D, D) matrix, D >= 1");
-        goto done;
-    }
-    if (x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[0]) {
-        PyErr_Format(PyExc_ValueError, "argument 'x': last dimension must be D = %zd", w->shape[0]);
-        goto done;
-    }
-    if (!isfinite(s)) {
-        PyErr_SetString(PyExc_ValueError, "argument 'strength': must be finite");
-        goto done;
-    }
-    if (outo == Py_None) {
-        if (!(out = pf_array_new(PF_DT_F32, x->ndim, x->shape)))
-            goto done;
-    } else {
-        if (!(out = pf_array_from_object(outo, PF_DT_F32, 1, "out")))
-            goto done;
-        if (out->ndim != x->ndim || pf_array_size(out) != pf_array_size(x)) {
-            PyErr_SetString(PyExc_ValueError, "argument 'out': expected the shape of 'x'");
-            goto done;
-        }
-        const char *ob = out->data, *xb = x->data, *wb = w->data;
-        const size_t on = pf_array_nbytes(out), xn = pf_array_nbytes(x), wn = pf_array_nbytes(w);
-        if ((ob != xb && ob < xb + xn && xb < ob + on) || (ob < wb + wn && wb < ob + on)) {
-            PyErr_SetString(PyExc_ValueError, "argument 'out': must not overlap 'incoming' or partially overlap 'x'");
-            goto done;
-        }
-    }
-    {
-        const int64_t d = w->shape[0], t = (int64_t)(pf_array_size(x) / (size_t)d);
-        int st;
-        PF_CL_LOCKED(self, st, "attention apply on OpenCL",
-                     pf_cl_attn_apply(self->dev, (float *)out->data, (const float *)x->data, (const float *)w->data,
-                                      t, d, s));
-        if (st != PF_OK)
-            goto done;
-    }
-    ret = outo == Py_None ? Py_NewRef((PyObject *)out) : Py_NewRef(outo);
-done:
-    Py_XDECREF(x);
-    Py_XDECREF(w);
-    Py_XDECREF(out);
-    return ret;
-}
-
-static PyObject *PfCLDevice_attn_tanh(PfCLDevice *self, PyObject *arg)
-{
-    if (fork_check("attn_tanh on OpenCL") < 0)
-        return NULL;
-    PfArray *x = pf_array_from_object(arg, PF_DT_F32, 0, "x");
-    if (!x)
-        return NULL;
-    PfArray *out = pf_array_new(PF_DT_F32, x->ndim, x->shape);
-    if (!out) {
-        Py_DECREF(x);
-        return NULL;
-    }
-    int st;
-    PF_CL_LOCKED(self, st, "attention tanh on OpenCL",
-                 pf_cl_attn_tanh(self->dev, (float *)out->data, (const float *)x->data, (int64_t)pf_array_size(x)));
-    Py_DECREF(x);
-    if (st != PF_OK) {
-        Py_DECREF(out);
-        return NULL;
-    }
-    return (PyObject *)out;
-}
-
 /* ---- the kernel table, for tests (tests/test_opencl_launcher.py) ---- */
 
 static PyObject *PfCLDevice_kernel_table(PfCLDevice *self, PyObject *noargs)
@@ -770,20 +627,9 @@ static PyObject *PfCLDevice_check_kernel_args(PfCLDevice *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* The function and flags of a method taking keywords. */
-#define CL_KW_METHOD(fn) (PyCFunction)(void (*)(void))(fn), METH_VARARGS | METH_KEYWORDS
-
 static PyMethodDef PfCLDevice_methods[] = {
     {"build", (PyCFunction)PfCLDevice_build, METH_NOARGS,
      "build()\n--\n\nCompile the kernels for this device now (otherwise done at first use)."},
-    {"attn_update", CL_KW_METHOD(PfCLDevice_attn_update),
-     "attn_update(outgoing, x, y, rate)\n--\n\nThe attention context's sampled update (pf_attn_update) on this "
-     "device: outgoing (D, D) float32 is updated in place from the rows of x and y (their first D columns)."},
-    {"attn_apply", CL_KW_METHOD(PfCLDevice_attn_apply),
-     "attn_apply(x, incoming, strength, out=None)\n--\n\nx + (strength / D) * (x @ incoming) on this device "
-     "(pf_attn_apply: non-finite terms as 0; out may be x itself)."},
-    {"attn_tanh", (PyCFunction)PfCLDevice_attn_tanh, METH_O,
-     "attn_tanh(x)\n--\n\nThe attention update's float32 tanh on this device (as _core._attention_tanh)."},
     {"_kernel_table", (PyCFunction)PfCLDevice_kernel_table, METH_NOARGS,
      "_kernel_table()\n--\n\nTests: (name, declared argument count, the built program's count) of every kernel of "
      "the launcher's table."},

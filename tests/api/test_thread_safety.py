@@ -348,6 +348,14 @@ def test_products_while_weights_are_reprogrammed():
 # ---- OpenCL device handles ----
 
 
+def _cl_apply(dev, x, w, s):
+    """x + (s / D) * (x @ w) on the OpenCL device dev: the _core binding with device=."""
+    out = _core._attn_new(x.shape, False)
+    _core._attn_apply(None, out, _core._attn_view(x, False, "x"), _core._attn_view(w, False, "incoming"), s, "x",
+                      device=dev)
+    return np.asarray(out)
+
+
 @pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform")
 def test_opencl_calls_while_resident_weights_change_and_are_released():
     dev = pyfastpim.resolve_device("opencl")
@@ -359,7 +367,7 @@ def test_opencl_calls_while_resident_weights_change_and_are_released():
     d = 64
     x = rng.standard_normal((32, d)).astype(np.float32)
     w = rng.standard_normal((d, d)).astype(np.float32)
-    want_attn = dev.attn_apply(x, w, 0.5)
+    want_attn = _cl_apply(dev, x, w, 0.5)
     stop = threading.Event()
     version = [0]
 
@@ -369,7 +377,7 @@ def test_opencl_calls_while_resident_weights_change_and_are_released():
             v = version[0]
             got = np.asarray(pyfastpim.cl_dpe_mvm(dev, *args[v % 2], weights_key=("shared", v)))
             np.testing.assert_array_equal(got, want[v % 2])
-            np.testing.assert_array_equal(dev.attn_apply(x, w, 0.5), want_attn)
+            np.testing.assert_array_equal(_cl_apply(dev, x, w, 0.5), want_attn)
             n += 1
         return n
 
@@ -427,7 +435,7 @@ def test_opencl_context_setters_wait_for_device_updates_and_applies():
     ctx = pyfastpim.AttentionContext(update_rate=0.5, strength=0.5, device="opencl")
     ctx.incoming = w1
     dev = ctx._device
-    want = [np.asarray(dev.attn_apply(x, w, 0.5)) for w in (w1, w2)]
+    want = [np.asarray(_cl_apply(dev, x, w, 0.5)) for w in (w1, w2)]
     stop = threading.Event()
 
     def applies():

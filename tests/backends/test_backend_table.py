@@ -152,15 +152,17 @@ def test_weights_key_with_an_opencl_handle_keeps_the_weights_resident(dev):
     assert key not in dev.resident_weights
 
 
-REMOVED = ["dpe_mvm", "dpe_conv2d", "slice_quantize", "program_conductance", "normals"]
+REMOVED = ["dpe_mvm", "dpe_conv2d", "slice_quantize", "program_conductance", "normals",
+           "attn_update", "attn_apply", "attn_tanh"]
+ATTENTION_OPS = ["_attn_update", "_attn_apply", "_attention_tanh"]
 
 
 def test_the_handle_type_has_no_duplicated_op_methods():
     for name in REMOVED:
         assert not hasattr(_core.OpenCLDevice, name), name
-    # what stays on the handle: device state, and the attention ops (their CPU bindings take a
-    # workspace and other arguments)
-    for name in ("build", "release", "forget_weights", "mvm_uses_tiled", "attn_update", "attn_apply", "attn_tanh"):
+    # what stays on the handle: device state only (the attention ops are _core bindings taking
+    # device=, as every other op)
+    for name in ("build", "release", "forget_weights", "mvm_uses_tiled"):
         assert hasattr(_core.OpenCLDevice, name), name
 
 
@@ -171,10 +173,12 @@ def test_an_opencl_handle_instance_has_no_op_methods(dev):
             getattr(dev, name)
 
 
-@pytest.mark.parametrize("op", ["dpe_mvm", "dpe_conv2d", "slice_quantize", "program_conductance", "normals"])
+@pytest.mark.parametrize("op", ["dpe_mvm", "dpe_conv2d", "slice_quantize", "program_conductance", "normals"]
+                         + ATTENTION_OPS)
 def test_every_op_signature_ends_with_keyword_only_device(op):
     import inspect
     params = inspect.signature(getattr(_core, op)).parameters
     device = params["device"]
     assert device.kind is inspect.Parameter.KEYWORD_ONLY and device.default is None
+    assert list(params)[-1] == "device"
     assert ("weights_key" in params) == (op in ("dpe_mvm", "dpe_conv2d"))

@@ -211,7 +211,7 @@ def test_sliced_data_on_an_opencl_engine_equals_the_cpu_engine(is_weight):
 def test_attention_tanh_is_bit_identical(dev):
     x = np.concatenate([np.random.default_rng(0).standard_normal(50000).astype(np.float32) * 6,
                         np.array([0.0, -0.0, 0.625, -0.625, 20.0, -40.0, 1e30, np.inf, -np.inf, np.nan], np.float32)])
-    np.testing.assert_array_equal(np.asarray(dev.attn_tanh(x)), np.asarray(_core._attention_tanh(x)))
+    np.testing.assert_array_equal(np.asarray(_core._attention_tanh(x, device=dev)), np.asarray(_core._attention_tanh(x)))
 
 
 @given(st.integers(1, 80), st.integers(1, 40), st.integers(0, 8), st.sampled_from([0.1, 0.5, 1.0]),
@@ -262,13 +262,18 @@ def test_attention_errors_name_the_argument(dev):
     ctx = _core.AttentionContext(update_rate=0.5)
     with pytest.raises(ValueError, match="'x'"):
         cl_attention_update(dev, ctx, np.zeros(4, np.float32), np.zeros((2, 4), np.float32))
-    with pytest.raises(ValueError, match="outgoing"):
-        dev.attn_update(np.zeros((5, 5), np.float32), np.zeros((3, 4), np.float32), np.zeros((3, 4), np.float32), 0.5)
+    def arr(a, writable=False):
+        return _core._attn_view(a, writable, "a")
+
+    with pytest.raises(ValueError, match="outgoing"):  # outgoing's D = 5 exceeds the inputs' 4 columns
+        _core._attn_update(None, arr(np.zeros((5, 5), np.float32), True), arr(np.zeros((3, 4), np.float32)),
+                           arr(np.zeros((3, 4), np.float32)), 3, 5, 0.5, False, device=dev)
     with pytest.raises(ValueError, match="'x'"):
-        dev.attn_apply(np.zeros((2, 3), np.float32), np.zeros((4, 4), np.float32), 1.0)
+        _core._attn_apply(None, _core._attn_new((2, 3), False), arr(np.zeros((2, 3), np.float32)),
+                          arr(np.zeros((4, 4), np.float32)), 1.0, "x", device=dev)
     with pytest.raises(ValueError, match="out"):
-        w = np.zeros((4, 4), np.float32)
-        dev.attn_apply(np.zeros((4, 4), np.float32), w, 1.0, out=w)
+        w = arr(np.zeros((4, 4), np.float32), True)
+        _core._attn_apply(None, w, arr(np.zeros((4, 4), np.float32)), w, 1.0, "x", device=dev)
     with pytest.raises(TypeError, match="handle"):
         cl_attention_update("opencl", ctx, None, None)
 

@@ -236,6 +236,7 @@ typedef struct {
     const int32_t *adc_table_max;  /* [j] last valid index */
     float *out;                  /* tile origin */
     int64_t ldr, ldc;            /* element strides of out rows / cols */
+    int accumulate;              /* out holds this tile's sums over earlier blocks: continue them */
 } pf_dpe_tile;
 
 #define PF_DPE_MR 6

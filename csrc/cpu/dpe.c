@@ -4,6 +4,7 @@
 #include "cpu/dpe_internal.h"
 #include "cpu/cpu_features.h"
 #include "cpu/dpe_int.h"
+#include "cpu/dpe_epilogue.h"
 #include "cpu/kernels.h"
 #include "core/memory.h"
 #include "cpu/noise.h"
@@ -23,9 +24,7 @@
  * panels pass. Peak memory is one block per thread, whatever the batch. */
 #define PF_DPE_A_BLOCK_BYTES ((size_t)192 << 10)
 /* run_fused: every packed input row at once up to this size (batch 64 of the
- * engine case: 1.1 MB), and column chunks of at most this many panels (128
- * columns: the AVX2 normal generator's 4-vector blocks); at least 2 panels
- * (32 columns: one vector of Philox groups), or the call takes run_blocks. */
+ * engine case: 1.1 MB), and column chunks of at most this many panels. */
 #define PF_DPE_FUSED_A_BYTES ((size_t)4 << 20)
 #define PF_DPE_FUSED_CHUNK_PANELS 8
 
@@ -219,9 +218,10 @@ static void pack_x_panel(const pf_dpe_args *a, const pf_dpe_consts *s, int64_t r
 
 static inline __attribute__((always_inline)) void tile_generic(const pf_dpe_tile *t, int fused)
 {
-    float out[MR * NR] = {0};
+    float out[MR * NR];
     float tb[MR * NR];
     float acc[MR * NR];
+    pf_dpe_tile_start(t, out, MR, NR);
     const int n = t->n;
     for (int64_t b = 0; b < t->nb; b++) {
         memset(tb, 0, sizeof tb);
@@ -359,10 +359,11 @@ static pf_status plan_init(const pf_dpe_args *a, const pf_dpe_consts *s, mvm_pla
     p->nthreads = pf_get_num_threads();
     p->cp_per_chunk = pf_ceil_div(p->ncp, pf_max64(1, pf_min64(p->ncp, pf_ceil_div(4 * p->nthreads, p->nrb))));
     p->ncc = pf_ceil_div(p->ncp, p->cp_per_chunk);
-    /* chunk buffers of all threads together at most 1/8 of the weight panels */
+    /* two chunks per thread at least (balance), 8 panels at most (128
+     * columns: the AVX2 normal generator's 4-vector blocks) */
     size_t a_all;
-    p->fused_panels = pf_min64(PF_DPE_FUSED_CHUNK_PANELS, p->ncp / (8 * (int64_t)p->nthreads));
-    if (p->fused_panels < 2 || !pf_dpe_read_noise_on(a) || pf_mul_size((size_t)p->nrp_total, p->a_panel, &a_all) ||
+    p->fused_panels = pf_max64(1, pf_min64(PF_DPE_FUSED_CHUNK_PANELS, p->ncp / (2 * (int64_t)p->nthreads)));
+    if (!pf_dpe_read_noise_on(a) || pf_mul_size((size_t)p->nrp_total, p->a_panel, &a_all) ||
         a_all > PF_DPE_FUSED_A_BYTES)
         p->fused_panels = 0;
     return PF_OK;
@@ -372,7 +373,8 @@ static pf_status plan_init(const pf_dpe_args *a, const pf_dpe_consts *s, mvm_pla
  * written into the output (through a small buffer when the panel straddles
  * two batch items). */
 static void run_tile(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_plan *p, const pf_dpe_tile_fn fns[2],
-                     const float *A, const float *As, const float *B, const float *Bs, int64_t rp, int64_t cp)
+                     const float *A, const float *As, const float *B, const float *Bs, int64_t rp, int64_t cp,
+                     int64_t nb, int accumulate)
 {
     const int64_t g0 = rp * MR, item = g0 / a->rows, r0 = g0 % a->rows;
     const int64_t mr_total = pf_min64(MR, p->rows_total - g0);
@@ -380,10 +382,10 @@ static void run_tile(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pla
     int any_table = 0;
     for (int j = 0; j < a->sw; j++)
         any_table |= s->adc_table[j] != NULL;
-    pf_dpe_tile t = {.A = A, .B = B, .row_scale = As, .col_scale = Bs, .nb = s->nb, .n = (int)s->nk, .sx = a->sx, .sw = a->sw,
+    pf_dpe_tile t = {.A = A, .B = B, .row_scale = As, .col_scale = Bs, .nb = nb, .n = (int)s->nk, .sx = a->sx, .sw = a->sw,
                      .mr_valid = (int)mr_total, .nr_valid = (int)pf_min64(NR, a->cols - cp * NR), .coef = s->coef,
                      .alpha = s->alpha, .adc_table = any_table ? (const float *const *)s->adc_table : NULL,
-                     .adc_table_max = s->adc_table_max, .ldc = a->so_p};
+                     .adc_table_max = s->adc_table_max, .ldc = a->so_p, .accumulate = accumulate};
     if (r0 + mr_total <= a->rows) {
         t.out = a->out + item * a->so_n + r0 * a->so_r + cp * NR * a->so_p;
         t.ldr = a->so_r;
@@ -391,6 +393,11 @@ static void run_tile(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pla
         return;
     }
     float tmp[MR * NR];
+    for (int64_t rr = 0; rr < mr_total && accumulate; rr++) {
+        int64_t g = g0 + rr, it = g / a->rows, r = g % a->rows;
+        for (int c2 = 0; c2 < t.nr_valid; c2++)
+            tmp[rr * NR + c2] = a->out[it * a->so_n + r * a->so_r + (cp * NR + c2) * a->so_p];
+    }
     t.out = tmp;
     t.ldr = NR;
     t.ldc = 1;
@@ -430,7 +437,7 @@ static int run_blocks(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pl
             for (int64_t cp = cc * p->cp_per_chunk; cp < pf_min64((cc + 1) * p->cp_per_chunk, p->ncp); cp++)
                 for (int64_t rp = 0; rp < nrp; rp++)
                     run_tile(a, s, p, fns, Ap + rp * a_floats, As + rp * nb * MR, w->B + cp * (int64_t)p->b_panel,
-                             w->Bs + cp * nb * NR, rp0 + rp, cp);
+                             w->Bs + cp * nb * NR, rp0 + rp, cp, nb, 0);
         }
         pf_free(Ap);
         pf_free(As);
@@ -441,21 +448,27 @@ static int run_blocks(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pl
 
 /* Read noise on and few input rows: a call draws noise for every weight
  * cell, so rather than writing all noisy panels to memory and streaming them
- * back once per row block (run_blocks), each thread draws the panels of one
- * column chunk into a buffer that stays in cache and runs every row panel,
- * packed once up front, against it. Same tiles, same bits. */
+ * back once per row block (run_blocks), each thread takes a chunk of column
+ * panels and, crossbar block by crossbar block, draws that block's noisy
+ * panels into a buffer of a few dozen KB and runs every row panel (packed
+ * once, up front) against it while it is in cache, the tiles continuing
+ * their sums over the blocks (pf_dpe_tile.accumulate): the bits of one tile
+ * call over all blocks. */
 static int run_fused(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_plan *p, const float *Bs,
                      const pf_dpe_tile_fn fns[2])
 {
     const int64_t nb = s->nb, a_floats = (int64_t)(p->a_panel / sizeof(float));
     const int64_t cpc = p->fused_panels, nchunks = pf_ceil_div(p->ncp, cpc);
+    const size_t bc_panel = (size_t)(a->sw * s->nk * NR); /* floats of one block of one panel */
     float *Ap = pf_alloc((size_t)p->nrp_total * p->a_panel); /* size checked by plan_init */
     float *As = pf_alloc((size_t)(p->nrp_total * nb * MR) * sizeof(float));
+    pf_dpe_level_sigma sigma;
+    pf_dpe_sigma_by_level(a, &sigma); /* fused_panels > 0: read noise is on */
     int failed = !Ap || !As;
 #pragma omp parallel num_threads(p->nthreads) if (!failed)
     {
         pack_scratch sc;
-        float *Bc = pf_calloc((size_t)cpc * p->b_panel, sizeof(float)); /* block-row padding stays zero */
+        float *Bc = pf_alloc((size_t)cpc * bc_panel * sizeof(float));
         float *val = pf_alloc((size_t)cpc * NR * 2 * sizeof(float));
         if (scratch_init(a, s, &sc) < 0 || !Bc || !val)
             __atomic_store_n(&failed, 1, __ATOMIC_RELAXED);
@@ -466,13 +479,16 @@ static int run_fused(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pla
 #pragma omp for schedule(dynamic, 1)
         for (int64_t c = 0; c < nchunks; c++) {
             const int64_t cp0 = c * cpc, cp1 = pf_min64(cp0 + cpc, p->ncp);
-            if (__atomic_load_n(&failed, __ATOMIC_RELAXED) ||
-                pf_dpe_pack_w_chunk(a, s->noise_w, nb, s->nk, cp0, cp1, Bc, val) != PF_OK)
-                continue; /* cancelled: PF_EINTR from the caller */
-            for (int64_t cp = cp0; cp < cp1; cp++)
-                for (int64_t rp = 0; rp < p->nrp_total; rp++)
-                    run_tile(a, s, p, fns, Ap + rp * a_floats, As + rp * nb * MR, Bc + (cp - cp0) * p->b_panel,
-                             Bs + cp * nb * NR, rp, cp);
+            for (int64_t b = 0; b < nb; b++) {
+                if (__atomic_load_n(&failed, __ATOMIC_RELAXED) || pf_cancelled(a->cancel))
+                    break; /* cancelled: PF_EINTR from the caller */
+                pf_dpe_pack_w_block(a, s->noise_w, &sigma, s->nk, cp0, cp1, b, Bc, val);
+                for (int64_t cp = cp0; cp < cp1; cp++)
+                    for (int64_t rp = 0; rp < p->nrp_total; rp++)
+                        run_tile(a, s, p, fns, Ap + rp * a_floats + b * a->sx * s->nk * MR,
+                                 As + (rp * nb + b) * MR, Bc + (cp - cp0) * bc_panel, Bs + (cp * nb + b) * NR,
+                                 rp, cp, 1, b > 0);
+            }
         }
         pf_free(Bc);
         pf_free(val);

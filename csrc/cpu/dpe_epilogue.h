@@ -8,7 +8,24 @@
 #ifndef PF_DPE_EPILOGUE_H
 #define PF_DPE_EPILOGUE_H
 
+#include "core/dpe.h"
+
+#include <string.h>
+
 #define PF_EPI_FLOAT(x) (x)
+
+/* A float tile's starting sums, rows x nr: zero, or with t->accumulate the
+ * sums of its earlier crossbar blocks that an earlier call left in t->out
+ * (adding the next blocks to them gives the bits of one call over all
+ * blocks: the same additions in the same order, starting from +0). */
+static inline void pf_dpe_tile_start(const pf_dpe_tile *t, float *out, int rows, int nr)
+{
+    memset(out, 0, (size_t)rows * nr * sizeof(float));
+    if (t->accumulate)
+        for (int r = 0; r < t->mr_valid; r++)
+            for (int c = 0; c < t->nr_valid; c++)
+                out[r * nr + c] = t->out[r * t->ldr + c * t->ldc];
+}
 
 /* tb[r][v] += ADC(S[r][v]) * coef(i, j): the converter's table when it has one, else
  * rint(TOF(S) * alpha). TOF turns a crossbar sum into the float vector rint reads. */

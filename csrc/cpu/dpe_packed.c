@@ -23,18 +23,7 @@ void pf_dpe_pack_w_scales(const pf_dpe_args *a, int64_t nb, float *Bs)
     }
 }
 
-/* read_sigma by level for every uint8 level: levels above g_level - 1 (never
- * stored: validated upstream) read the top one, so the per-cell lookup in
- * weight_row needs no compare (a data-dependent branch there mispredicted on
- * random levels and cost more than the normals themselves); with one sigma
- * for every level (read_variation given as a float) the lookup becomes a
- * vectorizable multiply by that value. */
-typedef struct {
-    float tab[256];
-    int uniform;
-} level_sigma;
-
-static void sigma_by_level(const pf_dpe_args *a, level_sigma *ls)
+void pf_dpe_sigma_by_level(const pf_dpe_args *a, pf_dpe_level_sigma *ls)
 {
     const int top = a->g_level - 1;
     ls->uniform = 1;
@@ -49,7 +38,7 @@ static void sigma_by_level(const pf_dpe_args *a, level_sigma *ls)
  * (G_r - LGS) / Q_G. f: c1 - c0 floats; sigma: sigma_by_level's table (read
  * noise on). c0 is a multiple of 8, so exp's runs of 8 fall where they fall
  * for the whole row: a column range gives the whole row's bits. */
-static void weight_row(const pf_dpe_args *a, int noise_w, const level_sigma *sigma, int64_t row, int64_t c0,
+static void weight_row(const pf_dpe_args *a, int noise_w, const pf_dpe_level_sigma *sigma, int64_t row, int64_t c0,
                        int64_t c1, float *val, float *f)
 {
     const int64_t P = a->cols, cell0 = row * P + c0, w = c1 - c0;
@@ -87,10 +76,11 @@ static void weight_row(const pf_dpe_args *a, int noise_w, const level_sigma *sig
 }
 
 /* Weight row `row` (of sw * K), column panels [cp0, cp1), into the panels at
- * Bp (panel cp0 first, `panel` floats apart); the last panel's columns past P
- * are written as zeros. val: 2 * (cp1 - cp0) * NR floats of scratch. */
-static void pack_w_row(const pf_dpe_args *a, int noise_w, const level_sigma *sigma, int64_t nk, int64_t cp0, int64_t cp1,
-                       int64_t row, size_t panel, float *Bp, float *val)
+ * Bp (panel cp0 first, `panel` floats apart, crossbar block b0 first); the
+ * last panel's columns past P are written as zeros. val: 2 * (cp1 - cp0) * NR
+ * floats of scratch. */
+static void pack_w_row(const pf_dpe_args *a, int noise_w, const pf_dpe_level_sigma *sigma, int64_t nk, int64_t cp0,
+                       int64_t cp1, int64_t b0, int64_t row, size_t panel, float *Bp, float *val)
 {
     const int64_t n = a->n, K = a->inner, P = a->cols, c0 = cp0 * NR, c1 = pf_min64(cp1 * NR, P);
     const int64_t j = row / K, kk = row % K;
@@ -107,7 +97,7 @@ static void pack_w_row(const pf_dpe_args *a, int noise_w, const level_sigma *sig
         }
     }
     weight_row(a, noise_w, sigma, row, c0, c1, val, val + (cp1 - cp0) * NR);
-    float *dst = Bp + ((kk / n * a->sw + j) * nk + kk % n) * NR;
+    float *dst = Bp + (((kk / n - b0) * a->sw + j) * nk + kk % n) * NR;
     for (int64_t cp = cp0; cp < cp1; cp++) {
         int64_t cw = pf_min64(NR, P - cp * NR);
         memcpy(dst + (cp - cp0) * panel, val + (cp - cp0) * NR, (size_t)cw * sizeof(float));
@@ -124,33 +114,32 @@ pf_status pf_dpe_pack_w_values(const pf_dpe_args *a, int noise_w, int64_t nb, in
 #pragma omp parallel num_threads(pf_get_num_threads()) reduction(| : failed)
     {
         float *val = pf_alloc((size_t)ncp * NR * 2 * sizeof(float));
-        level_sigma sigma;
+        pf_dpe_level_sigma sigma;
         if (!val)
             failed = 1;
         else if (noise_w && a->read_sigma)
-            sigma_by_level(a, &sigma);
+            pf_dpe_sigma_by_level(a, &sigma);
 #pragma omp for schedule(static)
         for (int64_t row = 0; row < a->sw * a->inner; row++)
             if (!failed && !pf_cancelled(a->cancel))
-                pack_w_row(a, noise_w, &sigma, nk, 0, ncp, row, panel, Bp, val);
+                pack_w_row(a, noise_w, &sigma, nk, 0, ncp, 0, row, panel, Bp, val);
         pf_free(val);
     }
     return failed ? PF_ENOMEM : PF_OK;
 }
 
-pf_status pf_dpe_pack_w_chunk(const pf_dpe_args *a, int noise_w, int64_t nb, int64_t nk, int64_t cp0, int64_t cp1,
-                              float *Bc, float *val)
+void pf_dpe_pack_w_block(const pf_dpe_args *a, int noise_w, const pf_dpe_level_sigma *sigma, int64_t nk, int64_t cp0,
+                         int64_t cp1, int64_t b, float *Bc, float *val)
 {
-    const size_t panel = (size_t)(nb * a->sw * nk * NR);
-    level_sigma sigma;
-    if (noise_w && a->read_sigma)
-        sigma_by_level(a, &sigma);
-    for (int64_t row = 0; row < a->sw * a->inner; row++) {
-        if (pf_cancelled(a->cancel))
-            return PF_EINTR;
-        pack_w_row(a, noise_w, &sigma, nk, cp0, cp1, row, panel, Bc, val);
+    const size_t panel = (size_t)(a->sw * nk * NR);
+    const int64_t K = a->inner, k0 = b * a->n, k1 = pf_min64(k0 + a->n, K);
+    for (int64_t j = 0; j < a->sw; j++) {
+        for (int64_t kk = k0; kk < k1; kk++)
+            pack_w_row(a, noise_w, sigma, nk, cp0, cp1, b, j * K + kk, panel, Bc, val);
+        for (int64_t cp = cp0; cp < cp1 && k1 - k0 < nk; cp++) /* a short last block: rows past K */
+            memset(Bc + (cp - cp0) * panel + (j * nk + (k1 - k0)) * NR, 0,
+                   (size_t)(nk - (k1 - k0)) * NR * sizeof(float));
     }
-    return PF_OK;
 }
 
 void pf_dpe_packed_free(pf_dpe_packed *p)

@@ -34,7 +34,7 @@ void PF_TILE_FN(const pf_dpe_tile *t)
 {
     _Alignas(64) float out[TILE_ROWS * TILE_NR];
     _Alignas(64) float tb[TILE_ROWS * TILE_NR];
-    memset(out, 0, sizeof out);
+    pf_dpe_tile_start(t, out, TILE_ROWS, TILE_NR);
     const int n = t->n;
     for (int64_t b = 0; b < t->nb; b++) {
         memset(tb, 0, sizeof tb);

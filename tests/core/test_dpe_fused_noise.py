@@ -1,14 +1,15 @@
 """Small-batch products with read noise (issue 11, batch 1 and 64): when the packed inputs are small
-the CPU driver draws each column chunk's read noise into a per-thread buffer beside the tiles
-(run_fused in csrc/cpu/dpe.c) instead of refilling the whole resident weight buffer first
+the CPU driver draws the read noise of one column chunk and one crossbar block at a time into a
+per-thread buffer of a few dozen KB and runs the tiles against it, continuing their sums over the
+blocks (run_fused in csrc/cpu/dpe.c), instead of refilling the whole resident weight buffer first
 (run_blocks). The two loop nests must give the same bits, and the fused one must not touch memory
 of the size of the weights.
 
 Read noise is indexed by weight cell and call only, shared by every input row (spec section 7), so
 the rows of a small call (fused: few packed input rows) equal the same rows inside a call with many
 rows (run_blocks: more than PF_DPE_FUSED_A_BYTES of packed inputs); DAC noise is indexed by row,
-so it is off here. The fused path needs at least 2 column panels per chunk with the chunk buffers
-of all threads at most 1/8 of the weight panels: 16 panels per thread (P > 240 at one thread)."""
+so it is off here. K = 80 with 32-row crossbars: two full blocks and a short one (rows past K in
+the reused block buffer must read as zeros)."""
 import numpy as np
 import pytest
 
@@ -16,15 +17,16 @@ import pyfastpim
 from pyfastpim import _core
 from helpers import SAN, at_isa, available_isas, make_case, mvm_args, rel
 
-XW, WW, N_ROWS = (1, 1, 2), (1, 1, 2), 32
+XW, WW, N_ROWS, K = (1, 1, 2), (1, 1, 2), 32, 80
 XG, WG = (1, N_ROWS), (N_ROWS, 8)
-# rows whose packed inputs exceed the fused path's 4 MiB: 4 MiB / (K * sx * 4 bytes) per row
-BIG_ROWS = (4 << 20) // (64 * len(XW) * 4) + 64
+# rows whose packed inputs exceed the fused path's 4 MiB: K rounded up to whole crossbars, times
+# sx slices of 4-byte voltages per row
+BIG_ROWS = (4 << 20) // (-(-K // N_ROWS) * N_ROWS * len(XW) * 4) + 64
 
 
 def _case(seed, R, P, cond):
     rng = np.random.default_rng(seed)
-    xs, xsc, wl, wsc = make_case(rng, 1, R, 64, P, N_ROWS, XW, WW, XG, WG, 4)
+    xs, xsc, wl, wsc = make_case(rng, 1, R, K, P, N_ROWS, XW, WW, XG, WG, 4)
     wc = None
     if cond:  # programmed conductances with write variation (read noise multiplies them)
         wc = ((wl * ((1e-5 - 1e-7) / 3) + 1e-7) * np.exp(0.05 * rng.standard_normal(wl.shape))).astype(np.float32)
@@ -41,7 +43,7 @@ def _rows(xs, xsc, lo, hi):
 
 
 @pytest.mark.parametrize("cond", [False, True])
-@pytest.mark.parametrize("P", [250, 513])  # a partial last panel; chunks of 8 panels and a partial chunk
+@pytest.mark.parametrize("P", [40, 250, 513])  # partial last panels; chunks of 1-8 panels, a partial chunk
 def test_fused_rows_give_the_bits_of_the_same_rows_in_a_large_call(cond, P):
     xs, xsc, wl, wsc, wc = _case(P + cond, BIG_ROWS, P, cond)
     sigma = np.array([0.02, 0.05, 0.0, 0.1], np.float32)  # per level, one of them zero
@@ -70,12 +72,12 @@ def test_fused_rows_give_the_bits_of_the_same_rows_in_a_large_call(cond, P):
 
 
 def test_fused_call_allocates_far_less_than_the_weight_panels():
-    # batch 1 against 64 x 1024 weights with read noise: chunk buffers of every thread together at
-    # most 1/8 of the panels, the resident buffer untouched (nothing of the weights' size allocated)
+    # batch 1 against 80 x 1024 weights with read noise: block buffers of a few dozen KB per
+    # thread, the resident buffer untouched (nothing of the weights' size allocated)
     xs, xsc, wl, wsc, wc = _case(5, 1, 1024, False)
     sigma = np.full(4, 0.05, np.float32)
     packed = _core.dpe_pack(wl, wc, wsc, WG, WW, N_ROWS, 4, 4, [2 ** 12] * len(WW), 1e-5, 1e-7, sigma)
-    panels = 64 * len(WW) * 1024 * 4  # float32 weight panels of the pack
+    panels = K * len(WW) * 1024 * 4  # float32 weight panels of the pack
     for threads in (1, 2):
         with pyfastpim.threads(threads):
             args = _args(xs, xsc, wl, wsc, wc, sigma, call=1)

@@ -66,14 +66,14 @@ pf_isa pf_active_isa(void) { return tier_base(pf_active_tier()); }
 
 static const pf_cpu_kernels k_avx512 = {PF_ISA_AVX512,         pf_dpe_tile_avx512,  pf_dpe_tile_avx512,
                                         pf_dpe_tile1_avx512,   pf_dpe_tile1_avx512, pf_normal_groups_avx512,
-                                        pf_exp_inplace_avx512};
+                                        pf_exp_inplace_avx512, pf_read_noise_values_avx2};
 static const pf_cpu_kernels k_avx2 = {PF_ISA_AVX2,         pf_dpe_tile_avx2,  pf_dpe_tile_avx2,
                                       pf_dpe_tile1_avx2,   pf_dpe_tile1_avx2, pf_normal_groups_avx2,
-                                      pf_exp_inplace_avx2};
+                                      pf_exp_inplace_avx2, pf_read_noise_values_avx2};
 /* portable: integer operands need no fusing; noisy ones fuse as the SIMD kernels do */
 static const pf_cpu_kernels k_generic = {PF_ISA_GENERIC,           pf_dpe_tile_generic,      pf_dpe_tile_generic_fused,
                                          pf_dpe_tile_generic,      pf_dpe_tile_generic_fused, pf_normal_groups_generic,
-                                         pf_exp_inplace_generic};
+                                         pf_exp_inplace_generic, NULL};
 
 static const pf_cpu_kernels *table_for(pf_isa isa)
 {

@@ -2,6 +2,7 @@
  * (dpe.h): programmed weights packed once, read by every later call. */
 #include "cpu/dpe_internal.h"
 #include "cpu/dpe_int.h"
+#include "cpu/kernels.h"
 #include "core/memory.h"
 #include "cpu/noise.h"
 #include "core/philox_noise.h"
@@ -50,6 +51,12 @@ static void weight_row(const pf_dpe_args *a, int noise_w, const pf_dpe_level_sig
     }
     const float QG = (float)((a->HGS - a->LGS) / (a->g_level - 1));
     const float lgs = (float)(a->LGS / ((a->HGS - a->LGS) / (a->g_level - 1)));
+    const pf_cpu_kernels *kt = pf_cpu_kernels_active();
+    if (a->read_sigma && kt->read_noise_values && cell0 % 4 == 0) {
+        const pf_read_noise r = {a->seed, a->call, sigma->tab, sigma->uniform, QG, lgs, kt->normal_groups};
+        kt->read_noise_values(&r, (uint64_t)cell0, w, L, a->w_conductance ? a->w_conductance + cell0 : NULL, val);
+        return;
+    }
     if (a->read_sigma) {
         pf_normals(a->seed, PF_STREAM_READ, a->call, (uint64_t)cell0, w, f);
         if (sigma->uniform) {

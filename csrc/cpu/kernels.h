@@ -8,6 +8,19 @@
 #include "cpu/cpu_features.h"
 
 typedef void (*pf_dpe_tile_fn)(const pf_dpe_tile *t);
+typedef void (*pf_normal_groups_fn)(uint64_t seed, uint32_t stream, uint32_t call, uint64_t group0, int64_t ngroups,
+                                    float *out);
+
+/* One call's read noise on programmed cells (dpe_packed.c): sigma by level
+ * for every uint8 level (uniform: one value), Q_G and LGS / Q_G. */
+typedef struct {
+    uint64_t seed;
+    uint32_t call;
+    const float *sigma;
+    int uniform;
+    float qg, lgs;
+    pf_normal_groups_fn normal_groups; /* the active table's generator */
+} pf_read_noise;
 
 typedef struct {
     pf_isa isa;
@@ -18,9 +31,15 @@ typedef struct {
     pf_dpe_tile_fn tile1_exact, tile1_noisy;
     /* 4 * ngroups standard normals of Philox groups group0.. (noise.c), and
      * exp in place; the portable instances call SLEEF's scalar builds */
-    void (*normal_groups)(uint64_t seed, uint32_t stream, uint32_t call, uint64_t group0, int64_t ngroups,
-                          float *out);
+    pf_normal_groups_fn normal_groups;
     void (*exp_inplace)(float *v, int64_t count);
+    /* Noisy values of w cells from cell0 (a multiple of 4) in one pass:
+     * val[p] = base * exp(sigma[L[p]] * z) - lgs, base = G[p] / qg (G given)
+     * or L[p] + lgs, z the read stream's normals; exp on SLEEF for the runs
+     * of 8 from val[0], glibc for the last w % 8 (pf_exp_inplace's split),
+     * so the bits of the portable passes in dpe_packed.c. NULL: those passes. */
+    void (*read_noise_values)(const pf_read_noise *r, uint64_t cell0, int64_t w, const uint8_t *L, const float *G,
+                              float *val);
 } pf_cpu_kernels;
 
 /* The table of the active ISA. */
@@ -34,6 +53,8 @@ void pf_exp_inplace_generic(float *v, int64_t count);
 void pf_normal_groups_avx2(uint64_t seed, uint32_t stream, uint32_t call, uint64_t group0, int64_t ngroups,
                            float *out);
 void pf_exp_inplace_avx2(float *v, int64_t count);
+void pf_read_noise_values_avx2(const pf_read_noise *r, uint64_t cell0, int64_t w, const uint8_t *L, const float *G,
+                               float *val);
 void pf_normal_groups_avx512(uint64_t seed, uint32_t stream, uint32_t call, uint64_t group0, int64_t ngroups,
                              float *out);
 void pf_exp_inplace_avx512(float *v, int64_t count);

@@ -50,3 +50,31 @@ static inline void store_groups8(float *out, __m256 v0, __m256 v1, __m256 v2, __
 #define STORE_GROUPS(out, v0, v1, v2, v3) store_groups8((out), (v0), (v1), (v2), (v3))
 
 #include "cpu/noise_simd.h"
+
+/* The read-noise pass of dpe_packed.c's weight rows, fused (kernels.h), 8
+ * lanes; the AVX-512 table uses it too with its own normal generator (SLEEF's
+ * 8- and 16-wide expf agree lane for lane). */
+void pf_read_noise_values_avx2(const pf_read_noise *r, uint64_t cell0, int64_t w, const uint8_t *L, const float *G,
+                               float *val)
+{
+    _Alignas(32) float z[128];
+    const __m256 lgs = _mm256_set1_ps(r->lgs), qg = _mm256_set1_ps(r->qg), s0 = _mm256_set1_ps(r->sigma[0]);
+    for (int64_t p0 = 0; p0 < w; p0 += 128) {
+        const int64_t m = w - p0 < 128 ? w - p0 : 128;
+        r->normal_groups(r->seed, PF_STREAM_READ, r->call, (cell0 + (uint64_t)p0) / 4, (m + 3) / 4, z);
+        int64_t q = 0;
+        for (; q + 8 <= m; q += 8) {
+            const __m256i li = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(L + p0 + q)));
+            const __m256 s = r->uniform ? s0 : _mm256_i32gather_ps(r->sigma, li, 4);
+            const __m256 e = Sleef_expf8_u10avx2(_mm256_mul_ps(s, _mm256_load_ps(z + q)));
+            const __m256 base = G ? _mm256_div_ps(_mm256_loadu_ps(G + p0 + q), qg)
+                                  : _mm256_add_ps(_mm256_cvtepi32_ps(li), lgs);
+            _mm256_storeu_ps(val + p0 + q, _mm256_sub_ps(_mm256_mul_ps(base, e), lgs));
+        }
+        for (; q < m; q++) { /* the last w % 8 cells: glibc's expf */
+            const float e = expf(r->sigma[L[p0 + q]] * z[q]);
+            const float base = G ? G[p0 + q] / r->qg : (float)L[p0 + q] + r->lgs;
+            val[p0 + q] = base * e - r->lgs;
+        }
+    }
+}

@@ -90,3 +90,23 @@ def test_fused_call_allocates_far_less_than_the_weight_panels():
         assert after["peak_bytes"] - before["current_bytes"] <= panels // 8 + (64 << 10)
         assert after["current_bytes"] - before["current_bytes"] == again.nbytes  # only the output stays
         del first, again
+
+
+@pytest.mark.parametrize("cond", [False, True])
+@pytest.mark.parametrize("sigma", [np.full(4, 0.07, np.float32), np.array([0.1, 0.0, 0.05, 0.2], np.float32)])
+@pytest.mark.parametrize("P", [37, 128, 250])  # rows starting mid Philox group; runs of 8 and a glibc tail
+def test_read_noise_values_give_the_same_bits_on_every_isa(cond, sigma, P):
+    # the AVX2 table's one-pass read-noise kernel (normals, sigma by level, SLEEF exp, the value)
+    # against the portable passes (generic table); the resident-buffer path against the fused one
+    # across ISAs: test_fused_rows_give_the_bits_of_the_same_rows_in_a_large_call
+    xs, xsc, wl, wsc, wc = _case(7 + P, 70, P, cond)
+    packed = _core.dpe_pack(wl, wc, wsc, WG, WW, N_ROWS, 4, 4, [2 ** 12] * len(WW), 1e-5, 1e-7, sigma)
+    outs = {}
+    for isa in available_isas():
+        for rows in (1, 70):
+            sub = _rows(xs, xsc, 0, rows)
+            outs[isa, rows] = at_isa(isa, lambda: np.asarray(
+                _core.dpe_mvm_packed(packed, *_args(*sub, wl, wsc, wc, sigma, call=2))))
+    for (isa, rows), out in outs.items():
+        np.testing.assert_array_equal(out, outs["generic", rows], err_msg=f"{isa} rows={rows}")
+        np.testing.assert_array_equal(out[0, :1], outs["generic", 1][0], err_msg=f"{isa} rows={rows}")

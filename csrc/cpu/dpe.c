@@ -369,6 +369,22 @@ static pf_status plan_init(const pf_dpe_args *a, const pf_dpe_consts *s, mvm_pla
     return PF_OK;
 }
 
+/* Rows g0.. (mr of them, across batch items) of column panel cp between the
+ * output and a tile-shaped buffer: to_out 1 writes tmp out, 0 reads it in. */
+static void straddle_copy(const pf_dpe_args *a, int64_t g0, int64_t mr, int64_t cp, int nr, float *tmp, int to_out)
+{
+    for (int64_t rr = 0; rr < mr; rr++) {
+        const int64_t g = g0 + rr, it = g / a->rows, r = g % a->rows;
+        float *o = a->out + it * a->so_n + r * a->so_r + cp * NR * a->so_p;
+        for (int c = 0; c < nr; c++) {
+            if (to_out)
+                o[c * a->so_p] = tmp[rr * NR + c];
+            else
+                tmp[rr * NR + c] = o[c * a->so_p];
+        }
+    }
+}
+
 /* One micro-tile: packed row panel A (global panel rp) times column panel cp,
  * written into the output (through a small buffer when the panel straddles
  * two batch items). */
@@ -393,20 +409,13 @@ static void run_tile(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pla
         return;
     }
     float tmp[MR * NR];
-    for (int64_t rr = 0; rr < mr_total && accumulate; rr++) {
-        int64_t g = g0 + rr, it = g / a->rows, r = g % a->rows;
-        for (int c2 = 0; c2 < t.nr_valid; c2++)
-            tmp[rr * NR + c2] = a->out[it * a->so_n + r * a->so_r + (cp * NR + c2) * a->so_p];
-    }
+    if (accumulate)
+        straddle_copy(a, g0, mr_total, cp, t.nr_valid, tmp, 0);
     t.out = tmp;
     t.ldr = NR;
     t.ldc = 1;
     tile_fn(&t);
-    for (int64_t rr = 0; rr < mr_total; rr++) {
-        int64_t g = g0 + rr, it = g / a->rows, r = g % a->rows;
-        for (int c2 = 0; c2 < t.nr_valid; c2++)
-            a->out[it * a->so_n + r * a->so_r + (cp * NR + c2) * a->so_p] = tmp[rr * NR + c2];
-    }
+    straddle_copy(a, g0, mr_total, cp, t.nr_valid, tmp, 1);
 }
 
 /* The parallel loop nest over (row block, column chunk) items. */
@@ -462,8 +471,8 @@ static int run_fused(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pla
     const size_t bc_panel = (size_t)(a->sw * s->nk * NR); /* floats of one block of one panel */
     float *Ap = pf_alloc((size_t)p->nrp_total * p->a_panel); /* size checked by plan_init */
     float *As = pf_alloc((size_t)(p->nrp_total * nb * MR) * sizeof(float));
-    pf_dpe_level_sigma sigma;
-    pf_dpe_sigma_by_level(a, &sigma); /* fused_panels > 0: read noise is on */
+    pf_read_noise rn;
+    pf_dpe_read_noise_init(a, &rn);
     int failed = !Ap || !As;
 #pragma omp parallel num_threads(p->nthreads) if (!failed)
     {
@@ -482,7 +491,7 @@ static int run_fused(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pla
             for (int64_t b = 0; b < nb; b++) {
                 if (__atomic_load_n(&failed, __ATOMIC_RELAXED) || pf_cancelled(a->cancel))
                     break; /* cancelled: PF_EINTR from the caller */
-                pf_dpe_pack_w_block(a, s->noise_w, &sigma, s->nk, cp0, cp1, b, Bc, val);
+                pf_dpe_pack_w_block(a, s->noise_w, &rn, s->nk, cp0, cp1, b, Bc, val);
                 for (int64_t cp = cp0; cp < cp1; cp++)
                     for (int64_t rp = 0; rp < p->nrp_total; rp++)
                         run_tile(a, s, p, fns, Ap + rp * a_floats + b * a->sx * s->nk * MR,

@@ -4,6 +4,7 @@
 #define PF_DPE_INTERNAL_H
 
 #include "core/dpe.h"
+#include "cpu/kernels.h"
 
 /* Column scales of every column panel, Bs [ncp][nb][NR] (zeroed by the caller). */
 void pf_dpe_pack_w_scales(const pf_dpe_args *a, int64_t nb, float *Bs);
@@ -12,20 +13,13 @@ void pf_dpe_pack_w_scales(const pf_dpe_args *a, int64_t nb, float *Bs);
  * read noise of call a->call applied when on; noise_w: any conductance noise
  * (programmed conductances or read noise). All threads, one weight row each. */
 pf_status pf_dpe_pack_w_values(const pf_dpe_args *a, int noise_w, int64_t nb, int64_t nk, float *Bp);
-/* read_sigma for every uint8 level (levels past g_level - 1, never stored,
- * read the top one) so the per-cell lookup needs no compare; uniform: one
- * sigma for all levels (read_variation given as a float), a plain multiply. */
-typedef struct {
-    float tab[256];
-    int uniform;
-} pf_dpe_level_sigma;
-void pf_dpe_sigma_by_level(const pf_dpe_args *a, pf_dpe_level_sigma *ls);
+/* The conductance-noise constants of a's weight rows (kernels.h). */
+void pf_dpe_read_noise_init(const pf_dpe_args *a, pf_read_noise *r);
 /* Crossbar block b of column panels [cp0, cp1) only, on the calling thread,
  * into Bc [cp1 - cp0][sw][nk][NR] (rows past K: zeroed by the caller once;
- * columns past P written here, so Bc can be reused). sigma: from
- * pf_dpe_sigma_by_level when read noise is on. val: 2 * (cp1 - cp0) * NR
- * floats of scratch. */
-void pf_dpe_pack_w_block(const pf_dpe_args *a, int noise_w, const pf_dpe_level_sigma *sigma, int64_t nk, int64_t cp0,
+ * columns past P written here, so Bc can be reused). rn: from
+ * pf_dpe_read_noise_init. val: 2 * (cp1 - cp0) * NR floats of scratch. */
+void pf_dpe_pack_w_block(const pf_dpe_args *a, int noise_w, const pf_read_noise *rn, int64_t nk, int64_t cp0,
                          int64_t cp1, int64_t b, float *Bc, float *val);
 
 #endif

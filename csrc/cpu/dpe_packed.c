@@ -24,56 +24,64 @@ void pf_dpe_pack_w_scales(const pf_dpe_args *a, int64_t nb, float *Bs)
     }
 }
 
-void pf_dpe_sigma_by_level(const pf_dpe_args *a, pf_dpe_level_sigma *ls)
+void pf_dpe_read_noise_init(const pf_dpe_args *a, pf_read_noise *r)
 {
+    const pf_cpu_kernels *kt = pf_cpu_kernels_active();
+    const double qg = (a->HGS - a->LGS) / (a->g_level - 1);
+    memset(r, 0, sizeof *r);
+    r->qg = (float)qg;
+    r->lgs = (float)(a->LGS / qg);
+    r->seed = a->seed;
+    r->call = a->call;
+    r->normal_groups = kt->normal_groups;
+    r->values = kt->read_noise_values;
+    if (!a->read_sigma)
+        return;
     const int top = a->g_level - 1;
-    ls->uniform = 1;
+    r->uniform = 1;
     for (int l = 0; l < 256; l++) {
-        ls->tab[l] = a->read_sigma[l < top ? l : top];
-        ls->uniform &= memcmp(&ls->tab[l], &ls->tab[0], sizeof(float)) == 0;
+        r->sigma[l] = a->read_sigma[l < top ? l : top];
+        r->uniform &= memcmp(&r->sigma[l], &r->sigma[0], sizeof(float)) == 0;
     }
 }
 
 /* Columns [c0, c1) of one weight row (slice j, inner row kk = row % K) into
  * val[0..c1-c0): levels, or with noise G_r = G * exp(sigma z) as value
- * (G_r - LGS) / Q_G. f: c1 - c0 floats; sigma: sigma_by_level's table (read
- * noise on). c0 is a multiple of 8, so exp's runs of 8 fall where they fall
- * for the whole row: a column range gives the whole row's bits. */
-static void weight_row(const pf_dpe_args *a, int noise_w, const pf_dpe_level_sigma *sigma, int64_t row, int64_t c0,
+ * (G_r - LGS) / Q_G. f: c1 - c0 floats. c0 is a multiple of 8, so exp's runs
+ * of 8 fall where they fall for the whole row: a column range gives the
+ * whole row's bits. */
+static void weight_row(const pf_dpe_args *a, int noise_w, const pf_read_noise *rn, int64_t row, int64_t c0,
                        int64_t c1, float *val, float *f)
 {
     const int64_t P = a->cols, cell0 = row * P + c0, w = c1 - c0;
     const uint8_t *L = a->w_levels + cell0;
+    const float *G = a->w_conductance ? a->w_conductance + cell0 : NULL;
     if (!noise_w) {
         for (int64_t p = 0; p < w; p++)
             val[p] = (float)L[p];
         return;
     }
-    const float QG = (float)((a->HGS - a->LGS) / (a->g_level - 1));
-    const float lgs = (float)(a->LGS / ((a->HGS - a->LGS) / (a->g_level - 1)));
-    const pf_cpu_kernels *kt = pf_cpu_kernels_active();
-    if (a->read_sigma && kt->read_noise_values && cell0 % 4 == 0) {
-        const pf_read_noise r = {a->seed, a->call, sigma->tab, sigma->uniform, QG, lgs, kt->normal_groups};
-        kt->read_noise_values(&r, (uint64_t)cell0, w, L, a->w_conductance ? a->w_conductance + cell0 : NULL, val);
+    if (a->read_sigma && rn->values && cell0 % 4 == 0) {
+        rn->values(rn, (uint64_t)cell0, w, L, G, val);
         return;
     }
     if (a->read_sigma) {
         pf_normals(a->seed, PF_STREAM_READ, a->call, (uint64_t)cell0, w, f);
-        if (sigma->uniform) {
-            const float s0 = sigma->tab[0];
+        if (rn->uniform) {
+            const float s0 = rn->sigma[0];
             for (int64_t p = 0; p < w; p++)
                 f[p] = s0 * f[p];
         } else {
             for (int64_t p = 0; p < w; p++)
-                f[p] = sigma->tab[L[p]] * f[p];
+                f[p] = rn->sigma[L[p]] * f[p];
         }
         pf_exp_inplace(f, w);
     } else {
         for (int64_t p = 0; p < w; p++)
             f[p] = 1.0f;
     }
-    if (a->w_conductance) {
-        const float *G = a->w_conductance + cell0;
+    const float QG = rn->qg, lgs = rn->lgs;
+    if (G) {
         for (int64_t p = 0; p < w; p++)
             val[p] = (G[p] / QG) * f[p] - lgs;
     } else {
@@ -86,7 +94,7 @@ static void weight_row(const pf_dpe_args *a, int noise_w, const pf_dpe_level_sig
  * Bp (panel cp0 first, `panel` floats apart, crossbar block b0 first); the
  * last panel's columns past P are written as zeros. val: 2 * (cp1 - cp0) * NR
  * floats of scratch. */
-static void pack_w_row(const pf_dpe_args *a, int noise_w, const pf_dpe_level_sigma *sigma, int64_t nk, int64_t cp0,
+static void pack_w_row(const pf_dpe_args *a, int noise_w, const pf_read_noise *rn, int64_t nk, int64_t cp0,
                        int64_t cp1, int64_t b0, int64_t row, size_t panel, float *Bp, float *val)
 {
     const int64_t n = a->n, K = a->inner, P = a->cols, c0 = cp0 * NR, c1 = pf_min64(cp1 * NR, P);
@@ -103,7 +111,7 @@ static void pack_w_row(const pf_dpe_args *a, int noise_w, const pf_dpe_level_sig
                     __builtin_prefetch(a->w_conductance + ahead + g);
         }
     }
-    weight_row(a, noise_w, sigma, row, c0, c1, val, val + (cp1 - cp0) * NR);
+    weight_row(a, noise_w, rn, row, c0, c1, val, val + (cp1 - cp0) * NR);
     float *dst = Bp + (((kk / n - b0) * a->sw + j) * nk + kk % n) * NR;
     for (int64_t cp = cp0; cp < cp1; cp++) {
         int64_t cw = pf_min64(NR, P - cp * NR);
@@ -121,28 +129,27 @@ pf_status pf_dpe_pack_w_values(const pf_dpe_args *a, int noise_w, int64_t nb, in
 #pragma omp parallel num_threads(pf_get_num_threads()) reduction(| : failed)
     {
         float *val = pf_alloc((size_t)ncp * NR * 2 * sizeof(float));
-        pf_dpe_level_sigma sigma;
+        pf_read_noise rn;
+        pf_dpe_read_noise_init(a, &rn);
         if (!val)
             failed = 1;
-        else if (noise_w && a->read_sigma)
-            pf_dpe_sigma_by_level(a, &sigma);
 #pragma omp for schedule(static)
         for (int64_t row = 0; row < a->sw * a->inner; row++)
             if (!failed && !pf_cancelled(a->cancel))
-                pack_w_row(a, noise_w, &sigma, nk, 0, ncp, 0, row, panel, Bp, val);
+                pack_w_row(a, noise_w, &rn, nk, 0, ncp, 0, row, panel, Bp, val);
         pf_free(val);
     }
     return failed ? PF_ENOMEM : PF_OK;
 }
 
-void pf_dpe_pack_w_block(const pf_dpe_args *a, int noise_w, const pf_dpe_level_sigma *sigma, int64_t nk, int64_t cp0,
+void pf_dpe_pack_w_block(const pf_dpe_args *a, int noise_w, const pf_read_noise *rn, int64_t nk, int64_t cp0,
                          int64_t cp1, int64_t b, float *Bc, float *val)
 {
     const size_t panel = (size_t)(a->sw * nk * NR);
     const int64_t K = a->inner, k0 = b * a->n, k1 = pf_min64(k0 + a->n, K);
     for (int64_t j = 0; j < a->sw; j++) {
         for (int64_t kk = k0; kk < k1; kk++)
-            pack_w_row(a, noise_w, sigma, nk, cp0, cp1, b, j * K + kk, panel, Bc, val);
+            pack_w_row(a, noise_w, rn, nk, cp0, cp1, b, j * K + kk, panel, Bc, val);
         for (int64_t cp = cp0; cp < cp1 && k1 - k0 < nk; cp++) /* a short last block: rows past K */
             memset(Bc + (cp - cp0) * panel + (j * nk + (k1 - k0)) * NR, 0,
                    (size_t)(nk - (k1 - k0)) * NR * sizeof(float));

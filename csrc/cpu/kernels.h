@@ -11,16 +11,21 @@ typedef void (*pf_dpe_tile_fn)(const pf_dpe_tile *t);
 typedef void (*pf_normal_groups_fn)(uint64_t seed, uint32_t stream, uint32_t call, uint64_t group0, int64_t ngroups,
                                     float *out);
 
-/* One call's read noise on programmed cells (dpe_packed.c): sigma by level
- * for every uint8 level (uniform: one value), Q_G and LGS / Q_G. */
-typedef struct {
+/* A product's conductance-noise constants for its weight rows
+ * (dpe_packed.c: pf_dpe_read_noise_init, once per call and thread): Q_G and
+ * LGS / Q_G, and with read noise on the call's key, read_sigma for every
+ * uint8 level (levels past g_level - 1, never stored, read the top one: the
+ * per-cell lookup needs no compare) and whether it is one value. */
+typedef struct pf_read_noise pf_read_noise;
+struct pf_read_noise {
+    float qg, lgs;
     uint64_t seed;
     uint32_t call;
-    const float *sigma;
+    float sigma[256];
     int uniform;
-    float qg, lgs;
-    pf_normal_groups_fn normal_groups; /* the active table's generator */
-} pf_read_noise;
+    pf_normal_groups_fn normal_groups; /* the active table's generator and fused pass (NULL: none) */
+    void (*values)(const pf_read_noise *r, uint64_t cell0, int64_t w, const uint8_t *L, const float *G, float *val);
+};
 
 typedef struct {
     pf_isa isa;

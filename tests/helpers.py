@@ -23,6 +23,26 @@ NPLAT, CL_DEVICES = _core.cl_devices()
 HAVE_CL = NPLAT > 0
 NO_CL_REASON = "no OpenCL platform: the OpenCL ICD loader reports none (install pocl-opencl-icd to run these tests)"
 needs_cl = pytest.mark.skipif(not HAVE_CL, reason=NO_CL_REASON)
+# the package under test (the sanitized build's copy under `make sanitize`), for child interpreters
+PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(pyfastpim.__file__)))
+CHILD_TIMEOUT = 300  # generous: a loaded machine under the sanitizers; a hang is forever
+
+
+def run_script(body, what="the script"):
+    """stdout of `body` (dedented) run in a fresh interpreter that imports the package under test;
+    fails the test on a hang (CHILD_TIMEOUT) or a non-zero exit."""
+    import subprocess
+    import sys
+    import textwrap
+    script = "import sys; sys.path.insert(0, %r)\n" % PKG_ROOT + textwrap.dedent(body)
+    try:
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail("%s hung (no answer in %d s)" % (what, CHILD_TIMEOUT))
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
 # the CPU draws noise with its SIMD (SLEEF) path: OpenCL computes the same bits
 SIMD_NOISE = pyfastpim.cpu_isa()[0] in ("avx2", "avx512")
 
@@ -61,6 +81,12 @@ def make_case(rng, N, R, K, P, n, xw, ww, xg, wg, g_level):
     xsc = rng.random((N, -(-R // xg[0]), -(-K // xg[1]))).astype(np.float32)
     wsc = rng.random((-(-K // wg[0]), -(-P // wg[1]))).astype(np.float32)
     return xs, xsc, wl, wsc
+
+
+def written_conductance(rng, wl, g_level, sigma=0.05):
+    """Programmed conductances of levels wl with write variation sigma (float32), as a chip stores them."""
+    g = (wl * ((HGS - LGS) / (g_level - 1)) + LGS) * np.exp(sigma * rng.standard_normal(wl.shape))
+    return g.astype(np.float32)
 
 
 def mvm_args(xs, xsc, xg, xw, wl, wsc, wg, ww, n, rdac, g_level, radc, sigma=None, vnoise=0.0, seed=1, call=0,

@@ -5,19 +5,16 @@ fork) and never hang; a forked child refuses OpenCL with a RuntimeError naming t
 Every child runs under a timeout: a hang fails the test instead of blocking the suite."""
 import multiprocessing as mp
 import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 
 import pyfastpim
 from pyfastpim import DPETensor, dpe_matmul
+from helpers import CHILD_TIMEOUT, run_script
 
 NPLAT = pyfastpim._core.cl_devices()[0]
-TIMEOUT = 300  # generous: a loaded machine under the sanitizers; a hang is forever
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(pyfastpim.__file__)))
+TIMEOUT = CHILD_TIMEOUT
 
 
 def _inputs():
@@ -115,17 +112,6 @@ def test_fork_child_refuses_the_parents_opencl_context_with_a_clear_error():
     assert msgs[2] > 0
 
 
-def _run_script(body):
-    """Run a script in a fresh interpreter (its own fork tree), failing on a hang or error."""
-    script = "import sys; sys.path.insert(0, %r)\n" % ROOT + textwrap.dedent(body)
-    try:
-        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        pytest.fail("the DataLoader script hung (no answer in %d s)" % TIMEOUT)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r.stdout
-
-
 DATALOADER = """
 import numpy as np, torch, pyfastpim
 from pyfastpim.nn import LinearMem
@@ -158,12 +144,12 @@ else:
 
 def test_dataloader_fork_workers_run_cpu_layers():
     pytest.importorskip("torch")
-    out = _run_script(DATALOADER % {"device": "cpu", "timeout": TIMEOUT - 60})
+    out = run_script(DATALOADER % {"device": "cpu", "timeout": TIMEOUT - 60}, "the DataLoader script")
     assert "EQUAL" in out, out
 
 
 @pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform")
 def test_dataloader_fork_workers_with_an_opencl_layer_raise_instead_of_hanging():
     pytest.importorskip("torch")
-    out = _run_script(DATALOADER % {"device": "opencl", "timeout": TIMEOUT - 60})
+    out = run_script(DATALOADER % {"device": "opencl", "timeout": TIMEOUT - 60}, "the DataLoader script")
     assert "ERROR" in out and "forked" in out and "spawn" in out, out

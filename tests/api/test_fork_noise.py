@@ -13,26 +13,16 @@ import os
 import pickle
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
 
 import pyfastpim
 from pyfastpim import DPETensor, dpe_matmul
+from helpers import CHILD_TIMEOUT, PKG_ROOT, run_script
 
-TIMEOUT = 300  # generous: a loaded machine under the sanitizers; a hang is forever
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(pyfastpim.__file__)))
-
-
-def _run_script(body):
-    script = "import sys; sys.path.insert(0, %r)\n" % ROOT + textwrap.dedent(body)
-    try:
-        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        pytest.fail("the DataLoader script hung (no answer in %d s)" % TIMEOUT)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return json.loads(r.stdout.strip().splitlines()[-1])
+TIMEOUT = CHILD_TIMEOUT
+ROOT = PKG_ROOT
 
 
 WORKERS = """
@@ -91,11 +81,15 @@ print(json.dumps(res))
 """
 
 
+def _run_dataloader(body):
+    return json.loads(run_script(body, "the DataLoader script").strip().splitlines()[-1])
+
+
 @pytest.fixture(scope="module")
 def runs():
     pytest.importorskip("torch")
     body = WORKERS % {"timeout": TIMEOUT - 60}
-    return _run_script(body), _run_script(body)
+    return _run_dataloader(body), _run_dataloader(body)
 
 
 def _check_epoch(items, res):

@@ -15,7 +15,7 @@ import pytest
 
 import pyfastpim
 from pyfastpim import _core
-from helpers import SAN, at_isa, available_isas, make_case, mvm_args, rel
+from helpers import SAN, at_isa, available_isas, make_case, mvm_args, rel, written_conductance
 
 XW, WW, N_ROWS, K = (1, 1, 2), (1, 1, 2), 32, 80
 XG, WG = (1, N_ROWS), (N_ROWS, 8)
@@ -27,9 +27,7 @@ BIG_ROWS = (4 << 20) // (-(-K // N_ROWS) * N_ROWS * len(XW) * 4) + 64
 def _case(seed, R, P, cond):
     rng = np.random.default_rng(seed)
     xs, xsc, wl, wsc = make_case(rng, 1, R, K, P, N_ROWS, XW, WW, XG, WG, 4)
-    wc = None
-    if cond:  # programmed conductances with write variation (read noise multiplies them)
-        wc = ((wl * ((1e-5 - 1e-7) / 3) + 1e-7) * np.exp(0.05 * rng.standard_normal(wl.shape))).astype(np.float32)
+    wc = written_conductance(rng, wl, 4) if cond else None  # read noise multiplies programmed conductances
     return xs, xsc, wl, wsc, wc
 
 

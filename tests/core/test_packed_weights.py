@@ -14,27 +14,16 @@ import pytest
 
 import pyfastpim
 from pyfastpim import DPETensor, SlicedData, _core
-from reference.dpe_ref import conductance_levels, mvm_exact, slice_constants
-
-HGS, LGS = 1e-5, 1e-7
-ISAS = ("generic", "avx2", "avx512")  # capped to what the CPU has
+from helpers import HGS, ISAS, LGS, make_case, written_conductance
+from reference.dpe_ref import mvm_exact
 
 
 def case(seed, N, R, K, P, n, xw=(1, 1, 2), ww=(1, 1, 2), xg=None, wg=None, g_level=4, cond=False):
     rng = np.random.default_rng(seed)
     xg = xg or (1, n)
     wg = wg or (n, 8)
-    mx, _ = slice_constants(xw)
-    mw, _ = slice_constants(ww)
-    xs = np.stack([rng.integers(0, m + 1, (N, R, K)) for m in mx]).astype(np.uint8)
-    wsl = np.stack([rng.integers(0, m + 1, (K, P)) for m in mw])
-    wl = np.stack([conductance_levels(wsl[j], mw[j], g_level) for j in range(len(mw))]).astype(np.uint8)
-    xsc = rng.random((N, -(-R // xg[0]), -(-K // xg[1]))).astype(np.float32)
-    wsc = rng.random((-(-K // wg[0]), -(-P // wg[1]))).astype(np.float32)
-    g = None
-    if cond:  # programmed conductances with write variation
-        g = ((wl * ((HGS - LGS) / (g_level - 1)) + LGS) * np.exp(0.05 * rng.standard_normal(wl.shape)))
-        g = g.astype(np.float32)
+    xs, xsc, wl, wsc = make_case(rng, N, R, K, P, n, xw, ww, xg, wg, g_level)
+    g = written_conductance(rng, wl, g_level) if cond else None  # programmed, with write variation
     return dict(xs=xs, xsc=xsc, xg=xg, xw=xw, wl=wl, wc=g, wsc=wsc, wg=wg, ww=ww, n=n, g_level=g_level)
 
 

@@ -11,7 +11,8 @@
  * at run time.
  *
  * Bit-identical noise. The CPU path (noise_avx2.c) evaluates log and sin/cos
- * with SLEEF 3.5's AVX2 functions (logf_u35, sincosf_u35), sqrt with the
+ * with SLEEF 3.5's AVX2 algorithms (logf_u35, sincosf_u35; inline there too,
+ * cpu/sleef_fma8.h), sqrt with the
  * correctly rounded instruction and exp with expf_u10. The device's builtins
  * differ from those by an ulp here and there, which flips an ADC code now and
  * then (a norm-wise relative difference of ~1e-5 at 12-bit ADCs, more at

@@ -183,9 +183,14 @@ void pf_dpe_consts_free(pf_dpe_consts *c);
  *                        values; a call does no weight work at all.
  *   PF_DPE_PACKED_NOISY  read noise on: only the column scales are final; B is
  *                        a resident work buffer (padding zeroed once) that each
- *                        call refills with its noisy values, at the same Philox
- *                        indices as the per-call path. A second concurrent
- *                        call on the same object packs into its own buffer. */
+ *                        call of the blocked path refills with its noisy
+ *                        values, at the same Philox indices as the per-call
+ *                        path. It is allocated by the first call that needs
+ *                        it: small batches draw their noise beside the tiles
+ *                        (cpu/dpe.c run_fused) and never do, so B stays NULL
+ *                        for a layer only ever run at small batches. A second
+ *                        concurrent call on the same object packs into its
+ *                        own buffer. */
 typedef enum {
     PF_DPE_PACKED_READY = 0,
     PF_DPE_PACKED_NOISY = 1,
@@ -199,13 +204,16 @@ typedef struct pf_dpe_packed {
     double HGS, LGS;
     int64_t nb, nk, ncp;     /* inner blocks, rows per block, column panels */
     size_t b_panel;          /* floats per column panel of B */
-    float *B;                /* [ncp][nb][sw][nk][NR] conductance values (see above) */
+    float *B;                /* [ncp][nb][sw][nk][NR] conductance values (see above); NULL for
+                                PF_DPE_PACKED_NOISY until a call needs it */
+    size_t b_bytes;          /* bytes of B */
     float *Bs;               /* [ncp][nb][NR] column scales */
     int8_t *iB;              /* PF_DPE_PACKED_READY without programmed conductances: the exact integer
                                 path's panels (levels as int8, cpu/dpe_int.c), so its calls do no
                                 weight work either; NULL otherwise */
     float *iBs;              /* their column scales */
-    size_t bytes;            /* resident bytes (this struct, B, Bs, iB and iBs) */
+    size_t bytes;            /* resident bytes (this struct, B, Bs, iB and iBs); grows when a
+                                noisy call allocates B: read it with __atomic_load_n */
     int busy;                /* PF_DPE_PACKED_NOISY: B in use by a call (atomic builtins) */
 } pf_dpe_packed;
 

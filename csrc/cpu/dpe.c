@@ -319,7 +319,12 @@ static pf_status weights_acquire(const pf_dpe_args *a, const pf_dpe_consts *s, i
             return PF_OK;
         }
         if (!__atomic_exchange_n(&pk->busy, 1, __ATOMIC_ACQUIRE)) {
-            v->held = pk;
+            v->held = pk; /* B is ours until weights_release: allocate it here on first use */
+            if (!pk->B) {
+                if (!(pk->B = pf_calloc(pk->b_bytes, 1)))
+                    return PF_ENOMEM;
+                __atomic_add_fetch(&pk->bytes, pk->b_bytes, __ATOMIC_RELAXED);
+            }
             v->B = pk->B;
             return pf_dpe_pack_w_values(a, s->noise_w, s->nb, s->nk, pk->B);
         }

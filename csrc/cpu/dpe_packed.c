@@ -182,20 +182,20 @@ pf_status pf_dpe_pack(const pf_dpe_args *a, pf_dpe_packed **out)
     p->HGS = a->HGS, p->LGS = a->LGS;
     pf_dpe_blocks(a, &p->nb, &p->nk);
     p->ncp = pf_ceil_div(a->cols, NR);
-    size_t b_bytes, s_bytes;
+    size_t s_bytes;
     if (pf_mul_size((size_t)p->nb * (size_t)a->sw, (size_t)p->nk * NR, &p->b_panel) ||
-        pf_mul_size(p->b_panel, (size_t)p->ncp * sizeof(float), &b_bytes) ||
+        pf_mul_size(p->b_panel, (size_t)p->ncp * sizeof(float), &p->b_bytes) ||
         pf_mul_size((size_t)p->ncp * (size_t)p->nb, NR * sizeof(float), &s_bytes)) {
         pf_dpe_packed_free(p);
         return PF_EOVERFLOW;
     }
-    p->B = pf_calloc(b_bytes ? b_bytes : 1, 1);
+    p->b_bytes = p->b_bytes ? p->b_bytes : 1; /* as pf_alloc counts it */
     p->Bs = pf_calloc(s_bytes ? s_bytes : 1, 1);
-    if (!p->B || !p->Bs) {
+    if (!p->Bs || (p->kind == PF_DPE_PACKED_READY && !(p->B = pf_calloc(p->b_bytes, 1)))) {
         pf_dpe_packed_free(p);
         return PF_ENOMEM;
     }
-    p->bytes = sizeof *p + (b_bytes ? b_bytes : 1) + (s_bytes ? s_bytes : 1); /* as pf_alloc counts them */
+    p->bytes = sizeof *p + (s_bytes ? s_bytes : 1) + (p->B ? p->b_bytes : 0);
     pf_dpe_pack_w_scales(a, p->nb, p->Bs);
     if (p->kind == PF_DPE_PACKED_READY) {
         /* the values of every call: no read noise (an all-zero sigma draws exp(0) = 1) */

@@ -60,6 +60,9 @@ void pf_normal_groups_avx2(uint64_t seed, uint32_t stream, uint32_t call, uint64
 void pf_exp_inplace_avx2(float *v, int64_t count);
 void pf_read_noise_values_avx2(const pf_read_noise *r, uint64_t cell0, int64_t w, const uint8_t *L, const float *G,
                                float *val);
+/* Test hook: counts[0..2] = lanes where the inline log, sincos and exp of
+ * sleef_fma8.h differ from libsleef's (noise_avx2.c). AVX2 + FMA CPUs only. */
+void pf_sleef_fma8_mismatches_avx2(int64_t counts[3]);
 void pf_normal_groups_avx512(uint64_t seed, uint32_t stream, uint32_t call, uint64_t group0, int64_t ngroups,
                              float *out);
 void pf_exp_inplace_avx512(float *v, int64_t count);

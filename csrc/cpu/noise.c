@@ -1,7 +1,8 @@
 /* Bulk device noise on the CPU (noise.h). Every ISA computes the same bits:
  * the SIMD paths (noise_simd.h: noise_avx2.c, noise_avx512.c, chosen through
  * the kernel table, kernels.h) evaluate log and sin/cos with SLEEF's FMA vector
- * functions (logf_u35, sincosf_u35), sqrt with the correctly rounded
+ * algorithms (logf_u35, sincosf_u35: libsleef's AVX-512 functions, the AVX2
+ * ones inline, cpu/sleef_fma8.h), sqrt with the correctly rounded
  * instruction and exp with expf_u10 on runs of 8 (glibc's expf on a row's tail); the portable path below calls SLEEF's scalar builds of
  * the same algorithms (Sleef_*f1_*purecfma: the same FMA polynomials and
  * operation order, so lane for lane the same results) in the same places, and

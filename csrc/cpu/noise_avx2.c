@@ -1,8 +1,11 @@
 /* AVX2 + FMA instance of the normal generator and exp (noise_simd.h): 8
- * Philox groups per block. Only called through the AVX2 kernel table. */
+ * Philox groups per block, SLEEF's algorithms inline (sleef_fma8.h). Only
+ * called through the AVX2 kernel table. */
 #pragma GCC target("avx2,fma")
 #include <immintrin.h>
 #include <sleef.h>
+
+#include "cpu/sleef_fma8.h"
 
 #define PF_NORMALS_FN pf_normal_groups_avx2
 #define PF_EXP_FN pf_exp_inplace_avx2
@@ -15,7 +18,7 @@
 #define I_LANES() _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)
 #define I_MUL_EVEN(a, b) _mm256_mul_epu32((a), (b))
 #define I_SRL64(a, n) _mm256_srli_epi64((a), (n))
-#define I_SLL64(a, n) _mm256_slli_epi64((a), (n))
+#define I_MULLO(a, b) _mm256_mullo_epi32((a), (b))
 #define I_SRL32(a, n) _mm256_srli_epi32((a), (n))
 #define I_BLEND_ODD(a, b) _mm256_blend_epi32((a), (b), 0xAA)
 #define I_CARRY(hi, lo, base)                                                                                        \
@@ -29,12 +32,21 @@
 #define F_STORE(p, v) _mm256_store_ps((p), (v))
 #define F_LOADU(p) _mm256_loadu_ps(p)
 #define F_STOREU(p, v) _mm256_storeu_ps((p), (v))
-#define S_LOG(v) Sleef_logf8_u35avx2(v)
-#define S_SINCOS(v) Sleef_sincosf8_u35avx2(v)
-#define S_SINCOS_T Sleef___m256_2
-#define S_EXP(v) Sleef_expf8_u10avx2(v)
+#define S_LOG(v) pf_logf8_positive(v)
+#define S_SINCOS(v) sincos8(v)
+#define S_SINCOS_T sincos8_t
+#define S_EXP(v) pf_expf8(v)
 #define EXP_W 8
-#define EXP8(p) _mm256_storeu_ps((p), Sleef_expf8_u10avx2(_mm256_loadu_ps(p)))
+#define EXP8(p) _mm256_storeu_ps((p), pf_expf8(_mm256_loadu_ps(p)))
+typedef struct {
+    __m256 x, y; /* sin, cos (SLEEF's order) */
+} sincos8_t;
+static inline sincos8_t sincos8(__m256 d)
+{
+    sincos8_t r;
+    pf_sincosf8_small(d, &r.x, &r.y);
+    return r;
+}
 /* 4 x 8 transpose: groups (v0[g], v1[g], v2[g], v3[g]) in order */
 static inline void store_groups8(float *out, __m256 v0, __m256 v1, __m256 v2, __m256 v3)
 {
@@ -66,7 +78,7 @@ void pf_read_noise_values_avx2(const pf_read_noise *r, uint64_t cell0, int64_t w
         for (; q + 8 <= m; q += 8) {
             const __m256i li = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(L + p0 + q)));
             const __m256 s = r->uniform ? s0 : _mm256_i32gather_ps(r->sigma, li, 4);
-            const __m256 e = Sleef_expf8_u10avx2(_mm256_mul_ps(s, _mm256_load_ps(z + q)));
+            const __m256 e = pf_expf8(_mm256_mul_ps(s, _mm256_load_ps(z + q)));
             const __m256 base = G ? _mm256_div_ps(_mm256_loadu_ps(G + p0 + q), qg)
                                   : _mm256_add_ps(_mm256_cvtepi32_ps(li), lgs);
             _mm256_storeu_ps(val + p0 + q, _mm256_sub_ps(_mm256_mul_ps(base, e), lgs));
@@ -76,5 +88,39 @@ void pf_read_noise_values_avx2(const pf_read_noise *r, uint64_t cell0, int64_t w
             const float base = G ? G[p0 + q] / r->qg : (float)L[p0 + q] + r->lgs;
             val[p0 + q] = base * e - r->lgs;
         }
+    }
+}
+
+/* Test hook (_core._sleef_fma8_mismatches): lanes where sleef_fma8.h differs
+ * from libsleef's AVX2 functions, bit for bit. log and sincos over every
+ * argument the generator can produce (u01 of each 24-bit word, 2 pi times
+ * it); exp over every 61st float bit pattern of both signs, which crosses
+ * every binade, subnormals, the cut-offs, infinities and NaNs. */
+void pf_sleef_fma8_mismatches_avx2(int64_t counts[3])
+{
+    counts[0] = counts[1] = counts[2] = 0;
+    const __m256i lanes = I_LANES();
+    for (uint32_t w = 0; w < (1u << 24); w += 8) {
+        const __m256i words = _mm256_slli_epi32(_mm256_add_epi32(_mm256_set1_epi32((int)w), lanes), 8);
+        const __m256 u = u01(words), angle = _mm256_mul_ps(_mm256_set1_ps(6.283185307179586f), u);
+        const __m256 log_ref = Sleef_logf8_u35avx2(u), log_ours = pf_logf8_positive(u);
+        const Sleef___m256_2 sc_ref = Sleef_sincosf8_u35avx2(angle);
+        const sincos8_t sc_ours = sincos8(angle);
+        counts[0] += __builtin_popcount((unsigned)_mm256_movemask_epi8(
+                         _mm256_cmpeq_epi32(_mm256_castps_si256(log_ref), _mm256_castps_si256(log_ours))) ^
+                     0xffffffffu) / 4;
+        const __m256i same_sin = _mm256_cmpeq_epi32(_mm256_castps_si256(sc_ref.x), _mm256_castps_si256(sc_ours.x));
+        const __m256i same_cos = _mm256_cmpeq_epi32(_mm256_castps_si256(sc_ref.y), _mm256_castps_si256(sc_ours.y));
+        counts[1] += __builtin_popcount((unsigned)_mm256_movemask_epi8(_mm256_and_si256(same_sin, same_cos)) ^
+                                        0xffffffffu) / 4;
+    }
+    const __m256i step = _mm256_mullo_epi32(lanes, _mm256_set1_epi32(61));
+    for (uint64_t b = 0; b < (1ull << 32); b += 8 * 61) {
+        const __m256 d = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)b), step));
+        const __m256 ref = Sleef_expf8_u10avx2(d), ours = pf_expf8(d);
+        counts[2] += __builtin_popcount(
+                         (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi32(_mm256_castps_si256(ref),
+                                                                           _mm256_castps_si256(ours))) ^
+                         0xffffffffu) / 4;
     }
 }

@@ -18,7 +18,7 @@
 #define I_LANES() _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)
 #define I_MUL_EVEN(a, b) _mm512_mul_epu32((a), (b))
 #define I_SRL64(a, n) _mm512_srli_epi64((a), (n))
-#define I_SLL64(a, n) _mm512_slli_epi64((a), (n))
+#define I_MULLO(a, b) _mm512_mullo_epi32((a), (b))
 #define I_SRL32(a, n) _mm512_srli_epi32((a), (n))
 #define I_BLEND_ODD(a, b) _mm512_mask_blend_epi32((__mmask16)0xAAAA, (a), (b))
 #define I_CARRY(hi, lo, base)                                                                                        \

@@ -23,7 +23,7 @@ static void packed_dealloc(PyObject *self)
 static PyObject *packed_nbytes(PyObject *self, void *closure)
 {
     (void)closure;
-    return PyLong_FromSize_t(((PackedWeights *)self)->p->bytes);
+    return PyLong_FromSize_t(__atomic_load_n(&((PackedWeights *)self)->p->bytes, __ATOMIC_RELAXED));
 }
 
 static PyObject *packed_kind(PyObject *self, void *closure)
@@ -37,11 +37,12 @@ static PyObject *packed_repr(PyObject *self)
     const pf_dpe_packed *p = ((PackedWeights *)self)->p;
     return PyUnicode_FromFormat("<pyfastpim PackedWeights %s, %d slices x %lld x %lld, %zu bytes>",
                                 p->kind == PF_DPE_PACKED_READY ? "ready" : "noisy", p->sw, (long long)p->inner,
-                                (long long)p->cols, p->bytes);
+                                (long long)p->cols, __atomic_load_n(&p->bytes, __ATOMIC_RELAXED));
 }
 
 static PyGetSetDef packed_getset[] = {
-    {"nbytes", packed_nbytes, NULL, "resident bytes of the packed panels and scales", NULL},
+    {"nbytes", packed_nbytes, NULL, "resident bytes of the packed panels and scales (a 'noisy' pack grows by its "
+     "work buffer at the first product whose batch is too large to draw the noise beside the tiles)", NULL},
     {"kind", packed_kind, NULL, "'ready' (no read noise: no per-call weight work) or 'noisy' (read noise refilled "
      "per call into the resident buffer)", NULL},
     {NULL, NULL, NULL, NULL, NULL},

@@ -5,6 +5,7 @@
 #include "opencl/cl_loader.h"
 #include "cpu/cpu_features.h"
 #include "cpu/dpe_int.h"
+#include "cpu/kernels.h"
 #include "core/memory.h"
 #include "core/pf_common.h"
 #include "cpu/threads.h"
@@ -108,6 +109,19 @@ static PyObject *py_cpu_tier(PyObject *self, PyObject *noargs)
     return Py_BuildValue("(ss)", pf_tier_name(pf_active_tier()), pf_tier_name(pf_detected_tier()));
 }
 
+static PyObject *py_sleef_fma8_mismatches(PyObject *self, PyObject *noargs)
+{
+    PF_UNUSED(self);
+    PF_UNUSED(noargs);
+    if (pf_detected_isa() < PF_ISA_AVX2)
+        Py_RETURN_NONE;
+    int64_t counts[3];
+    Py_BEGIN_ALLOW_THREADS
+    pf_sleef_fma8_mismatches_avx2(counts);
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(LLL)", (long long)counts[0], (long long)counts[1], (long long)counts[2]);
+}
+
 static PyObject *py_dpe_int_path(PyObject *self, PyObject *args)
 {
     PF_UNUSED(self);
@@ -149,6 +163,9 @@ static PyMethodDef core_methods[] = {
      "Cap the SIMD tier ('generic', 'avx2', 'avxvnni', 'avx512', 'avx512vnni'); returns the active base ISA."},
     {"cpu_tier", py_cpu_tier, METH_NOARGS,
      "(active, detected) tier: 'generic', 'avx2', 'avxvnni', 'avx512' or 'avx512vnni' (VNNI bits included)."},
+    {"_sleef_fma8_mismatches", py_sleef_fma8_mismatches, METH_NOARGS,
+     "Test hook: (log, sincos, exp) lanes where the AVX2 generator's inline SLEEF algorithms differ from "
+     "libsleef's; None without AVX2."},
     {"dpe_int_path", py_dpe_int_path, METH_VARARGS,
      "dpe_int_path([enabled])\n--\n\nSwitch the exact integer path of noise-free products on or off (process-wide); "
      "returns {'enabled', 'calls' (calls that took it), 'kernel' (the integer kernel's tier)}."},

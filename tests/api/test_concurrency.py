@@ -83,6 +83,36 @@ def test_concurrent_products_draw_the_noise_of_distinct_serial_calls(device):
     assert as_set(got) == as_set(serial)
 
 
+def test_concurrent_large_batch_products_share_one_lazily_allocated_noise_buffer():
+    """A noisy pack allocates its resident work buffer at the first product too large to draw the
+    noise beside the tiles. Concurrent first products on a pack never run: one of them allocates
+    it (once), the others pack into their own buffers; outputs are those of serial calls."""
+    rng = np.random.default_rng(4)
+    # 5600 rows x 64 padded columns x 3 input slices of float32: over the 4 MiB of packed inputs up
+    # to which read noise is drawn beside the tiles (csrc/cpu/dpe.c PF_DPE_FUSED_A_BYTES)
+    x = rng.standard_normal((5600, 40)).astype(np.float32)
+    w = rng.standard_normal((40, 12)).astype(np.float32)
+    n = 4
+
+    def sliced(engine):
+        xs = SlicedData((1, 1, 2), is_weight=False, paral_size=(1, 32), quant_gran=(1, 32))
+        xs.slice_data_imp(engine, x)
+        ws = SlicedData((1, 1, 2), is_weight=True, paral_size=(32, 8), quant_gran=(32, 8))
+        ws.slice_data_imp(engine, w)
+        return xs, ws
+
+    serial_eng = noisy_engine("cpu")
+    xs, ws = sliced(serial_eng)
+    serial = [serial_eng.MapReduceDot(xs, ws) for _ in range(n)]
+    one_buffer = ws._packed[2].nbytes
+    assert one_buffer >= 3 * 40 * 12 * 4  # the work buffer: a float per weight cell and slice at least
+    eng = noisy_engine("cpu")
+    xs, ws = sliced(eng)
+    got = run_threads(lambda i: eng.MapReduceDot(xs, ws), n)
+    assert as_set(got) == as_set(serial)
+    assert ws._packed[2].nbytes == one_buffer  # allocated by one call only
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_concurrent_fused_linear_and_conv_calls_equal_serial_calls(device):
     rng = np.random.default_rng(1)

@@ -29,6 +29,7 @@ from helpers import NPLAT, engine_args, engine_case
 
 SAN = os.environ.get("PYFASTPIM_SANITIZED") == "1"
 from helpers import ROOT  # noqa: E402  (the checkout)
+TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # product_case.py, for children
 JOIN_S = 300  # generous: a hung thread fails the test instead of hanging the run
 
 
@@ -476,19 +477,8 @@ def _cpu_by_thread():
 
 
 def _product_case():
-    from pyfastpim import DPETensor, SlicedData
-    rng = np.random.default_rng(8)
-    R, K, P = (64, 512, 512) if SAN else (256, 1024, 1024)
-    x = rng.standard_normal((R, K)).astype(np.float32)
-    w = rng.standard_normal((K, P)).astype(np.float32)
-    eng = DPETensor(g_level=4, rdac=4, radc=2 ** 12, read_variation=0.0, vnoise=0.0, write_variation=0.0,
-                    rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
-    S = (1, 1, 2, 2)
-    ws = SlicedData(S, is_weight=True, paral_size=(32, 32), quant_gran=(32, 32), inference=True)
-    ws.slice_data_imp(eng, w)
-    xs = SlicedData(S, paral_size=(1, 32), quant_gran=(1, 32), inference=True)
-    xs.slice_data_imp(eng, x)
-    return lambda: eng(xs, ws)
+    from product_case import noise_free_product
+    return noise_free_product(*((64, 512, 512) if SAN else (256, 1024, 1024)), seed=8)
 
 
 def _threads_that_worked(fn, min_ticks=30):
@@ -584,9 +574,7 @@ def test_default_count_ignores_torch_and_follows_omp_num_threads(omp, want):
 CPU_RATIO_CHILD = r"""
 import json, os, sys, time
 import torch  # first, as a notebook would: Debian's torch calls omp_set_num_threads
-import numpy as np
 import pyfastpim
-from pyfastpim import DPETensor, SlicedData
 def cpu_by_thread():
     out = {}
     for tid in os.listdir("/proc/self/task"):
@@ -596,24 +584,16 @@ def cpu_by_thread():
         except (OSError, IndexError, ValueError):
             pass
     return out
-rng = np.random.default_rng(0)
-R, K, P = [int(v) for v in sys.argv[1:4]]
-x = rng.standard_normal((R, K)).astype(np.float32)
-w = rng.standard_normal((K, P)).astype(np.float32)
-eng = DPETensor(g_level=4, rdac=4, radc=2 ** 12, read_variation=0.0, vnoise=0.0, write_variation=0.0,
-                rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
-S = (1, 1, 2, 2)
-ws = SlicedData(S, is_weight=True, paral_size=(32, 32), quant_gran=(32, 32), inference=True)
-ws.slice_data_imp(eng, w)
-xs = SlicedData(S, paral_size=(1, 32), quant_gran=(1, 32), inference=True)
-xs.slice_data_imp(eng, x)
-eng(xs, ws)
+sys.path.insert(0, sys.argv[5])
+from product_case import noise_free_product
+product = noise_free_product(*[int(v) for v in sys.argv[1:4]], seed=0)
+product()
 before = cpu_by_thread()
 best = 0.0
 for _ in range(int(sys.argv[4])):
     w0, c0 = time.perf_counter(), time.process_time()
     for _ in range(3):
-        eng(xs, ws)
+        product()
     best = max(best, (time.process_time() - c0) / (time.perf_counter() - w0))
 after = cpu_by_thread()
 delta = [after[t] - before.get(t, 0) for t in after]
@@ -636,7 +616,7 @@ def test_clean_process_uses_every_core_by_default():
     dims = ["128", "512", "512"] if SAN else ["512", "1024", "1024"]
     runs = []
     for _ in range(3):
-        r = json.loads(_run_child(CPU_RATIO_CHILD, *dims, "4"))
+        r = json.loads(_run_child(CPU_RATIO_CHILD, *dims, "4", TESTS_DIR))
         assert r["threads"] == ncpu
         assert r["worked"] >= min(ncpu, 2), r
         runs.append(r)

@@ -30,6 +30,41 @@
 #define TILE_NR PF_DPE_NR
 #define TILE_NV (TILE_NR / VW)
 
+/* Weight slices side by side: up to 4 for the one-row tile, whose single
+ * accumulator pair per slice pair would otherwise wait on the FMA latency at
+ * every k (independent chains of several slices overlap: the batch-1 tile
+ * ~2x faster); one for the MR-row tile, whose accumulators fill the registers. */
+#define TILE_JB (TILE_ROWS == 1 ? 4 : 1)
+
+#ifndef TILE_SLICE_SUMS
+/* Sums over the block's n rows of input slice i (A) times weight slices
+ * j0 .. j0 + JN - 1, each in k order (the bits of one slice at a time), then
+ * their ADC epilogues in j order. Uses t, A, b, i, j0, n, tb of the tile. */
+#define TILE_SLICE_SUMS(JN)                                                                                          \
+    do {                                                                                                           \
+        const float *B_ = t->B + (b * t->sw + j0) * n * TILE_NR;                                                   \
+        VEC acc_[JN][TILE_ROWS][TILE_NV];                                                                          \
+        _Pragma("GCC unroll 4") for (int jj_ = 0; jj_ < (JN); jj_++)                                               \
+            _Pragma("GCC unroll 16") for (int r_ = 0; r_ < TILE_ROWS; r_++)                                        \
+                _Pragma("GCC unroll 4") for (int v_ = 0; v_ < TILE_NV; v_++) acc_[jj_][r_][v_] = V_ZERO();         \
+        for (int k = 0; k < n; k++) {                                                                              \
+            const float *a_ = A + k * TILE_MR;                                                                     \
+            _Pragma("GCC unroll 4") for (int jj_ = 0; jj_ < (JN); jj_++) {                                         \
+                VEC bv_[TILE_NV];                                                                                  \
+                _Pragma("GCC unroll 4") for (int v_ = 0; v_ < TILE_NV; v_++)                                       \
+                    bv_[v_] = V_LOAD(B_ + ((int64_t)jj_ * n + k) * TILE_NR + v_ * VW);                             \
+                _Pragma("GCC unroll 16") for (int r_ = 0; r_ < TILE_ROWS; r_++) {                                  \
+                    const VEC av_ = V_SET1(a_[r_]);                                                                \
+                    _Pragma("GCC unroll 4") for (int v_ = 0; v_ < TILE_NV; v_++)                                   \
+                        acc_[jj_][r_][v_] = V_FMA(av_, bv_[v_], acc_[jj_][r_][v_]);                               \
+                }                                                                                                  \
+            }                                                                                                      \
+        }                                                                                                          \
+        _Pragma("GCC unroll 4") for (int jj_ = 0; jj_ < (JN); jj_++)                                               \
+            PF_EPI_ADC(V, VEC, PF_EPI_FLOAT, t, i, j0 + jj_, tb, acc_[jj_], TILE_ROWS, TILE_NV, TILE_NR, VW);      \
+    } while (0)
+#endif
+
 void PF_TILE_FN(const pf_dpe_tile *t)
 {
     _Alignas(64) float out[TILE_ROWS * TILE_NR];
@@ -40,29 +75,18 @@ void PF_TILE_FN(const pf_dpe_tile *t)
         memset(tb, 0, sizeof tb);
         for (int i = 0; i < t->sx; i++) {
             const float *A = t->A + (b * t->sx + i) * n * TILE_MR;
-            for (int j = 0; j < t->sw; j++) {
-                const float *B = t->B + (b * t->sw + j) * n * TILE_NR;
-                VEC acc[TILE_ROWS][TILE_NV];
-#pragma GCC unroll 16
-                for (int r = 0; r < TILE_ROWS; r++)
-#pragma GCC unroll 4
-                    for (int v = 0; v < TILE_NV; v++)
-                        acc[r][v] = V_ZERO();
-                for (int k = 0; k < n; k++) {
-                    VEC bv[TILE_NV];
-#pragma GCC unroll 4
-                    for (int v = 0; v < TILE_NV; v++)
-                        bv[v] = V_LOAD(B + k * TILE_NR + v * VW);
-                    const float *a = A + k * TILE_MR;
-#pragma GCC unroll 16
-                    for (int r = 0; r < TILE_ROWS; r++) {
-                        const VEC av = V_SET1(a[r]);
-#pragma GCC unroll 4
-                        for (int v = 0; v < TILE_NV; v++)
-                            acc[r][v] = V_FMA(av, bv[v], acc[r][v]);
-                    }
+            for (int j0 = 0; j0 < t->sw;) {
+                const int left = t->sw - j0;
+                if (TILE_JB >= 4 && left >= 4) {
+                    TILE_SLICE_SUMS(4);
+                    j0 += 4;
+                } else if (TILE_JB >= 2 && left >= 2) {
+                    TILE_SLICE_SUMS(2);
+                    j0 += 2;
+                } else {
+                    TILE_SLICE_SUMS(1);
+                    j0 += 1;
                 }
-                PF_EPI_ADC(V, VEC, PF_EPI_FLOAT, t, i, j, tb, acc, TILE_ROWS, TILE_NV, TILE_NR, VW);
             }
         }
         PF_EPI_SCALE(V, VEC, t, b, out, tb, TILE_ROWS, TILE_MR, TILE_NV, TILE_NR, VW);
@@ -81,3 +105,4 @@ void PF_TILE_FN(const pf_dpe_tile *t)
 #undef TILE_ROWS
 #undef TILE_NR
 #undef TILE_NV
+#undef TILE_JB

@@ -33,20 +33,11 @@
 #define F_LOADU(p) _mm256_loadu_ps(p)
 #define F_STOREU(p, v) _mm256_storeu_ps((p), (v))
 #define S_LOG(v) pf_logf8_positive(v)
-#define S_SINCOS(v) sincos8(v)
-#define S_SINCOS_T sincos8_t
+#define S_SINCOS(v) pf_sincosf8_small(v)
+#define S_SINCOS_T pf_sincos8
 #define S_EXP(v) pf_expf8(v)
 #define EXP_W 8
 #define EXP8(p) _mm256_storeu_ps((p), pf_expf8(_mm256_loadu_ps(p)))
-typedef struct {
-    __m256 x, y; /* sin, cos (SLEEF's order) */
-} sincos8_t;
-static inline sincos8_t sincos8(__m256 d)
-{
-    sincos8_t r;
-    pf_sincosf8_small(d, &r.x, &r.y);
-    return r;
-}
 /* 4 x 8 transpose: groups (v0[g], v1[g], v2[g], v3[g]) in order */
 static inline void store_groups8(float *out, __m256 v0, __m256 v1, __m256 v2, __m256 v3)
 {
@@ -91,6 +82,13 @@ void pf_read_noise_values_avx2(const pf_read_noise *r, uint64_t cell0, int64_t w
     }
 }
 
+/* lanes of 8 where a and b differ in any bit */
+static inline int64_t lanes_differing(__m256 a, __m256 b)
+{
+    const __m256i same = _mm256_cmpeq_epi32(_mm256_castps_si256(a), _mm256_castps_si256(b));
+    return __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(same)) ^ 0xffu);
+}
+
 /* Test hook (_core._sleef_fma8_mismatches): lanes where sleef_fma8.h differs
  * from libsleef's AVX2 functions, bit for bit. log and sincos over every
  * argument the generator can produce (u01 of each 24-bit word, 2 pi times
@@ -103,24 +101,16 @@ void pf_sleef_fma8_mismatches_avx2(int64_t counts[3])
     for (uint32_t w = 0; w < (1u << 24); w += 8) {
         const __m256i words = _mm256_slli_epi32(_mm256_add_epi32(_mm256_set1_epi32((int)w), lanes), 8);
         const __m256 u = u01(words), angle = _mm256_mul_ps(_mm256_set1_ps(6.283185307179586f), u);
-        const __m256 log_ref = Sleef_logf8_u35avx2(u), log_ours = pf_logf8_positive(u);
+        counts[0] += lanes_differing(Sleef_logf8_u35avx2(u), pf_logf8_positive(u));
         const Sleef___m256_2 sc_ref = Sleef_sincosf8_u35avx2(angle);
-        const sincos8_t sc_ours = sincos8(angle);
-        counts[0] += __builtin_popcount((unsigned)_mm256_movemask_epi8(
-                         _mm256_cmpeq_epi32(_mm256_castps_si256(log_ref), _mm256_castps_si256(log_ours))) ^
-                     0xffffffffu) / 4;
-        const __m256i same_sin = _mm256_cmpeq_epi32(_mm256_castps_si256(sc_ref.x), _mm256_castps_si256(sc_ours.x));
-        const __m256i same_cos = _mm256_cmpeq_epi32(_mm256_castps_si256(sc_ref.y), _mm256_castps_si256(sc_ours.y));
-        counts[1] += __builtin_popcount((unsigned)_mm256_movemask_epi8(_mm256_and_si256(same_sin, same_cos)) ^
-                                        0xffffffffu) / 4;
+        const pf_sincos8 sc_ours = pf_sincosf8_small(angle);
+        /* a lane counts once whether its sin, its cos or both differ */
+        const __m256 diff = _mm256_or_ps(_mm256_xor_ps(sc_ref.x, sc_ours.x), _mm256_xor_ps(sc_ref.y, sc_ours.y));
+        counts[1] += lanes_differing(diff, _mm256_setzero_ps());
     }
     const __m256i step = _mm256_mullo_epi32(lanes, _mm256_set1_epi32(61));
     for (uint64_t b = 0; b < (1ull << 32); b += 8 * 61) {
         const __m256 d = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)b), step));
-        const __m256 ref = Sleef_expf8_u10avx2(d), ours = pf_expf8(d);
-        counts[2] += __builtin_popcount(
-                         (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi32(_mm256_castps_si256(ref),
-                                                                           _mm256_castps_si256(ours))) ^
-                         0xffffffffu) / 4;
+        counts[2] += lanes_differing(Sleef_expf8_u10avx2(d), pf_expf8(d));
     }
 }

@@ -41,10 +41,15 @@ static inline __m256 pf_logf8_positive(__m256 d)
     return _mm256_fmadd_ps(x, t, _mm256_mul_ps(PF_F8(0.693147180559945286226764f), _mm256_cvtepi32_ps(e)));
 }
 
+/* sin and cos of 8 lanes, SLEEF's order (Sleef___m256_2: .x sin, .y cos). */
+typedef struct {
+    __m256 x, y;
+} pf_sincos8;
+
 /* Sleef_sincosf8_u35avx2 for d in (0, 125) (SLEEF's TRIGRANGEMAX2f: below
  * it the library takes this path for every lane): the generator's angles,
  * 2 pi u with u in (0, 1). */
-static inline void pf_sincosf8_small(__m256 d, __m256 *sin_out, __m256 *cos_out)
+static inline pf_sincos8 pf_sincosf8_small(__m256 d)
 {
     const __m256i q = _mm256_cvtps_epi32(_mm256_mul_ps(d, PF_F8((float)0.636619772367581343075535053490057448)));
     __m256 u = _mm256_cvtepi32_ps(q);
@@ -68,8 +73,8 @@ static inline void pf_sincosf8_small(__m256 d, __m256 *sin_out, __m256 *cos_out)
     const __m256 neg_sin = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(q, PF_I8(2)), 30));
     const __m256 neg_cos =
         _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(_mm256_add_epi32(q, PF_I8(1)), PF_I8(2)), 30));
-    *sin_out = _mm256_xor_ps(_mm256_blendv_ps(rx, ry, odd), neg_sin);
-    *cos_out = _mm256_xor_ps(_mm256_blendv_ps(ry, rx, odd), neg_cos);
+    return (pf_sincos8){_mm256_xor_ps(_mm256_blendv_ps(rx, ry, odd), neg_sin),
+                        _mm256_xor_ps(_mm256_blendv_ps(ry, rx, odd), neg_cos)};
 }
 
 /* 2^q for q + 0x7f in [1, 254] (SLEEF's vpow2i) */

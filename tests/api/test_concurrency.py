@@ -47,6 +47,15 @@ def noisy_engine(device, seed=7):
     return DPETensor(read_variation=0.05, vnoise=0.05, write_variation=0.02, device=device, seed=seed)
 
 
+def sliced(engine, x, w):
+    """(x sliced, w programmed) on the engine: slices (1, 1, 2), 32 x 8 crossbars."""
+    xs = SlicedData((1, 1, 2), is_weight=False, paral_size=(1, 32), quant_gran=(1, 32))
+    xs.slice_data_imp(engine, x)
+    ws = SlicedData((1, 1, 2), is_weight=True, paral_size=(32, 8), quant_gran=(32, 8))
+    ws.slice_data_imp(engine, w)
+    return xs, ws
+
+
 def as_set(arrays):
     return {np.ascontiguousarray(a).tobytes() for a in arrays}
 
@@ -61,20 +70,13 @@ def test_concurrent_products_draw_the_noise_of_distinct_serial_calls(device):
     per = 3 if SAN else 6
     n = THREADS * per
 
-    def sliced(engine):
-        xs = SlicedData((1, 1, 2), is_weight=False, paral_size=(1, 32), quant_gran=(1, 32))
-        xs.slice_data_imp(engine, x)
-        ws = SlicedData((1, 1, 2), is_weight=True, paral_size=(32, 8), quant_gran=(32, 8))
-        ws.slice_data_imp(engine, w)
-        return xs, ws
-
     serial_eng = noisy_engine(device)
-    xs, ws = sliced(serial_eng)
+    xs, ws = sliced(serial_eng, x, w)
     serial = [serial_eng.MapReduceDot(xs, ws) for _ in range(n)]
     assert len(as_set(serial)) == n  # every call draws fresh noise
 
     eng = noisy_engine(device)
-    xs, ws = sliced(eng)
+    xs, ws = sliced(eng, x, w)
     eng.MapReduceDot(xs, ws)  # programs the weights once (serial) ...
     eng.reset(7)              # ... and rewinds the counter
     got = run_threads(lambda i: [eng.MapReduceDot(xs, ws) for _ in range(per)])
@@ -94,20 +96,13 @@ def test_concurrent_large_batch_products_share_one_lazily_allocated_noise_buffer
     w = rng.standard_normal((40, 12)).astype(np.float32)
     n = 4
 
-    def sliced(engine):
-        xs = SlicedData((1, 1, 2), is_weight=False, paral_size=(1, 32), quant_gran=(1, 32))
-        xs.slice_data_imp(engine, x)
-        ws = SlicedData((1, 1, 2), is_weight=True, paral_size=(32, 8), quant_gran=(32, 8))
-        ws.slice_data_imp(engine, w)
-        return xs, ws
-
     serial_eng = noisy_engine("cpu")
-    xs, ws = sliced(serial_eng)
+    xs, ws = sliced(serial_eng, x, w)
     serial = [serial_eng.MapReduceDot(xs, ws) for _ in range(n)]
     one_buffer = ws._packed[2].nbytes
     assert one_buffer >= 3 * 40 * 12 * 4  # the work buffer: a float per weight cell and slice at least
     eng = noisy_engine("cpu")
-    xs, ws = sliced(eng)
+    xs, ws = sliced(eng, x, w)
     got = run_threads(lambda i: eng.MapReduceDot(xs, ws), n)
     assert as_set(got) == as_set(serial)
     assert ws._packed[2].nbytes == one_buffer  # allocated by one call only

@@ -183,6 +183,12 @@ def test_engine_packs_once_and_matches_the_per_call_path(noise):
     np.testing.assert_array_equal(second, unpacked_product(eng, xs, ws, 1))
 
 
+PANEL_BYTES = 4 * 256 * 256 * 4  # float32 panels of 4 weight slices of a 256 x 256 layer
+# A batch whose packed inputs (256 columns x 4 input slices of float32 per row) exceed the 4 MiB up to
+# which read noise is drawn beside the tiles (csrc/cpu/dpe.c PF_DPE_FUSED_A_BYTES): the blocked path.
+BLOCKED_ROWS = (4 << 20) // (256 * 4 * 4) + 64
+
+
 def test_a_noise_free_product_allocates_no_weight_panels():
     eng = engine(False)
     xs, ws = operands(eng, R=2, K=256, P=256)
@@ -196,12 +202,6 @@ def test_a_noise_free_product_allocates_no_weight_panels():
     # per-call scratch (input panels per thread) only: far below one copy of the weight panels
     assert after["peak_bytes"] - before["current_bytes"] < nbytes // 4
     assert after["current_bytes"] == before["current_bytes"]
-
-
-PANEL_BYTES = 4 * 256 * 256 * 4  # float32 panels of 4 weight slices of a 256 x 256 layer
-# A batch whose packed inputs (256 columns x 4 input slices of float32 per row) exceed the 4 MiB up to
-# which read noise is drawn beside the tiles (csrc/cpu/dpe.c PF_DPE_FUSED_A_BYTES): the blocked path.
-BLOCKED_ROWS = (4 << 20) // (256 * 4 * 4) + 64
 
 
 def test_noisy_products_reuse_the_resident_buffer():

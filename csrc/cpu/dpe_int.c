@@ -15,10 +15,12 @@
 
 static _Atomic int g_enabled = 1;
 static _Atomic uint64_t g_calls;
+static _Atomic uint64_t g_one_row_tiles;
 
 void pf_dpe_int_set_enabled(int on) { atomic_store(&g_enabled, on != 0); }
 int pf_dpe_int_enabled(void) { return atomic_load(&g_enabled); }
 uint64_t pf_dpe_int_calls(void) { return atomic_load(&g_calls); }
+uint64_t pf_dpe_int_one_row_tiles(void) { return atomic_load(&g_one_row_tiles); }
 
 int pf_dpe_int_kernel_tier(void)
 {
@@ -171,19 +173,30 @@ pf_status pf_dpe_int_pack_weights(const pf_dpe_args *a, int64_t nb, int64_t nk, 
 
 typedef void (*itile_fn)(const pf_dpe_itile *);
 
-static itile_fn choose_kernel(const pf_dpe_args *a, int_consts *ic, int *acc16)
+/* The tile kernel for the machine and operands, and its one-row instance for
+ * panels with a single valid row (NULL where there is none: the packing is
+ * the same, so any panel can take the full kernel). */
+static itile_fn choose_kernel(const pf_dpe_args *a, int_consts *ic, int *acc16, itile_fn *one_row)
 {
     /* vpmaddubsw's 16-bit pair sums: bound the operands (dpe_int_avx2.c) */
     const int64_t amax = a->rdac - 1, bmax = ic->boff ? 128 : a->g_level - 1;
     *acc16 = (int64_t)ic->nkq * 2 * amax * bmax <= 32767;
     ic->mr = 4;
+    *one_row = NULL;
     switch (pf_dpe_int_kernel_tier()) {
 #if defined(__x86_64__) || defined(__i386__)
     case PF_TIER_AVX512VNNI: ic->mr = 8; return pf_dpe_itile_avx512vnni; /* 32 zmm: 8 accumulator chains */
     case PF_TIER_AVXVNNI: return pf_dpe_itile_avxvnni;
-    case PF_TIER_AVX2: return 2 * amax * bmax <= 32767 ? pf_dpe_itile_avx2 : pf_dpe_itile_avx2_wide;
+    case PF_TIER_AVX2:
+        if (2 * amax * bmax > 32767)
+            return pf_dpe_itile_avx2_wide;
+        *one_row = pf_dpe_itile_avx2_row;
+        return pf_dpe_itile_avx2;
 #endif
-    default: ic->mr = 8; return pf_dpe_itile_generic; /* the AVX-512 VNNI kernel's packing, tested everywhere */
+    default:
+        ic->mr = 8; /* the AVX-512 VNNI kernel's packing, tested everywhere */
+        *one_row = pf_dpe_itile_generic_row;
+        return pf_dpe_itile_generic;
     }
 }
 
@@ -210,7 +223,8 @@ pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s)
     size_t b_bytes, s_bytes;
     if (weight_layout(a, s->nb, s->nk, &ic, &b_bytes, &s_bytes) != PF_OK)
         return PF_EOVERFLOW;
-    const itile_fn fn = choose_kernel(a, &ic, &acc16); /* sets ic.mr */
+    itile_fn one_row;
+    const itile_fn fn = choose_kernel(a, &ic, &acc16, &one_row); /* sets ic.mr */
     for (int i = 0; i < a->sx; i++)
         for (int v = 0; v <= a->x_max[i]; v++)
             ic.dac[i][v] = (uint8_t)s->dac[i][v]; /* exact: integers in [0, rdac-1], rdac <= 256 */
@@ -247,6 +261,7 @@ pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s)
         if (!Ap || !As || !Ar || (im2col && (!xrow || !codes)))
             failed = 1;
         int64_t packed_rb = -1;
+        uint64_t one_row_tiles = 0;
 #pragma omp for schedule(static)
         for (int64_t work = 0; work < nrb * ncc; work++) {
             if (failed || pf_cancelled(a->cancel))
@@ -272,10 +287,16 @@ pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s)
                         .coef = s->coef, .alpha = s->alpha,
                         .adc_table = any_table ? (const float *const *)s->adc_table : NULL,
                         .adc_table_max = s->adc_table_max, .out = tile};
-                    fn(&t);
+                    if (t.mr_valid == 1 && one_row) {
+                        one_row(&t);
+                        one_row_tiles++;
+                    } else {
+                        fn(&t);
+                    }
                     store_tile(a, ic.mr, rp0 + rp, cp, tile);
                 }
         }
+        atomic_fetch_add(&g_one_row_tiles, one_row_tiles);
         pf_free(Ap);
         pf_free(As);
         pf_free(Ar);
@@ -293,4 +314,9 @@ pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s)
 
 #define PF_ITILE_FN pf_dpe_itile_generic
 #define ITILE_MR 8
+#include "cpu/dpe_int_scalar.h"
+
+#define PF_ITILE_FN pf_dpe_itile_generic_row
+#define ITILE_MR 8
+#define ITILE_ROWS 1
 #include "cpu/dpe_int_scalar.h"

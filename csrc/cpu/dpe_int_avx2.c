@@ -19,3 +19,8 @@
 #define I_FINISH16(acc) _mm256_madd_epi16((acc), _mm256_set1_epi16(1))
 #include "cpu/dpe_int_vf256.h"
 #include "cpu/dpe_int_tile.h"
+
+#undef PF_ITILE_FN
+#define PF_ITILE_FN pf_dpe_itile_avx2_row
+#define ITILE_ROWS 1
+#include "cpu/dpe_int_tile.h"

@@ -8,6 +8,9 @@
  * The includer defines:
  *   PF_ITILE_FN                 the function name
  *   ITILE_MR                    tile rows (optional, default 4; the packed panel height)
+ *   ITILE_ROWS                  rows computed (optional, default ITILE_MR): 1 gives the
+ *                               one-row instance for a panel with a single valid row
+ *                               (a GEMV), which skips the padding rows' sums and epilogues
  *   IVC                         columns per integer accumulator (= floats per VF)
  *   IACC, IAV, IBV              accumulator, broadcast-A and B operand types
  *   I_ZERO()                    zero accumulator
@@ -29,6 +32,11 @@
 #define ITILE_MR 4
 #endif
 #define IT_MR ITILE_MR
+#ifdef ITILE_ROWS
+#define IT_ROWS ITILE_ROWS
+#else
+#define IT_ROWS IT_MR
+#endif
 #define IT_NR PF_DPE_INR
 #define IT_NV (IT_NR / IVC)
 
@@ -36,27 +44,27 @@
  * B pointers walk the k quads, every accumulator stays in a register. */
 #define IT_MAC(DOT, FINISH)                                                                                        \
     do {                                                                                                           \
-        IACC acc[IT_MR][IT_NV];                                                                                    \
-        _Pragma("GCC unroll 16") for (int r = 0; r < IT_MR; r++)                                                   \
+        IACC acc[IT_ROWS][IT_NV];                                                                                  \
+        _Pragma("GCC unroll 16") for (int r = 0; r < IT_ROWS; r++)                                                 \
             _Pragma("GCC unroll 16") for (int v = 0; v < IT_NV; v++) acc[r][v] = I_ZERO();                         \
         const uint8_t *ap = A;                                                                                     \
         const int8_t *bp = B;                                                                                      \
         for (int kq = 0; kq < nkq; kq++, ap += IT_MR * 4, bp += IT_NR * 4) {                                       \
             IBV bv[IT_NV];                                                                                         \
             _Pragma("GCC unroll 16") for (int v = 0; v < IT_NV; v++) bv[v] = I_LOADB(bp + v * IVC * 4);            \
-            _Pragma("GCC unroll 16") for (int r = 0; r < IT_MR; r++) {                                             \
+            _Pragma("GCC unroll 16") for (int r = 0; r < IT_ROWS; r++) {                                           \
                 const IAV av = I_BCASTA(ap + r * 4);                                                               \
                 _Pragma("GCC unroll 16") for (int v = 0; v < IT_NV; v++) acc[r][v] = DOT(acc[r][v], av, bv[v]);    \
             }                                                                                                      \
         }                                                                                                          \
-        _Pragma("GCC unroll 16") for (int r = 0; r < IT_MR; r++)                                                   \
+        _Pragma("GCC unroll 16") for (int r = 0; r < IT_ROWS; r++)                                                 \
             _Pragma("GCC unroll 16") for (int v = 0; v < IT_NV; v++) s[r][v] = FINISH(acc[r][v]);                  \
     } while (0)
 
 void PF_ITILE_FN(const pf_dpe_itile *t)
 {
-    _Alignas(64) float out[IT_MR * IT_NR];
-    _Alignas(64) float tb[IT_MR * IT_NR];
+    _Alignas(64) float out[IT_ROWS * IT_NR];
+    _Alignas(64) float tb[IT_ROWS * IT_NR];
     memset(out, 0, sizeof out);
     const int nkq = t->nkq;
     const int64_t a_step = (int64_t)nkq * IT_MR * 4, b_step = (int64_t)nkq * IT_NR * 4;
@@ -67,7 +75,7 @@ void PF_ITILE_FN(const pf_dpe_itile *t)
             const int32_t *rsum = t->rowsum ? t->rowsum + (b * t->sx + i) * IT_MR : NULL;
             for (int j = 0; j < t->sw; j++) {
                 const int8_t *B = t->B + (b * t->sw + j) * b_step;
-                VI s[IT_MR][IT_NV];
+                VI s[IT_ROWS][IT_NV];
 #ifdef I_DOT16
                 if (t->acc16)
                     IT_MAC(I_DOT16, I_FINISH16);
@@ -76,17 +84,17 @@ void PF_ITILE_FN(const pf_dpe_itile *t)
                     IT_MAC(I_DOT, I_FINISH);
                 if (rsum)
 #pragma GCC unroll 16
-                    for (int r = 0; r < IT_MR; r++) {
+                    for (int r = 0; r < IT_ROWS; r++) {
                         const VI off = VI_LOAD1(rsum + r);
 #pragma GCC unroll 16
                         for (int v = 0; v < IT_NV; v++)
                             s[r][v] = VI_ADD(s[r][v], off);
                     }
                 /* the float path's epilogue on the exact sums (dpe_epilogue.h) */
-                PF_EPI_ADC(VF, VF, VI_CVT, t, i, j, tb, s, IT_MR, IT_NV, IT_NR, IVC);
+                PF_EPI_ADC(VF, VF, VI_CVT, t, i, j, tb, s, IT_ROWS, IT_NV, IT_NR, IVC);
             }
         }
-        PF_EPI_SCALE(VF, VF, t, b, out, tb, IT_MR, IT_MR, IT_NV, IT_NR, IVC);
+        PF_EPI_SCALE(VF, VF, t, b, out, tb, IT_ROWS, IT_MR, IT_NV, IT_NR, IVC);
     }
     memcpy(t->out, out, sizeof out);
 }
@@ -94,5 +102,7 @@ void PF_ITILE_FN(const pf_dpe_itile *t)
 #undef IT_MAC
 #undef IT_MR
 #undef ITILE_MR
+#undef IT_ROWS
+#undef ITILE_ROWS
 #undef IT_NR
 #undef IT_NV

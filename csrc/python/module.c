@@ -130,8 +130,9 @@ static PyObject *py_dpe_int_path(PyObject *self, PyObject *args)
         return NULL;
     if (on >= 0)
         pf_dpe_int_set_enabled(on);
-    return Py_BuildValue("{s:O,s:K,s:s}", "enabled", pf_dpe_int_enabled() ? Py_True : Py_False, "calls",
-                         (unsigned long long)pf_dpe_int_calls(), "kernel",
+    return Py_BuildValue("{s:O,s:K,s:K,s:s}", "enabled", pf_dpe_int_enabled() ? Py_True : Py_False, "calls",
+                         (unsigned long long)pf_dpe_int_calls(), "one_row_tiles",
+                         (unsigned long long)pf_dpe_int_one_row_tiles(), "kernel",
                          pf_tier_name((pf_tier)pf_dpe_int_kernel_tier()));
 }
 
@@ -168,7 +169,8 @@ static PyMethodDef core_methods[] = {
      "libsleef's; None without AVX2."},
     {"dpe_int_path", py_dpe_int_path, METH_VARARGS,
      "dpe_int_path([enabled])\n--\n\nSwitch the exact integer path of noise-free products on or off (process-wide); "
-     "returns {'enabled', 'calls' (calls that took it), 'kernel' (the integer kernel's tier)}."},
+     "returns {'enabled', 'calls' (calls that took it), 'one_row_tiles' (tiles of one valid row, such as a batch-1 "
+     "product's, computed by the kernel's one-row instance), 'kernel' (the integer kernel's tier)}."},
     {"check_seed", pf_py_check_seed, METH_O,
      "check_seed(seed)\n--\n\nThe seed as every entry point reads it: an int in [0, 2**64) (None: DEFAULT_SEED); "
      "TypeError / ValueError naming 'seed' otherwise."},

@@ -161,6 +161,38 @@ def test_random_shapes_on_every_kernel():
             np.testing.assert_array_equal(got_float, ref)
 
 
+# the kernels with a one-row instance (dpe_int_tile.h at ITILE_ROWS 1); the VNNI kernels and the widened AVX2
+# kernel compute every row panel with the full tile
+ONE_ROW_KERNELS = ("generic", "avx2")
+
+
+@pytest.mark.parametrize("kernel", sorted(KERNEL_LIMITS))
+@pytest.mark.parametrize("rows", [1, 9, 17])
+@pytest.mark.parametrize("case", [
+    # (n, x widths, w widths, g_level, rdac, radc)
+    (32, (1, 1, 2, 2), (1, 1, 2, 2), 4, 4, 2 ** 12),  # the engine case's slices: 16-bit AVX2 sums
+    (512, (1, 2), (1, 3), 16, 16, 2 ** 16),          # 32-bit AVX2 sums
+    (16, (1, 4), (1, 7), 129, 8, 2 ** 8),            # levels stored as L - 128, with row sums
+    (8, (1, 1, 2), (1, 1, 2), 4, 4, 7),              # an odd ADC: the exact-code table
+], ids=["acc16", "acc32", "row_sums", "adc_table"])
+def test_single_row_panels_take_the_one_row_instance_and_keep_the_bits(kernel, rows, case):
+    # rows % 4 == rows % 8 == 1: the last row panel holds one valid row whatever the tile height
+    n, xw, ww, g_level, rdac, radc = case
+    K, P = 2 * n + n // 2 + 3, 37  # a short last block, K % 4 != 0, a short last column panel
+    rng = np.random.default_rng(rows * 1000 + n)
+    xs, xsc, wl, wsc = make_case(rng, 1, rows, K, P, n, xw, ww, (1, n), (n, 8), g_level)
+    radc = [radc] * len(ww)
+    args = (xs, xsc, (1, n), xw, wl, wsc, (n, 8), ww, n, rdac, g_level, radc)
+    t0 = _core.dpe_int_path()["one_row_tiles"]
+    got_int, got_float = int_and_float(args, KERNEL_LIMITS[kernel])
+    one_row_tiles = _core.dpe_int_path()["one_row_tiles"] - t0
+    assert one_row_tiles == (-(-P // 16) if kernel in ONE_ROW_KERNELS else 0)  # every column panel's last tile
+    ref = mvm_exact(xs, xsc, (1, n), xw, wl, wsc, (n, 8), ww, n, rdac, g_level, radc)
+    np.testing.assert_array_equal(got_int, ref)
+    np.testing.assert_array_equal(got_float, ref)
+    assert np.count_nonzero(ref[:, -1]) > 0  # the one-row tile's row holds real sums
+
+
 def test_thread_counts_give_the_same_bits():
     rng = np.random.default_rng(7)
     xs, xsc, wl, wsc = make_case(rng, 3, 37, 200, 70, 32, (1, 1, 2, 2), (1, 1, 2, 2), (1, 32), (32, 32), 4)

@@ -174,8 +174,9 @@ pf_status pf_dpe_int_pack_weights(const pf_dpe_args *a, int64_t nb, int64_t nk, 
 typedef void (*itile_fn)(const pf_dpe_itile *);
 
 /* The tile kernel for the machine and operands, and its one-row instance for
- * panels with a single valid row (NULL where there is none: the packing is
- * the same, so any panel can take the full kernel). */
+ * panels with a single valid row (NULL for the widened AVX2 kernel, whose
+ * operands are rare; the packing is the same, so any panel can take the full
+ * kernel). */
 static itile_fn choose_kernel(const pf_dpe_args *a, int_consts *ic, int *acc16, itile_fn *one_row)
 {
     /* vpmaddubsw's 16-bit pair sums: bound the operands (dpe_int_avx2.c) */
@@ -185,8 +186,13 @@ static itile_fn choose_kernel(const pf_dpe_args *a, int_consts *ic, int *acc16, 
     *one_row = NULL;
     switch (pf_dpe_int_kernel_tier()) {
 #if defined(__x86_64__) || defined(__i386__)
-    case PF_TIER_AVX512VNNI: ic->mr = 8; return pf_dpe_itile_avx512vnni; /* 32 zmm: 8 accumulator chains */
-    case PF_TIER_AVXVNNI: return pf_dpe_itile_avxvnni;
+    case PF_TIER_AVX512VNNI:
+        ic->mr = 8; /* 32 zmm: 8 accumulator chains */
+        *one_row = pf_dpe_itile_avx512vnni_row;
+        return pf_dpe_itile_avx512vnni;
+    case PF_TIER_AVXVNNI:
+        *one_row = pf_dpe_itile_avxvnni_row;
+        return pf_dpe_itile_avxvnni;
     case PF_TIER_AVX2:
         if (2 * amax * bmax > 32767)
             return pf_dpe_itile_avx2_wide;

@@ -46,7 +46,9 @@ void pf_dpe_itile_avx2(const pf_dpe_itile *t);      /* vpmaddubsw: needs 2*max(k
 void pf_dpe_itile_avx2_row(const pf_dpe_itile *t);
 void pf_dpe_itile_avx2_wide(const pf_dpe_itile *t); /* the portable kernel compiled for AVX2 (no saturation) */
 void pf_dpe_itile_avxvnni(const pf_dpe_itile *t);
+void pf_dpe_itile_avxvnni_row(const pf_dpe_itile *t);
 void pf_dpe_itile_avx512vnni(const pf_dpe_itile *t);
+void pf_dpe_itile_avx512vnni_row(const pf_dpe_itile *t);
 
 /* Whether the call can take the integer path (noise-free, ideal levels, rdac <= 256, enabled). */
 int pf_dpe_int_eligible(const pf_dpe_args *a, const pf_dpe_consts *s);

@@ -40,3 +40,9 @@ static inline __m512i bcast4_avx512(const uint8_t *p)
     _mm512_i32gather_ps(_mm512_min_epi32(_mm512_max_epi32((v), _mm512_setzero_si512()), _mm512_set1_epi32(hi)), (tab), 4)
 
 #include "cpu/dpe_int_tile.h"
+
+#undef PF_ITILE_FN
+#define PF_ITILE_FN pf_dpe_itile_avx512vnni_row
+#define ITILE_MR 8
+#define ITILE_ROWS 1
+#include "cpu/dpe_int_tile.h"

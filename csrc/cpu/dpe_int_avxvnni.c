@@ -12,3 +12,8 @@
 #define I_FINISH(acc) (acc)
 #include "cpu/dpe_int_vf256.h"
 #include "cpu/dpe_int_tile.h"
+
+#undef PF_ITILE_FN
+#define PF_ITILE_FN pf_dpe_itile_avxvnni_row
+#define ITILE_ROWS 1
+#include "cpu/dpe_int_tile.h"

@@ -6,18 +6,17 @@ benchmark (slices (1, 1, 2, 2), 32 x 32 crossbars).
 - Per call, x (512, 1024): each IR-drop product against the same product without IR drop, target
   within 1.1x (the kernel reads the stored G_eff: no per-call network solve; with read and DAC
   noise, read noise multiplies the stored G_eff per cell, the documented approximation of
-  docs/physics.md). The target is the median ratio of calls alternating with the reference's, so
-  both see the same phases of a shared machine. Noise-free without IR drop the engine takes the
-  exact integer path, which IR drop cannot (G_eff are not integer levels): the noise-off target
-  and the group's reference are the float kernel's product, and the default (integer) product's
-  speedup over it is in the table too.
+  docs/physics.md). The target is the median ratio of calls alternating with the reference's
+  (interleaved.py), so both see the same phases of a shared machine. Noise-free without IR drop
+  the engine takes the exact integer path, which IR drop cannot (G_eff are not integer levels):
+  the noise-off target and the group's reference are the float kernel's product, and the
+  default (integer) product's speedup over it is in the table too.
 """
 import time
 
-import numpy as np
-
 from pyfastpim import DPETensor, _core
 from engine_case import K, P, program, sliced
+from interleaved import interleaved_ratio
 
 BASE = dict(g_level=4, rdac=4, radc=2 ** 12, write_variation=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
 NOISE_OFF = dict(BASE, read_variation=0.0, vnoise=0.0)
@@ -69,19 +68,6 @@ def bench_call(benchmark, operands, engine_kw, role, targets=None):
     return eng, xs, ws
 
 
-def interleaved_ratio(subject, reference, pairs=8):
-    """Median over pairs of time(subject()) / time(reference()), the two calls alternating, so that both see
-    the same phases of a shared machine (the cases' medians are taken seconds apart)."""
-    ratios = []
-    for _ in range(pairs):
-        t0 = time.perf_counter()
-        subject()
-        t1 = time.perf_counter()
-        reference()
-        ratios.append((t1 - t0) / (time.perf_counter() - t1))
-    return float(np.median(ratios))
-
-
 def bench_ir_call(benchmark, operands, noise_kw, reference_kw, key):
     """The IR-drop case with noise_kw, its target the interleaved ratio `key` to the case without IR drop
     (reference_kw): with noise off that reference runs on the float kernel, as the IR-drop case must."""
@@ -94,7 +80,6 @@ def bench_ir_call(benchmark, operands, noise_kw, reference_kw, key):
     was_on = _core.dpe_int_path()["enabled"]
     _core.dpe_int_path(False)
     try:
-        ref(rxs, rws)  # warm-up
         benchmark.extra_info[key] = interleaved_ratio(lambda: eng(xs, ws), lambda: ref(rxs, rws))
     finally:
         _core.dpe_int_path(was_on)
@@ -118,7 +103,7 @@ def test_physics_call_noise_off(benchmark, operands):
 
 
 def test_physics_call_ir_noise_off(benchmark, operands):
-    bench_ir_call(benchmark, operands, NOISE_OFF, NOISE_OFF, "interleaved_vs_noise_off_float")
+    bench_ir_call(benchmark, operands, NOISE_OFF, NOISE_OFF, "vs_noise_off_float_interleaved")
 
 
 def test_physics_call_noise_on(benchmark, operands):
@@ -126,4 +111,4 @@ def test_physics_call_noise_on(benchmark, operands):
 
 
 def test_physics_call_ir_noise_on(benchmark, operands):
-    bench_ir_call(benchmark, operands, NOISE_ON, NOISE_ON, "interleaved_vs_noise_on")
+    bench_ir_call(benchmark, operands, NOISE_ON, NOISE_ON, "vs_noise_on_interleaved")

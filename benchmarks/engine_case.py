@@ -1,8 +1,11 @@
 """The engine benchmark's case, shared by test_bench_dpe.py and test_bench_physics.py:
-x (512, 1024) @ W (1024, 1024), slices (1, 1, 2, 2), 32 x 32 crossbars, granules of one crossbar."""
+x (512, 1024) @ W (1024, 1024), slices (1, 1, 2, 2), 32 x 32 crossbars, granules of one crossbar;
+and float_kernel(), shared by every benchmark that times the float path of a noise-free product."""
+import contextlib
+
 import numpy as np
 
-from pyfastpim import SlicedData
+from pyfastpim import SlicedData, _core
 
 R, K, P = 512, 1024, 1024
 SLICES = (1, 1, 2, 2)
@@ -27,3 +30,15 @@ def sliced(engine, x, w):
     xs = SlicedData(SLICES, paral_size=(1, 32), quant_gran=(1, 32), inference=True)
     xs.slice_data_imp(engine, x)
     return xs, ws
+
+
+@contextlib.contextmanager
+def float_kernel():
+    """Noise-free products take the float kernel instead of the exact integer path within the block (the
+    process-wide switch, restored afterwards)."""
+    was_on = _core.dpe_int_path()["enabled"]
+    _core.dpe_int_path(False)
+    try:
+        yield
+    finally:
+        _core.dpe_int_path(was_on)

@@ -12,6 +12,7 @@ import pytest
 
 import pyfastpim
 from pyfastpim import DPETensor, SlicedData, _core
+from engine_case import float_kernel
 from interleaved import interleaved_ratio
 
 K, P = 1024, 1024
@@ -71,22 +72,15 @@ def test_int_path(benchmark, weights, batch):
     c0 = _core.dpe_int_path()["calls"]
     out = benchmark(eng, xs, ws)
     assert _core.dpe_int_path()["calls"] > c0  # the integer path really ran
-    _core.dpe_int_path(False)
-    try:
-        assert np.array_equal(np.asarray(out), np.asarray(eng(xs, ws)))  # and gave the float path's bits
-    finally:
-        _core.dpe_int_path(True)
+    assert np.array_equal(np.asarray(out), np.asarray(float_path_call(eng, xs, ws)))  # the float path's bits
     # against the float path: the two paths' calls alternating (interleaved.py)
     benchmark.extra_info["vs_float_path_interleaved"] = interleaved_ratio(lambda: eng(xs, ws),
                                                                           lambda: float_path_call(eng, xs, ws))
 
 
 def float_path_call(eng, xs, ws):
-    _core.dpe_int_path(False)
-    try:
+    with float_kernel():
         return eng(xs, ws)
-    finally:
-        _core.dpe_int_path(True)
 
 
 @pytest.mark.parametrize("batch", BATCHES)
@@ -94,8 +88,5 @@ def test_int_float_path(benchmark, weights, batch):
     eng = DPETensor(**ENGINE)
     xs, ws = sliced(eng, inputs(batch), weights)
     describe(benchmark, batch, "float path")
-    _core.dpe_int_path(False)
-    try:
+    with float_kernel():
         benchmark(eng, xs, ws)
-    finally:
-        _core.dpe_int_path(True)

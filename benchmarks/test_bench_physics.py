@@ -15,7 +15,7 @@ benchmark (slices (1, 1, 2, 2), 32 x 32 crossbars).
 import time
 
 from pyfastpim import DPETensor, _core
-from engine_case import K, P, program, sliced
+from engine_case import K, P, float_kernel, program, sliced
 from interleaved import interleaved_ratio
 
 BASE = dict(g_level=4, rdac=4, radc=2 ** 12, write_variation=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
@@ -77,23 +77,16 @@ def bench_ir_call(benchmark, operands, noise_kw, reference_kw, key):
     assert _core.dpe_int_path()["calls"] == c0  # G_eff are no integer levels: the float kernel
     ref = DPETensor(**reference_kw)
     rxs, rws = sliced(ref, x, w)
-    was_on = _core.dpe_int_path()["enabled"]
-    _core.dpe_int_path(False)
-    try:
+    with float_kernel():
         benchmark.extra_info[key] = interleaved_ratio(lambda: eng(xs, ws), lambda: ref(rxs, rws))
-    finally:
-        _core.dpe_int_path(was_on)
 
 
 # one function per case (not parametrized): report.py names cases by function and resolves "vs:" by it
 
 def test_physics_call_noise_off_float(benchmark, operands):
     assert _core.dpe_int_path()["enabled"]
-    _core.dpe_int_path(False)  # the float kernel, which the IR-drop case runs
-    try:
+    with float_kernel():  # the float kernel, which the IR-drop case runs
         bench_call(benchmark, operands, NOISE_OFF, "reference")
-    finally:
-        _core.dpe_int_path(True)
 
 
 def test_physics_call_noise_off(benchmark, operands):

@@ -163,8 +163,6 @@ def test_random_shapes_on_every_kernel():
 
 # every integer kernel has a one-row instance (dpe_int_tile.h at ITILE_ROWS 1) except the widened AVX2 one, which
 # none of these cases selects
-
-
 @pytest.mark.parametrize("kernel", sorted(KERNEL_LIMITS))
 @pytest.mark.parametrize("rows", [1, 9, 17])
 @pytest.mark.parametrize("case", [

@@ -127,7 +127,10 @@ def cpu_isa():
 
 
 def set_isa_limit(isa):
-    """Cap the SIMD level the CPU kernels may use ('generic', 'avx2', 'avx512'); returns the active one."""
+    """Cap the SIMD level the CPU kernels may use; returns the active one ('generic', 'avx2' or 'avx512').
+
+    ``isa`` is 'generic', 'avx2', 'avxvnni', 'avx512' or 'avx512vnni' (the integer kernels' tiers:
+    'avx512' keeps the VNNI kernels off, 'avx512vnni' lifts every cap)."""
     return _core.set_isa_limit(isa)
 
 

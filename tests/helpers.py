@@ -54,9 +54,23 @@ def available_isas():
     return ISAS[:ISAS.index(pyfastpim.cpu_isa()[1]) + 1]
 
 
+def no_isa_limit():
+    """Lift any set_isa_limit: the top tier ('avx512', by contrast, would keep VNNI kernels off)."""
+    pyfastpim.set_isa_limit("avx512vnni")
+
+
 def restore_isa_limit(active):
     """Undo set_isa_limit: `active` is pyfastpim.cpu_isa()[0] from before the change."""
-    pyfastpim.set_isa_limit("avx512" if active == pyfastpim.cpu_isa()[1] else active)
+    if active == pyfastpim.cpu_isa()[1]:
+        no_isa_limit()
+    else:
+        pyfastpim.set_isa_limit(active)
+
+
+def short_instance(rows, tile_rows):
+    """Rows of the short micro-kernel instance (csrc/core/dpe.h: 1, 2, 4) that a panel of `rows` valid rows takes,
+    None for the full tile of `tile_rows`."""
+    return next((s for s in (1, 2, 4) if rows <= s < tile_rows), None)
 
 
 def rel(a, b):

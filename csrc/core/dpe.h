@@ -250,11 +250,25 @@ typedef struct {
 #define PF_DPE_MR 6
 #define PF_DPE_NR 16
 
+/* Short tiles: instances of a micro-kernel that compute only the first 1, 2
+ * or 4 rows of a row panel, for a panel with that few valid rows (a small
+ * batch's last panel; batch 1 is a GEMV). They skip the padding rows' sums
+ * and epilogues, and give the full tile's bits row for row. Index s of a
+ * kernel's short instances covers pf_short_tile_rows(s) rows. */
+#define PF_SHORT_TILES 3
+static inline int pf_short_tile_rows(int s) { return 1 << s; }
+/* The smallest short instance for mr_valid rows, -1 for none (the full tile). */
+static inline int pf_short_tile(int mr_valid) { return mr_valid <= 1 ? 0 : mr_valid <= 2 ? 1 : mr_valid <= 4 ? 2 : -1; }
+
 void pf_dpe_tile_generic(const pf_dpe_tile *t);
 void pf_dpe_tile_avx2(const pf_dpe_tile *t);
 void pf_dpe_tile_avx512(const pf_dpe_tile *t);
-/* one-row instances: mr_valid must be 1 (the same bits as the full tiles) */
-void pf_dpe_tile1_avx2(const pf_dpe_tile *t);
-void pf_dpe_tile1_avx512(const pf_dpe_tile *t);
+/* short instances (rows 1, 2, 4): mr_valid at most their rows */
+void pf_dpe_tile_avx2_r1(const pf_dpe_tile *t);
+void pf_dpe_tile_avx2_r2(const pf_dpe_tile *t);
+void pf_dpe_tile_avx2_r4(const pf_dpe_tile *t);
+void pf_dpe_tile_avx512_r1(const pf_dpe_tile *t);
+void pf_dpe_tile_avx512_r2(const pf_dpe_tile *t);
+void pf_dpe_tile_avx512_r4(const pf_dpe_tile *t);
 
 #endif

@@ -12,6 +12,7 @@
 #include "cpu/threads.h"
 
 #include <float.h>
+#include <stdatomic.h>
 #include <math.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -390,16 +391,38 @@ static void straddle_copy(const pf_dpe_args *a, int64_t g0, int64_t mr, int64_t 
     }
 }
 
+/* The call's micro-kernel and its short instances (NULL: none). */
+typedef struct {
+    pf_dpe_tile_fn full, short_rows[PF_SHORT_TILES];
+} tile_kernels;
+
+static _Atomic uint64_t g_short_tiles[PF_SHORT_TILES];
+
+uint64_t pf_dpe_short_tiles(int s) { return s >= 0 && s < PF_SHORT_TILES ? atomic_load(&g_short_tiles[s]) : 0; }
+
+/* a thread's counts of short tiles, added once per call (not per tile: one shared line) */
+static void count_short_tiles(const uint64_t counts[PF_SHORT_TILES])
+{
+    for (int sh = 0; sh < PF_SHORT_TILES; sh++)
+        if (counts[sh])
+            atomic_fetch_add(&g_short_tiles[sh], counts[sh]);
+}
+
 /* One micro-tile: packed row panel A (global panel rp) times column panel cp,
  * written into the output (through a small buffer when the panel straddles
  * two batch items). */
-static void run_tile(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_plan *p, const pf_dpe_tile_fn fns[2],
+static void run_tile(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_plan *p, const tile_kernels *tk,
                      const float *A, const float *As, const float *B, const float *Bs, int64_t rp, int64_t cp,
-                     int64_t nb, int accumulate)
+                     int64_t nb, int accumulate, uint64_t short_tiles[PF_SHORT_TILES])
 {
     const int64_t g0 = rp * MR, item = g0 / a->rows, r0 = g0 % a->rows;
     const int64_t mr_total = pf_min64(MR, p->rows_total - g0);
-    const pf_dpe_tile_fn tile_fn = fns[mr_total == 1];
+    const int sh = pf_short_tile((int)mr_total);
+    pf_dpe_tile_fn tile_fn = tk->full;
+    if (sh >= 0 && tk->short_rows[sh]) {
+        tile_fn = tk->short_rows[sh];
+        short_tiles[sh]++;
+    }
     int any_table = 0;
     for (int j = 0; j < a->sw; j++)
         any_table |= s->adc_table[j] != NULL;
@@ -425,7 +448,7 @@ static void run_tile(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pla
 
 /* The parallel loop nest over (row block, column chunk) items. */
 static int run_blocks(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_plan *p, const weights_view *w,
-                      const pf_dpe_tile_fn fns[2])
+                      const tile_kernels *tk)
 {
     const int64_t nb = s->nb, a_floats = (int64_t)(p->a_panel / sizeof(float));
     int failed = 0;
@@ -437,6 +460,7 @@ static int run_blocks(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pl
         if (scratch_init(a, s, &sc) < 0 || !Ap || !As)
             failed = 1;
         int64_t packed_rb = -1;
+        uint64_t short_tiles[PF_SHORT_TILES] = {0};
 #pragma omp for schedule(static)
         for (int64_t work = 0; work < p->nrb * p->ncc; work++) {
             if (failed || pf_cancelled(a->cancel))
@@ -450,9 +474,10 @@ static int run_blocks(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pl
             }
             for (int64_t cp = cc * p->cp_per_chunk; cp < pf_min64((cc + 1) * p->cp_per_chunk, p->ncp); cp++)
                 for (int64_t rp = 0; rp < nrp; rp++)
-                    run_tile(a, s, p, fns, Ap + rp * a_floats, As + rp * nb * MR, w->B + cp * (int64_t)p->b_panel,
-                             w->Bs + cp * nb * NR, rp0 + rp, cp, nb, 0);
+                    run_tile(a, s, p, tk, Ap + rp * a_floats, As + rp * nb * MR, w->B + cp * (int64_t)p->b_panel,
+                             w->Bs + cp * nb * NR, rp0 + rp, cp, nb, 0, short_tiles);
         }
+        count_short_tiles(short_tiles);
         pf_free(Ap);
         pf_free(As);
         pack_scratch_free(&sc);
@@ -469,7 +494,7 @@ static int run_blocks(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pl
  * their sums over the blocks (pf_dpe_tile.accumulate): the bits of one tile
  * call over all blocks. */
 static int run_fused(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_plan *p, const float *Bs,
-                     const pf_dpe_tile_fn fns[2])
+                     const tile_kernels *tk)
 {
     const int64_t nb = s->nb, a_floats = (int64_t)(p->a_panel / sizeof(float));
     const int64_t cpc = p->fused_panels, nchunks = pf_ceil_div(p->ncp, cpc);
@@ -484,6 +509,7 @@ static int run_fused(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pla
         pack_scratch sc;
         float *Bc = pf_alloc((size_t)cpc * bc_panel * sizeof(float));
         float *val = pf_alloc((size_t)cpc * NR * 2 * sizeof(float));
+        uint64_t short_tiles[PF_SHORT_TILES] = {0};
         if (scratch_init(a, s, &sc) < 0 || !Bc || !val)
             __atomic_store_n(&failed, 1, __ATOMIC_RELAXED);
 #pragma omp for schedule(static)
@@ -499,11 +525,12 @@ static int run_fused(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pla
                 pf_dpe_pack_w_block(a, s->noise_w, &rn, s->nk, cp0, cp1, b, Bc, val);
                 for (int64_t cp = cp0; cp < cp1; cp++)
                     for (int64_t rp = 0; rp < p->nrp_total; rp++)
-                        run_tile(a, s, p, fns, Ap + rp * a_floats + b * a->sx * s->nk * MR,
+                        run_tile(a, s, p, tk, Ap + rp * a_floats + b * a->sx * s->nk * MR,
                                  As + (rp * nb + b) * MR, Bc + (cp - cp0) * bc_panel, Bs + (cp * nb + b) * NR,
-                                 rp, cp, 1, b > 0);
+                                 rp, cp, 1, b > 0, short_tiles);
             }
         }
+        count_short_tiles(short_tiles);
         pf_free(Bc);
         pf_free(val);
         pack_scratch_free(&sc);
@@ -549,8 +576,9 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
         st = weights_acquire(a, &s, plan.ncp, plan.b_bytes, !plan.fused_panels, &w);
     const pf_cpu_kernels *kt = pf_cpu_kernels_active();
     const int noisy = s.noise_x || s.noise_w;
-    const pf_dpe_tile_fn fns[2] = {noisy ? kt->tile_noisy : kt->tile_exact, noisy ? kt->tile1_noisy : kt->tile1_exact};
-    if (st == PF_OK && (plan.fused_panels ? run_fused(a, &s, &plan, w.Bs, fns) : run_blocks(a, &s, &plan, &w, fns)))
+    tile_kernels tk = {.full = noisy ? kt->tile_noisy : kt->tile_exact};
+    memcpy(tk.short_rows, noisy ? kt->short_noisy : kt->short_exact, sizeof tk.short_rows);
+    if (st == PF_OK && (plan.fused_panels ? run_fused(a, &s, &plan, w.Bs, &tk) : run_blocks(a, &s, &plan, &w, &tk)))
         st = PF_ENOMEM;
     weights_release(&w);
     pf_dpe_consts_free(&s);

@@ -23,8 +23,13 @@
 
 #include "cpu/dpe_tile_simd.h"
 
-/* the one-row (GEMV-shaped) instance */
-#undef PF_TILE_FN
-#define PF_TILE_FN pf_dpe_tile1_avx2
+/* the short instances (core/dpe.h) */
+#define PF_TILE_FN pf_dpe_tile_avx2_r1
 #define PF_TILE_ROWS 1
+#include "cpu/dpe_tile_simd.h"
+#define PF_TILE_FN pf_dpe_tile_avx2_r2
+#define PF_TILE_ROWS 2
+#include "cpu/dpe_tile_simd.h"
+#define PF_TILE_FN pf_dpe_tile_avx2_r4
+#define PF_TILE_ROWS 4
 #include "cpu/dpe_tile_simd.h"

@@ -15,12 +15,12 @@
 
 static _Atomic int g_enabled = 1;
 static _Atomic uint64_t g_calls;
-static _Atomic uint64_t g_one_row_tiles;
+static _Atomic uint64_t g_short_tiles[PF_SHORT_TILES];
 
 void pf_dpe_int_set_enabled(int on) { atomic_store(&g_enabled, on != 0); }
 int pf_dpe_int_enabled(void) { return atomic_load(&g_enabled); }
 uint64_t pf_dpe_int_calls(void) { return atomic_load(&g_calls); }
-uint64_t pf_dpe_int_one_row_tiles(void) { return atomic_load(&g_one_row_tiles); }
+uint64_t pf_dpe_int_short_tiles(int s) { return s >= 0 && s < PF_SHORT_TILES ? atomic_load(&g_short_tiles[s]) : 0; }
 
 int pf_dpe_int_kernel_tier(void)
 {
@@ -173,36 +173,37 @@ pf_status pf_dpe_int_pack_weights(const pf_dpe_args *a, int64_t nb, int64_t nk, 
 
 typedef void (*itile_fn)(const pf_dpe_itile *);
 
-/* The tile kernel for the machine and operands, and its one-row instance for
- * panels with a single valid row (NULL for the widened AVX2 kernel, whose
- * operands are rare; the packing is the same, so any panel can take the full
- * kernel). */
-static itile_fn choose_kernel(const pf_dpe_args *a, int_consts *ic, int *acc16, itile_fn *one_row)
+/* A call's tile kernel and its short instances (core/dpe.h; NULL: the full
+ * kernel serves). The packing is the same, so any panel can take the full one. */
+typedef struct {
+    itile_fn full, short_rows[PF_SHORT_TILES];
+} itile_kernels;
+
+/* The tile kernels for the machine and operands; sets ic->mr. The widened AVX2
+ * kernel, for rare operands, has no short instances. */
+static itile_kernels choose_kernel(const pf_dpe_args *a, int_consts *ic, int *acc16)
 {
     /* vpmaddubsw's 16-bit pair sums: bound the operands (dpe_int_avx2.c) */
     const int64_t amax = a->rdac - 1, bmax = ic->boff ? 128 : a->g_level - 1;
     *acc16 = (int64_t)ic->nkq * 2 * amax * bmax <= 32767;
-    ic->mr = 4;
-    *one_row = NULL;
+    ic->mr = 4; /* 4-row kernels: their 4-row short instance would be the full tile */
     switch (pf_dpe_int_kernel_tier()) {
 #if defined(__x86_64__) || defined(__i386__)
     case PF_TIER_AVX512VNNI:
         ic->mr = 8; /* 32 zmm: 8 accumulator chains */
-        *one_row = pf_dpe_itile_avx512vnni_row;
-        return pf_dpe_itile_avx512vnni;
+        return (itile_kernels){pf_dpe_itile_avx512vnni,
+                               {pf_dpe_itile_avx512vnni_r1, pf_dpe_itile_avx512vnni_r2, pf_dpe_itile_avx512vnni_r4}};
     case PF_TIER_AVXVNNI:
-        *one_row = pf_dpe_itile_avxvnni_row;
-        return pf_dpe_itile_avxvnni;
+        return (itile_kernels){pf_dpe_itile_avxvnni, {pf_dpe_itile_avxvnni_r1, pf_dpe_itile_avxvnni_r2, NULL}};
     case PF_TIER_AVX2:
         if (2 * amax * bmax > 32767)
-            return pf_dpe_itile_avx2_wide;
-        *one_row = pf_dpe_itile_avx2_row;
-        return pf_dpe_itile_avx2;
+            return (itile_kernels){pf_dpe_itile_avx2_wide, {NULL, NULL, NULL}};
+        return (itile_kernels){pf_dpe_itile_avx2, {pf_dpe_itile_avx2_r1, pf_dpe_itile_avx2_r2, NULL}};
 #endif
     default:
         ic->mr = 8; /* the AVX-512 VNNI kernel's packing, tested everywhere */
-        *one_row = pf_dpe_itile_generic_row;
-        return pf_dpe_itile_generic;
+        return (itile_kernels){pf_dpe_itile_generic,
+                               {pf_dpe_itile_generic_r1, pf_dpe_itile_generic_r2, pf_dpe_itile_generic_r4}};
     }
 }
 
@@ -229,8 +230,7 @@ pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s)
     size_t b_bytes, s_bytes;
     if (weight_layout(a, s->nb, s->nk, &ic, &b_bytes, &s_bytes) != PF_OK)
         return PF_EOVERFLOW;
-    itile_fn one_row;
-    const itile_fn fn = choose_kernel(a, &ic, &acc16, &one_row); /* sets ic.mr */
+    const itile_kernels kern = choose_kernel(a, &ic, &acc16); /* sets ic.mr */
     for (int i = 0; i < a->sx; i++)
         for (int v = 0; v <= a->x_max[i]; v++)
             ic.dac[i][v] = (uint8_t)s->dac[i][v]; /* exact: integers in [0, rdac-1], rdac <= 256 */
@@ -267,7 +267,7 @@ pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s)
         if (!Ap || !As || !Ar || (im2col && (!xrow || !codes)))
             failed = 1;
         int64_t packed_rb = -1;
-        uint64_t one_row_tiles = 0;
+        uint64_t short_tiles[PF_SHORT_TILES] = {0};
 #pragma omp for schedule(static)
         for (int64_t work = 0; work < nrb * ncc; work++) {
             if (failed || pf_cancelled(a->cancel))
@@ -293,16 +293,18 @@ pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s)
                         .coef = s->coef, .alpha = s->alpha,
                         .adc_table = any_table ? (const float *const *)s->adc_table : NULL,
                         .adc_table_max = s->adc_table_max, .out = tile};
-                    if (t.mr_valid == 1 && one_row) {
-                        one_row(&t);
-                        one_row_tiles++;
+                    const int sh = pf_short_tile(t.mr_valid);
+                    if (sh >= 0 && kern.short_rows[sh]) {
+                        kern.short_rows[sh](&t);
+                        short_tiles[sh]++;
                     } else {
-                        fn(&t);
+                        kern.full(&t);
                     }
                     store_tile(a, ic.mr, rp0 + rp, cp, tile);
                 }
         }
-        atomic_fetch_add(&g_one_row_tiles, one_row_tiles);
+        for (int sh = 0; sh < PF_SHORT_TILES; sh++)
+            atomic_fetch_add(&g_short_tiles[sh], short_tiles[sh]);
         pf_free(Ap);
         pf_free(As);
         pf_free(Ar);
@@ -322,7 +324,16 @@ pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s)
 #define ITILE_MR 8
 #include "cpu/dpe_int_scalar.h"
 
-#define PF_ITILE_FN pf_dpe_itile_generic_row
+/* its short instances (core/dpe.h) */
+#define PF_ITILE_FN pf_dpe_itile_generic_r1
 #define ITILE_MR 8
 #define ITILE_ROWS 1
+#include "cpu/dpe_int_scalar.h"
+#define PF_ITILE_FN pf_dpe_itile_generic_r2
+#define ITILE_MR 8
+#define ITILE_ROWS 2
+#include "cpu/dpe_int_scalar.h"
+#define PF_ITILE_FN pf_dpe_itile_generic_r4
+#define ITILE_MR 8
+#define ITILE_ROWS 4
 #include "cpu/dpe_int_scalar.h"

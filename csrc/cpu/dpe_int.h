@@ -41,14 +41,22 @@ typedef struct {
 } pf_dpe_itile;
 
 void pf_dpe_itile_generic(const pf_dpe_itile *t);
-void pf_dpe_itile_generic_row(const pf_dpe_itile *t); /* row 0 only: a panel with one valid row */
 void pf_dpe_itile_avx2(const pf_dpe_itile *t);      /* vpmaddubsw: needs 2*max(k)*max|B| <= 32767 */
-void pf_dpe_itile_avx2_row(const pf_dpe_itile *t);
 void pf_dpe_itile_avx2_wide(const pf_dpe_itile *t); /* the portable kernel compiled for AVX2 (no saturation) */
 void pf_dpe_itile_avxvnni(const pf_dpe_itile *t);
-void pf_dpe_itile_avxvnni_row(const pf_dpe_itile *t);
 void pf_dpe_itile_avx512vnni(const pf_dpe_itile *t);
-void pf_dpe_itile_avx512vnni_row(const pf_dpe_itile *t);
+/* Short instances (core/dpe.h): the first 1, 2 or 4 rows of a panel (4 only
+ * for the 8-row kernels), mr_valid at most that */
+void pf_dpe_itile_generic_r1(const pf_dpe_itile *t);
+void pf_dpe_itile_generic_r2(const pf_dpe_itile *t);
+void pf_dpe_itile_generic_r4(const pf_dpe_itile *t);
+void pf_dpe_itile_avx2_r1(const pf_dpe_itile *t);
+void pf_dpe_itile_avx2_r2(const pf_dpe_itile *t);
+void pf_dpe_itile_avxvnni_r1(const pf_dpe_itile *t);
+void pf_dpe_itile_avxvnni_r2(const pf_dpe_itile *t);
+void pf_dpe_itile_avx512vnni_r1(const pf_dpe_itile *t);
+void pf_dpe_itile_avx512vnni_r2(const pf_dpe_itile *t);
+void pf_dpe_itile_avx512vnni_r4(const pf_dpe_itile *t);
 
 /* Whether the call can take the integer path (noise-free, ideal levels, rdac <= 256, enabled). */
 int pf_dpe_int_eligible(const pf_dpe_args *a, const pf_dpe_consts *s);
@@ -64,7 +72,7 @@ pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s);
 void pf_dpe_int_set_enabled(int on);
 int pf_dpe_int_enabled(void);
 uint64_t pf_dpe_int_calls(void);  /* calls that took the integer path */
-uint64_t pf_dpe_int_one_row_tiles(void); /* tiles computed by a one-row instance */
+uint64_t pf_dpe_int_short_tiles(int s); /* tiles computed by short instance s (core/dpe.h) */
 /* The integer kernel the next call would use: a pf_tier value (PF_TIER_AVX512
  * never: an AVX-512 CPU without VNNI uses the AVX2 or AVX-VNNI kernel). */
 int pf_dpe_int_kernel_tier(void);

@@ -41,8 +41,19 @@ static inline __m512i bcast4_avx512(const uint8_t *p)
 
 #include "cpu/dpe_int_tile.h"
 
+/* the short instances (core/dpe.h); the tile header undefines ITILE_MR */
 #undef PF_ITILE_FN
-#define PF_ITILE_FN pf_dpe_itile_avx512vnni_row
+#define PF_ITILE_FN pf_dpe_itile_avx512vnni_r1
 #define ITILE_MR 8
 #define ITILE_ROWS 1
+#include "cpu/dpe_int_tile.h"
+#undef PF_ITILE_FN
+#define PF_ITILE_FN pf_dpe_itile_avx512vnni_r2
+#define ITILE_MR 8
+#define ITILE_ROWS 2
+#include "cpu/dpe_int_tile.h"
+#undef PF_ITILE_FN
+#define PF_ITILE_FN pf_dpe_itile_avx512vnni_r4
+#define ITILE_MR 8
+#define ITILE_ROWS 4
 #include "cpu/dpe_int_tile.h"

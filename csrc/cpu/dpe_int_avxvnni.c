@@ -13,7 +13,12 @@
 #include "cpu/dpe_int_vf256.h"
 #include "cpu/dpe_int_tile.h"
 
+/* the short instances (core/dpe.h) */
 #undef PF_ITILE_FN
-#define PF_ITILE_FN pf_dpe_itile_avxvnni_row
+#define PF_ITILE_FN pf_dpe_itile_avxvnni_r1
 #define ITILE_ROWS 1
+#include "cpu/dpe_int_tile.h"
+#undef PF_ITILE_FN
+#define PF_ITILE_FN pf_dpe_itile_avxvnni_r2
+#define ITILE_ROWS 2
 #include "cpu/dpe_int_tile.h"

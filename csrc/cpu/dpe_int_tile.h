@@ -8,9 +8,10 @@
  * The includer defines:
  *   PF_ITILE_FN                 the function name
  *   ITILE_MR                    tile rows (optional, default 4; the packed panel height)
- *   ITILE_ROWS                  rows computed (optional, default ITILE_MR): 1 gives the
- *                               one-row instance for a panel with a single valid row
- *                               (a GEMV), which skips the padding rows' sums and epilogues
+ *   ITILE_ROWS                  rows computed (optional, default ITILE_MR): 1, 2 or 4 give
+ *                               the short instances (core/dpe.h) for a panel of at most
+ *                               that many valid rows, which skip the padding rows' sums
+ *                               and epilogues; 1 is the GEMV-shaped one (batch 1)
  *   IVC                         columns per integer accumulator (= floats per VF)
  *   IACC, IAV, IBV              accumulator, broadcast-A and B operand types
  *   I_ZERO()                    zero accumulator

@@ -5,11 +5,12 @@
  * noise-free results are bit-identical across ISAs.
  *
  * The includer defines, before including (and may include it again for
- * another PF_TILE_FN / PF_TILE_ROWS):
+ * another PF_TILE_FN / PF_TILE_ROWS; both are undefined at the end):
  *   PF_TILE_FN            the function name
- *   PF_TILE_ROWS          rows computed (optional, default MR): 1 gives the
- *                         GEMV-shaped instance for a panel of one valid row
- *                         (batch 1), the same per-element operations
+ *   PF_TILE_ROWS          rows computed (optional, default MR): 1, 2 or 4 give
+ *                         the short instances (core/dpe.h) for a panel of at
+ *                         most that many valid rows, the same per-element
+ *                         operations; 1 is the GEMV-shaped one (batch 1)
  *   VW                    floats per vector
  *   VEC, IVEC             float and int32 vector types
  *   V_ZERO()              V_LOAD(p) (aligned)  V_LOADU(p)  V_STORE(p, v) (aligned)
@@ -33,8 +34,9 @@
 /* Weight slices side by side: up to 4 for the one-row tile, whose single
  * accumulator pair per slice pair would otherwise wait on the FMA latency at
  * every k (independent chains of several slices overlap: the batch-1 tile
- * ~2x faster); one for the MR-row tile, whose accumulators fill the registers. */
-#define TILE_JB (TILE_ROWS == 1 ? 4 : 1)
+ * ~2x faster), 2 for the two-row tile; one from 4 rows on, whose accumulators
+ * are enough chains (the MR-row tile's fill the registers). */
+#define TILE_JB (TILE_ROWS == 1 ? 4 : TILE_ROWS == 2 ? 2 : 1)
 
 #ifndef TILE_SLICE_SUMS
 /* Sums over the block's n rows of input slice i (A) times weight slices
@@ -101,6 +103,8 @@ void PF_TILE_FN(const pf_dpe_tile *t)
             t->out[r * t->ldr + c * t->ldc] = out[r * TILE_NR + c];
 }
 
+#undef PF_TILE_FN
+#undef PF_TILE_ROWS
 #undef TILE_MR
 #undef TILE_ROWS
 #undef TILE_NR

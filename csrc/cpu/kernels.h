@@ -32,8 +32,10 @@ typedef struct {
     /* DPE micro-kernel for integer-valued (noise-free) operands, and for
      * operands with noise (fused multiply-adds: the SIMD kernels' bits) */
     pf_dpe_tile_fn tile_exact, tile_noisy;
-    /* the same for a panel with one valid row (batch 1: no work on padding rows) */
-    pf_dpe_tile_fn tile1_exact, tile1_noisy;
+    /* their short instances (core/dpe.h: the first 1, 2, 4 rows) for a panel
+     * of few valid rows (small batches: no work on padding rows); NULL: the
+     * full tile */
+    pf_dpe_tile_fn short_exact[PF_SHORT_TILES], short_noisy[PF_SHORT_TILES];
     /* 4 * ngroups standard normals of Philox groups group0.. (noise.c), and
      * exp in place; the portable instances call SLEEF's scalar builds */
     pf_normal_groups_fn normal_groups;
@@ -49,6 +51,8 @@ typedef struct {
 
 /* The table of the active ISA. */
 const pf_cpu_kernels *pf_cpu_kernels_active(void);
+/* Tiles the float path computed with short instance s (core/dpe.h), process-wide. */
+uint64_t pf_dpe_short_tiles(int s);
 
 /* Instances (dpe.c, noise.c, noise_avx2.c, noise_avx512.c). */
 void pf_dpe_tile_generic_fused(const pf_dpe_tile *t);

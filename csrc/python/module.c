@@ -130,10 +130,34 @@ static PyObject *py_dpe_int_path(PyObject *self, PyObject *args)
         return NULL;
     if (on >= 0)
         pf_dpe_int_set_enabled(on);
-    return Py_BuildValue("{s:O,s:K,s:K,s:s}", "enabled", pf_dpe_int_enabled() ? Py_True : Py_False, "calls",
-                         (unsigned long long)pf_dpe_int_calls(), "one_row_tiles",
-                         (unsigned long long)pf_dpe_int_one_row_tiles(), "kernel",
+    return Py_BuildValue("{s:O,s:K,s:s}", "enabled", pf_dpe_int_enabled() ? Py_True : Py_False, "calls",
+                         (unsigned long long)pf_dpe_int_calls(), "kernel",
                          pf_tier_name((pf_tier)pf_dpe_int_kernel_tier()));
+}
+
+/* {rows: count} of one path's short-instance tiles (core/dpe.h) */
+static PyObject *short_tile_counts(uint64_t (*count)(int))
+{
+    PyObject *d = PyDict_New();
+    for (int sh = 0; d && sh < PF_SHORT_TILES; sh++) {
+        PyObject *k = PyLong_FromLong(pf_short_tile_rows(sh)), *v = PyLong_FromUnsignedLongLong(count(sh));
+        if (!k || !v || PyDict_SetItem(d, k, v) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+    }
+    return d;
+}
+
+static PyObject *py_dpe_short_tiles(PyObject *self, PyObject *noargs)
+{
+    PF_UNUSED(self);
+    PF_UNUSED(noargs);
+    PyObject *fl = short_tile_counts(pf_dpe_short_tiles), *in = fl ? short_tile_counts(pf_dpe_int_short_tiles) : NULL;
+    PyObject *out = in ? Py_BuildValue("{s:O,s:O}", "float", fl, "int", in) : NULL;
+    Py_XDECREF(fl);
+    Py_XDECREF(in);
+    return out;
 }
 
 static PyObject *py_cl_library_error(PyObject *self, PyObject *noargs)
@@ -169,8 +193,11 @@ static PyMethodDef core_methods[] = {
      "libsleef's; None without AVX2."},
     {"dpe_int_path", py_dpe_int_path, METH_VARARGS,
      "dpe_int_path([enabled])\n--\n\nSwitch the exact integer path of noise-free products on or off (process-wide); "
-     "returns {'enabled', 'calls' (calls that took it), 'one_row_tiles' (tiles of one valid row, such as a batch-1 "
-     "product's, computed by the kernel's one-row instance), 'kernel' (the integer kernel's tier)}."},
+     "returns {'enabled', 'calls' (calls that took it), 'kernel' (the integer kernel's tier)}."},
+    {"dpe_short_tiles", py_dpe_short_tiles, METH_NOARGS,
+     "dpe_short_tiles()\n--\n\nTest hook: {'float': {rows: tiles}, 'int': {rows: tiles}}, process-wide counts of the "
+     "tiles each DPE path computed with its micro-kernel's short instance for that many rows (panels of few valid "
+     "rows, such as a small batch's last one)."},
     {"check_seed", pf_py_check_seed, METH_O,
      "check_seed(seed)\n--\n\nThe seed as every entry point reads it: an int in [0, 2**64) (None: DEFAULT_SEED); "
      "TypeError / ValueError naming 'seed' otherwise."},

@@ -12,7 +12,7 @@ import pytest
 import pyfastpim
 from pyfastpim import _core
 from reference.dpe_ref import mvm_exact
-from helpers import HGS, LGS, make_case
+from helpers import HGS, LGS, make_case, short_instance
 
 SANITIZED = os.environ.get("PYFASTPIM_SANITIZED") == "1"
 TIERS = ("generic", "avx2", "avxvnni", "avx512", "avx512vnni")
@@ -161,10 +161,13 @@ def test_random_shapes_on_every_kernel():
             np.testing.assert_array_equal(got_float, ref)
 
 
-# every integer kernel has a one-row instance (dpe_int_tile.h at ITILE_ROWS 1) except the widened AVX2 one, which
-# none of these cases selects
+# each integer kernel's tile height; its short instances (csrc/core/dpe.h) compute the first 1, 2 or 4 rows of a
+# panel, those below the height (the widened AVX2 kernel has none: none of these cases selects it)
+TILE_ROWS = {"generic": 8, "avx2": 4, "avxvnni": 4, "avx512vnni": 8}
+
+
 @pytest.mark.parametrize("kernel", sorted(KERNEL_LIMITS))
-@pytest.mark.parametrize("rows", [1, 9, 17])
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 10, 11, 12, 15])  # last panels of 1 to 4 valid rows, and 5 or 7
 @pytest.mark.parametrize("case", [
     # (n, x widths, w widths, g_level, rdac, radc)
     (32, (1, 1, 2, 2), (1, 1, 2, 2), 4, 4, 2 ** 12),  # the engine case's slices: 16-bit AVX2 sums
@@ -172,22 +175,24 @@ def test_random_shapes_on_every_kernel():
     (16, (1, 4), (1, 7), 129, 8, 2 ** 8),            # levels stored as L - 128, with row sums
     (8, (1, 1, 2), (1, 1, 2), 4, 4, 7),              # an odd ADC: the exact-code table
 ], ids=["acc16", "acc32", "row_sums", "adc_table"])
-def test_single_row_panels_take_the_one_row_instance_and_keep_the_bits(kernel, rows, case):
-    # rows % 4 == rows % 8 == 1: the last row panel holds one valid row whatever the tile height
+def test_short_panels_take_the_short_instances_and_keep_the_bits(kernel, rows, case):
     n, xw, ww, g_level, rdac, radc = case
     K, P = 2 * n + n // 2 + 3, 37  # a short last block, K % 4 != 0, a short last column panel
     rng = np.random.default_rng(rows * 1000 + n)
     xs, xsc, wl, wsc = make_case(rng, 1, rows, K, P, n, xw, ww, (1, n), (n, 8), g_level)
     radc = [radc] * len(ww)
     args = (xs, xsc, (1, n), xw, wl, wsc, (n, 8), ww, n, rdac, g_level, radc)
-    t0 = _core.dpe_int_path()["one_row_tiles"]
+    before = _core.dpe_short_tiles()["int"]
     got_int, got_float = int_and_float(args, KERNEL_LIMITS[kernel])
-    one_row_tiles = _core.dpe_int_path()["one_row_tiles"] - t0
-    assert one_row_tiles == -(-P // 16)  # every column panel's last tile
+    after = _core.dpe_short_tiles()["int"]
+    mr = TILE_ROWS[kernel]
+    expect = short_instance(rows % mr or mr, mr)
+    # every column panel's last tile, by the smallest instance covering its rows (the full tile if none)
+    assert {s: after[s] - before[s] for s in after} == {s: -(-P // 16) if s == expect else 0 for s in after}
     ref = mvm_exact(xs, xsc, (1, n), xw, wl, wsc, (n, 8), ww, n, rdac, g_level, radc)
     np.testing.assert_array_equal(got_int, ref)
     np.testing.assert_array_equal(got_float, ref)
-    assert np.count_nonzero(ref[:, -1]) > 0  # the one-row tile's row holds real sums
+    assert np.count_nonzero(ref[:, -1]) > 0  # the last panel's rows hold real sums
 
 
 def test_thread_counts_give_the_same_bits():
@@ -341,9 +346,10 @@ def test_every_vnni_instance_is_compiled_in():
         funcs[m.group(1)] = m.group(2)
     if "pf_dpe_itile_avx2" not in funcs:
         pytest.skip("the extension's symbols are stripped")
-    for suffix in ("", "_row"):  # each kernel and its one-row instance
+    for suffix in ("", "_r1", "_r2"):  # each kernel and its short instances
         assert "vpdpbusd" in funcs["pf_dpe_itile_avx512vnni" + suffix]
         assert "zmm" in funcs["pf_dpe_itile_avx512vnni" + suffix]
         assert "{vex} vpdpbusd" in funcs["pf_dpe_itile_avxvnni" + suffix]
         assert "vpmaddubsw" in funcs["pf_dpe_itile_avx2" + suffix]
+    assert "vpdpbusd" in funcs["pf_dpe_itile_avx512vnni_r4"] and "zmm" in funcs["pf_dpe_itile_avx512vnni_r4"]
     assert "vpdpbusd" not in funcs["pf_dpe_itile_avx2"] and "vpdpbusd" not in funcs["pf_dpe_itile_generic"]

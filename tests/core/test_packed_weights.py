@@ -14,7 +14,8 @@ import pytest
 
 import pyfastpim
 from pyfastpim import DPETensor, SlicedData, _core
-from helpers import HGS, ISAS, LGS, make_case, written_conductance
+from helpers import (HGS, ISAS, LGS, available_isas, make_case, no_isa_limit, restore_isa_limit, short_instance,
+                     written_conductance)
 from reference.dpe_ref import mvm_exact
 
 
@@ -69,7 +70,7 @@ def test_noise_free_packed_equals_unpacked_and_reference(shape, radc):
                 np.testing.assert_array_equal(fast, plain)
                 np.testing.assert_array_equal(fast, ref)
         finally:
-            pyfastpim.set_isa_limit("avx512")
+            no_isa_limit()
 
 
 @pytest.mark.parametrize("shape", SHAPES[:3])
@@ -91,7 +92,7 @@ def test_noisy_packed_equals_unpacked_for_each_seed_call_thread_count_and_isa(sh
                         np.testing.assert_array_equal(fast, plain)
                         outs.append((call, fast))
         finally:
-            pyfastpim.set_isa_limit("avx512")
+            no_isa_limit()
     by_call = {}
     for call, out in outs:  # same seed and call: same bits on every ISA and thread count
         by_call.setdefault(call, out)
@@ -339,24 +340,33 @@ def test_layers_use_one_pack_and_survive_copy_deepcopy_and_pickle():
             assert not np.array_equal(y2.numpy(), y.numpy())
 
 
-def test_one_row_tiles_give_the_bits_of_full_tiles_with_read_noise():
-    # read noise is indexed by weight cell and call only: a row multiplied alone (the one-row
-    # GEMV-shaped micro-kernel) equals the same row inside a batch (the 6-row micro-kernel)
+@pytest.mark.parametrize("noise", ["read_noise", "noise_free"])
+def test_short_panels_give_the_bits_of_full_tiles(noise):
+    # read noise is indexed by weight cell and call only: rows multiplied alone in a panel of 1 to 6 valid rows
+    # (the 1-, 2- and 4-row short instances of the SIMD micro-kernels, or the full 6-row tile) equal the same rows
+    # inside a batch of 7 (a full panel and a one-row panel). Programmed conductances: the float path either way.
     c = case(21, N=1, R=7, K=70, P=45, n=16, cond=True)
     radcs = [2 ** 12] * 3
-    sigma = np.array([0.0, 0.05, 0.08, 0.1], np.float32)
+    sigma = np.array([0.0, 0.05, 0.08, 0.1], np.float32) if noise == "read_noise" else None
     packed = _core.dpe_pack(*weight_args(c, radcs, sigma))
-    for isa in ISAS:
+    active = pyfastpim.cpu_isa()[0]
+    for isa in available_isas():
         pyfastpim.set_isa_limit(isa)
         try:
             full = np.asarray(_core.dpe_mvm_packed(packed, *mvm_args(c, radcs, sigma, seed=4, call=2)))
-            for r in (0, 6):
-                one = dict(c, xs=np.ascontiguousarray(c["xs"][:, :, r:r + 1]),
-                           xsc=np.ascontiguousarray(c["xsc"][:, r:r + 1]))
-                got = np.asarray(_core.dpe_mvm_packed(packed, *mvm_args(one, radcs, sigma, seed=4, call=2)))
-                np.testing.assert_array_equal(got[0, 0], full[0, r])
+            for r0, m in ((0, 1), (6, 1), (1, 2), (5, 2), (2, 3), (0, 4), (3, 4), (1, 5), (0, 6)):
+                part = dict(c, xs=np.ascontiguousarray(c["xs"][:, :, r0:r0 + m]),
+                            xsc=np.ascontiguousarray(c["xsc"][:, r0:r0 + m]))
+                before = _core.dpe_short_tiles()["float"]
+                got = np.asarray(_core.dpe_mvm_packed(packed, *mvm_args(part, radcs, sigma, seed=4, call=2)))
+                after = _core.dpe_short_tiles()["float"]
+                np.testing.assert_array_equal(got[0], full[0, r0:r0 + m], err_msg="isa %s, rows %d" % (isa, m))
+                # the portable table has no short instances; the SIMD ones take the smallest that covers m
+                expect = short_instance(m, 6) if isa != "generic" else None
+                taken = {s for s in after if after[s] > before[s]}
+                assert taken == ({expect} if expect else set()), (isa, m, before, after)
         finally:
-            pyfastpim.set_isa_limit("avx512")
+            restore_isa_limit(active)
 
 
 def test_long_normal_runs_use_every_thread_with_the_same_values():

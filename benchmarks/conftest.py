@@ -73,11 +73,36 @@ def _pedantic(bm, original, target, args=(), kwargs=None, setup=None, rounds=1, 
                     iterations=iterations)
 
 
+def cpu_ticks():
+    """(all, steal) clock ticks of every CPU since boot (/proc/stat), or None where there is no such file.
+    Steal: time the hypervisor ran something else while this VM had work."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = fh.readline().split()
+        ticks = [int(v) for v in fields[1:9]]
+    except (OSError, ValueError):
+        return None
+    return (sum(ticks), ticks[7]) if fields and fields[0] == "cpu" and len(ticks) == 8 else None
+
+
+def steal_pct(t0, t1):
+    """Percent of the CPU ticks between two cpu_ticks() readings that were stolen; None without both."""
+    if not t0 or not t1 or t1[0] <= t0[0]:
+        return None
+    return round(100.0 * (t1[1] - t0[1]) / (t1[0] - t0[0]), 2)
+
+
 @pytest.fixture
 def benchmark(benchmark):
-    """pytest-benchmark's fixture, with the minimum rounds above for ``pedantic`` cases."""
+    """pytest-benchmark's fixture, with the minimum rounds above for ``pedantic`` cases, recording the share of
+    CPU time stolen by the hypervisor while the case ran (``extra_info['steal_pct']``, on Linux): on a VM busy
+    elsewhere whole groups of cases slow down together, and report.py shows the steal beside a changed median."""
     benchmark.pedantic = functools.partial(_pedantic, benchmark, benchmark.pedantic)
-    return benchmark
+    t0 = cpu_ticks()
+    yield benchmark
+    pct = steal_pct(t0, cpu_ticks())
+    if pct is not None:
+        benchmark.extra_info["steal_pct"] = pct
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):

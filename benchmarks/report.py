@@ -75,7 +75,8 @@ def analyse(data):
                 checks.append(dict(key=key, value=value, target=target, at_least=at_least,
                                    met=value >= target if at_least else value <= target))
             rows[b["fullname"]] = dict(group=group, case=case_name(b), role=info.get("role", "subject"), median=t,
-                                       rounds=b["stats"].get("rounds"), roofline=r_roof, reference=r_ref,
+                                       rounds=b["stats"].get("rounds"), steal=info.get("steal_pct"),
+                                       roofline=r_roof, reference=r_ref,
                                        checks=checks, ref_over_roof=(ref["stats"]["median"] / roof["stats"]["median"]
                                                                      if ref and roof else None))
     return rows
@@ -137,18 +138,32 @@ def agreement(rows, prev_rows):
     common = [k for k in rows if k in prev_rows and prev_rows[k]["median"]]
     if not common:
         return ["no case in common with the previous run"]
-    changes = sorted(((abs(rows[k]["median"] / prev_rows[k]["median"] - 1.0), rows[k]["case"]) for k in common),
+    changes = sorted(((abs(rows[k]["median"] / prev_rows[k]["median"] - 1.0), rows[k]["case"], k) for k in common),
                      reverse=True)
     outside = [c for c in changes if c[0] > AGREEMENT]
     lines = ["%d cases in both runs: %d agree within %d%% on the median; largest change %.1f%% (%s)"
              % (len(common), len(common) - len(outside), round(100 * AGREEMENT), 100 * changes[0][0], changes[0][1])]
+
+    def steal(k):  # the hypervisor's share of the CPU during the case, previous run / this run (when recorded)
+        a, b = prev_rows[k].get("steal"), rows[k].get("steal")
+        return "" if a is None or b is None else " (steal %.1f%% / %.1f%%)" % (a, b)
+
     if outside:
-        lines.append("outside %d%%: %s" % (round(100 * AGREEMENT), ", ".join("%s %.0f%%" % (n, 100 * c)
-                                                                             for c, n in outside)))
+        lines.append("outside %d%%: %s" % (round(100 * AGREEMENT), ", ".join("%s %.0f%%%s" % (n, 100 * c, steal(k))
+                                                                             for c, n, k in outside)))
     new = sorted(rows[k]["case"] for k in rows if k not in prev_rows)
     if new:
         lines.append("new since the previous run: " + ", ".join(new))
     return lines
+
+
+def steal_summary(rows):
+    """One line on the hypervisor's steal during this run's cases (conftest.py records it), or None."""
+    steal = sorted((r["steal"], r["case"]) for r in rows.values() if r.get("steal") is not None)
+    if not steal:
+        return None
+    return "hypervisor steal during the cases: median %.1f%%, highest %.1f%% (%s)" % (
+        steal[len(steal) // 2][0], steal[-1][0], steal[-1][1])
 
 
 # ---------------------------------------------------------------- README ---------------------------------------
@@ -304,6 +319,8 @@ def main(argv=None):
     prev_rows = analyse(prev) if prev else {}
     print(table(rows, prev_rows))
     print()
+    if steal_summary(rows):
+        print(steal_summary(rows))
     if prev:
         print("previous run: %s (%s)" % (prev.get("datetime", "?"), prev_path))
         for line in agreement(rows, prev_rows):

@@ -92,6 +92,33 @@ def test_previous_run_is_the_newest_older_one(report, tmp_path):
     assert "new since the previous run: batch1" in summary[2]
 
 
+def test_agreement_shows_the_steal_of_changed_cases(report):
+    prev = _run("2026-01-02T10:00:00", dict(roof=0.1, ref=4.0, subject=0.13, off=0.11))
+    cur = _run("2026-01-03T10:00:00", dict(roof=0.1, ref=4.0, subject=0.2, off=0.16))
+    for run, pct in ((prev, 0.25), (cur, 18.0)):
+        for b in run["benchmarks"]:
+            if b["name"] == "test_subject":
+                b["extra_info"]["steal_pct"] = pct
+    summary = report.agreement(report.analyse(cur), report.analyse(prev))
+    # both runs recorded the subject's steal; the off case's runs did not: no figure
+    assert "subject 54% (steal 0.2% / 18.0%)" in summary[1] and "off 45%," not in summary[1]
+    assert summary[1].endswith("off 45%")
+    assert report.steal_summary(report.analyse(cur)) == "hypervisor steal during the cases: median 18.0%, highest " \
+                                                        "18.0% (subject)"
+    assert report.steal_summary(report.analyse(_run("t", dict(roof=1, ref=1, subject=1, off=1)))) is None
+
+
+def test_steal_share_from_proc_stat():
+    conf = _load("pyfastpim_bench_conftest2", "conftest.py")
+    assert conf.steal_pct((1000, 10), (1400, 50)) == 10.0
+    assert conf.steal_pct(None, (1400, 50)) is None and conf.steal_pct((1400, 50), (1400, 50)) is None
+    ticks = conf.cpu_ticks()
+    if not os.path.exists("/proc/stat"):
+        assert ticks is None
+        return
+    assert ticks[0] > 0 and 0 <= ticks[1] <= ticks[0]
+
+
 def test_no_previous_run(report, tmp_path, capsys):
     cur = _run("2026-01-03T10:00:00", dict(roof=0.1, ref=4.0, subject=0.13, off=0.11))
     _write(str(tmp_path / "bench.json"), cur)

@@ -41,8 +41,48 @@
 #define IT_NR PF_DPE_INR
 #define IT_NV (IT_NR / IVC)
 
+/* Accumulator sets over alternate k quads, summed at the end (integers: the
+ * same S in any order): a tile of few accumulators (the short instances of
+ * the VNNI kernels, one zmm at one row) would otherwise wait on the dot
+ * product's latency at every quad; at least 4 chains in flight. */
+#define IT_KS (IT_ROWS * IT_NV >= 4 ? 1 : 4 / (IT_ROWS * IT_NV))
+
+/* one k quad at ap / bp into the accumulators acc_[r][v] */
+#define IT_QUAD(DOT, acc_, ap_, bp_)                                                                               \
+    do {                                                                                                           \
+        IBV bv[IT_NV];                                                                                             \
+        _Pragma("GCC unroll 16") for (int v = 0; v < IT_NV; v++) bv[v] = I_LOADB((bp_) + v * IVC * 4);             \
+        _Pragma("GCC unroll 16") for (int r = 0; r < IT_ROWS; r++) {                                               \
+            const IAV av = I_BCASTA((ap_) + r * 4);                                                                \
+            _Pragma("GCC unroll 16") for (int v = 0; v < IT_NV; v++) acc_[r][v] = DOT(acc_[r][v], av, bv[v]);      \
+        }                                                                                                          \
+    } while (0)
+
 /* S of one (block, i, j) for the tile into s[r][v], with DOT/FINISH: the A and
  * B pointers walk the k quads, every accumulator stays in a register. */
+#if IT_KS > 1
+#define IT_MAC(DOT, FINISH)                                                                                        \
+    do {                                                                                                           \
+        IACC acc[IT_KS][IT_ROWS][IT_NV];                                                                           \
+        _Pragma("GCC unroll 4") for (int q = 0; q < IT_KS; q++)                                                    \
+            _Pragma("GCC unroll 16") for (int r = 0; r < IT_ROWS; r++)                                             \
+                _Pragma("GCC unroll 16") for (int v = 0; v < IT_NV; v++) acc[q][r][v] = I_ZERO();                  \
+        const uint8_t *ap = A;                                                                                     \
+        const int8_t *bp = B;                                                                                      \
+        int kq = 0;                                                                                                \
+        for (; kq + IT_KS <= nkq; kq += IT_KS, ap += IT_KS * IT_MR * 4, bp += IT_KS * IT_NR * 4)                   \
+            _Pragma("GCC unroll 4") for (int q = 0; q < IT_KS; q++)                                                \
+                IT_QUAD(DOT, acc[q], ap + q * IT_MR * 4, bp + q * IT_NR * 4);                                      \
+        for (; kq < nkq; kq++, ap += IT_MR * 4, bp += IT_NR * 4)                                                   \
+            IT_QUAD(DOT, acc[0], ap, bp);                                                                          \
+        _Pragma("GCC unroll 16") for (int r = 0; r < IT_ROWS; r++)                                                 \
+            _Pragma("GCC unroll 16") for (int v = 0; v < IT_NV; v++) {                                             \
+                s[r][v] = FINISH(acc[0][r][v]);                                                                    \
+                _Pragma("GCC unroll 4") for (int q = 1; q < IT_KS; q++)                                            \
+                    s[r][v] = VI_ADD(s[r][v], FINISH(acc[q][r][v]));                                               \
+            }                                                                                                      \
+    } while (0)
+#else /* enough chains: one accumulator set (the loop of the full tiles, kept as it was) */
 #define IT_MAC(DOT, FINISH)                                                                                        \
     do {                                                                                                           \
         IACC acc[IT_ROWS][IT_NV];                                                                                  \
@@ -50,17 +90,12 @@
             _Pragma("GCC unroll 16") for (int v = 0; v < IT_NV; v++) acc[r][v] = I_ZERO();                         \
         const uint8_t *ap = A;                                                                                     \
         const int8_t *bp = B;                                                                                      \
-        for (int kq = 0; kq < nkq; kq++, ap += IT_MR * 4, bp += IT_NR * 4) {                                       \
-            IBV bv[IT_NV];                                                                                         \
-            _Pragma("GCC unroll 16") for (int v = 0; v < IT_NV; v++) bv[v] = I_LOADB(bp + v * IVC * 4);            \
-            _Pragma("GCC unroll 16") for (int r = 0; r < IT_ROWS; r++) {                                           \
-                const IAV av = I_BCASTA(ap + r * 4);                                                               \
-                _Pragma("GCC unroll 16") for (int v = 0; v < IT_NV; v++) acc[r][v] = DOT(acc[r][v], av, bv[v]);    \
-            }                                                                                                      \
-        }                                                                                                          \
+        for (int kq = 0; kq < nkq; kq++, ap += IT_MR * 4, bp += IT_NR * 4)                                         \
+            IT_QUAD(DOT, acc, ap, bp);                                                                             \
         _Pragma("GCC unroll 16") for (int r = 0; r < IT_ROWS; r++)                                                 \
             _Pragma("GCC unroll 16") for (int v = 0; v < IT_NV; v++) s[r][v] = FINISH(acc[r][v]);                  \
     } while (0)
+#endif
 
 void PF_ITILE_FN(const pf_dpe_itile *t)
 {
@@ -101,6 +136,8 @@ void PF_ITILE_FN(const pf_dpe_itile *t)
 }
 
 #undef IT_MAC
+#undef IT_QUAD
+#undef IT_KS
 #undef IT_MR
 #undef ITILE_MR
 #undef IT_ROWS

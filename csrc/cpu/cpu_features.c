@@ -64,31 +64,27 @@ pf_isa pf_active_isa(void) { return tier_base(pf_active_tier()); }
 
 /* ---- kernel tables, one per ISA ---- */
 
-#define SHORT_TILES(isa) {pf_dpe_tile_##isa##_r1, pf_dpe_tile_##isa##_r2, pf_dpe_tile_##isa##_r4}
+#define SIMD_TILES(isa) {pf_dpe_tile_##isa, {pf_dpe_tile_##isa##_r1, pf_dpe_tile_##isa##_r2, pf_dpe_tile_##isa##_r4}}
 static const pf_cpu_kernels k_avx512 = {.isa = PF_ISA_AVX512,
-                                        .tile_exact = pf_dpe_tile_avx512,
-                                        .tile_noisy = pf_dpe_tile_avx512,
-                                        .short_exact = SHORT_TILES(avx512),
-                                        .short_noisy = SHORT_TILES(avx512),
+                                        .exact = SIMD_TILES(avx512),
+                                        .noisy = SIMD_TILES(avx512),
                                         .normal_groups = pf_normal_groups_avx512,
                                         .exp_inplace = pf_exp_inplace_avx512,
                                         .read_noise_values = pf_read_noise_values_avx2};
 static const pf_cpu_kernels k_avx2 = {.isa = PF_ISA_AVX2,
-                                      .tile_exact = pf_dpe_tile_avx2,
-                                      .tile_noisy = pf_dpe_tile_avx2,
-                                      .short_exact = SHORT_TILES(avx2),
-                                      .short_noisy = SHORT_TILES(avx2),
+                                      .exact = SIMD_TILES(avx2),
+                                      .noisy = SIMD_TILES(avx2),
                                       .normal_groups = pf_normal_groups_avx2,
                                       .exp_inplace = pf_exp_inplace_avx2,
                                       .read_noise_values = pf_read_noise_values_avx2};
 /* portable: integer operands need no fusing; noisy ones fuse as the SIMD kernels do. No short
  * instances: the reference-shaped tile stays one function. */
 static const pf_cpu_kernels k_generic = {.isa = PF_ISA_GENERIC,
-                                         .tile_exact = pf_dpe_tile_generic,
-                                         .tile_noisy = pf_dpe_tile_generic_fused,
+                                         .exact = {pf_dpe_tile_generic},
+                                         .noisy = {pf_dpe_tile_generic_fused},
                                          .normal_groups = pf_normal_groups_generic,
                                          .exp_inplace = pf_exp_inplace_generic};
-#undef SHORT_TILES
+#undef SIMD_TILES
 
 static const pf_cpu_kernels *table_for(pf_isa isa)
 {

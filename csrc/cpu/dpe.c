@@ -391,27 +391,24 @@ static void straddle_copy(const pf_dpe_args *a, int64_t g0, int64_t mr, int64_t 
     }
 }
 
-/* The call's micro-kernel and its short instances (NULL: none). */
-typedef struct {
-    pf_dpe_tile_fn full, short_rows[PF_SHORT_TILES];
-} tile_kernels;
+static _Atomic uint64_t g_short_tiles[PF_DPE_PATHS][PF_SHORT_TILES];
 
-static _Atomic uint64_t g_short_tiles[PF_SHORT_TILES];
+uint64_t pf_dpe_short_tiles(int path, int s)
+{
+    return path >= 0 && path < PF_DPE_PATHS && s >= 0 && s < PF_SHORT_TILES ? atomic_load(&g_short_tiles[path][s]) : 0;
+}
 
-uint64_t pf_dpe_short_tiles(int s) { return s >= 0 && s < PF_SHORT_TILES ? atomic_load(&g_short_tiles[s]) : 0; }
-
-/* a thread's counts of short tiles, added once per call (not per tile: one shared line) */
-static void count_short_tiles(const uint64_t counts[PF_SHORT_TILES])
+void pf_dpe_count_short_tiles(int path, const uint64_t counts[PF_SHORT_TILES])
 {
     for (int sh = 0; sh < PF_SHORT_TILES; sh++)
         if (counts[sh])
-            atomic_fetch_add(&g_short_tiles[sh], counts[sh]);
+            atomic_fetch_add(&g_short_tiles[path][sh], counts[sh]);
 }
 
 /* One micro-tile: packed row panel A (global panel rp) times column panel cp,
  * written into the output (through a small buffer when the panel straddles
  * two batch items). */
-static void run_tile(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_plan *p, const tile_kernels *tk,
+static void run_tile(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_plan *p, const pf_dpe_tile_set *tk,
                      const float *A, const float *As, const float *B, const float *Bs, int64_t rp, int64_t cp,
                      int64_t nb, int accumulate, uint64_t short_tiles[PF_SHORT_TILES])
 {
@@ -448,7 +445,7 @@ static void run_tile(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pla
 
 /* The parallel loop nest over (row block, column chunk) items. */
 static int run_blocks(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_plan *p, const weights_view *w,
-                      const tile_kernels *tk)
+                      const pf_dpe_tile_set *tk)
 {
     const int64_t nb = s->nb, a_floats = (int64_t)(p->a_panel / sizeof(float));
     int failed = 0;
@@ -477,7 +474,7 @@ static int run_blocks(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pl
                     run_tile(a, s, p, tk, Ap + rp * a_floats, As + rp * nb * MR, w->B + cp * (int64_t)p->b_panel,
                              w->Bs + cp * nb * NR, rp0 + rp, cp, nb, 0, short_tiles);
         }
-        count_short_tiles(short_tiles);
+        pf_dpe_count_short_tiles(PF_DPE_PATH_FLOAT, short_tiles);
         pf_free(Ap);
         pf_free(As);
         pack_scratch_free(&sc);
@@ -494,7 +491,7 @@ static int run_blocks(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pl
  * their sums over the blocks (pf_dpe_tile.accumulate): the bits of one tile
  * call over all blocks. */
 static int run_fused(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_plan *p, const float *Bs,
-                     const tile_kernels *tk)
+                     const pf_dpe_tile_set *tk)
 {
     const int64_t nb = s->nb, a_floats = (int64_t)(p->a_panel / sizeof(float));
     const int64_t cpc = p->fused_panels, nchunks = pf_ceil_div(p->ncp, cpc);
@@ -530,7 +527,7 @@ static int run_fused(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pla
                                  rp, cp, 1, b > 0, short_tiles);
             }
         }
-        count_short_tiles(short_tiles);
+        pf_dpe_count_short_tiles(PF_DPE_PATH_FLOAT, short_tiles);
         pf_free(Bc);
         pf_free(val);
         pack_scratch_free(&sc);
@@ -576,9 +573,8 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
         st = weights_acquire(a, &s, plan.ncp, plan.b_bytes, !plan.fused_panels, &w);
     const pf_cpu_kernels *kt = pf_cpu_kernels_active();
     const int noisy = s.noise_x || s.noise_w;
-    tile_kernels tk = {.full = noisy ? kt->tile_noisy : kt->tile_exact};
-    memcpy(tk.short_rows, noisy ? kt->short_noisy : kt->short_exact, sizeof tk.short_rows);
-    if (st == PF_OK && (plan.fused_panels ? run_fused(a, &s, &plan, w.Bs, &tk) : run_blocks(a, &s, &plan, &w, &tk)))
+    const pf_dpe_tile_set *tk = noisy ? &kt->noisy : &kt->exact;
+    if (st == PF_OK && (plan.fused_panels ? run_fused(a, &s, &plan, w.Bs, tk) : run_blocks(a, &s, &plan, &w, tk)))
         st = PF_ENOMEM;
     weights_release(&w);
     pf_dpe_consts_free(&s);

@@ -2,6 +2,7 @@
  * operand packing and the loop nest (dpe_int.h). The portable micro-kernel is
  * the template instance at the end of this file. */
 #include "cpu/dpe_int.h"
+#include "cpu/kernels.h"
 #include "core/memory.h"
 #include "cpu/cpu_features.h"
 #include "cpu/threads.h"
@@ -15,12 +16,10 @@
 
 static _Atomic int g_enabled = 1;
 static _Atomic uint64_t g_calls;
-static _Atomic uint64_t g_short_tiles[PF_SHORT_TILES];
 
 void pf_dpe_int_set_enabled(int on) { atomic_store(&g_enabled, on != 0); }
 int pf_dpe_int_enabled(void) { return atomic_load(&g_enabled); }
 uint64_t pf_dpe_int_calls(void) { return atomic_load(&g_calls); }
-uint64_t pf_dpe_int_short_tiles(int s) { return s >= 0 && s < PF_SHORT_TILES ? atomic_load(&g_short_tiles[s]) : 0; }
 
 int pf_dpe_int_kernel_tier(void)
 {
@@ -303,8 +302,7 @@ pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s)
                     store_tile(a, ic.mr, rp0 + rp, cp, tile);
                 }
         }
-        for (int sh = 0; sh < PF_SHORT_TILES; sh++)
-            atomic_fetch_add(&g_short_tiles[sh], short_tiles[sh]);
+        pf_dpe_count_short_tiles(PF_DPE_PATH_INT, short_tiles);
         pf_free(Ap);
         pf_free(As);
         pf_free(Ar);

@@ -72,7 +72,6 @@ pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s);
 void pf_dpe_int_set_enabled(int on);
 int pf_dpe_int_enabled(void);
 uint64_t pf_dpe_int_calls(void);  /* calls that took the integer path */
-uint64_t pf_dpe_int_short_tiles(int s); /* tiles computed by short instance s (core/dpe.h) */
 /* The integer kernel the next call would use: a pf_tier value (PF_TIER_AVX512
  * never: an AVX-512 CPU without VNNI uses the AVX2 or AVX-VNNI kernel). */
 int pf_dpe_int_kernel_tier(void);

@@ -27,15 +27,18 @@ struct pf_read_noise {
     void (*values)(const pf_read_noise *r, uint64_t cell0, int64_t w, const uint8_t *L, const float *G, float *val);
 };
 
+/* A micro-kernel and its short instances (core/dpe.h: the first 1, 2, 4
+ * rows) for a panel of few valid rows (small batches: no work on padding
+ * rows); NULL: the full tile serves. */
+typedef struct {
+    pf_dpe_tile_fn full, short_rows[PF_SHORT_TILES];
+} pf_dpe_tile_set;
+
 typedef struct {
     pf_isa isa;
     /* DPE micro-kernel for integer-valued (noise-free) operands, and for
      * operands with noise (fused multiply-adds: the SIMD kernels' bits) */
-    pf_dpe_tile_fn tile_exact, tile_noisy;
-    /* their short instances (core/dpe.h: the first 1, 2, 4 rows) for a panel
-     * of few valid rows (small batches: no work on padding rows); NULL: the
-     * full tile */
-    pf_dpe_tile_fn short_exact[PF_SHORT_TILES], short_noisy[PF_SHORT_TILES];
+    pf_dpe_tile_set exact, noisy;
     /* 4 * ngroups standard normals of Philox groups group0.. (noise.c), and
      * exp in place; the portable instances call SLEEF's scalar builds */
     pf_normal_groups_fn normal_groups;
@@ -51,8 +54,12 @@ typedef struct {
 
 /* The table of the active ISA. */
 const pf_cpu_kernels *pf_cpu_kernels_active(void);
-/* Tiles the float path computed with short instance s (core/dpe.h), process-wide. */
-uint64_t pf_dpe_short_tiles(int s);
+/* Tiles each DPE path computed with short instance s (core/dpe.h),
+ * process-wide (dpe.c): the float kernels' and the integer kernels'. */
+enum { PF_DPE_PATH_FLOAT, PF_DPE_PATH_INT, PF_DPE_PATHS };
+uint64_t pf_dpe_short_tiles(int path, int s);
+/* Adds one thread's counts of a call: once per call, not per tile (one shared line). */
+void pf_dpe_count_short_tiles(int path, const uint64_t counts[PF_SHORT_TILES]);
 
 /* Instances (dpe.c, noise.c, noise_avx2.c, noise_avx512.c). */
 void pf_dpe_tile_generic_fused(const pf_dpe_tile *t);

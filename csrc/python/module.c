@@ -136,11 +136,11 @@ static PyObject *py_dpe_int_path(PyObject *self, PyObject *args)
 }
 
 /* {rows: count} of one path's short-instance tiles (core/dpe.h) */
-static PyObject *short_tile_counts(uint64_t (*count)(int))
+static PyObject *short_tile_counts(int path)
 {
     PyObject *d = PyDict_New();
     for (int sh = 0; d && sh < PF_SHORT_TILES; sh++) {
-        PyObject *k = PyLong_FromLong(pf_short_tile_rows(sh)), *v = PyLong_FromUnsignedLongLong(count(sh));
+        PyObject *k = PyLong_FromLong(pf_short_tile_rows(sh)), *v = PyLong_FromUnsignedLongLong(pf_dpe_short_tiles(path, sh));
         if (!k || !v || PyDict_SetItem(d, k, v) < 0)
             Py_CLEAR(d);
         Py_XDECREF(k);
@@ -153,7 +153,7 @@ static PyObject *py_dpe_short_tiles(PyObject *self, PyObject *noargs)
 {
     PF_UNUSED(self);
     PF_UNUSED(noargs);
-    PyObject *fl = short_tile_counts(pf_dpe_short_tiles), *in = fl ? short_tile_counts(pf_dpe_int_short_tiles) : NULL;
+    PyObject *fl = short_tile_counts(PF_DPE_PATH_FLOAT), *in = fl ? short_tile_counts(PF_DPE_PATH_INT) : NULL;
     PyObject *out = in ? Py_BuildValue("{s:O,s:O}", "float", fl, "int", in) : NULL;
     Py_XDECREF(fl);
     Py_XDECREF(in);

@@ -319,8 +319,9 @@ def main(argv=None):
     prev_rows = analyse(prev) if prev else {}
     print(table(rows, prev_rows))
     print()
-    if steal_summary(rows):
-        print(steal_summary(rows))
+    steal = steal_summary(rows)
+    if steal:
+        print(steal)
     if prev:
         print("previous run: %s (%s)" % (prev.get("datetime", "?"), prev_path))
         for line in agreement(rows, prev_rows):

@@ -3,7 +3,7 @@ PYTHON ?= /usr/bin/python3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEBS := build-essential python3-dev python3-numpy libopenblas-dev ocl-icd-opencl-dev opencl-c-headers \
         pocl-opencl-icd clinfo python3-pytest python3-pytest-benchmark python3-hypothesis python3-torch \
-        python3-torchvision python3-sklearn python3-matplotlib python3-tqdm python3-psutil librandom123-dev libdlpack-dev libsleef-dev \
+        python3-torchvision python3-sklearn python3-matplotlib python3-tqdm python3-psutil librandom123-dev libdlpack-dev libsleef-dev libsimde-dev \
         pkg-config ocl-icd-libopencl1 python3-venv python3-pip python3-nbclient python3-nbconvert python3-ipykernel ngspice
 SAN_LIB := $(shell gcc -print-file-name=libasan.so 2>/dev/null) $(shell gcc -print-file-name=libubsan.so 2>/dev/null)
 SAN_BUILD := build/sanitize
@@ -20,7 +20,8 @@ VENV_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3 
 VENV := build/venv
 MLX_DIR := build/mlx-target
 
-.PHONY: all deps build run test test-venv test-mlx bench bench-peers bench-readme sanitize tsan fuzz clean
+.PHONY: all deps build run test test-venv test-mlx bench bench-peers bench-readme sanitize test-isa-emulation tsan \
+        fuzz clean
 
 all: build
 
@@ -95,13 +96,29 @@ bench-readme:
 	$(PYTHON) benchmarks/report.py build/bench.json --readme README.md --peers build/peers.json
 
 # Sanitized build goes to its own tree so the regular in-place build is untouched.
+SAN_ENV := LD_PRELOAD="$(SAN_LIB)" PYFASTPIM_SANITIZED=1 ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1:handle_segv=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 sanitize: deps
 	rm -rf $(SAN_BUILD)
 	PYFASTPIM_SANITIZE=1 $(PYTHON) setup.py -q build --build-base $(SAN_BUILD) --build-lib $(SAN_BUILD)/lib
-	cd $(SAN_BUILD)/lib && $(PYTEST_ENV) LD_PRELOAD="$(SAN_LIB)" PYFASTPIM_SANITIZED=1 \
-	  ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1:handle_segv=1 \
-	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  $(PYTHON) -m pytest -q -x $(CURDIR)/tests -p no:cacheprovider --rootdir=$(CURDIR)
+	cd $(SAN_BUILD)/lib && $(PYTEST_ENV) $(SAN_ENV) $(PYTHON) -m pytest -q -x $(CURDIR)/tests -p no:cacheprovider \
+	  --rootdir=$(CURDIR)
+
+# The AVX-512, AVX-512 VNNI and AVX-VNNI kernel instances on a CPU that has only AVX2: a build in its
+# own tree whose instances for those ISAs are compiled against SIMDe (csrc/cpu/isa_emulation.h: each
+# 512-bit or VNNI intrinsic as AVX2 ones) and which reads every tier as present, under ASan/UBSan as
+# in `make sanitize`, then the suites that run each kernel on every tier. It checks their loop nests,
+# short instances and epilogues bit for bit against the reference, and their loads and stores
+# against the buffers' bounds; not their instruction selection or speed. On a CPU that has those
+# extensions, `make test` and `make sanitize` run the real instances.
+ISA_EMU_BUILD := build/sanitize-isa-emulation
+ISA_EMU_TESTS := tests/core tests/backends tests/api/test_array.py
+test-isa-emulation: deps
+	rm -rf $(ISA_EMU_BUILD)
+	PYFASTPIM_SANITIZE=1 PYFASTPIM_ISA_EMULATION=1 $(PYTHON) setup.py -q build --build-base $(ISA_EMU_BUILD) \
+	  --build-lib $(ISA_EMU_BUILD)/lib
+	cd $(ISA_EMU_BUILD)/lib && $(PYTEST_ENV) $(SAN_ENV) PYFASTPIM_ISA_EMULATED=1 \
+	  $(PYTHON) -m pytest -q -x $(addprefix $(CURDIR)/,$(ISA_EMU_TESTS)) -p no:cacheprovider --rootdir=$(CURDIR)
 
 # Structured fuzzing of every public entry point: 10^5 cases, counts printed at the end
 # (tests/api/test_fuzz.py runs a short sample in `make test`).

@@ -15,6 +15,9 @@ Environment:
                         Python's -fwrapv so that UBSan sees signed overflow
   PYFASTPIM_TSAN=1      build with -fsanitize=thread (make tsan)
   PYFASTPIM_DEBUG=1     build with -O0 -g
+  PYFASTPIM_ISA_EMULATION=1
+                        a test build (make test-isa-emulation): the AVX-512, AVX-512 VNNI and
+                        AVX-VNNI kernel instances run through SIMDe (libsimde-dev) on AVX2 + FMA
 """
 import glob
 import os
@@ -177,6 +180,8 @@ def flags():
     if os.environ.get("PYFASTPIM_TSAN") == "1":  # make tsan
         cflags += ["-fsanitize=thread", "-O1", "-fno-omit-frame-pointer"]
         ldflags += ["-fsanitize=thread"]
+    if os.environ.get("PYFASTPIM_ISA_EMULATION") == "1":  # make test-isa-emulation
+        cflags += ["-DPF_ISA_EMULATION"]
     if os.environ.get("PYFASTPIM_SANITIZE") == "1":
         san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined"]
         cflags += san + ["-O1", "-fno-wrapv"]  # see BuildExt.build_extensions

@@ -29,6 +29,10 @@ static int cpu_has(pf_tier t)
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#ifdef PF_ISA_EMULATION /* every tier's instances run on AVX2 + FMA (cpu/isa_emulation.h) */
+    if (t > PF_TIER_AVX2)
+        return avx2;
+#endif
     const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
     switch (t) {
@@ -119,6 +123,15 @@ pf_isa pf_set_tier_limit(pf_tier limit)
 }
 
 int pf_cpu_has_avxvnni(void) { return cpu_has(PF_TIER_AVXVNNI); }
+
+int pf_cpu_isa_emulated(void)
+{
+#ifdef PF_ISA_EMULATION
+    return 1;
+#else
+    return 0;
+#endif
+}
 
 static const char *const tier_names[] = {"generic", "avx2", "avxvnni", "avx512", "avx512vnni"};
 

@@ -40,5 +40,8 @@ int pf_cpu_has_avxvnni(void);
  * (SLEEF's scalar FMA builds, the fused portable micro-kernel) to compute the
  * same bits as the SIMD kernels. Independent of the ISA limit. */
 int pf_cpu_has_fma(void);
+/* 1 in the test build whose AVX-512 and VNNI instances run through SIMDe on AVX2 + FMA
+ * (cpu/isa_emulation.h, make test-isa-emulation): every tier then reads as present. */
+int pf_cpu_isa_emulated(void);
 
 #endif

@@ -2,8 +2,12 @@
  * one zmm accumulator per row. The same template source as the AVX2 instance,
  * which the test suite checks bit for bit against the reference on every
  * machine; this instance differs only in vector width. */
+#ifdef PF_ISA_EMULATION /* test build: cpu/isa_emulation.h */
+#include "cpu/isa_emulation.h"
+#else
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,fma")
 #include <immintrin.h>
+#endif
 
 #define PF_TILE_FN pf_dpe_tile_avx512
 #define VW 16

@@ -1,8 +1,12 @@
 /* AVX-512 VNNI instance of the integer micro-kernel (dpe_int_tile.h):
  * vpdpbusd on zmm, 16 columns per accumulator. Chosen at run time only when
  * CPUID reports AVX512_VNNI with AVX-512 F/BW/DQ/VL (cpu_features.c). */
+#ifdef PF_ISA_EMULATION /* test build: cpu/isa_emulation.h */
+#include "cpu/isa_emulation.h"
+#else
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,fma")
 #include <immintrin.h>
+#endif
 #include <stdint.h>
 #include <string.h>
 

@@ -2,8 +2,12 @@
  * vpdpbusd adds four u8 x s8 products into int32 without saturation. Chosen
  * at run time only when CPUID reports AVX-VNNI (cpu_features.c); the
  * epilogue is the AVX2 one. */
+#ifdef PF_ISA_EMULATION /* test build: cpu/isa_emulation.h */
+#include "cpu/isa_emulation.h"
+#else
 #pragma GCC target("avx2,fma,avxvnni")
 #include <immintrin.h>
+#endif
 #include <stdint.h>
 #include <string.h>
 

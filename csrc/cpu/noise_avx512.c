@@ -3,8 +3,12 @@
  * the AVX2 instance (and runs of 8 through the AVX2 build, as the portable
  * split does). Only called through the AVX-512 kernel table; compiled on every
  * x86-64 build, run only where the CPU has AVX-512 F/BW/DQ/VL. */
+#ifdef PF_ISA_EMULATION /* test build: cpu/isa_emulation.h */
+#include "cpu/isa_emulation.h"
+#else
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")
 #include <immintrin.h>
+#endif
 #include <sleef.h>
 
 #define PF_NORMALS_FN pf_normal_groups_avx512
@@ -31,10 +35,17 @@
 #define F_STORE(p, v) _mm512_store_ps((p), (v))
 #define F_LOADU(p) _mm512_loadu_ps(p)
 #define F_STOREU(p, v) _mm512_storeu_ps((p), (v))
+#ifdef PF_ISA_EMULATION
+#define S_LOG(v) pf_emu_logf16_u35(v)
+#define S_SINCOS(v) pf_emu_sincosf16_u35(v)
+#define S_SINCOS_T pf_emu_sincos16
+#define S_EXP(v) pf_emu_expf16_u10(v)
+#else
 #define S_LOG(v) Sleef_logf16_u35avx512f(v)
 #define S_SINCOS(v) Sleef_sincosf16_u35avx512f(v)
 #define S_SINCOS_T Sleef___m512_2
 #define S_EXP(v) Sleef_expf16_u10avx512f(v)
+#endif
 #define EXP_W 16
 #define EXP8(p) _mm256_storeu_ps((p), Sleef_expf8_u10avx2(_mm256_loadu_ps(p)))
 

@@ -219,7 +219,8 @@ PyMODINIT_FUNC PyInit__core(void)
     if (pf_array_module_init(m) < 0 || pf_bind_slicing_init(m) < 0 || pf_bind_dpe_init(m) < 0 ||
         pf_bind_attention_init(m) < 0 || pf_bind_opencl_init(m) < 0 ||
         pf_bind_process_init(m) < 0 ||
-        pf_bind_physics_init(m) < 0) {
+        pf_bind_physics_init(m) < 0 ||
+        PyModule_AddIntConstant(m, "ISA_EMULATION", pf_cpu_isa_emulated()) < 0) {
         Py_DECREF(m);
         return NULL;
     }

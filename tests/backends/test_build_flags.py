@@ -49,6 +49,12 @@ def test_loaded_sanitized_module_was_built_without_fwrapv():
         assert b" -fwrapv" not in p, p
 
 
+def test_isa_emulation_is_only_in_its_own_build():
+    """The build of `make test-isa-emulation` (which sets PYFASTPIM_ISA_EMULATED=1 for its tests) runs its AVX-512
+    and VNNI instances through SIMDe; every other build must carry the real instructions."""
+    assert pyfastpim._core.ISA_EMULATION == (os.environ.get("PYFASTPIM_ISA_EMULATED") == "1")
+
+
 @pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, ".ci", "tsan-cc")), reason="needs the source tree")
 def test_the_tsan_compiler_wrapper_knows_every_simd_file():
     """clang (the `make tsan` compiler) ignores GCC's file-wide `#pragma GCC target`: .ci/tsan-cc

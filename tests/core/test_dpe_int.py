@@ -311,7 +311,9 @@ def test_dispatch_never_picks_a_vnni_kernel_without_its_cpuid_bits():
     kernels = int_kernels()
     assert set(kernels.values()) <= {"generic", "avx2", "avxvnni", "avx512vnni"}
     assert kernels["generic"] == "generic"
-    if CPU_FLAGS:  # Linux: the kernel's view of CPUID
+    if _core.ISA_EMULATION:  # make test-isa-emulation: every tier's instances run (through SIMDe) on AVX2
+        assert kernels == {t: t for t in TIERS if t != "avx512"} | {"avx512": "avxvnni"}
+    elif CPU_FLAGS:  # Linux: the kernel's view of CPUID
         for kernel in kernels.values():
             if kernel == "avx512vnni":
                 assert "avx512_vnni" in CPU_FLAGS and "avx512bw" in CPU_FLAGS
@@ -335,7 +337,8 @@ def test_dispatch_never_picks_a_vnni_kernel_without_its_cpuid_bits():
 
 
 def test_every_vnni_instance_is_compiled_in():
-    # this CPU may not run them, but the build must carry them (dispatch picks them where CPUID allows)
+    # this CPU may not run them, but the build must carry them (dispatch picks them where CPUID allows);
+    # the emulated build (make test-isa-emulation) must instead run on a CPU with AVX2 + FMA only
     objdump = shutil.which("objdump")
     if not objdump:
         pytest.skip("objdump not installed")
@@ -346,6 +349,10 @@ def test_every_vnni_instance_is_compiled_in():
         funcs[m.group(1)] = m.group(2)
     if "pf_dpe_itile_avx2" not in funcs:
         pytest.skip("the extension's symbols are stripped")
+    if _core.ISA_EMULATION:
+        assert "pf_dpe_itile_avx512vnni_r4" in funcs and "pf_dpe_itile_avxvnni_r2" in funcs
+        assert not re.search(r"zmm|vpdpbusd|%k[0-7]", dis)
+        return
     for suffix in ("", "_r1", "_r2"):  # each kernel and its short instances
         assert "vpdpbusd" in funcs["pf_dpe_itile_avx512vnni" + suffix]
         assert "zmm" in funcs["pf_dpe_itile_avx512vnni" + suffix]

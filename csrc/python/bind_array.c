@@ -120,12 +120,16 @@ size_t pf_array_size(const PfArray *a)
 
 size_t pf_array_nbytes(const PfArray *a) { return pf_array_size(a) * pf_dtype_size(a->dtype); }
 
+/* An exporter's shape may be anything (a lying __array_interface__ claims (2**40, 2**40)): a stride
+ * that overflows saturates at PY_SSIZE_T_MAX, which check_extent then rejects with the argument's
+ * name, instead of a signed overflow here. */
 static void set_c_strides(PfArray *a)
 {
     Py_ssize_t s = (Py_ssize_t)pf_dtype_size(a->dtype);
     for (int i = a->ndim - 1; i >= 0; i--) {
         a->strides[i] = s;
-        s *= a->shape[i] > 0 ? a->shape[i] : 1;
+        if (__builtin_mul_overflow(s, a->shape[i] > 0 ? a->shape[i] : 1, &s))
+            s = PY_SSIZE_T_MAX;
     }
 }
 

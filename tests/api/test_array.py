@@ -125,6 +125,24 @@ def test_array_interface_and_plain_buffers():
     assert b[0] == 9
 
 
+@pytest.mark.parametrize("shape, strides", [
+    ((2 ** 40, 2 ** 40), None),  # C strides of this shape overflow: computed saturating, then rejected
+    ((2, 2 ** 62, 8), None),
+    ((3, 4), (2 ** 62, 4)),
+    ((3, 4), (-2 ** 63, 4)),
+])
+def test_an_interface_whose_extent_overflows_is_rejected(shape, strides):
+    """An exporter can claim any shape and strides over its pointer: sizes and offsets that overflow
+    Py_ssize_t are a ValueError naming the argument (and, under make sanitize, no signed overflow on
+    the way)."""
+    good = np.arange(12, dtype=np.float32).reshape(3, 4)
+
+    class Liar:
+        __array_interface__ = dict(good.__array_interface__, shape=shape, strides=strides)
+    with pytest.raises(ValueError, match="argument 'obj'.*overflow"):
+        pyfastpim.asarray(Liar())
+
+
 @pytest.mark.parametrize("bad, exc, word", [
     (np.zeros(3, dtype=np.complex64), TypeError, "obj"),
     (np.zeros(3, dtype=np.complex128), TypeError, "obj"),

@@ -98,18 +98,25 @@ bench-readme:
 # Sanitized build goes to its own tree so the regular in-place build is untouched.
 SAN_ENV := LD_PRELOAD="$(SAN_LIB)" PYFASTPIM_SANITIZED=1 ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1:handle_segv=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# After the suite, the fuzz harness's $(FUZZ_CASES) cases (`make fuzz`) on the same build: run from its
+# lib/ with pyfastpim imported first, so that tests/fuzz.py's checkout path does not shadow it. ASan
+# warns on every huge allocation it refuses (the MemoryError cases): stderr is printed without those.
+SAN_FUZZ = $(PYTHON) -c "import runpy, sys, pyfastpim; sys.argv = ['fuzz.py', '--cases', '$(FUZZ_CASES)']; \
+  runpy.run_path('$(CURDIR)/tests/fuzz.py', run_name='__main__')" 2> fuzz.stderr; \
+  rc=$$?; grep -v 'AddressSanitizer failed to allocate' fuzz.stderr; exit $$rc
 sanitize: deps
 	rm -rf $(SAN_BUILD)
 	PYFASTPIM_SANITIZE=1 $(PYTHON) setup.py -q build --build-base $(SAN_BUILD) --build-lib $(SAN_BUILD)/lib
 	cd $(SAN_BUILD)/lib && $(PYTEST_ENV) $(SAN_ENV) $(PYTHON) -m pytest -q -x $(CURDIR)/tests -p no:cacheprovider \
 	  --rootdir=$(CURDIR)
+	cd $(SAN_BUILD)/lib && $(PYTEST_ENV) $(SAN_ENV) $(SAN_FUZZ)
 
 # The AVX-512, AVX-512 VNNI and AVX-VNNI kernel instances on a CPU that has only AVX2: a build in its
 # own tree whose instances for those ISAs are compiled against SIMDe (csrc/cpu/isa_emulation.h: each
 # 512-bit or VNNI intrinsic as AVX2 ones) and which reads every tier as present, under ASan/UBSan as
-# in `make sanitize`, then the suites that run each kernel on every tier. It checks their loop nests,
-# short instances and epilogues bit for bit against the reference, and their loads and stores
-# against the buffers' bounds; not their instruction selection or speed. On a CPU that has those
+# in `make sanitize`, then the suites that run each kernel on every tier and the fuzz harness. It
+# checks their loop nests, short instances and epilogues bit for bit against the reference, and their
+# loads and stores against the buffers' bounds; not their instruction selection or speed. On a CPU that has those
 # extensions, `make test` and `make sanitize` run the real instances.
 ISA_EMU_BUILD := build/sanitize-isa-emulation
 ISA_EMU_TESTS := tests/core tests/backends tests/api/test_array.py
@@ -119,6 +126,7 @@ test-isa-emulation: deps
 	  --build-lib $(ISA_EMU_BUILD)/lib
 	cd $(ISA_EMU_BUILD)/lib && $(PYTEST_ENV) $(SAN_ENV) PYFASTPIM_ISA_EMULATED=1 \
 	  $(PYTHON) -m pytest -q -x $(addprefix $(CURDIR)/,$(ISA_EMU_TESTS)) -p no:cacheprovider --rootdir=$(CURDIR)
+	cd $(ISA_EMU_BUILD)/lib && $(PYTEST_ENV) $(SAN_ENV) $(SAN_FUZZ)
 
 # Structured fuzzing of every public entry point: 10^5 cases, counts printed at the end
 # (tests/api/test_fuzz.py runs a short sample in `make test`).

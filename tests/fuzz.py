@@ -32,6 +32,7 @@ if os.path.dirname(HERE) not in sys.path:
 import pyfastpim  # noqa: E402
 from pyfastpim import _core  # noqa: E402
 
+SANITIZED = os.environ.get("PYFASTPIM_SANITIZED") == "1"
 CLEAR = (ValueError, TypeError, NotImplementedError, OverflowError, MemoryError, BufferError)
 # messages kept from MemIntelli (its tests match them): clear, but they name no argument
 MEMINTELLI = ("mismatches the shape", "should be larger than", "out of the range", "must match number of",
@@ -130,10 +131,14 @@ class Liar:
         k = r.integers(9)
         if k == 0:
             iface["typestr"] = ["<x4", "", "<f3", "|V0", 7][r.integers(5)]
+        # Shape (3, 4, 5) reaches past the 48-byte buffer and strides (-4, 4) before it. No consumer can
+        # check a raw pointer's extent (NumPy reads there too), so under ASan, which would report the
+        # read, lies that stay inside the buffer take their places.
         elif k == 1:
-            iface["shape"] = [(-1, 4), (3,), (2 ** 40, 2 ** 40), ("a", 4), (3, 4, 5)][r.integers(5)]
+            iface["shape"] = [(-1, 4), (3,), (2 ** 40, 2 ** 40), ("a", 4), (2, 2, 3) if SANITIZED else (3, 4, 5)][
+                r.integers(5)]
         elif k == 2:
-            iface["strides"] = [(4,), (-4, 4), (2 ** 62, 4), (1, 1), ("x", 4)][r.integers(5)]
+            iface["strides"] = [(4,), (4, 4) if SANITIZED else (-4, 4), (2 ** 62, 4), (1, 1), ("x", 4)][r.integers(5)]
         elif k == 3:
             iface["data"] = [None, (0, False), "text", (None, True), b"1234"][r.integers(5)]
         elif k == 4:
@@ -448,7 +453,7 @@ def main(argv=None):
     ap.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args(argv)
     faulthandler.enable()
-    if os.environ.get("PYFASTPIM_SANITIZED") != "1":
+    if not SANITIZED:
         import resource  # huge sizes must fail as MemoryError, not by exhausting the machine
         resource.setrlimit(resource.RLIMIT_AS, (8 << 30, resource.RLIM_INFINITY))
     counts, samples = run(a.cases, a.seed, a.start, a.verbose, progress=True)

@@ -96,8 +96,8 @@ bench-readme:
 	$(PYTHON) benchmarks/report.py build/bench.json --readme README.md --peers build/peers.json
 
 # Sanitized build goes to its own tree so the regular in-place build is untouched.
-SAN_ENV := LD_PRELOAD="$(SAN_LIB)" PYFASTPIM_SANITIZED=1 ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1:handle_segv=1 \
-  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+SAN_ENV := LD_PRELOAD="$(SAN_LIB)" PYFASTPIM_SANITIZED=1 \
+  ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1:handle_segv=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # After the suite, the fuzz harness's $(FUZZ_CASES) cases (`make fuzz`) on the same build: run from its
 # lib/ with pyfastpim imported first, so that tests/fuzz.py's checkout path does not shadow it. ASan
 # warns on every huge allocation it refuses (the MemoryError cases): stderr is printed without those.
@@ -115,9 +115,9 @@ sanitize: deps
 # own tree whose instances for those ISAs are compiled against SIMDe (csrc/cpu/isa_emulation.h: each
 # 512-bit or VNNI intrinsic as AVX2 ones) and which reads every tier as present, under ASan/UBSan as
 # in `make sanitize`, then the suites that run each kernel on every tier and the fuzz harness. It
-# checks their loop nests, short instances and epilogues bit for bit against the reference, and their
-# loads and stores against the buffers' bounds; not their instruction selection or speed. On a CPU that has those
-# extensions, `make test` and `make sanitize` run the real instances.
+# checks their loop nests, short instances and epilogues bit for bit against the reference, and
+# their loads and stores against the buffers' bounds; not their instruction selection or speed. On
+# a CPU that has those extensions, `make test` and `make sanitize` run the real instances.
 ISA_EMU_BUILD := build/sanitize-isa-emulation
 ISA_EMU_TESTS := tests/core tests/backends tests/api/test_array.py
 test-isa-emulation: deps

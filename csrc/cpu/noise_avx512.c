@@ -2,7 +2,8 @@
  * Philox groups per block, SLEEF's 16-wide builds of the same algorithms as
  * the AVX2 instance (and runs of 8 through the AVX2 build, as the portable
  * split does). Only called through the AVX-512 kernel table; compiled on every
- * x86-64 build, run only where the CPU has AVX-512 F/BW/DQ/VL. */
+ * x86-64 build, run only where the CPU has AVX-512 F/BW/DQ/VL (or, in the
+ * test build of make test-isa-emulation, through SIMDe). */
 #ifdef PF_ISA_EMULATION /* test build: cpu/isa_emulation.h */
 #include "cpu/isa_emulation.h"
 #else

@@ -24,7 +24,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 import sysconfig
 import tempfile
 

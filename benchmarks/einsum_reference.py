@@ -66,7 +66,6 @@ def einsum_dpe(x, w, widths_x, widths_w, paral_x, paral_w, gran_x, gran_w, HGS=1
     xs, xsc = slice_blocks(x[None], widths_x, paral_x, gran_x, bw_e)
     ws, wsc = slice_blocks(w[None], widths_w, paral_w, gran_w, bw_e)
     xs, xsc, ws, wsc = xs[0], xsc[0], ws[0], wsc[0]
-    Sx, Sw = len(widths_x), len(widths_w)
     mx = torch.tensor([2 ** v - 1 for v in reversed(widths_x)], dtype=torch.float32)
     mw = torch.tensor([2 ** v - 1 for v in reversed(widths_w)], dtype=torch.float32)
 

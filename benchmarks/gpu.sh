@@ -85,13 +85,14 @@ if has kernels; then
   for k in untiled tiled; do
     PYFASTPIM_CL_MVM=$k PYFASTPIM_CL_PROFILE=1 $PY - <<'EOF' 2>&1 | grep -E 'pyfastpim opencl|^ms' | tee "$OUT/kernels_$k.txt"
 import time, numpy as np, pyfastpim
+from pyfastpim.devices import cl_dpe_mvm
 import benchmarks.test_bench_opencl as b
 d = pyfastpim.resolve_device("opencl")
 a = b.args(b.make_operands(), True)
 out = np.empty((1, b.R, b.P), np.float32)
 for i in range(3):
     t = time.perf_counter()
-    pyfastpim.cl_dpe_mvm(d, *a, out=out, weights_key=("w", 1))
+    cl_dpe_mvm(d, *a, out=out, weights_key=("w", 1))
     print("ms per product (kernel %s, call %d, transfers included): %.3f" % (d.mvm_kernel, i, 1e3 * (time.perf_counter() - t)))
 EOF
   done

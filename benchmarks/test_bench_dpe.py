@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 
-import pyfastpim
 from pyfastpim import DPETensor
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -10,7 +10,6 @@ of calls alternating between the two paths (interleaved.py)."""
 import numpy as np
 import pytest
 
-import pyfastpim
 from pyfastpim import DPETensor, SlicedData, _core
 from engine_case import float_kernel
 from interleaved import interleaved_ratio

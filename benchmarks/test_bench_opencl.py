@@ -11,6 +11,7 @@ import pytest
 
 import pyfastpim
 from pyfastpim import _core
+from pyfastpim.devices import cl_dpe_conv2d, cl_dpe_mvm
 
 R, K, P = 512, 1024, 1024
 WIDTHS = (1, 1, 2, 2)
@@ -67,7 +68,7 @@ def test_opencl_device(benchmark, operands, noise):
     a = args(operands, noise)
     out = np.empty((1, R, P), np.float32)
     key = ("bench-weights", 1)
-    pyfastpim.cl_dpe_mvm(dev, *a, out=out, weights_key=key)  # warm-up: compile, size scratch, resident weights
+    cl_dpe_mvm(dev, *a, out=out, weights_key=key)  # warm-up: compile, size scratch, resident weights
     ref = np.asarray(_core.dpe_mvm(*a))
     np.testing.assert_array_equal(out, ref)  # the timed call computes exactly the CPU's numbers
     benchmark.group = GROUP + (" noise on" if noise else " noise off")
@@ -76,7 +77,7 @@ def test_opencl_device(benchmark, operands, noise):
     # speedup_vs_reference = CPU path time / OpenCL time, measured in this run; on PoCL (the same
     # CPU) the OpenCL kernels should stay within 2x of the hand-written AVX2 path
     benchmark.extra_info["targets"] = {"speedup_vs_reference": 0.5}
-    benchmark(lambda: pyfastpim.cl_dpe_mvm(dev, *a, out=out, weights_key=key))
+    benchmark(lambda: cl_dpe_mvm(dev, *a, out=out, weights_key=key))
 
 
 # ---- the MVM tile kernels: local-memory tiled (pf_dpe_mvm_tiled) vs untiled (pf_dpe_mvm) ---------------
@@ -99,7 +100,7 @@ def test_opencl_mvm_kernel(benchmark, operands, kernel):
         dev.mvm_kernel = "auto"
         auto_tiled = dev.mvm_uses_tiled(N_XBAR)
         dev.mvm_kernel = kernel
-        pyfastpim.cl_dpe_mvm(dev, *a, out=out, weights_key=key)  # warm-up
+        cl_dpe_mvm(dev, *a, out=out, weights_key=key)  # warm-up
         ref = np.asarray(_core.dpe_mvm(*a))
         assert np.linalg.norm(out - ref) <= 1e-5 * np.linalg.norm(ref)
         benchmark.group = KERNEL_GROUP
@@ -108,7 +109,7 @@ def test_opencl_mvm_kernel(benchmark, operands, kernel):
         device_info(benchmark, dev)
         if kernel == "tiled" and auto_tiled:
             benchmark.extra_info["targets"] = {"speedup_vs_reference": 1.0}
-        benchmark(lambda: pyfastpim.cl_dpe_mvm(dev, *a, out=out, weights_key=key))
+        benchmark(lambda: cl_dpe_mvm(dev, *a, out=out, weights_key=key))
     finally:
         dev.mvm_kernel = old
 
@@ -147,7 +148,6 @@ def test_opencl_conv_cpu_path(benchmark, conv_operands, noise):
 
 @pytest.mark.parametrize("noise", [True, False], ids=["noise_on", "noise_off"])
 def test_opencl_conv_device(benchmark, conv_operands, noise):
-    from pyfastpim.devices import cl_dpe_conv2d
     dev = pyfastpim.resolve_device("opencl")
     a = conv_args(conv_operands, noise)
     key = ("bench-conv-weights", 1)

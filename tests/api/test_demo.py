@@ -6,8 +6,6 @@ import sys
 
 import pytest
 
-from helpers import ROOT  # noqa: E402  (the checkout)
-
 
 def test_demo_quick_prints_table_and_writes_plot(tmp_path):
     pytest.importorskip("torch", reason="the demo trains torch models")

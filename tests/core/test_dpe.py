@@ -9,7 +9,7 @@ from hypothesis import given, strategies as st
 
 import pyfastpim
 from pyfastpim import DPETensor, SlicedData, dpe_matmul
-from reference.dpe_ref import mvm_exact, mvm_noisy, slice_constants
+from reference.dpe_ref import mvm_exact, mvm_noisy
 from reference.spec import program_levels_reference, quantize_reference, slice_reference
 
 NOISE_OFF = dict(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)

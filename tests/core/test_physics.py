@@ -13,7 +13,6 @@ import subprocess
 import numpy as np
 import pytest
 
-import pyfastpim
 from pyfastpim import DPETensor, SlicedData, _core, dpe_matmul
 from pyfastpim import physics
 from reference.dpe_ref import mvm_noisy

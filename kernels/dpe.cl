@@ -155,7 +155,11 @@ kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale
  * arguments but the codes, scales, G and nbase; same A, RS and noise) with the slice codes made on the fly,
  * as pack_x_row_im2col in dpe.c: the unfolded element is quantized once with
  * its granule (quantize.h arithmetic) and sliced for every slice. Global
- * (rows, ceil(K / 4)): 4 consecutive columns of one row per work-item. With
+ * (ceil(rows / PF_TM), ceil(K / 4)): PF_TM rows (one A micro-panel) x 4
+ * columns per work-item, so each slice's writes are 4 runs of PF_TM
+ * consecutive floats, the patch geometry of a column is decoded once for the
+ * PF_TM rows and the position of a row once for the 4 columns (one row x 4
+ * columns per work-item wrote strided floats: ~2x slower on PoCL). With
  * voltage noise, Z holds the chunk's normals (pf_normals_range over the
  * chunk's contiguous noise range, 8 groups per work-item), element (gc, i, k)
  * at (gc * sx + i) * K + k. Sizes below 2**31 (host checks):
@@ -167,35 +171,64 @@ kernel void pf_dpe_pack_x_im2col(global const float *dac, global float *A, globa
                                  global const float *img, global const float *gmax, long16 geo, int total_bits,
                                  int bfp, ulong offs, global const float *Z)
 {
-    const ulong gc = get_global_id(0), k0 = get_global_id(1) * 4;
-    if (gc >= rows || k0 >= K)
+    const ulong gc0 = get_global_id(0) * PF_TM, k0 = get_global_id(1) * 4;
+    if (gc0 >= rows || k0 >= K)
         return;
-    const ulong g = g0 + gc, item = g / R;
-    const uint r = (uint)(g % R), Wo = (uint)geo.sc, kw = (uint)geo.s4, khw = (uint)(geo.s3 * geo.s4);
+    const uint nr = (uint)min((ulong)PF_TM, rows - gc0), nk = (uint)min((ulong)4, K - k0);
+    const uint Wo = (uint)geo.sc, kw = (uint)geo.s4, khw = (uint)(geo.s3 * geo.s4);
     const uint qc = (uint)min(x_qc, K), qr = (uint)min(x_qr, R), nn = (uint)n;
-    const long oh = r / Wo, ow = r % Wo;
-    global const float *gm = gmax + (item * x_gr + r / qr) * x_gc;
-    const uint nk = (uint)min((ulong)4, K - k0);
-    int u[4] = {0, 0, 0, 0};
+    /* per column: channel, patch offsets, granule column, crossbar block and
+     * row in it, and the A offset of (slice 0, row gc0) (pf_a_index, stepped) */
+    const ulong a_panel = (gc0 / PF_TM) * (Kp / n), a_slice = n * PF_TM;
+    uint ci[4], gcol[4], kq[4], kr[4];
+    long dih[4], diw[4];
+    ulong a_col[4];
+    uint q = (uint)k0 / nn, rr = (uint)k0 % nn;
     for (uint l = 0; l < nk; l++) {
-        const uint k = (uint)k0 + l, ci = k / khw, rem = k % khw, ki = rem / kw, kj = rem % kw;
-        const long ih = oh * geo.s5 - geo.s7 + (long)ki * geo.s9, iw = ow * geo.s6 - geo.s8 + (long)kj * geo.sa;
-        const float v = ih >= 0 && ih < geo.s1 && iw >= 0 && iw < geo.s2
-                            ? img[(((long)item * geo.s0 + ci) * geo.s1 + ih) * geo.s2 + iw] : 0.0f;
-        const pf_qgran gq = pf_qgran_make(gm[k / qc], total_bits, bfp);
-        u[l] = pf_twos_complement(pf_quantize(v, &gq), total_bits);
-        if (k % nn == 0)
-            RS[(k / nn) * Gc + gc] = gq.scale;
-    }
-    for (uint i = 0; i < (uint)sx; i++) {
-        global const float *z = Z + (gc * sx + i) * K + k0;
-        for (uint l = 0; l < nk; l++) {
-            float V = dac[i * 256 + pf_slice_code_packed(u[l], offs, (int)i, (int)sx, total_bits)];
-            if (noise_x)
-                V = V * (1.0f + vnoise * z[l]);
-            A[pf_a_index(i, k0 + l, gc, n, Kp / n, sx)] = V;
+        const uint k = (uint)k0 + l, rem = k % khw;
+        ci[l] = k / khw;
+        dih[l] = (long)(rem / kw) * geo.s9;
+        diw[l] = (long)(rem % kw) * geo.sa;
+        gcol[l] = k / qc;
+        kq[l] = q;
+        kr[l] = rr;
+        a_col[l] = ((a_panel + q) * sx * n + rr) * PF_TM;
+        if (++rr == nn) {
+            rr = 0;
+            q++;
         }
     }
+    int u[PF_TM][4];
+    for (uint r = 0; r < nr; r++) {
+        const ulong gc = gc0 + r, g = g0 + gc, item = g / R;
+        const uint rw = (uint)(g % R);
+        const long ih0 = (long)(rw / Wo) * geo.s5 - geo.s7, iw0 = (long)(rw % Wo) * geo.s6 - geo.s8;
+        global const float *gm = gmax + (item * x_gr + rw / qr) * x_gc;
+        uint gi_made = UINT_MAX; /* granule of gq: made once per granule, not per column */
+        pf_qgran gq;
+        for (uint l = 0; l < nk; l++) {
+            const long ih = ih0 + dih[l], iw = iw0 + diw[l];
+            const float v = ih >= 0 && ih < geo.s1 && iw >= 0 && iw < geo.s2
+                                ? img[(((long)item * geo.s0 + ci[l]) * geo.s1 + ih) * geo.s2 + iw] : 0.0f;
+            if (gcol[l] != gi_made) {
+                gq = pf_qgran_make(gm[gcol[l]], total_bits, bfp);
+                gi_made = gcol[l];
+            }
+            u[r][l] = pf_twos_complement(pf_quantize(v, &gq), total_bits);
+            if (kr[l] == 0)
+                RS[kq[l] * Gc + gc] = gq.scale;
+        }
+    }
+    for (uint i = 0; i < (uint)sx; i++)
+        for (uint l = 0; l < nk; l++) {
+            global float *dst = A + a_col[l] + i * a_slice; /* rows gc0.. of the panel: consecutive */
+            for (uint r = 0; r < nr; r++) {
+                float V = dac[i * 256 + pf_slice_code_packed(u[r][l], offs, (int)i, (int)sx, total_bits)];
+                if (noise_x)
+                    V = V * (1.0f + vnoise * Z[((gc0 + r) * sx + i) * K + k0 + l]);
+                dst[r] = V;
+            }
+        }
 }
 
 /* Weights: global (ceil(Sw*K*P / 4)). Cell (j, k, p) is noise element

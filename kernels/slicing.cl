@@ -9,8 +9,10 @@
  *                   at >= 0x7f800000). Max is exact: any order, same result.
  *   pf_slice_stats  global (N*gr*gc): bits -> gran_max, gran_scale, gran_exp;
  *                   *bad = 1 on NaN or infinity.
- *   pf_slice_quant  global (N*R, C/32): quantize, two's complement, slice codes,
- *                   optional dequantized value and programmed levels. */
+ *   pf_slice_quant  global (N*R, C/256): quantize, two's complement, slice codes,
+ *                   optional dequantized value and programmed levels; for
+ *                   granules one row high and at most 256 wide it also does
+ *                   the first two stages, which then do not run (row_max). */
 #pragma OPENCL FP_CONTRACT OFF
 
 kernel void pf_slice_max(global const float *x, global uint *gbits, ulong NR, ulong R, ulong C, ulong qr, ulong qc,
@@ -115,22 +117,47 @@ PF_SQ_STEP(8, ulong)
  * one row per work-item, the granule's parameters made once per granule run;
  * runs of 16 and 8 inside one granule go through pf_slice_quant16/8. offs:
  * bit offsets of the slices (pf_slice_code_packed); g_level > 0: programmed
- * levels too. */
-kernel void pf_slice_quant(global const float *x, global const float *gmax, global uchar *codes, global float *dq,
+ * levels too. row_max (granules one row high, qr = 1): the kernel finds each
+ * granule's max itself, instead of pf_slice_max and pf_slice_stats before it,
+ * so x is read from memory once (the granule is in cache when quantized); the
+ * work-item holding a granule's first column writes its max, scale and
+ * exponent, and *bad = 1 on NaN or infinity. */
+kernel void pf_slice_quant(global const float *x, global float *gmax, global uchar *codes, global float *dq,
                            global uchar *levels, ulong total, ulong NR, ulong R, ulong C, ulong qr, ulong qc,
                            ulong gr, ulong gcn, int total_bits, int bfp, ulong offs, int nslices, int want_dq,
-                           int g_level)
+                           int g_level, int row_max, global float *gscale, global int *gexp, global int *bad)
 {
     const ulong row = get_global_id(0), c0 = get_global_id(1) * PF_SQ_CHUNK;
     if (row >= NR || c0 >= C)
         return;
     const ulong c1 = min(c0 + PF_SQ_CHUNK, C);
-    global const float *gm = gmax + ((row / R) * gr + (row % R) / qr) * gcn;
+    const ulong gi0 = ((row / R) * gr + (row % R) / qr) * gcn;
     for (ulong c = c0; c < c1;) {
         /* one granule's run, its parameters in registers (a pf_qgran
          * reassigned inside the element loop is reloaded per vector step on PoCL) */
         const ulong q = c / qc, end = min((q + 1) * qc, c1);
-        const pf_qgran g = pf_qgran_make(gm[q], total_bits, bfp);
+        float mx;
+        if (row_max) {
+            const ulong g0 = q * qc, g1 = min(g0 + qc, C);
+            uint m = 0;
+            for (ulong k = g0; k < g1; k++)
+                m = max(m, as_uint(x[row * C + k]) & 0x7fffffffu);
+            mx = as_float(m);
+            if (g0 >= c0) {
+                gmax[gi0 + q] = mx;
+                if (m >= 0x7f800000u) {
+                    *bad = 1;
+                } else {
+                    const pf_qgran gs = pf_qgran_make(mx, total_bits, bfp);
+                    gscale[gi0 + q] = gs.scale;
+                    if (bfp)
+                        gexp[gi0 + q] = gs.exponent;
+                }
+            }
+        } else {
+            mx = gmax[gi0 + q];
+        }
+        const pf_qgran g = pf_qgran_make(mx, total_bits, bfp);
         while (c < end) {
             const ulong e = row * C + c;
             if (c + 16 <= end && e % 16 == 0) {

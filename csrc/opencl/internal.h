@@ -53,7 +53,7 @@
     X(DEQUANT, "pf_im2col_dequant", "mgmm" "uuuuuuu" "ii")                                                     \
     X(SMAX, "pf_slice_max", "mm" "uuuuuuuu")                                                                   \
     X(SSTATS, "pf_slice_stats", "mmmm" "u" "ii")                                                               \
-    X(SQUANT, "pf_slice_quant", "mmmmm" "uuuuuuuu" "ii" "u" "iii")                                             \
+    X(SQUANT, "pf_slice_quant", "mmmmm" "uuuuuuuu" "ii" "u" "iii" "i" "mmm")                                   \
     X(PCOND, "pf_program_cond", "mm" "u" "ffff" "ii" "ff" "u")                                                 \
     X(ATANH, "pf_attn_tanh", "mm" "u")                                                                         \
     X(ACENTRE, "pf_attn_centre", "m" "uuuu" "mm")                                                              \

@@ -57,20 +57,27 @@ pf_status pf_cl_slice_quantize(pf_cl_device *dev, const float *x, int64_t n, int
     cl_mem mexp = pf_cl_set_out(&s, gran_exp, b_g, "gran_exp"); /* absent outputs: placeholders */
     cl_mem mdq = pf_cl_set_out(&s, dequant, b_x, "dequant");
     cl_mem mlev = pf_cl_set_out(&s, levels, b_codes, "levels");
-    pf_cl_set_zero(&s, mgmax, b_g, "gran_max");
     pf_cl_set_zero(&s, mbad, sizeof bad, "flag");
-    const pf_cl_range rmax = {2, {NR, ((size_t)cols + PF_CL_SLICE_SUB - 1) / PF_CL_SLICE_SUB}, {0, 0}, NULL, 0, 0};
-    PF_CL_SET_LAUNCH(&s, K_SMAX, &rmax, ARG_MEM(mx), ARG_MEM(mgmax), ARG_U64(NR), ARG_U64(rows), ARG_U64(cols),
-                     ARG_U64(gran_rows), ARG_U64(gran_cols), ARG_U64(gr), ARG_U64(gcn), ARG_U64(PF_CL_SLICE_SUB));
-    const pf_cl_range rstats = pf_cl_range_1d(dev, ng);
-    PF_CL_SET_LAUNCH(&s, K_SSTATS, &rstats, ARG_MEM(mgmax), ARG_MEM(mscale), ARG_MEM(mexp), ARG_MEM(mbad),
-                     ARG_U64(ng), ARG_I32(sm->total_bits), ARG_I32(bfp != 0));
+    /* granules one row high and at most a chunk wide: the quantize kernel finds their max itself */
+    const int row_max = (gran_rows == 1 || rows == 1) && pf_min64(gran_cols, cols) <= PF_CL_SQ_CHUNK;
+    if (!row_max) {
+        pf_cl_set_zero(&s, mgmax, b_g, "gran_max");
+        const pf_cl_range rmax = {2, {NR, ((size_t)cols + PF_CL_SLICE_SUB - 1) / PF_CL_SLICE_SUB}, {0, 0}, NULL, 0,
+                                  0};
+        PF_CL_SET_LAUNCH(&s, K_SMAX, &rmax, ARG_MEM(mx), ARG_MEM(mgmax), ARG_U64(NR), ARG_U64(rows), ARG_U64(cols),
+                         ARG_U64(gran_rows), ARG_U64(gran_cols), ARG_U64(gr), ARG_U64(gcn),
+                         ARG_U64(PF_CL_SLICE_SUB));
+        const pf_cl_range rstats = pf_cl_range_1d(dev, ng);
+        PF_CL_SET_LAUNCH(&s, K_SSTATS, &rstats, ARG_MEM(mgmax), ARG_MEM(mscale), ARG_MEM(mexp), ARG_MEM(mbad),
+                         ARG_U64(ng), ARG_I32(sm->total_bits), ARG_I32(bfp != 0));
+    }
     const pf_cl_range rq = {2, {NR, ((size_t)cols + PF_CL_SQ_CHUNK - 1) / PF_CL_SQ_CHUNK}, {0, 0}, NULL, 0, 0};
     PF_CL_SET_LAUNCH(&s, K_SQUANT, &rq, ARG_MEM(mx), ARG_MEM(mgmax), ARG_MEM(mcodes), ARG_MEM(mdq),
                      ARG_MEM(mlev), ARG_U64(total), ARG_U64(NR), ARG_U64(rows), ARG_U64(cols), ARG_U64(gran_rows),
                      ARG_U64(gran_cols), ARG_U64(gr), ARG_U64(gcn), ARG_I32(sm->total_bits), ARG_I32(bfp != 0),
                      ARG_U64(pf_cl_slice_offsets(sm)), ARG_I32(sm->n_slices), ARG_I32(dequant != NULL),
-                     ARG_I32(levels ? g_level : 0));
+                     ARG_I32(levels ? g_level : 0), ARG_I32(row_max), ARG_MEM(mscale), ARG_MEM(mexp),
+                     ARG_MEM(mbad));
     if ((st = pf_cl_set_done(&s)) != PF_OK)
         return st;
     if (bad)

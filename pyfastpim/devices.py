@@ -191,7 +191,10 @@ def cl_dpe_mvm(handle, *args, weights_key=None, **kwargs):
     dies), or when the handle is freed. The cache is bounded by bytes, ``handle.resident_budget``
     (default a quarter of the device memory; least recently used sets are evicted past it, and a
     set larger than the budget is transferred for its call only); ``handle.resident_bytes`` is what
-    it holds. None transfers (or, on zero-copy devices, wraps) them per call.
+    it holds. None transfers (or, on zero-copy devices, wraps) them per call. Without read noise
+    (and without programmed conductances) the resident weights' packed form is kept too, so such
+    calls do not pack the weights again; a key names fixed weights: arrays changed in place under
+    the same key are not seen (on any device), give them a new version.
     """
     _check_handle(handle)
     return _core.dpe_mvm(*args, weights_key=weights_key, device=handle, **kwargs)

@@ -100,6 +100,7 @@ pf_status pf_cl_scratch_zero(pf_cl_device *dev, int slot, const uint64_t sig[4])
         return PF_OK;
     const float zero = 0.0f;
     s->zeroed = 0;
+    memset(s->content, 0, sizeof s->content);
     PF_CL_TRY(clEnqueueFillBuffer(dev->queue, s->mem, &zero, sizeof zero, 0, s->bytes / sizeof(float) * sizeof(float),
                                   0, NULL, NULL), "clEnqueueFillBuffer(scratch)");
     memcpy(s->sig, sig, sizeof s->sig);

@@ -2,9 +2,12 @@
 #include "opencl/internal.h"
 #include "core/philox_noise.h" /* the stream ids */
 
+#include <stdatomic.h>
 #include <stdlib.h>
 
 /* ---- resident weights ---- */
+
+static _Atomic uint64_t g_weights_serial;
 
 static pf_status weight_sizes(const pf_dpe_args *a, size_t *levels, size_t *cond, size_t *scale)
 {
@@ -44,6 +47,7 @@ pf_status pf_cl_weights_create(pf_cl_device *dev, const pf_dpe_args *a, pf_cl_we
     w->w_gr = a->w_gr;
     w->w_gc = a->w_gc;
     w->bytes = bl + bc + bs;
+    w->serial = atomic_fetch_add(&g_weights_serial, 1) + 1;
     *out = w;
     return PF_OK;
 }
@@ -176,6 +180,7 @@ static pf_status mvm_validate(const pf_dpe_args *a, const pf_cl_weights *w)
 /* One MVM call: its geometry (every size overflow-checked), constants and buffers. */
 typedef struct {
     const pf_dpe_args *a;
+    const pf_cl_weights *resident; /* NULL: weights passed for this call only */
     int im2col, tiled, kt, out_nphw, split_out, read_noise;
     size_t n, sx, sw, K, P, R, nb, Kp, G, Pp, Gc, nbase;
     size_t b_x, b_xs, b_out, b_A, b_RS, b_B, b_CS, b_sig, b_img, b_zw, b_out_chunk;
@@ -275,6 +280,7 @@ static pf_status mvm_buffers(pf_cl_device *dev, mvm_call *m, const pf_cl_weights
     m->ti = pf_cl_set_in(s, m->c.tab_info, sizeof m->c.tab_info, "ADC table index");
     if (!m->split_out)
         m->out = pf_cl_set_out(s, a->out, m->b_out, "out");
+    m->resident = w;
     if (w) {
         m->wl = w->levels, m->wc = w->cond, m->ws = w->scale;
     } else {
@@ -305,11 +311,10 @@ static pf_status mvm_buffers(pf_cl_device *dev, mvm_call *m, const pf_cl_weights
 
 /* ---- kernels ---- */
 
-/* Packed weights B (with read noise) and their block scales CS. */
-static pf_status mvm_pack_weights(pf_cl_device *dev, const mvm_call *m)
+/* B: the weights' levels (or conductances) with read noise, in the tile kernel's layout. */
+static pf_status mvm_pack_b(pf_cl_device *dev, const mvm_call *m, size_t total)
 {
     const pf_dpe_args *a = m->a;
-    const size_t total = m->sw * m->K * m->P; /* b_zw checked it */
     pf_status st = PF_OK;
     if (m->read_noise && (st = pf_cl_normals_range(dev, m->sZW, a->seed, PF_STREAM_READ, a->call, 0, total,
                                                    a->cancel)) != PF_OK)
@@ -319,12 +324,30 @@ static pf_status mvm_pack_weights(pf_cl_device *dev, const mvm_call *m)
     pf_cl_range rw = pf_cl_range_1d(dev, (total + 3) / 4);
     rw.cancel = a->cancel;
     rw.pieces = total / PF_CL_PIECE_ELEMS + 1;
-    st = PF_CL_LAUNCH(dev, K_PACK_W, &rw, ARG_MEM(m->wl), ARG_MEM(m->wc), ARG_MEM(m->sig), ARG_MEM(m->sB),
-                      ARG_U64(m->K), ARG_U64(m->P), ARG_U64(m->Kp), ARG_U64(m->Pp), ARG_U64(m->n), ARG_U64(total),
-                      ARG_I32(m->c.noise_w), ARG_I32(a->w_conductance != NULL), ARG_I32(a->read_sigma != NULL),
-                      ARG_F32(QG), ARG_F32(lgs), ARG_U32(a->g_level - 1), ARG_MEM(m->sZW));
-    if (st != PF_OK)
-        return st;
+    return PF_CL_LAUNCH(dev, K_PACK_W, &rw, ARG_MEM(m->wl), ARG_MEM(m->wc), ARG_MEM(m->sig), ARG_MEM(m->sB),
+                        ARG_U64(m->K), ARG_U64(m->P), ARG_U64(m->Kp), ARG_U64(m->Pp), ARG_U64(m->n), ARG_U64(total),
+                        ARG_I32(m->c.noise_w), ARG_I32(a->w_conductance != NULL), ARG_I32(a->read_sigma != NULL),
+                        ARG_F32(QG), ARG_F32(lgs), ARG_U32(a->g_level - 1), ARG_MEM(m->sZW));
+}
+
+/* Packed weights B (with read noise) and their block scales CS. Without read noise or
+ * programmed conductances B is a function of the levels and the layout alone: resident weights
+ * packed by an earlier call are still in SCR_B unless another packing or a refill replaced them
+ * (its content tag), and are not packed again (as the CPU keeps its packed weights: no per-call
+ * weight packing without read noise). */
+static pf_status mvm_pack_weights(pf_cl_device *dev, const mvm_call *m)
+{
+    const pf_dpe_args *a = m->a;
+    const size_t total = m->sw * m->K * m->P; /* b_zw checked it */
+    pf_status st = PF_OK;
+    pf_cl_scratch *sb = &dev->scratch[SCR_B];
+    const uint64_t content[2] = {m->resident && !m->c.noise_w ? m->resident->serial : 0, m->n};
+    if (content[0] == 0 || memcmp(sb->content, content, sizeof content) != 0) {
+        memset(sb->content, 0, sizeof sb->content);
+        if ((st = mvm_pack_b(dev, m, total)) != PF_OK)
+            return st;
+        memcpy(sb->content, content, sizeof content);
+    }
     const pf_cl_range rs = {2, {m->Pp, m->nb}, {0, 0}, NULL, 0, 0};
     return PF_CL_LAUNCH(dev, K_SCALES_W, &rs, ARG_MEM(m->ws), ARG_MEM(m->sCS), ARG_U64(m->P), ARG_U64(m->Pp),
                         ARG_U64(m->n), ARG_U64(a->w_qr), ARG_U64(a->w_qc), ARG_U64(a->w_gc));

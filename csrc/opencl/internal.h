@@ -83,6 +83,7 @@ typedef struct {
     size_t bytes;
     int zeroed;        /* zero-filled for the geometry in sig (padding stays zero) */
     uint64_t sig[4];
+    uint64_t content[2]; /* what the caller last wrote there, {0, 0}: unknown (reset by every refill) */
 } pf_cl_scratch;
 
 struct pf_cl_device {
@@ -117,6 +118,7 @@ struct pf_cl_weights {
     const void *p_levels, *p_cond, *p_scale;
     int64_t sw, inner, cols, w_gr, w_gc;
     size_t bytes;
+    uint64_t serial; /* unique per creation (never 0): names these weights' packing in SCR_B */
 };
 
 /* PF_EDEVICE naming the failed call: "<what>: <CL name> (<code>)". */

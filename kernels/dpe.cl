@@ -100,55 +100,64 @@ kernel void pf_im2col_dequant(global const float *img, long16 geo, global const 
 
 /* Noise: the host first draws the normals a pack kernel needs into a buffer Z
  * (pf_normals_range in base.cl: 8 Philox groups per work-item in 8-lane
- * vectors, the CPU's noise_avx2.c layout), so the pack kernels only read it;
- * each still handles one group of 4 consecutive noise indices per work-item,
- * branch-free. The pack kernels write only the
+ * vectors, the CPU's noise_avx2.c layout), so the pack kernels only read it.
+ * The pack kernels write only the
  * valid region; the host zeroes the padding of A and B when their geometry
  * changes (the padding is never written afterwards).
  *
- * Inputs of rows [g0, g0 + rows): global (ceil(rows*Sx*K / 4) + 2). As on
- * the CPU (pf_vnoise_index in dpe.c), element (g, i, k) of slice i draws
- * noise index ((item0*R + g) * Sx + i) * K + k (independent of the batch
- * size; nbase = item0 * R): the rows of a chunk are one contiguous index
- * range, whose normals the host draws into Z first (pf_normals_range, 8
- * Philox groups per work-item), Z[e - start] for noise index e. V = dac[v],
- * times (1 + vnoise * z) with noise, for every code
- * (code 0 gives +-0, as the CPU's branch-free packing). Also writes RS. */
+ * Inputs of rows [g0, g0 + rows): global (ceil(rows / PF_TM), ceil(K / 4)),
+ * PF_TM rows (one A micro-panel) x 4 columns per work-item, so each slice's
+ * writes are 4 runs of PF_TM consecutive floats (4 consecutive elements of
+ * one row per work-item wrote strided floats). As on the CPU
+ * (pf_vnoise_index in dpe.c), element (g, i, k) of slice i draws noise index
+ * ((item0*R + g) * Sx + i) * K + k (independent of the batch size): the rows
+ * of a chunk are one contiguous index range, whose normals the host draws
+ * into Z first (pf_normals_range, 8 Philox groups per work-item), element
+ * (gc, i, k) at (gc * sx + i) * K + k. V = dac[v], times (1 + vnoise * z)
+ * with noise, for every code (code 0 gives +-0, as the CPU's branch-free
+ * packing). Also writes RS. */
 kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale, global const float *dac,
                           global float *A, global float *RS,
                           ulong G, ulong R, ulong K, ulong Kp, ulong Gc, ulong g0, ulong rows, ulong n,
                           ulong x_qr, ulong x_qc, ulong x_gr, ulong x_gc,
-                          int noise_x, float vnoise, ulong sx, ulong nbase, global const float *Z)
+                          int noise_x, float vnoise, ulong sx, global const float *Z)
 {
-    const ulong SK = sx * K;
-    const ulong start = (nbase + g0) * SK, end = start + rows * SK;
-    const ulong q = (start >> 2) + get_global_id(0);
-    if (q * 4 >= end)
+    const ulong gc0 = get_global_id(0) * PF_TM, k0 = get_global_id(1) * 4;
+    if (gc0 >= rows || k0 >= K)
         return;
-    const uint l0 = q * 4 < start ? (uint)(start - q * 4) : 0;
-    /* decode the first lane, then step (k, i, g) without further divisions */
-    const ulong e0 = q * 4 + l0 - nbase * SK, rem0 = e0 % SK;
-    ulong g = e0 / SK, i = rem0 / K, k = rem0 % K;
-    for (uint l = l0; l < 4; l++, k++) {
-        if (k == K) {
-            k = 0;
-            if (++i == sx) {
-                i = 0;
-                g++;
-            }
-        }
-        if (q * 4 + l >= end)
-            break;
-        const ulong gc = g - g0;
-        float V = dac[i * 256 + codes[(i * G + g) * K + k]];
-        if (noise_x)
-            V = V * (1.0f + vnoise * Z[q * 4 + l - start]);
-        A[pf_a_index(i, k, gc, n, Kp / n, sx)] = V;
-        if (i == 0 && k % n == 0) {
-            const ulong item = g / R, r = g % R;
-            RS[(k / n) * Gc + gc] = x_scale[(item * x_gr + r / x_qr) * x_gc + k / x_qc];
+    const uint nr = (uint)min((ulong)PF_TM, rows - gc0), nk = (uint)min((ulong)4, K - k0);
+    /* per column: crossbar block, row in it and the A offset of (slice 0, row gc0) (pf_a_index, stepped) */
+    const ulong a_panel = (gc0 / PF_TM) * (Kp / n), a_slice = n * PF_TM;
+    ulong kq[4], kr[4], a_col[4];
+    ulong q = k0 / n, rr = k0 % n;
+    for (uint l = 0; l < nk; l++) {
+        kq[l] = q;
+        kr[l] = rr;
+        a_col[l] = ((a_panel + q) * sx * n + rr) * PF_TM;
+        if (++rr == n) {
+            rr = 0;
+            q++;
         }
     }
+    for (uint l = 0; l < nk; l++) {
+        if (kr[l] != 0)
+            continue;
+        for (uint r = 0; r < nr; r++) {
+            const ulong g = g0 + gc0 + r, item = g / R, rw = g % R;
+            RS[kq[l] * Gc + gc0 + r] = x_scale[(item * x_gr + rw / x_qr) * x_gc + (k0 + l) / x_qc];
+        }
+    }
+    for (ulong i = 0; i < sx; i++)
+        for (uint l = 0; l < nk; l++) {
+            global const uchar *c = codes + (i * G + g0 + gc0) * K + k0 + l;
+            global float *dst = A + a_col[l] + i * a_slice; /* rows gc0.. of the panel: consecutive */
+            for (uint r = 0; r < nr; r++) {
+                float V = dac[i * 256 + c[(ulong)r * K]];
+                if (noise_x)
+                    V = V * (1.0f + vnoise * Z[((gc0 + r) * sx + i) * K + k0 + l]);
+                dst[r] = V;
+            }
+        }
 }
 
 /* Inputs of the implicit im2col kind: pf_dpe_pack_x's contract (its

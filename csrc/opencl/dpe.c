@@ -302,8 +302,10 @@ static pf_status mvm_buffers(pf_cl_device *dev, mvm_call *m, const pf_cl_weights
         (st = pf_cl_scratch_get(dev, SCR_B, m->b_B, "packed weights", &m->sB)) != PF_OK ||
         (st = pf_cl_scratch_get(dev, SCR_CS, m->b_CS, "weight scales", &m->sCS)) != PF_OK)
         return st;
-    const uint64_t sig_b[4] = {sw, m->Kp, m->Pp, m->K * 0x100000000ull + m->P};
-    const uint64_t sig_a[4] = {sx, m->Kp, m->Gc, m->K};
+    /* the padding's positions: the crossbar size n with the padded sizes (n = 8 and n = 4 both pad
+     * K = 39 to 40, with the padding in other places) */
+    const uint64_t sig_b[4] = {sw * 0x100000000ull + m->n, m->Kp, m->Pp, m->K * 0x100000000ull + m->P};
+    const uint64_t sig_a[4] = {sx * 0x100000000ull + m->n, m->Kp, m->Gc, m->K};
     if ((st = pf_cl_scratch_zero(dev, SCR_B, sig_b)) != PF_OK || (st = pf_cl_scratch_zero(dev, SCR_A, sig_a)) != PF_OK)
         return st;
     return PF_OK;
@@ -371,7 +373,6 @@ static size_t mvm_pack_x_args(const mvm_call *m, pf_cl_arg *args, size_t *at)
         args[n++] = ARG_U64(m->G);
         memcpy(args + n, common + 3, (nc - 3) * sizeof *args);
         n += nc - 3;
-        args[n++] = ARG_U64(m->nbase);
         *at = 2 + 3 + 1 + 4;
     } else {
         memcpy(args, common, nc * sizeof *args);
@@ -419,9 +420,7 @@ static pf_status mvm_chunk(pf_cl_device *dev, mvm_call *m, pf_cl_arg *xargs, siz
                                                   (m->nbase + g0) * SK, (m->nbase + g0 + rows) * SK,
                                                   a->cancel)) != PF_OK)
         return st;
-    pf_cl_range rx = m->im2col ? (pf_cl_range){2, {(rows + (size_t)dev->tm - 1) / (size_t)dev->tm, (m->K + 3) / 4},
-                                               {0, 0}, NULL, 0, 0}
-                               : pf_cl_range_1d(dev, rows * SK / 4 + 2);
+    pf_cl_range rx = {2, {(rows + (size_t)dev->tm - 1) / (size_t)dev->tm, (m->K + 3) / 4}, {0, 0}, NULL, 0, 0};
     rx.cancel = a->cancel;
     rx.pieces = rows * SK / PF_CL_PIECE_ELEMS + 1;
     if ((st = pf_cl_launch(dev, m->im2col ? K_PACK_XI : K_PACK_X, xargs, nx, &rx)) != PF_OK)

@@ -41,7 +41,7 @@
  * pf_cl_build creates each kernel and refuses a program whose kernel has another argument count
  * (CL_KERNEL_NUM_ARGS); every launch checks its arguments' kinds against the declaration. */
 #define PF_CL_KERNELS(X)                                                                                       \
-    X(PACK_X, "pf_dpe_pack_x", "mmmmm" "uuuuuuuu" "uuuu" "if" "uu" "m")                                        \
+    X(PACK_X, "pf_dpe_pack_x", "mmmmm" "uuuuuuuu" "uuuu" "if" "u" "m")                                         \
     X(PACK_XI, "pf_dpe_pack_x_im2col", "mmm" "uuuuuuu" "uuuu" "if" "u" "mmgiiu" "m")                            \
     X(PACK_W, "pf_dpe_pack_w", "mmmm" "uuuuuu" "iiiff" "w" "m")                                                \
     X(SCALES_W, "pf_dpe_scales_w", "mm" "uuuuuu")                                                              \

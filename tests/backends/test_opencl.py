@@ -149,6 +149,15 @@ def test_row_chunks_of_a_large_batch_match(dev):
     assert rel(cl, cpu) <= 1e-5
 
 
+def test_another_crossbar_size_with_the_same_padded_sizes_matches(dev):
+    # n = 8 and n = 4 both pad K = 39 to 40, with the padding in other places: the device's
+    # zero-filled packing scratch must be refilled, not reused (its stale padding gave wrong products)
+    xs, xsc, wl, wsc = make_case(np.random.default_rng(12), 1, 6, 39, 10, 8, (1, 2), (1, 2), (1, 8), (8, 8), 4)
+    for n in (8, 4, 8):
+        cpu, cl = both(dev, xs, xsc, (1, 8), (1, 2), wl, wsc, (8, 8), (1, 2), n, 4, 4, [4096] * 2)
+        np.testing.assert_array_equal(cl, cpu)
+
+
 # ---- memory --------------------------------------------------------------------------------------
 
 def test_host_memory_devices_share_numpy_and_torch_buffers_with_zero_copies(dev):

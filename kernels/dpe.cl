@@ -98,6 +98,25 @@ kernel void pf_im2col_dequant(global const float *img, long16 geo, global const 
     out[e] = pf_dequantize(pf_quantize(pf_im2col_at(img, geo, item, r, k), &gq), &gq);
 }
 
+/* Columns k0 .. k0 + nk - 1 (nk <= 4) of the A micro-panel holding rows gc0..: each column's
+ * crossbar block kq and row kr in it, and the A offset of (slice 0, row gc0), pf_a_index stepped
+ * from one division (slice i is i * n * PF_TM further on). */
+inline void pf_a_columns(ulong gc0, ulong k0, uint nk, ulong n, ulong Kp, ulong sx, ulong kq[4], ulong kr[4],
+                         ulong a_col[4])
+{
+    const ulong a_panel = (gc0 / PF_TM) * (Kp / n);
+    ulong q = k0 / n, rr = k0 % n;
+    for (uint l = 0; l < nk; l++) {
+        kq[l] = q;
+        kr[l] = rr;
+        a_col[l] = ((a_panel + q) * sx * n + rr) * PF_TM;
+        if (++rr == n) {
+            rr = 0;
+            q++;
+        }
+    }
+}
+
 /* Noise: the host first draws the normals a pack kernel needs into a buffer Z
  * (pf_normals_range in base.cl: 8 Philox groups per work-item in 8-lane
  * vectors, the CPU's noise_avx2.c layout), so the pack kernels only read it.
@@ -126,19 +145,9 @@ kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale
     if (gc0 >= rows || k0 >= K)
         return;
     const uint nr = (uint)min((ulong)PF_TM, rows - gc0), nk = (uint)min((ulong)4, K - k0);
-    /* per column: crossbar block, row in it and the A offset of (slice 0, row gc0) (pf_a_index, stepped) */
-    const ulong a_panel = (gc0 / PF_TM) * (Kp / n), a_slice = n * PF_TM;
+    const ulong a_slice = n * PF_TM;
     ulong kq[4], kr[4], a_col[4];
-    ulong q = k0 / n, rr = k0 % n;
-    for (uint l = 0; l < nk; l++) {
-        kq[l] = q;
-        kr[l] = rr;
-        a_col[l] = ((a_panel + q) * sx * n + rr) * PF_TM;
-        if (++rr == n) {
-            rr = 0;
-            q++;
-        }
-    }
+    pf_a_columns(gc0, k0, nk, n, Kp, sx, kq, kr, a_col);
     for (uint l = 0; l < nk; l++) {
         if (kr[l] != 0)
             continue;
@@ -185,27 +194,19 @@ kernel void pf_dpe_pack_x_im2col(global const float *dac, global float *A, globa
         return;
     const uint nr = (uint)min((ulong)PF_TM, rows - gc0), nk = (uint)min((ulong)4, K - k0);
     const uint Wo = (uint)geo.sc, kw = (uint)geo.s4, khw = (uint)(geo.s3 * geo.s4);
-    const uint qc = (uint)min(x_qc, K), qr = (uint)min(x_qr, R), nn = (uint)n;
-    /* per column: channel, patch offsets, granule column, crossbar block and
-     * row in it, and the A offset of (slice 0, row gc0) (pf_a_index, stepped) */
-    const ulong a_panel = (gc0 / PF_TM) * (Kp / n), a_slice = n * PF_TM;
-    uint ci[4], gcol[4], kq[4], kr[4];
+    const uint qc = (uint)min(x_qc, K), qr = (uint)min(x_qr, R);
+    const ulong a_slice = n * PF_TM;
+    ulong kq[4], kr[4], a_col[4];
+    pf_a_columns(gc0, k0, nk, n, Kp, sx, kq, kr, a_col);
+    /* per column: channel, patch offsets and granule column */
+    uint ci[4], gcol[4];
     long dih[4], diw[4];
-    ulong a_col[4];
-    uint q = (uint)k0 / nn, rr = (uint)k0 % nn;
     for (uint l = 0; l < nk; l++) {
         const uint k = (uint)k0 + l, rem = k % khw;
         ci[l] = k / khw;
         dih[l] = (long)(rem / kw) * geo.s9;
         diw[l] = (long)(rem % kw) * geo.sa;
         gcol[l] = k / qc;
-        kq[l] = q;
-        kr[l] = rr;
-        a_col[l] = ((a_panel + q) * sx * n + rr) * PF_TM;
-        if (++rr == nn) {
-            rr = 0;
-            q++;
-        }
     }
     int u[PF_TM][4];
     for (uint r = 0; r < nr; r++) {

@@ -36,13 +36,10 @@ kernel void pf_slice_max(global const float *x, global uint *gbits, ulong NR, ul
     }
 }
 
-kernel void pf_slice_stats(global float *gmax, global float *gscale, global int *gexp, global int *bad, ulong count,
-                           int total_bits, int bfp)
+/* Scale (and exponent) of granule i from the bits of its max-abs; *bad = 1 on NaN or infinity. */
+inline void pf_granule_stats(uint bits, ulong i, global float *gscale, global int *gexp, global int *bad,
+                             int total_bits, int bfp)
 {
-    const ulong i = get_global_id(0);
-    if (i >= count)
-        return;
-    const uint bits = as_uint(gmax[i]);
     if (bits >= 0x7f800000u) {
         *bad = 1;
         return;
@@ -51,6 +48,14 @@ kernel void pf_slice_stats(global float *gmax, global float *gscale, global int 
     gscale[i] = g.scale;
     if (bfp)
         gexp[i] = g.exponent;
+}
+
+kernel void pf_slice_stats(global float *gmax, global float *gscale, global int *gexp, global int *bad, ulong count,
+                           int total_bits, int bfp)
+{
+    const ulong i = get_global_id(0);
+    if (i < count)
+        pf_granule_stats(as_uint(gmax[i]), i, gscale, gexp, bad, total_bits, bfp);
 }
 
 #define PF_SQ_CHUNK 256
@@ -145,14 +150,7 @@ kernel void pf_slice_quant(global const float *x, global float *gmax, global uch
             mx = as_float(m);
             if (g0 >= c0) {
                 gmax[gi0 + q] = mx;
-                if (m >= 0x7f800000u) {
-                    *bad = 1;
-                } else {
-                    const pf_qgran gs = pf_qgran_make(mx, total_bits, bfp);
-                    gscale[gi0 + q] = gs.scale;
-                    if (bfp)
-                        gexp[gi0 + q] = gs.exponent;
-                }
+                pf_granule_stats(m, gi0 + q, gscale, gexp, bad, total_bits, bfp);
             }
         } else {
             mx = gmax[gi0 + q];

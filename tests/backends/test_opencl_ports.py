@@ -169,6 +169,37 @@ def test_slice_quantize_is_bit_identical_to_the_cpu(dev, c):
     assert_same_slices(_core.slice_quantize(*args), _core.slice_quantize(*args, device=dev))
 
 
+# The OpenCL quantize kernel finds the max of granules one row high and at most 256 columns wide
+# itself; other granules take the separate max and stats passes. Shapes on both sides of each
+# limit, granules straddling the kernel's 256-column chunks, batches of matrices.
+IN_KERNEL_MAX = [((130, 600), (1, 256)), ((3, 40, 600), (1, 100)), ((2, 1, 1000), (32, 32)),
+                 ((100, 520), (1, 48)), ((1, 33), "per-matrix")]
+SEPARATE_MAX = [((130, 600), (2, 32)), ((130, 600), (1, 257)), ((70, 300), "per-matrix"),
+                ((70, 300), "per-row"), ((300, 70), "per-col")]
+
+
+@pytest.mark.parametrize("shape, gran", IN_KERNEL_MAX + SEPARATE_MAX)
+@pytest.mark.parametrize("bw_e, g_level", [(None, 16), (8, None)])
+def test_slice_quantize_on_both_sides_of_the_in_kernel_max_limits(dev, shape, gran, bw_e, g_level):
+    x = (np.random.default_rng(len(shape) * 1000 + shape[-1]).standard_normal(shape) * 3).astype(np.float32)
+    x[..., 1::7] = 0.0
+    args = (x, (1, 1, 2, 2), (32, 32), gran, bw_e, True, g_level if x.ndim == 2 else None)
+    assert_same_slices(_core.slice_quantize(*args), _core.slice_quantize(*args, device=dev))
+
+
+# Programmed levels: where g_level - 1 is a multiple of a slice's max code the kernel multiplies
+# the code by their quotient instead of evaluating the float expression; both kinds of slice, in
+# vector runs and scalar tails (600 columns: rows start 8- and 16-aligned).
+@pytest.mark.parametrize("method, g_level", [
+    ((1, 1, 1), 2), ((1, 1), 3), ((1, 2, 3, 4), 16), ((1, 2, 3, 4), 17), ((1, 1, 6), 64), ((1, 2, 3, 6), 100),
+    ((1, 1, 6), 253), ((1, 8), 256), ((1, 1, 1, 1, 2, 2, 4), 256), ((1, 3, 5), 200)])
+@pytest.mark.parametrize("gran", [(1, 32), (32, 32)])
+def test_programmed_levels_are_bit_identical_for_every_slice_width(dev, method, g_level, gran):
+    x = np.random.default_rng(g_level).standard_normal((40, 600)).astype(np.float32)
+    args = (x, method, (32, 32), gran, None, False, g_level)
+    assert_same_slices(_core.slice_quantize(*args), _core.slice_quantize(*args, device=dev))
+
+
 @given(st.integers(1, 5), st.integers(1, 30), st.integers(1, 50), st.sampled_from([2, 16, 256]),
        st.sampled_from([0.0, 0.02, 0.3]), st.sampled_from([(0.0, 0.0), (0.1, 0.0), (0.05, 0.2), (1.0, 0.0)]),
        st.integers(0, 2 ** 64 - 1))

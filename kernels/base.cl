@@ -274,6 +274,17 @@ inline uint pf_slice_code_packed(int u, ulong offs, int s, int nslices, int tota
  * cases never apply) and angles in (0, 2 pi) (never -0). Bit-identical to the
  * scalar path; PoCL and GPUs run the vector code without relying on
  * work-item vectorization. */
+/* hi and lo words of a * m, lane by lane, as the CPU's AVX2 Philox: even and
+ * odd lanes as 64-bit products in place (32 x 32 -> 64 multiplies), no
+ * repacking. PoCL builds a vector mul_hi from 16-bit pieces. */
+inline void pf_mul_wide8(uint8 a, uint m, uint8 *hi, uint8 *lo)
+{
+    const ulong4 x = as_ulong4(a), lo32 = (ulong4)(0xffffffffUL);
+    const ulong4 pe = (x & lo32) * (ulong)m, po = (x >> 32) * (ulong)m;
+    *hi = as_uint8((pe >> 32) | (po & ~lo32));
+    *lo = as_uint8((pe & lo32) | (po << 32));
+}
+
 inline void pf_philox8(ulong seed, uint stream, uint call, ulong group0, uint8 *o0, uint8 *o1, uint8 *o2, uint8 *o3)
 {
     const ulong8 g = (ulong8)(group0) + (ulong8)(0, 1, 2, 3, 4, 5, 6, 7);
@@ -284,8 +295,9 @@ inline void pf_philox8(ulong seed, uint stream, uint call, ulong group0, uint8 *
             k0 += PF_PHILOX_W0;
             k1 += PF_PHILOX_W1;
         }
-        const uint8 hi0 = mul_hi((uint8)(PF_PHILOX_M0), c0), lo0 = (uint8)(PF_PHILOX_M0) * c0;
-        const uint8 hi1 = mul_hi((uint8)(PF_PHILOX_M1), c2), lo1 = (uint8)(PF_PHILOX_M1) * c2;
+        uint8 hi0, lo0, hi1, lo1;
+        pf_mul_wide8(c0, PF_PHILOX_M0, &hi0, &lo0);
+        pf_mul_wide8(c2, PF_PHILOX_M1, &hi1, &lo1);
         const uint8 n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
         c0 = n0;
         c1 = lo1;

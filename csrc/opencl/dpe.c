@@ -420,7 +420,7 @@ static pf_status mvm_chunk(pf_cl_device *dev, mvm_call *m, pf_cl_arg *xargs, siz
                                                   (m->nbase + g0) * SK, (m->nbase + g0 + rows) * SK,
                                                   a->cancel)) != PF_OK)
         return st;
-    pf_cl_range rx = {2, {(rows + (size_t)dev->tm - 1) / (size_t)dev->tm, (m->K + 3) / 4}, {0, 0}, NULL, 0, 0};
+    pf_cl_range rx = {2, {(m->K + 3) / 4, (rows + (size_t)dev->tm - 1) / (size_t)dev->tm}, {0, 0}, NULL, 0, 0};
     rx.cancel = a->cancel;
     rx.pieces = rows * SK / PF_CL_PIECE_ELEMS + 1;
     if ((st = pf_cl_launch(dev, m->im2col ? K_PACK_XI : K_PACK_X, xargs, nx, &rx)) != PF_OK)

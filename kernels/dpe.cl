@@ -140,10 +140,12 @@ inline void pf_a_columns(ulong gc0, ulong k0, uint nk, ulong n, ulong Kp, ulong 
  * valid region; the host zeroes the padding of A and B when their geometry
  * changes (the padding is never written afterwards).
  *
- * Inputs of rows [g0, g0 + rows): global (ceil(rows / PF_TM), ceil(K / 4)),
+ * Inputs of rows [g0, g0 + rows): global (ceil(K / 4), ceil(rows / PF_TM)),
  * PF_TM rows (one A micro-panel) x 4 columns per work-item, so each slice's
  * writes are 4 runs of PF_TM consecutive floats (4 consecutive elements of
- * one row per work-item wrote strided floats). As on the CPU
+ * one row per work-item wrote strided floats), and the column groups in
+ * dimension 0, so a work-group fills consecutive lines of one panel (row
+ * blocks there: 16 bytes in each of 64 panels). As on the CPU
  * (pf_vnoise_index in dpe.c), element (g, i, k) of slice i draws noise index
  * ((item0*R + g) * Sx + i) * K + k (independent of the batch size): the rows
  * of a chunk are one contiguous index range, whose normals the host draws
@@ -189,7 +191,7 @@ kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale
  * arguments but the codes, scales, G and nbase; same A, RS and noise) with the slice codes made on the fly,
  * as pack_x_row_im2col in dpe.c: the unfolded element is quantized once with
  * its granule (quantize.h arithmetic) and sliced for every slice. Global
- * (ceil(rows / PF_TM), ceil(K / 4)): PF_TM rows (one A micro-panel) x 4
+ * (ceil(K / 4), ceil(rows / PF_TM)) as pf_dpe_pack_x: PF_TM rows (one A micro-panel) x 4
  * columns per work-item, so each slice's writes are 4 runs of PF_TM
  * consecutive floats, the patch geometry of a column is decoded once for the
  * PF_TM rows and the position of a row once for the 4 columns (one row x 4

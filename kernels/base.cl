@@ -310,6 +310,25 @@ inline void pf_philox8(ulong seed, uint stream, uint call, ulong group0, uint8 *
     *o3 = c3;
 }
 
+/* pf_sleef_expf lane by lane (pack_w's runs of 8, as the CPU's SLEEF expf8). */
+inline float8 pf_sleef_expf8(float8 d)
+{
+    const int8 q = convert_int8_rte(d * 1.442695040888963407359924681001892137426645954152985934135449406931f);
+    const float8 qf = convert_float8(q);
+    float8 s = fma(qf, (float8)(-0.693145751953125f), d);
+    s = fma(qf, (float8)(-1.428606765330187045e-06f), s);
+    float8 u = (float8)(0.000198527617612853646278381f);
+    u = fma(u, s, (float8)(0.00139304355252534151077271f));
+    u = fma(u, s, (float8)(0.00833336077630519866943359f));
+    u = fma(u, s, (float8)(0.0416664853692054748535156f));
+    u = fma(u, s, (float8)(0.166666671633720397949219f));
+    u = fma(u, s, (float8)(0.5f));
+    u = 1.0f + fma(s * s, u, s);
+    u = (u * as_float8(((q >> 1) + 0x7f) << 23)) * as_float8(((q - (q >> 1)) + 0x7f) << 23);
+    u = select(u, (float8)(0.0f), d < -104.0f);
+    return select(u, (float8)(INFINITY), 100.0f < d);
+}
+
 inline float8 pf_u01_8(uint8 w) { return (convert_float8(w >> 8) + 0.5f) * (1.0f / 16777216.0f); }
 
 /* pf_sleef_logf for normal d in (0, 1) */

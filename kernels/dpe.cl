@@ -259,49 +259,81 @@ kernel void pf_dpe_pack_x_im2col(global const float *dac, global float *A, globa
         }
 }
 
-/* Weights: global (ceil(Sw*K*P / 4)). Cell (j, k, p) is noise element
- * (j*K + k)*P + p, its read-noise normal Z[(j*K + k)*P + p]. val = L without noise; with noise, as pack_w in dpe.c:
- * f = exp(sigma[min(L, g_level - 1)] * z) (or 1), val = (G / QG) * f - lgs or (L + lgs) * f - lgs. */
+/* One weight cell: val = L without noise; with noise, as pack_w in dpe.c:
+ * f = exp(sigma[min(L, g_level - 1)] * z) (or 1), val = (G / QG) * f - lgs or
+ * (L + lgs) * f - lgs. exp: the CPU's pf_exp_inplace, SLEEF on runs of 8 and
+ * libm on the row's tail (sleef). */
+inline float pf_pack_w_cell(uint L, ulong idx, int sleef, global const float *cond, global const float *sigma,
+                            global const float *Z, int noise_w, int has_cond, int has_sigma, float QG, float lgs,
+                            uint top)
+{
+    if (!noise_w)
+        return (float)L;
+    float f = 1.0f;
+    if (has_sigma) {
+        f = sigma[L < top ? L : top] * Z[idx]; /* clamped as on the CPU */
+        f = sleef ? pf_sleef_expf(f) : pf_libm_expf(f);
+    }
+    return has_cond ? (cond[idx] / QG) * f - lgs : ((float)L + lgs) * f - lgs;
+}
+
+/* Eight cells of a run of 8 (p % 8 == 0, all before the row's tail): pf_pack_w_cell lane by lane. */
+inline float8 pf_pack_w_run8(ulong idx, global const uchar *levels, global const float *cond,
+                             global const float *sigma, global const float *Z, int noise_w, int has_cond,
+                             int has_sigma, float QG, float lgs, uint top)
+{
+    const uchar8 L = vload8(0, levels + idx);
+    if (!noise_w)
+        return convert_float8(L);
+    float8 f = (float8)(1.0f);
+    if (has_sigma) {
+        const uint8 c = min(convert_uint8(L), (uint8)(top));
+        const float8 sg = (float8)(sigma[c.s0], sigma[c.s1], sigma[c.s2], sigma[c.s3], sigma[c.s4], sigma[c.s5],
+                                   sigma[c.s6], sigma[c.s7]);
+        f = pf_sleef_expf8(sg * vload8(0, Z + idx));
+    }
+    return has_cond ? (vload8(0, cond + idx) / QG) * f - lgs : (convert_float8(L) + lgs) * f - lgs;
+}
+
+/* Weights: 16 cells (j, k, p0 .. p0 + 15) of one row per work-item, in runs
+ * of 8: global (Sw*K, ceil(P / 16)) with PF_B_PANEL (CPUs: the rows in
+ * dimension 0, so a work-group fills consecutive lines of one panel), else
+ * (ceil(P / 16), Sw*K) (neighbouring work-items, neighbouring columns). Cell
+ * (j, k, p) is noise element (j*K + k)*P + p, its read-noise normal
+ * Z[(j*K + k)*P + p]. (Four cells in a row's order per work-item before:
+ * scalar exp, and each work-item wrote into another panel.) */
 kernel void pf_dpe_pack_w(global const uchar *levels, global const float *cond, global const float *sigma,
                           global float *B, ulong K, ulong P, ulong Kp, ulong Pp, ulong n, ulong total,
                           int noise_w, int has_cond, int has_sigma, float QG, float lgs, uint top,
                           global const float *Z)
 {
-    const ulong q = get_global_id(0);
-    if (q * 4 >= total)
+#if PF_B_PANEL
+    const ulong row = get_global_id(0), p0 = get_global_id(1) * 16;
+#else
+    const ulong row = get_global_id(1), p0 = get_global_id(0) * 16;
+#endif
+    const ulong sw = total / (K * P), nb = Kp / n;
+    if (row >= sw * K || p0 >= P)
         return;
-    const ulong tail = P & ~(ulong)7;
-    /* decode the first lane, then step (p, k, j) without further divisions */
-    const ulong row0 = (q * 4) / P;
-    ulong p = (q * 4) % P, j = row0 / K, k = row0 % K;
-    for (uint l = 0; l < 4; l++, p++) {
-        if (p == P) {
-            p = 0;
-            if (++k == K) {
-                k = 0;
-                j++;
-            }
+    const ulong j = row / K, k = row % K, tail = P & ~(ulong)7, p1 = min(p0 + 16, P);
+    for (ulong p = p0; p < p1; p += 8) {
+        const ulong idx = row * P + p;
+        if (p + 8 <= tail) {
+            const float8 v = pf_pack_w_run8(idx, levels, cond, sigma, Z, noise_w, has_cond, has_sigma, QG, lgs, top);
+#if !PF_B_PANEL || PF_TN % 8 == 0
+            vstore8(v, 0, B + pf_b_index(j, k, p, n, nb, sw, Kp, Pp)); /* 8 consecutive floats of B */
+#else
+            float t[8];
+            vstore8(v, 0, t);
+            for (uint l = 0; l < 8; l++)
+                B[pf_b_index(j, k, p + l, n, nb, sw, Kp, Pp)] = t[l];
+#endif
+            continue;
         }
-        const ulong idx = q * 4 + l;
-        if (idx >= total)
-            break;
-        const uint L = levels[idx];
-        float val;
-        if (!noise_w) {
-            val = (float)L;
-        } else {
-            float f = 1.0f;
-            if (has_sigma) {
-                f = sigma[L < top ? L : top] * Z[idx]; /* clamped as on the CPU */
-                /* the CPU's pf_exp_inplace: SLEEF on runs of 8, libm on the row's tail */
-                f = p < tail ? pf_sleef_expf(f) : pf_libm_expf(f);
-            }
-            if (has_cond)
-                val = (cond[idx] / QG) * f - lgs;
-            else
-                val = ((float)L + lgs) * f - lgs;
-        }
-        B[pf_b_index(j, k, p, n, Kp / n, total / (K * P), Kp, Pp)] = val;
+        for (ulong q = p; q < min(p + 8, p1); q++)
+            B[pf_b_index(j, k, q, n, nb, sw, Kp, Pp)] =
+                pf_pack_w_cell(levels[row * P + q], row * P + q, q < tail, cond, sigma, Z, noise_w, has_cond,
+                               has_sigma, QG, lgs, top);
     }
 }
 

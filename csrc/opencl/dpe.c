@@ -323,7 +323,9 @@ static pf_status mvm_pack_b(pf_cl_device *dev, const mvm_call *m, size_t total)
         return st;
     const float QG = (float)((a->HGS - a->LGS) / (a->g_level - 1));
     const float lgs = (float)(a->LGS / ((a->HGS - a->LGS) / (a->g_level - 1)));
-    pf_cl_range rw = pf_cl_range_1d(dev, (total + 3) / 4);
+    /* rows and 16-column groups; the rows in dimension 0 for the panel layout (pf_dpe_pack_w) */
+    const size_t rows = total / m->P, groups = (m->P + 15) / 16;
+    pf_cl_range rw = {2, {dev->b_panel ? rows : groups, dev->b_panel ? groups : rows}, {0, 0}, NULL, 0, 0};
     rw.cancel = a->cancel;
     rw.pieces = total / PF_CL_PIECE_ELEMS + 1;
     return PF_CL_LAUNCH(dev, K_PACK_W, &rw, ARG_MEM(m->wl), ARG_MEM(m->wc), ARG_MEM(m->sig), ARG_MEM(m->sB),

@@ -258,13 +258,21 @@ inline int pf_twos_complement(int q, int total_bits)
     return q < 0 ? q + (1 << total_bits) : q;
 }
 
-/* Code of slice s when the bit offsets of the slices are packed 4 bits each
- * into offs (slice s at bits 4s..4s+3) and total_bits closes the last one. */
+/* The bit offsets of the slices are packed 4 bits each into offs (slice s at
+ * bits 4s..4s+3); total_bits closes the last slice. */
+inline int pf_slice_offset(ulong offs, int s) { return (int)((offs >> (4 * s)) & 15); }
+
+/* Largest code of slice s: 2^width - 1. */
+inline int pf_slice_max_code(ulong offs, int s, int nslices, int total_bits)
+{
+    const int next = s + 1 < nslices ? pf_slice_offset(offs, s + 1) : total_bits;
+    return (1 << (next - pf_slice_offset(offs, s))) - 1;
+}
+
+/* Code of slice s of the two's-complement value u. */
 inline uint pf_slice_code_packed(int u, ulong offs, int s, int nslices, int total_bits)
 {
-    const int off = (int)((offs >> (4 * s)) & 15);
-    const int next = s + 1 < nslices ? (int)((offs >> (4 * (s + 1))) & 15) : total_bits;
-    return (uint)((u >> off) & ((1 << (next - off)) - 1));
+    return (uint)((u >> pf_slice_offset(offs, s)) & pf_slice_max_code(offs, s, nslices, total_bits));
 }
 
 /* ---- eight Philox groups at once (32 normals), as csrc/noise_avx2.c ----

@@ -105,10 +105,8 @@ kernel void pf_slice_stats(global float *gmax, global float *gscale, global int 
         if (want_dq)                                                                                                 \
             vstore##W(g.bfp ? convert_float##W(qv) * g.scale : convert_float##W(qv) / g.k * g.divisor, 0, dq + e);  \
         for (int s = 0; s < nslices; s++) {                                                                          \
-            const int off = (int)((offs >> (4 * s)) & 15);                                                           \
-            const int next = s + 1 < nslices ? (int)((offs >> (4 * (s + 1))) & 15) : total_bits;                     \
-            const int mask = (1 << (next - off)) - 1;                                                                \
-            const int##W code = (u >> off) & mask;                                                                   \
+            const int mask = pf_slice_max_code(offs, s, nslices, total_bits);                                        \
+            const int##W code = (u >> pf_slice_offset(offs, s)) & mask;                                              \
             pf_store_bytes##W(convert_uchar##W(code), codes + (ulong)s * total + e);                                 \
             if (g_level > 0)                                                                                         \
                 pf_store_bytes##W(level_mul[s] ? convert_uchar##W(code * (int)level_mul[s])                           \
@@ -130,9 +128,7 @@ inline void pf_level_multipliers(uchar *level_mul, ulong offs, int nslices, int 
     for (int s = 0; s < 16; s++) {
         level_mul[s] = 0;
         if (s < nslices && g_level > 0) {
-            const int off = (int)((offs >> (4 * s)) & 15);
-            const int next = s + 1 < nslices ? (int)((offs >> (4 * (s + 1))) & 15) : total_bits;
-            const int m = (1 << (next - off)) - 1;
+            const int m = pf_slice_max_code(offs, s, nslices, total_bits);
             if ((g_level - 1) % m == 0)
                 level_mul[s] = (uchar)((g_level - 1) / m);
         }
@@ -200,12 +196,9 @@ kernel void pf_slice_quant(global const float *x, global float *gmax, global uch
             for (int s = 0; s < nslices; s++) {
                 const uint code = pf_slice_code_packed(u, offs, s, nslices, total_bits);
                 codes[(ulong)s * total + e] = (uchar)code;
-                if (g_level > 0) {
-                    const int off = (int)((offs >> (4 * s)) & 15);
-                    const int nx = s + 1 < nslices ? (int)((offs >> (4 * (s + 1))) & 15) : total_bits;
-                    levels[(ulong)s * total + e] = (uchar)pf_rintf((float)code / (float)((1 << (nx - off)) - 1) *
-                                                                   (float)(g_level - 1));
-                }
+                if (g_level > 0)
+                    levels[(ulong)s * total + e] = (uchar)pf_rintf(
+                        (float)code / (float)pf_slice_max_code(offs, s, nslices, total_bits) * (float)(g_level - 1));
             }
             c++;
         }

@@ -404,22 +404,37 @@ inline void pf_normal8x4(ulong seed, uint stream, uint call, ulong group0, float
 typedef float pf_vec;
 #define PF_VLOAD(p) (*(p))
 #define PF_VSTORE(v, p) (*(p) = (v))
+typedef int pf_ivec;
+#define PF_TO_INT convert_int
+#define PF_TO_FLOAT convert_float
 #elif PF_TN == 2
 typedef float2 pf_vec;
 #define PF_VLOAD(p) vload2(0, p)
 #define PF_VSTORE(v, p) vstore2(v, 0, p)
+typedef int2 pf_ivec;
+#define PF_TO_INT convert_int2
+#define PF_TO_FLOAT convert_float2
 #elif PF_TN == 4
 typedef float4 pf_vec;
 #define PF_VLOAD(p) vload4(0, p)
 #define PF_VSTORE(v, p) vstore4(v, 0, p)
+typedef int4 pf_ivec;
+#define PF_TO_INT convert_int4
+#define PF_TO_FLOAT convert_float4
 #elif PF_TN == 8
 typedef float8 pf_vec;
 #define PF_VLOAD(p) vload8(0, p)
 #define PF_VSTORE(v, p) vstore8(v, 0, p)
+typedef int8 pf_ivec;
+#define PF_TO_INT convert_int8
+#define PF_TO_FLOAT convert_float8
 #elif PF_TN == 16
 typedef float16 pf_vec;
 #define PF_VLOAD(p) vload16(0, p)
 #define PF_VSTORE(v, p) vstore16(v, 0, p)
+typedef int16 pf_ivec;
+#define PF_TO_INT convert_int16
+#define PF_TO_FLOAT convert_float16
 #else
 #error "PF_TN must be 1, 2, 4, 8 or 16"
 #endif
@@ -460,6 +475,30 @@ inline void pf_adc_accumulate(pf_vec *tb, const pf_vec *acc, global const float 
         const float alpha = fparams[sx * sw + j];
         for (int r = 0; r < PF_TM; r++)
             tb[r] = tb[r] + pf_rint(acc[r] * alpha) * coef;
+    }
+}
+
+/* The ADC of B slice jb's sums acc (pf_dpe_mvm, pf_dpe_mvm_tiled). pair_shift = 0: one weight
+ * slice per B slice, pf_adc_accumulate of pair (i, jb). pair_shift = s > 0: B slice jb packs weight
+ * slices 2jb and 2jb+1 as L_2jb + 2**s L_2jb+1 (csrc/opencl/dpe.c mvm_pair_shift: only where acc
+ * is an exact integer below 2**24 and each slice's sum below 2**s), so acc = S_2jb + 2**s S_2jb+1
+ * splits exactly into both sums, and each goes through pf_adc_accumulate in the unpaired
+ * kernel's slice order: bit-identical outputs with half the multiply-adds. */
+inline void pf_adc_slice(pf_vec *tb, const pf_vec *acc, global const float *fparams, global const float *tables,
+                         global const int *tab_info, int i, int jb, int sx, int sw, int use_table, int pair_shift)
+{
+    if (pair_shift) {
+        pf_vec lo[PF_TM], hi[PF_TM];
+        for (int r = 0; r < PF_TM; r++) {
+            const pf_ivec t = PF_TO_INT(acc[r]);
+            lo[r] = PF_TO_FLOAT(t & ((1 << pair_shift) - 1));
+            hi[r] = PF_TO_FLOAT(t >> pair_shift);
+        }
+        pf_adc_accumulate(tb, lo, fparams, tables, tab_info, i, 2 * jb, sx, sw, use_table);
+        if (2 * jb + 1 < sw)
+            pf_adc_accumulate(tb, hi, fparams, tables, tab_info, i, 2 * jb + 1, sx, sw, use_table);
+    } else {
+        pf_adc_accumulate(tb, acc, fparams, tables, tab_info, i, jb, sx, sw, use_table);
     }
 }
 

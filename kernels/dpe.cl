@@ -6,10 +6,12 @@
  * Packed layouts (zero padded), as the CPU's (dpe.h) micro-panels:
  *   A  [Gc/TM][nb][Sx][n][TM]  DAC voltages of the Gc rows of one row chunk
  *   RS [nb][Gc]                input block scales of those rows
- *   B  [Pp/TN][nb][Sw][n][TN]  conductances in units of Q_G above LGS
+ *   B  [Pp/TN][nb][Sb][n][TN]  conductances in units of Q_G above LGS
  *      (PF_B_PANEL = 1, CPUs: each work-item streams one contiguous panel)
- *   or [Sw][Kp][Pp]            (PF_B_PANEL = 0, GPUs: neighbouring work-items
+ *   or [Sb][Kp][Pp]            (PF_B_PANEL = 0, GPUs: neighbouring work-items
  *                               read neighbouring columns, coalesced)
+ *      Sb = Sw, or ceil(Sw / 2) with two weight slices per float (pair_shift,
+ *      pf_dpe_pack_w and pf_adc_slice; noise-free products only)
  *   CS [nb][Pp]                weight block scales
  * with Kp = nb * n (crossbar blocks), Gc a multiple of PF_TM * local size y,
  * Pp a multiple of PF_TN * local size x.
@@ -18,8 +20,9 @@
  * pf_dpe_tile_avx2, computes per block b and slice pair (i, j)
  *   acc = fma(A, B, acc) over the n rows of the crossbar in order,
  *   code = rint(acc * alpha_j) (or the exact table), tb = tb + code * coef_ij,
- * then out = out + tb * (rs * cs). Compile-time sizes: PF_TM, PF_TN (host
- * chooses per device type). */
+ * then out = out + tb * (rs * cs); with two weight slices per B slice the
+ * accumulation runs once per pair of slices and pf_adc_slice splits its
+ * exact sum. Compile-time sizes: PF_TM, PF_TN (host chooses per device type). */
 #pragma OPENCL FP_CONTRACT OFF
 
 #ifndef PF_TM
@@ -301,39 +304,61 @@ inline float8 pf_pack_w_run8(ulong idx, global const uchar *levels, global const
  * (ceil(P / 16), Sw*K) (neighbouring work-items, neighbouring columns). Cell
  * (j, k, p) is noise element (j*K + k)*P + p, its read-noise normal
  * Z[(j*K + k)*P + p]. (Four cells in a row's order per work-item before:
- * scalar exp, and each work-item wrote into another panel.) */
+ * scalar exp, and each work-item wrote into another panel.)
+ *
+ * pair_shift = s > 0 (noise free only, pf_adc_slice): B slice jb holds
+ * L_2jb + 2**s L_2jb+1 (exact small integers), rows Sb*K with Sb = ceil(Sw/2);
+ * a level above top (g_level - 1: not a programmed level, and its sums could
+ * reach 2**s) sets *bad, and the host packs again with one slice per B slice. */
 kernel void pf_dpe_pack_w(global const uchar *levels, global const float *cond, global const float *sigma,
                           global float *B, ulong K, ulong P, ulong Kp, ulong Pp, ulong n, ulong total,
                           int noise_w, int has_cond, int has_sigma, float QG, float lgs, uint top,
-                          global const float *Z)
+                          global const float *Z, int pair_shift, global int *bad)
 {
 #if PF_B_PANEL
     const ulong row = get_global_id(0), p0 = get_global_id(1) * 16;
 #else
     const ulong row = get_global_id(1), p0 = get_global_id(0) * 16;
 #endif
-    const ulong sw = total / (K * P), nb = Kp / n;
-    if (row >= sw * K || p0 >= P)
+    const ulong sw = total / (K * P), nb = Kp / n, sb = pair_shift ? (sw + 1) / 2 : sw;
+    if (row >= sb * K || p0 >= P)
         return;
     const ulong j = row / K, k = row % K, tail = P & ~(ulong)7, p1 = min(p0 + 16, P);
+    /* the levels' row of (the low) slice, and the high slice's offset from it (0: none) */
+    const ulong lrow = pair_shift ? 2 * j * K + k : row, hi = pair_shift && 2 * j + 1 < sw ? K * P : 0;
+    const float pw = (float)(1u << pair_shift);
     for (ulong p = p0; p < p1; p += 8) {
-        const ulong idx = row * P + p;
+        const ulong idx = lrow * P + p;
         if (p + 8 <= tail) {
-            const float8 v = pf_pack_w_run8(idx, levels, cond, sigma, Z, noise_w, has_cond, has_sigma, QG, lgs, top);
+            float8 v = pf_pack_w_run8(idx, levels, cond, sigma, Z, noise_w, has_cond, has_sigma, QG, lgs, top);
+            if (pair_shift) {
+                const uchar8 L1 = vload8(0, levels + idx + hi), L0 = vload8(0, levels + idx);
+                if (any(convert_uint8(max(L0, hi ? L1 : (uchar8)(0))) > (uint8)(top)))
+                    *bad = 1;
+                if (hi)
+                    v = v + convert_float8(L1) * pw;
+            }
 #if !PF_B_PANEL || PF_TN % 8 == 0
-            vstore8(v, 0, B + pf_b_index(j, k, p, n, nb, sw, Kp, Pp)); /* 8 consecutive floats of B */
+            vstore8(v, 0, B + pf_b_index(j, k, p, n, nb, sb, Kp, Pp)); /* 8 consecutive floats of B */
 #else
             float t[8];
             vstore8(v, 0, t);
             for (uint l = 0; l < 8; l++)
-                B[pf_b_index(j, k, p + l, n, nb, sw, Kp, Pp)] = t[l];
+                B[pf_b_index(j, k, p + l, n, nb, sb, Kp, Pp)] = t[l];
 #endif
             continue;
         }
-        for (ulong q = p; q < min(p + 8, p1); q++)
-            B[pf_b_index(j, k, q, n, nb, sw, Kp, Pp)] =
-                pf_pack_w_cell(levels[row * P + q], row * P + q, q < tail, cond, sigma, Z, noise_w, has_cond,
-                               has_sigma, QG, lgs, top);
+        for (ulong q = p; q < min(p + 8, p1); q++) {
+            float v = pf_pack_w_cell(levels[lrow * P + q], lrow * P + q, q < tail, cond, sigma, Z, noise_w, has_cond,
+                                     has_sigma, QG, lgs, top);
+            if (pair_shift) {
+                const uint L1 = hi ? levels[lrow * P + q + hi] : 0;
+                if (max((uint)levels[lrow * P + q], L1) > top)
+                    *bad = 1;
+                v = v + (float)L1 * pw;
+            }
+            B[pf_b_index(j, k, q, n, nb, sb, Kp, Pp)] = v;
+        }
     }
 }
 
@@ -355,11 +380,12 @@ kernel void pf_dpe_mvm(global const float *A, global const float *B, global cons
                        global const float *CS, global const float *fparams, global const float *tables,
                        global const int *tab_info, global float *out,
                        ulong g0, ulong rows_valid, ulong Gc, ulong Kp, ulong Pp, ulong P,
-                       int n, int nb, int sx, int sw, int use_table, ulong R, int out_nphw)
+                       int n, int nb, int sx, int sw, int use_table, ulong R, int out_nphw, int pair_shift)
 {
     const ulong cb = get_global_id(0) * PF_TN, rb = get_global_id(1) * PF_TM;
     if (cb >= Pp || rb >= Gc)
         return;
+    const int paired = pair_shift != 0, swb = (sw + paired) >> paired; /* slices of B (pf_adc_slice) */
     pf_vec o[PF_TM];
     pf_vec tb[PF_TM];
     pf_vec acc[PF_TM];
@@ -370,9 +396,9 @@ kernel void pf_dpe_mvm(global const float *A, global const float *B, global cons
             tb[r] = (pf_vec)(0.0f);
         for (int i = 0; i < sx; i++) {
             global const float *Ab = A + (((rb / PF_TM) * nb + b) * sx + i) * (ulong)n * PF_TM;
-            for (int j = 0; j < sw; j++) {
+            for (int j = 0; j < swb; j++) {
 #if PF_B_PANEL
-                global const float *Bb = B + (((cb / PF_TN) * nb + b) * sw + j) * (ulong)n * PF_TN;
+                global const float *Bb = B + (((cb / PF_TN) * nb + b) * swb + j) * (ulong)n * PF_TN;
                 const ulong bstride = PF_TN;
 #else
                 global const float *Bb = B + ((ulong)j * Kp + (ulong)b * n) * Pp + cb;
@@ -387,7 +413,7 @@ kernel void pf_dpe_mvm(global const float *A, global const float *B, global cons
                     for (int r = 0; r < PF_TM; r++)
                         acc[r] = fma((pf_vec)(ak[r]), bv, acc[r]);
                 }
-                pf_adc_accumulate(tb, acc, fparams, tables, tab_info, i, j, sx, sw, use_table);
+                pf_adc_slice(tb, acc, fparams, tables, tab_info, i, j, sx, sw, use_table, pair_shift);
             }
         }
         const pf_vec cs = PF_VLOAD(CS + (ulong)b * Pp + cb);

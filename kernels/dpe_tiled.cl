@@ -1,4 +1,4 @@
-/* Local-memory tiled variant of pf_dpe_mvm (dpe.cl): the same arguments 0-20,
+/* Local-memory tiled variant of pf_dpe_mvm (dpe.cl): the same arguments 0-21,
  * the same packed operands (A, B, RS, CS, in either B layout), the same
  * global size (Pp / PF_TN, Gc / PF_TM) and the same work-group shape
  * (lx, ly), and the same arithmetic in the same order, so its output is
@@ -28,8 +28,11 @@ kernel void pf_dpe_mvm_tiled(global const float *A, global const float *B, globa
                              global const int *tab_info, global float *out,
                              ulong g0, ulong rows_valid, ulong Gc, ulong Kp, ulong Pp, ulong P,
                              int n, int nb, int sx, int sw, int use_table, ulong R, int out_nphw,
-                             int kt, local float *lA, local float *lB)
+                             int pair_shift, int kt, local float *lA, local float *lB)
 {
+    /* slices of B (pf_adc_slice); arithmetic, not a select: PoCL 3.1 fails an assertion
+     * (ParallelRegion::Create) on the tiled kernel with the select */
+    const int paired = pair_shift != 0, swb = (sw + paired) >> paired;
     const uint lx = (uint)get_local_size(0), ly = (uint)get_local_size(1);
     const uint tx = (uint)get_local_id(0), ty = (uint)get_local_id(1);
     const uint lid = ty * lx + tx, nthreads = lx * ly;
@@ -48,7 +51,7 @@ kernel void pf_dpe_mvm_tiled(global const float *A, global const float *B, globa
         for (int r = 0; r < PF_TM; r++)
             tb[r] = (pf_vec)(0.0f);
         for (int i = 0; i < sx; i++) {
-            for (int j = 0; j < sw; j++) {
+            for (int j = 0; j < swb; j++) {
                 for (int r = 0; r < PF_TM; r++)
                     acc[r] = (pf_vec)(0.0f);
                 for (int k0 = 0; k0 < n; k0 += kt) {
@@ -71,7 +74,7 @@ kernel void pf_dpe_mvm_tiled(global const float *A, global const float *B, globa
                         while (kk < kc) {
                             const ulong col = cb0 + c;
 #if PF_B_PANEL
-                            const ulong src = ((((col / PF_TN) * nb + b) * sw + j) * (ulong)n + k0 + kk) * PF_TN +
+                            const ulong src = ((((col / PF_TN) * nb + b) * swb + j) * (ulong)n + k0 + kk) * PF_TN +
                                               col % PF_TN;
 #else
                             const ulong src = ((ulong)j * Kp + (ulong)b * n + k0 + kk) * Pp + col;
@@ -103,7 +106,7 @@ kernel void pf_dpe_mvm_tiled(global const float *A, global const float *B, globa
                 }
                 if (!active)
                     continue;
-                pf_adc_accumulate(tb, acc, fparams, tables, tab_info, i, j, sx, sw, use_table);
+                pf_adc_slice(tb, acc, fparams, tables, tab_info, i, j, sx, sw, use_table, pair_shift);
             }
         }
         if (!active)

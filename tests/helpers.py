@@ -185,6 +185,30 @@ class Backend:
         return _core.normals(*args, device=self.dev)
 
 
+# OpenCL tile shapes, PYFASTPIM_CL_TILE = "TM,TN,LX,LY,PANEL" (csrc/opencl/runtime.c choose_tile): the
+# device's own, a GPU's (4 x 4 register tiles in 16 x 8 work-groups, column-major weights) and a ragged one
+# (3 x 2 tiles, 4 x 2 work-groups, panel-packed weights), so PoCL runs what a GPU would
+CL_TILES = {"device": None, "gpu": "4,4,16,8,0", "ragged": "3,2,4,2,1"}
+
+
+def open_cl_device(tile):
+    """A fresh handle on the suite's device, built with the given tile shape."""
+    base = pyfastpim.resolve_device("opencl")
+    if tile is None:
+        return base
+    old = os.environ.get("PYFASTPIM_CL_TILE")
+    os.environ["PYFASTPIM_CL_TILE"] = tile
+    try:
+        d = _core.OpenCLDevice(base.info["platform"], base.info["device"])
+        d.build()  # the tile shape is read at build time
+    finally:
+        if old is None:
+            del os.environ["PYFASTPIM_CL_TILE"]
+        else:
+            os.environ["PYFASTPIM_CL_TILE"] = old
+    return d
+
+
 # ---- convolution cases -----------------------------------------------------------------------------
 
 def conv_args(c, sigma=0.0, vnoise=0.0, cond=False, dequant=True):

@@ -182,7 +182,8 @@ typedef struct {
     const pf_dpe_args *a;
     const pf_cl_weights *resident; /* NULL: weights passed for this call only */
     int im2col, tiled, kt, out_nphw, split_out, read_noise;
-    size_t n, sx, sw, K, P, R, nb, Kp, G, Pp, Gc, nbase;
+    int pair_shift; /* two weight slices per packed float (mvm_pair_shift), 0: one */
+    size_t n, sx, sw, sb, K, P, R, nb, Kp, G, Pp, Gc, nbase; /* sb: slices of the packed weights B */
     size_t b_x, b_xs, b_out, b_A, b_RS, b_B, b_CS, b_sig, b_img, b_zw, b_out_chunk;
     pf_cl_consts c;
     cl_mem x, xs, img, gmax, wl, wc, ws, sig, fp, dac, tab, ti, out;
@@ -299,22 +300,38 @@ static pf_status mvm_buffers(pf_cl_device *dev, mvm_call *m, const pf_cl_weights
         (st = pf_cl_scratch_get(dev, SCR_ZW, m->read_noise ? m->b_zw : 64, "read noise", &m->sZW)) != PF_OK ||
         (st = pf_cl_scratch_get(dev, SCR_A, m->b_A, "packed inputs", &m->sA)) != PF_OK ||
         (st = pf_cl_scratch_get(dev, SCR_RS, m->b_RS, "input scales", &m->sRS)) != PF_OK ||
-        (st = pf_cl_scratch_get(dev, SCR_B, m->b_B, "packed weights", &m->sB)) != PF_OK ||
         (st = pf_cl_scratch_get(dev, SCR_CS, m->b_CS, "weight scales", &m->sCS)) != PF_OK)
         return st;
     /* the padding's positions: the crossbar size n with the padded sizes (n = 8 and n = 4 both pad
-     * K = 39 to 40, with the padding in other places) */
-    const uint64_t sig_b[4] = {sw * 0x100000000ull + m->n, m->Kp, m->Pp, m->K * 0x100000000ull + m->P};
+     * K = 39 to 40, with the padding in other places); B's where it is packed (mvm_pack_b) */
     const uint64_t sig_a[4] = {sx * 0x100000000ull + m->n, m->Kp, m->Gc, m->K};
-    if ((st = pf_cl_scratch_zero(dev, SCR_B, sig_b)) != PF_OK || (st = pf_cl_scratch_zero(dev, SCR_A, sig_a)) != PF_OK)
-        return st;
-    return PF_OK;
+    return pf_cl_scratch_zero(dev, SCR_A, sig_a);
 }
 
 /* ---- kernels ---- */
 
-/* B: the weights' levels (or conductances) with read noise, in the tile kernel's layout. */
-static pf_status mvm_pack_b(pf_cl_device *dev, const mvm_call *m, size_t total)
+/* Two weight slices per packed float: B slice jb = L_2jb + 2**s L_2jb+1 (kernels/dpe.cl), so the
+ * tile kernel runs half the multiply-adds and splits each sum (pf_adc_slice). Exact only where
+ * every crossbar sum is an integer below 2**s, noise free with ideal levels: DAC codes <= rdac-1
+ * times levels <= g_level-1 over n rows, D = (rdac-1)(g_level-1)n < 2**s; and where every partial
+ * sum of the packed product, at most D + 2**s D, is an integer float32 holds (< 2**24). Then the
+ * split gives each slice's sum exactly as the unpaired kernel accumulates it, and the outputs are
+ * bit-identical. (A level above g_level-1 breaks the bound: pf_dpe_pack_w flags it, and mvm_pack_b
+ * packs one slice per float instead.) Returns s, or 0: one slice per float. */
+static int mvm_pair_shift(const pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_consts *c)
+{
+    const int64_t D = (int64_t)(a->rdac - 1) * (a->g_level - 1) * a->n; /* < 2**24 (mvm_validate) */
+    if (!dev->pair_slices || c->noise_x || c->noise_w || a->sw < 2 || D < 1)
+        return 0;
+    int s = 1;
+    while (((int64_t)1 << s) <= D)
+        s++;
+    return D + (D << s) < ((int64_t)1 << 24) ? s : 0;
+}
+
+/* B (m->sB): the weights' levels (or conductances) with read noise, in the tile kernel's
+ * layout, m->pair_shift slices paired. *bad: a paired packing met a level above g_level-1. */
+static pf_status mvm_pack_b(pf_cl_device *dev, const mvm_call *m, size_t total, int *bad)
 {
     const pf_dpe_args *a = m->a;
     pf_status st = PF_OK;
@@ -324,38 +341,79 @@ static pf_status mvm_pack_b(pf_cl_device *dev, const mvm_call *m, size_t total)
     const float QG = (float)((a->HGS - a->LGS) / (a->g_level - 1));
     const float lgs = (float)(a->LGS / ((a->HGS - a->LGS) / (a->g_level - 1)));
     /* rows and 16-column groups; the rows in dimension 0 for the panel layout (pf_dpe_pack_w) */
-    const size_t rows = total / m->P, groups = (m->P + 15) / 16;
+    const size_t rows = m->sb * m->K, groups = (m->P + 15) / 16;
     pf_cl_range rw = {2, {dev->b_panel ? rows : groups, dev->b_panel ? groups : rows}, {0, 0}, NULL, 0, 0};
     rw.cancel = a->cancel;
     rw.pieces = total / PF_CL_PIECE_ELEMS + 1;
-    return PF_CL_LAUNCH(dev, K_PACK_W, &rw, ARG_MEM(m->wl), ARG_MEM(m->wc), ARG_MEM(m->sig), ARG_MEM(m->sB),
-                        ARG_U64(m->K), ARG_U64(m->P), ARG_U64(m->Kp), ARG_U64(m->Pp), ARG_U64(m->n), ARG_U64(total),
-                        ARG_I32(m->c.noise_w), ARG_I32(a->w_conductance != NULL), ARG_I32(a->read_sigma != NULL),
-                        ARG_F32(QG), ARG_F32(lgs), ARG_U32(a->g_level - 1), ARG_MEM(m->sZW));
+    cl_int flag = 0;
+    pf_cl_set fs; /* a paired packing's level flag, read back (unpaired: sZW stands in, never written) */
+    pf_cl_set_init(&fs, dev);
+    cl_mem mflag = m->sZW;
+    if (m->pair_shift) {
+        mflag = pf_cl_set_out(&fs, &flag, sizeof flag, "flag");
+        pf_cl_set_zero(&fs, mflag, sizeof flag, "flag");
+    }
+    PF_CL_SET_LAUNCH(&fs, K_PACK_W, &rw, ARG_MEM(m->wl), ARG_MEM(m->wc), ARG_MEM(m->sig), ARG_MEM(m->sB),
+                     ARG_U64(m->K), ARG_U64(m->P), ARG_U64(m->Kp), ARG_U64(m->Pp), ARG_U64(m->n), ARG_U64(total),
+                     ARG_I32(m->c.noise_w), ARG_I32(a->w_conductance != NULL), ARG_I32(a->read_sigma != NULL),
+                     ARG_F32(QG), ARG_F32(lgs), ARG_U32(a->g_level - 1), ARG_MEM(m->sZW), ARG_I32(m->pair_shift),
+                     ARG_MEM(mflag));
+    st = m->pair_shift ? pf_cl_set_done(&fs) : pf_cl_set_close(&fs);
+    *bad = flag != 0;
+    return st;
+}
+
+/* The packed weights of this call in their scratch slot (SCR_BP paired, else SCR_B), packed
+ * unless the slot's content tag says it holds them: resident weights without read noise or
+ * programmed conductances are a function of the levels, n and the pairing alone. A paired
+ * packing that meets a level above g_level-1 is marked unusable (bp_levels_ok) and the call
+ * takes one slice per float (m->pair_shift = 0). Two slots, so that calls alternating
+ * between noise-free and voltage-noise products keep both packings. */
+static pf_status mvm_pack_slot(pf_cl_device *dev, mvm_call *m, size_t total)
+{
+    const int slot = m->pair_shift ? SCR_BP : SCR_B;
+    m->sb = m->pair_shift ? (m->sw + 1) / 2 : m->sw;
+    pf_status st = pf_cl_scratch_get(dev, slot, m->b_B / m->sw * m->sb, "packed weights", &m->sB);
+    if (st != PF_OK)
+        return st;
+    pf_cl_scratch *sc = &dev->scratch[slot];
+    const uint64_t content[3] = {m->resident && !m->c.noise_w ? m->resident->serial : 0, m->n,
+                                 (uint64_t)m->pair_shift};
+    if (content[0] == 0 || memcmp(sc->content, content, sizeof content) != 0) {
+        /* the padding's positions: the crossbar size n with the padded sizes */
+        const uint64_t sig[4] = {m->sb * 0x100000000ull + m->n, m->Kp, m->Pp, m->K * 0x100000000ull + m->P};
+        int bad = 0;
+        memset(sc->content, 0, sizeof sc->content); /* unknown until the packing succeeds */
+        if ((st = pf_cl_scratch_zero(dev, slot, sig)) != PF_OK || (st = mvm_pack_b(dev, m, total, &bad)) != PF_OK)
+            return st;
+        memcpy(sc->content, content, sizeof content);
+        if (m->pair_shift)
+            dev->bp_levels_ok = !bad;
+    }
+    if (m->pair_shift && !dev->bp_levels_ok) {
+        m->pair_shift = 0;
+        return mvm_pack_slot(dev, m, total);
+    }
+    return PF_OK;
 }
 
 /* Packed weights B (with read noise) and their block scales CS. Without read noise or
  * programmed conductances B is a function of the levels and the layout alone: resident weights
- * packed by an earlier call are still in SCR_B unless another packing or a refill replaced them
- * (its content tag), and are not packed again (as the CPU keeps its packed weights: no per-call
- * weight packing without read noise). */
-static pf_status mvm_pack_weights(pf_cl_device *dev, const mvm_call *m)
+ * packed by an earlier call are still in their slot unless another packing or a refill replaced
+ * them (mvm_pack_slot), and are not packed again (as the CPU keeps its packed weights: no
+ * per-call weight packing without read noise). */
+static pf_status mvm_pack_weights(pf_cl_device *dev, mvm_call *m)
 {
     const pf_dpe_args *a = m->a;
-    const size_t total = m->sw * m->K * m->P; /* b_zw checked it */
-    pf_status st = PF_OK;
-    pf_cl_scratch *sb = &dev->scratch[SCR_B];
-    const uint64_t content[2] = {m->resident && !m->c.noise_w ? m->resident->serial : 0, m->n};
-    if (content[0] == 0 || memcmp(sb->content, content, sizeof content) != 0) {
-        memset(sb->content, 0, sizeof sb->content);
-        if ((st = mvm_pack_b(dev, m, total)) != PF_OK)
-            return st;
-        memcpy(sb->content, content, sizeof content);
-    }
+    pf_status st = mvm_pack_slot(dev, m, m->sw * m->K * m->P); /* b_zw checked the product */
+    if (st != PF_OK)
+        return st;
     const pf_cl_range rs = {2, {m->Pp, m->nb}, {0, 0}, NULL, 0, 0};
     return PF_CL_LAUNCH(dev, K_SCALES_W, &rs, ARG_MEM(m->ws), ARG_MEM(m->sCS), ARG_U64(m->P), ARG_U64(m->Pp),
                         ARG_U64(m->n), ARG_U64(a->w_qr), ARG_U64(a->w_qc), ARG_U64(a->w_gc));
 }
+
+#define MVM_MAX_ARGS 32 /* of the input pack and tile kernels */
 
 /* The input pack kernel's arguments; *at: index of its (g0, rows) pair, set per chunk. */
 static size_t mvm_pack_x_args(const mvm_call *m, pf_cl_arg *args, size_t *at)
@@ -399,10 +457,11 @@ static size_t mvm_tile_args(const pf_cl_device *dev, const mvm_call *m, pf_cl_ar
                            ARG_MEM(m->fp), ARG_MEM(m->tab), ARG_MEM(m->ti), ARG_MEM(m->out),
                            ARG_U64(0), ARG_U64(0), ARG_U64(m->Gc), ARG_U64(m->Kp), ARG_U64(m->Pp), ARG_U64(m->P),
                            ARG_I32(m->n), ARG_I32(m->nb), ARG_I32(a->sx), ARG_I32(a->sw), ARG_I32(m->c.any_table),
-                           ARG_U64(m->R), ARG_I32(m->out_nphw),
+                           ARG_U64(m->R), ARG_I32(m->out_nphw), ARG_I32(m->pair_shift),
                            /* pf_dpe_mvm_tiled: the chunk kt and the local tiles lA [kt][TM*ly], lB [kt][TN*lx] */
                            ARG_I32(m->kt), ARG_LOCAL((size_t)m->kt * (size_t)dev->tm * dev->ly * sizeof(float)),
                            ARG_LOCAL((size_t)m->kt * (size_t)dev->tn * dev->lx * sizeof(float))};
+    _Static_assert(sizeof v / sizeof v[0] <= MVM_MAX_ARGS, "mvm_run's argument arrays are too short");
     const size_t n = m->tiled ? sizeof v / sizeof v[0] : sizeof v / sizeof v[0] - 3;
     memcpy(args, v, n * sizeof *args);
     return n;
@@ -435,7 +494,7 @@ static pf_status mvm_chunk(pf_cl_device *dev, mvm_call *m, pf_cl_arg *xargs, siz
     margs[9] = ARG_U64(rows);
     /* the tiled kernel indexes by work-group (get_group_id ignores global offsets): never split it */
     const pf_cl_range rm = {2, {m->Pp / (size_t)dev->tn, m->Gc / (size_t)dev->tm}, {dev->lx, dev->ly}, a->cancel,
-                            (uint64_t)rows * m->P * m->Kp * m->sx * m->sw / PF_CL_PIECE_MACS + 1, m->tiled};
+                            (uint64_t)rows * m->P * m->Kp * m->sx * m->sb / PF_CL_PIECE_MACS + 1, m->tiled};
     if (cs.st == PF_OK)
         pf_cl_set_status(&cs, pf_cl_launch(dev, m->tiled ? K_MVM_TILED : K_MVM, margs, nm, &rm));
     if (m->split_out && cs.st == PF_OK) {
@@ -454,7 +513,7 @@ static pf_status mvm_run(pf_cl_device *dev, mvm_call *m)
     pf_status st = mvm_pack_weights(dev, m);
     if (st != PF_OK)
         return st;
-    pf_cl_arg xargs[32], margs[24];
+    pf_cl_arg xargs[MVM_MAX_ARGS], margs[MVM_MAX_ARGS];
     size_t at = 0;
     const size_t nx = mvm_pack_x_args(m, xargs, &at), nm = mvm_tile_args(dev, m, margs);
     for (size_t g0 = 0; g0 < m->G && st == PF_OK; g0 += m->Gc)
@@ -489,11 +548,14 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
     if ((st = mvm_sizes(dev, &m)) != PF_OK || (st = mvm_output_split(dev, &m)) != PF_OK ||
         (st = consts_init(a, &m.c)) != PF_OK)
         return st;
+    m.pair_shift = mvm_pair_shift(dev, a, &m.c);
     pf_cl_set s;
     pf_cl_set_init(&s, dev);
     if (pf_cl_set_status(&s, mvm_buffers(dev, &m, w, &s)) == PF_OK)
         pf_cl_set_status(&s, mvm_run(dev, &m));
     st = pf_cl_set_done(&s);
+    if (st == PF_OK && m.pair_shift)
+        dev->paired_calls++;
     consts_free(&m.c);
     return st;
 }

@@ -43,10 +43,10 @@
 #define PF_CL_KERNELS(X)                                                                                       \
     X(PACK_X, "pf_dpe_pack_x", "mmmmm" "uuuuuuuu" "uuuu" "if" "u" "m")                                         \
     X(PACK_XI, "pf_dpe_pack_x_im2col", "mmm" "uuuuuuu" "uuuu" "if" "u" "mmgiiu" "m")                            \
-    X(PACK_W, "pf_dpe_pack_w", "mmmm" "uuuuuu" "iiiff" "w" "m")                                                \
+    X(PACK_W, "pf_dpe_pack_w", "mmmm" "uuuuuu" "iiiff" "w" "m" "im")                                           \
     X(SCALES_W, "pf_dpe_scales_w", "mm" "uuuuuu")                                                              \
-    X(MVM, "pf_dpe_mvm", "mmmmmmmm" "uuuuuu" "iiiii" "u" "i")                                                  \
-    X(MVM_TILED, "pf_dpe_mvm_tiled", "mmmmmmmm" "uuuuuu" "iiiii" "u" "i" "ill")                                \
+    X(MVM, "pf_dpe_mvm", "mmmmmmmm" "uuuuuu" "iiiii" "u" "ii")                                                 \
+    X(MVM_TILED, "pf_dpe_mvm_tiled", "mmmmmmmm" "uuuuuu" "iiiii" "u" "ii" "ill")                               \
     X(NORMALS, "pf_normals", "m" "u" "ww" "uu")                                                                \
     X(NRANGE, "pf_normals_range", "m" "u" "ww" "uu")                                                           \
     X(GMAX, "pf_im2col_gmax", "mgmm" "uuuuuuu")                                                                \
@@ -75,7 +75,8 @@ extern const pf_cl_kernel_decl pf_cl_kernel_table[K_COUNT];
 
 /* ---- the device ---- */
 
-enum { SCR_A, SCR_RS, SCR_B, SCR_CS, SCR_Z, SCR_ZW, SCR_COUNT };
+/* SCR_B: packed weights, one slice per float; SCR_BP: two (noise-free products, dpe.c mvm_pair_shift) */
+enum { SCR_A, SCR_RS, SCR_B, SCR_BP, SCR_CS, SCR_Z, SCR_ZW, SCR_COUNT };
 
 typedef struct {
     cl_mem mem;
@@ -83,7 +84,7 @@ typedef struct {
     size_t bytes;
     int zeroed;        /* zero-filled for the geometry in sig (padding stays zero) */
     uint64_t sig[4];
-    uint64_t content[2]; /* what the caller last wrote there, {0, 0}: unknown (reset by every refill) */
+    uint64_t content[3]; /* what the caller last wrote there, zeros: unknown (reset by every refill) */
 } pf_cl_scratch;
 
 struct pf_cl_device {
@@ -108,6 +109,9 @@ struct pf_cl_device {
      * (auto: GPUs and accelerators with dedicated local memory) */
     int mvm_mode;
     int kt_max;           /* crossbar rows per local-memory chunk (0: the tiles do not fit) */
+    int pair_slices;      /* two weight slices per packed float where exact (dpe.c mvm_pair_shift) */
+    int bp_levels_ok;     /* SCR_BP's weights have every level below g_level (else unusable; while its tag holds) */
+    uint64_t paired_calls; /* MVM calls that paired weight slices */
     size_t wg_multiple;   /* CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE of pf_dpe_mvm (warp/wavefront) */
     pf_cl_scratch scratch[SCR_COUNT];
 };
@@ -118,7 +122,7 @@ struct pf_cl_weights {
     const void *p_levels, *p_cond, *p_scale;
     int64_t sw, inner, cols, w_gr, w_gc;
     size_t bytes;
-    uint64_t serial; /* unique per creation (never 0): names these weights' packing in SCR_B */
+    uint64_t serial; /* unique per creation (never 0): names these weights' packing in SCR_B, SCR_BP */
 };
 
 /* PF_EDEVICE naming the failed call: "<what>: <CL name> (<code>)". */

@@ -82,6 +82,13 @@ int pf_cl_get_mvm_mode(const pf_cl_device *dev);
  * and the largest chunk the device's local memory takes (0: tiling impossible). */
 int pf_cl_mvm_uses_tiled(const pf_cl_device *dev, int64_t n, int *kt);
 int pf_cl_mvm_kt_max(const pf_cl_device *dev);
+/* Two weight slices per packed float in noise-free products whose crossbar sums are small
+ * enough (exact, bit-identical outputs, half the multiply-adds; csrc/opencl/dpe.c
+ * mvm_pair_shift). On by default; off: one slice per float, as before. paired_calls: the
+ * MVM calls that paired slices. */
+void pf_cl_set_pair_slices(pf_cl_device *dev, int on);
+int pf_cl_get_pair_slices(const pf_cl_device *dev);
+uint64_t pf_cl_paired_calls(const pf_cl_device *dev);
 /* CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE of the MVM kernel (the warp or wavefront width on GPUs) */
 size_t pf_cl_mvm_wg_multiple(const pf_cl_device *dev);
 /* Releases the cached scratch buffers (they are kept between calls). */

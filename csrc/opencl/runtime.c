@@ -206,6 +206,9 @@ const char *pf_cl_mvm_mode_name(int mode)
 
 void pf_cl_set_mvm_mode(pf_cl_device *dev, int mode) { dev->mvm_mode = mode; }
 int pf_cl_get_mvm_mode(const pf_cl_device *dev) { return dev->mvm_mode; }
+void pf_cl_set_pair_slices(pf_cl_device *dev, int on) { dev->pair_slices = on != 0; }
+int pf_cl_get_pair_slices(const pf_cl_device *dev) { return dev->pair_slices; }
+uint64_t pf_cl_paired_calls(const pf_cl_device *dev) { return dev->paired_calls; }
 int pf_cl_mvm_kt_max(const pf_cl_device *dev) { return dev->kt_max; }
 size_t pf_cl_mvm_wg_multiple(const pf_cl_device *dev) { return dev->wg_multiple; }
 int pf_cl_zero_copy(const pf_cl_device *dev) { return dev->zero_copy; }
@@ -284,6 +287,7 @@ static pf_status open_context(pf_cl_device *dev)
 {
     const char *mv = getenv("PYFASTPIM_CL_MVM");
     dev->mvm_mode = mv && *mv ? pf_cl_mvm_mode_parse(mv) : PF_CL_MVM_AUTO;
+    dev->pair_slices = 1;
     if (dev->mvm_mode < 0)
         return pf_fail(PF_EINVAL, "PYFASTPIM_CL_MVM", "environment variable PYFASTPIM_CL_MVM: expected 'auto', "
                        "'tiled' or 'untiled', got '%.64s'", mv);

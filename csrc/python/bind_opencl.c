@@ -383,6 +383,36 @@ static PyObject *PfCLDevice_mvm_uses_tiled(PfCLDevice *self, PyObject *arg)
     return PyBool_FromLong(tiled && kt >= 1);
 }
 
+static PyObject *PfCLDevice_get_pair_slices(PfCLDevice *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(pf_cl_get_pair_slices(self->dev));
+}
+
+static int PfCLDevice_set_pair_slices(PfCLDevice *self, PyObject *value, void *closure)
+{
+    (void)closure;
+    if (!value || !PyBool_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "argument 'pair_slices': expected True or False, got %R", value ? value : Py_None);
+        return -1;
+    }
+    if (lock_device(self) < 0)
+        return -1;
+    pf_cl_set_pair_slices(self->dev, value == Py_True);
+    unlock_device(self);
+    return 0;
+}
+
+static PyObject *PfCLDevice_get_paired_calls(PfCLDevice *self, void *closure)
+{
+    (void)closure;
+    if (lock_device(self) < 0) /* counted while a call runs with the GIL released */
+        return NULL;
+    const uint64_t n = pf_cl_paired_calls(self->dev);
+    unlock_device(self);
+    return PyLong_FromUnsignedLongLong((unsigned long long)n);
+}
+
 static PyObject *PfCLDevice_get_scratch_bytes(PfCLDevice *self, void *closure)
 {
     (void)closure;
@@ -657,6 +687,12 @@ static PyGetSetDef PfCLDevice_getset[] = {
     {"mvm_kernel", (getter)PfCLDevice_get_mvm_kernel, (setter)PfCLDevice_set_mvm_kernel,
      "MVM tile kernel: 'auto' (default; PYFASTPIM_CL_MVM overrides it at open), 'tiled' (local-memory tiles, "
      "pf_dpe_mvm_tiled) or 'untiled' (pf_dpe_mvm); the results are bit-identical", NULL},
+    {"pair_slices", (getter)PfCLDevice_get_pair_slices, (setter)PfCLDevice_set_pair_slices,
+     "True (default): noise-free products whose crossbar sums are small enough pack two weight slices per float "
+     "(L_2j + 2**s L_2j+1) and split the exact sums before the ADC, half the multiply-adds with bit-identical "
+     "results; False: one slice per float", NULL},
+    {"paired_calls", (getter)PfCLDevice_get_paired_calls, NULL, "MVM calls on this device that paired weight slices",
+     NULL},
     {"scratch_bytes", (getter)PfCLDevice_get_scratch_bytes, NULL, "bytes of scratch buffers held", NULL},
     {"resident_weights", (getter)PfCLDevice_get_resident, NULL, "{weights_key: bytes} of resident weights", NULL},
     {"resident_bytes", (getter)PfCLDevice_get_resident_bytes, NULL, "bytes of resident weights held", NULL},

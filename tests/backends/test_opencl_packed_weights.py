@@ -1,7 +1,9 @@
 """Resident weights without read noise are packed for the tile kernel once, not per call (the CPU's
 packed weights, issue 11 item 2, on OpenCL): the packed form stays in the device's scratch until
-another packing (other weights, read noise, another crossbar size) or a refill replaces it. Each
-call's kernels are seen through PYFASTPIM_CL_PROFILE=1 in a child interpreter; every output is
+another packing (other weights, read noise, another crossbar size) or a refill replaces it. Noise-
+free products pair two weight slices per float (OpenCLDevice.pair_slices) in a scratch slot of
+their own, so that calls alternating between them and voltage-noise products keep both packings.
+Each call's kernels are seen through PYFASTPIM_CL_PROFILE=1 in a child interpreter; every output is
 compared with the CPU path."""
 import json
 
@@ -18,6 +20,8 @@ from helpers import engine_case, engine_args, mvm_args
 
 dev = pyfastpim.resolve_device("opencl")
 dev.release()
+steps, dev.pair_slices = json.loads(sys.argv[1])
+paired0 = dev.paired_calls
 rng = np.random.default_rng(3)
 xs, xsc, wl_a, wsc = engine_case(rng, N=1, R=12, K=96, P=40)
 wl_b = np.ascontiguousarray(wl_a[:, ::-1])
@@ -32,7 +36,7 @@ ARGS = {
 }
 KEYS = {"A": ("a", 1), "B": ("b", 1), "A read noise": ("a", 1), "A vnoise": ("a", 1), "A n=16": ("a", 1)}
 packs = []
-for step in json.loads(sys.argv[1]):
+for step in steps:
     name, keyed = step.split(":") if ":" in step else (step, "key")
     if name == "release":
         dev.release()
@@ -46,11 +50,12 @@ for step in json.loads(sys.argv[1]):
     sys.stderr.write("@@ end\n")
     sys.stderr.flush()
     np.testing.assert_array_equal(out, np.asarray(_core.dpe_mvm(*args)))
+assert dev.pair_slices or dev.paired_calls == paired0
 print("ok")
 """
 
 
-def packs_per_call(steps):
+def packs_per_call(steps, pair_slices=True):
     """Whether each call of `steps` ran the weight-packing kernel (None for a release)."""
     import os
     import subprocess
@@ -59,7 +64,8 @@ def packs_per_call(steps):
     here = os.path.dirname(os.path.abspath(__file__))
     code = "import sys; sys.path[:0] = [%r, %r]\n" % (PKG_ROOT, os.path.dirname(here)) + CHILD
     env = dict(os.environ, PYFASTPIM_CL_PROFILE="1")
-    r = subprocess.run([sys.executable, "-c", code, json.dumps(steps)], capture_output=True, text=True, env=env,
+    r = subprocess.run([sys.executable, "-c", code, json.dumps([steps, pair_slices])], capture_output=True, text=True,
+                       env=env,
                        timeout=CHILD_TIMEOUT)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
     calls, current = [], None
@@ -80,9 +86,18 @@ def test_noise_free_resident_weights_are_packed_once():
 
 def test_other_weights_read_noise_and_crossbar_size_repack():
     steps = ["A", "A", "B", "B", "A", "A read noise", "A", "A", "A n=16", "A n=16", "A", "A vnoise", "A"]
-    # voltage noise leaves the weights noise-free: their packing stays
-    assert packs_per_call(steps) == [True, False, True, False, True, True, True, False, True, False, True, False,
+    # one slice per float, one slot: voltage noise leaves the weights noise-free, their packing stays
+    assert packs_per_call(steps, pair_slices=False) == [True, False, True, False, True, True, True, False, True,
+                                                        False, True, False, False]
+    # paired noise-free packings in their own slot: read noise does not replace them; the first
+    # voltage-noise call packs one slice per float beside them
+    assert packs_per_call(steps) == [True, False, True, False, True, True, False, False, True, False, True, True,
                                      False]
+
+
+def test_alternating_noise_free_and_voltage_noise_calls_keep_both_packings():
+    steps = ["A", "A vnoise", "A", "A vnoise", "A", "A read noise", "A vnoise", "A"]
+    assert packs_per_call(steps) == [True, True, False, False, False, True, True, False]
 
 
 def test_unkeyed_weights_and_a_released_device_repack():

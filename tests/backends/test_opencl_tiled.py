@@ -11,8 +11,6 @@ one (3 x 2 tiles, 4 x 2 work-groups, panel-packed weights), so PoCL exercises th
 cooperation, the local-memory chunking over n (chunks of k_chunk crossbar rows, a ragged last
 chunk) and partial tiles at the row and column edges that a GPU would run.
 """
-import os
-
 import numpy as np
 import pytest
 
@@ -20,31 +18,10 @@ import pyfastpim
 from pyfastpim import _core
 from pyfastpim.devices import cl_dpe_conv2d
 from reference.dpe_ref import mvm_exact
-from helpers import HGS, LGS, SAN, SIMD_NOISE, make_case, mvm_args as _mvm_args, needs_cl
+from helpers import CL_TILES as TILES, HGS, LGS, SAN, SIMD_NOISE, make_case, mvm_args as _mvm_args, needs_cl
+from helpers import open_cl_device as open_device
 
 pytestmark = needs_cl
-
-# PYFASTPIM_CL_TILE = "TM,TN,LX,LY,PANEL" (csrc/opencl/opencl.c choose_tile)
-TILES = {"device": None, "gpu": "4,4,16,8,0", "ragged": "3,2,4,2,1"}
-
-
-def open_device(tile):
-    """A fresh handle on the suite's device, built with the given tile shape."""
-    base = pyfastpim.resolve_device("opencl")
-    if tile is None:
-        return base
-    old = os.environ.get("PYFASTPIM_CL_TILE")
-    os.environ["PYFASTPIM_CL_TILE"] = tile
-    try:
-        d = _core.OpenCLDevice(base.info["platform"], base.info["device"])
-        d.build()  # the tile shape is read at build time
-    finally:
-        if old is None:
-            del os.environ["PYFASTPIM_CL_TILE"]
-        else:
-            os.environ["PYFASTPIM_CL_TILE"] = old
-    return d
-
 
 @pytest.fixture(scope="module", params=list(TILES))
 def dev(request):

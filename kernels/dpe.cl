@@ -330,13 +330,14 @@ kernel void pf_dpe_pack_w(global const uchar *levels, global const float *cond, 
     for (ulong p = p0; p < p1; p += 8) {
         const ulong idx = lrow * P + p;
         if (p + 8 <= tail) {
-            float8 v = pf_pack_w_run8(idx, levels, cond, sigma, Z, noise_w, has_cond, has_sigma, QG, lgs, top);
-            if (pair_shift) {
-                const uchar8 L1 = vload8(0, levels + idx + hi), L0 = vload8(0, levels + idx);
-                if (any(convert_uint8(max(L0, hi ? L1 : (uchar8)(0))) > (uint8)(top)))
+            float8 v;
+            if (pair_shift) { /* noise free: the levels themselves */
+                const uchar8 L0 = vload8(0, levels + idx), L1 = hi ? vload8(0, levels + idx + hi) : (uchar8)(0);
+                if (any(convert_uint8(max(L0, L1)) > (uint8)(top)))
                     *bad = 1;
-                if (hi)
-                    v = v + convert_float8(L1) * pw;
+                v = convert_float8(L0) + convert_float8(L1) * pw;
+            } else {
+                v = pf_pack_w_run8(idx, levels, cond, sigma, Z, noise_w, has_cond, has_sigma, QG, lgs, top);
             }
 #if !PF_B_PANEL || PF_TN % 8 == 0
             vstore8(v, 0, B + pf_b_index(j, k, p, n, nb, sb, Kp, Pp)); /* 8 consecutive floats of B */
@@ -349,13 +350,16 @@ kernel void pf_dpe_pack_w(global const uchar *levels, global const float *cond, 
             continue;
         }
         for (ulong q = p; q < min(p + 8, p1); q++) {
-            float v = pf_pack_w_cell(levels[lrow * P + q], lrow * P + q, q < tail, cond, sigma, Z, noise_w, has_cond,
-                                     has_sigma, QG, lgs, top);
+            const uint L0 = levels[lrow * P + q];
+            float v;
             if (pair_shift) {
                 const uint L1 = hi ? levels[lrow * P + q + hi] : 0;
-                if (max((uint)levels[lrow * P + q], L1) > top)
+                if (max(L0, L1) > top)
                     *bad = 1;
-                v = v + (float)L1 * pw;
+                v = (float)L0 + (float)L1 * pw;
+            } else {
+                v = pf_pack_w_cell(L0, lrow * P + q, q < tail, cond, sigma, Z, noise_w, has_cond, has_sigma, QG, lgs,
+                                   top);
             }
             B[pf_b_index(j, k, q, n, nb, sb, Kp, Pp)] = v;
         }

@@ -202,7 +202,7 @@ def __getattr__(name):
     if name in _DEPRECATED:
         import importlib
         import warnings
-        devices = importlib.import_module(".devices", __name__)  # the module (pyfastpim.devices is a function)
+        devices = importlib.import_module(".devices", __name__)
         warnings.warn("pyfastpim.%s is deprecated: use %s" % (name, _DEPRECATED[name]), DeprecationWarning,
                       stacklevel=2)
         return getattr(devices, name)

@@ -1,6 +1,8 @@
 """Imports the optional feature modules of pyfastpim into the package namespace.
 
-Each feature module defines ``__all__``; its names become ``pyfastpim.<name>``.
+Each feature module defines ``__all__``; its names become ``pyfastpim.<name>``, except a name
+equal to the module's own (``devices``): that is the module itself, callable as the function
+(binding the function would hide the submodule).
 A module that is absent is skipped (not every build carries every family);
 any other import error propagates, so a broken module is never hidden.
 """
@@ -18,6 +20,6 @@ def load_features(namespace, public):
                 raise
             continue
         for sym in getattr(mod, "__all__", ()):
-            namespace[sym] = getattr(mod, sym)
+            namespace[sym] = mod if sym == name else getattr(mod, sym)
             if sym not in public:
                 public.append(sym)

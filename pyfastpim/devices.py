@@ -1,5 +1,7 @@
 """Devices: the CPU kernels and OpenCL devices running the same kernels with the same results.
 
+The module is callable: ``pyfastpim.devices()`` is :func:`devices`, the list of compute devices.
+
 Device strings:
 
 - ``"cpu"`` (or None): the C kernels on the host (the default).
@@ -21,7 +23,8 @@ GPUs and accelerators with dedicated local memory, the untiled one elsewhere), `
 ``"untiled"`` (``PYFASTPIM_CL_MVM`` sets it when a handle opens); both give the same bits.
 
 Results: with noise off, bit-identical to the CPU path; with noise on, the same Philox streams
-and the same (SLEEF) math, so equal to the CPU's AVX2 path (see kernels/base.cl).
+and the same (SLEEF) math, so equal to the CPU path (its portable, AVX2 and AVX-512 kernels draw
+the same bits; within 1e-5 relative on a CPU without fused multiply-add; see kernels/base.cl).
 
 Ops on a device handle (each the contract of the CPU op, kernels in kernels/*.cl):
 
@@ -40,7 +43,9 @@ Ops on a device handle (each the contract of the CPU op, kernels in kernels/*.cl
 """
 import os
 import re
+import sys
 import threading
+import types
 
 from . import _core
 
@@ -212,7 +217,7 @@ def cl_dpe_conv2d(handle, *args, weights_key=None, **kwargs):
     unfolded input), all on the device.
 
     Same arguments, validation, errors and results as the CPU (bit-identical with noise off; with
-    noise, equal to the CPU's AVX2 path). Returns ``(out (N, P, Ho, Wo), dequant or None)``.
+    noise, equal to the CPU path). Returns ``(out (N, P, Ho, Wo), dequant or None)``.
     ``weights_key`` as for :func:`cl_dpe_mvm`.
     """
     _check_handle(handle)
@@ -240,3 +245,15 @@ def cl_attention_apply(handle, ctx, x, out=None):
     the CPU within float32 rounding (its product is sgemm)."""
     _check_handle(handle)
     return ctx._apply(x, out, None, {}, False, device=handle)
+
+
+class _DevicesModule(types.ModuleType):
+    """``pyfastpim.devices`` is this module, callable as its :func:`devices` (the package's
+    ``pyfastpim.devices()``), so ``pyfastpim.devices.cl_dpe_mvm`` and ``import pyfastpim.devices``
+    reach the module's functions."""
+
+    def __call__(self):
+        return devices()
+
+
+sys.modules[__name__].__class__ = _DevicesModule

@@ -33,6 +33,19 @@ def test_device_level_names_are_deprecated_aliases(name):
     assert alias is getattr(devices, name)
 
 
+def test_devices_is_the_module_and_lists_devices():
+    # pyfastpim.devices() lists devices, and pyfastpim.devices.<name> is the module's function
+    # (binding the function to the package name would hide the submodule)
+    module = importlib.import_module("pyfastpim.devices")
+    assert pyfastpim.devices is module
+    import pyfastpim.devices as imported
+    assert imported is module
+    assert pyfastpim.devices() == module.devices()
+    assert pyfastpim.devices()[0]["device"] == "cpu"
+    assert pyfastpim.devices.cl_dpe_mvm is module.cl_dpe_mvm
+    assert pyfastpim.devices.resolve_device is pyfastpim.resolve_device
+
+
 def test_attention_device_functions_live_in_devices_only():
     devices = importlib.import_module("pyfastpim.devices")
     for name in ("cl_attention_update", "cl_attention_apply"):

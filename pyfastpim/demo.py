@@ -45,6 +45,7 @@ def settings(quick=False):
 
 
 def describe(kw):
+    """A row's engine settings in words (its DPETensor keyword arguments)."""
     if not kw:
         return "DPETensor() defaults"
     if kw == NOISE_OFF:
@@ -64,11 +65,13 @@ def load_data():
 
 
 def build_mlp():
+    """The demo's float MLP for 8x8 digits: 64-128-64-10 with ReLUs."""
     from torch import nn
     return nn.Sequential(nn.Flatten(), nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 10))
 
 
 def build_cnn():
+    """The demo's float CNN for 8x8 digits (two 3x3 conv layers with pooling, then a linear layer)."""
     from torch import nn
     return nn.Sequential(nn.Unflatten(1, (1, 8, 8)),
                          nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),     # 16 x 4 x 4

@@ -67,7 +67,7 @@ def _sigma(value, name, maximum):
 
 def _number(value, name, minimum=None, integer=False):
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError("argument '%s': expected a %s, got %r" % (name, "int" if integer else "number", value))
+        raise TypeError("argument '%s': expected %s, got %r" % (name, "an int" if integer else "a number", value))
     if integer and not isinstance(value, numbers.Integral):
         raise TypeError("argument '%s': expected an int, got %r" % (name, value))
     if not math.isfinite(value):
@@ -75,6 +75,12 @@ def _number(value, name, minimum=None, integer=False):
     if minimum is not None and value < minimum:
         raise ValueError("argument '%s': must be >= %s, got %r" % (name, minimum, value))
     return int(value) if integer else float(value)
+
+
+def _check_resolution(value, name):
+    """The core's rule for converter resolutions (csrc/core/contract.c, pf_validate_resolution)."""
+    if not 2 <= value <= 2 ** 24:
+        raise ValueError("argument '%s': converter resolutions must be in 2..2**24, got %d" % (name, value))
 
 
 #: Slice codes of at most this many bytes are made at once by the one-call entry points.
@@ -189,32 +195,32 @@ class DPETensor:
             values = [_number(int(v) if float(v) == int(v) else v, "radc", integer=True) for v in list(radc)]
             if not values:
                 raise ValueError("argument 'radc': an empty list")
-            if any(v < 2 for v in values):
-                raise ValueError('All ADC resolution values should be larger than 1!')
+            for v in values:
+                _check_resolution(v, "radc")
             self.radc = tuple(values)
             self.radc_is_list = True
         else:
             self.radc = _number(radc, "radc", integer=True)
             self.radc_is_list = False
-            if self.radc < 2:
-                raise ValueError('The resolution of the ADC should be larger than 1!')
-        if self.rdac < 2:
-            raise ValueError('The resolution of the DAC should be larger than 1!')
-        if self.rdac > 2 ** 24 or max(self.radc if self.radc_is_list else (self.radc,)) > 2 ** 24:
-            raise ValueError("arguments 'rdac'/'radc': converter resolutions above 2**24 levels are not supported")
-        if self.g_level < 2:
-            raise ValueError('The number of the conductance levels should be larger than 1!')
-        if self.g_level > 256:
-            raise ValueError("argument 'g_level': at most 256 levels are supported (levels are stored as uint8)")
+            _check_resolution(self.radc, "radc")
+        _check_resolution(self.rdac, "rdac")
+        if not 2 <= self.g_level <= 256:
+            raise ValueError("argument 'g_level': must be 2 to 256 (conductance levels are stored as uint8), got %d"
+                             % self.g_level)
         if self.LGS >= self.HGS:
-            raise ValueError('The low conductance state should be smaller than the high conductance state!')
+            raise ValueError("argument 'LGS': must be below HGS (LGS=%g, HGS=%g)" % (self.LGS, self.HGS))
         if self.vread <= 0:
             raise ValueError("argument 'vread': must be > 0")
-        if self.rate_stuck_HGS > 1 or self.rate_stuck_LGS > 1 or self.rate_stuck_HGS + self.rate_stuck_LGS > 1:
-            raise ValueError('The sum of stuck fault rates should not exceed 1!')
+        for name in ("rate_stuck_HGS", "rate_stuck_LGS"):
+            if getattr(self, name) > 1:
+                raise ValueError("argument '%s': must be in [0, 1], got %r" % (name, getattr(self, name)))
+        if self.rate_stuck_HGS + self.rate_stuck_LGS > 1:
+            raise ValueError("argument 'rate_stuck_LGS': rate_stuck_HGS + rate_stuck_LGS exceeds 1 (%g + %g)"
+                             % (self.rate_stuck_HGS, self.rate_stuck_LGS))
         if isinstance(read_variation, dict):
             if set(read_variation.keys()) != set(range(self.g_level)):
-                raise ValueError(f'read_variation dict must have keys for all g levels 0 to {self.g_level - 1}')
+                raise ValueError("argument 'read_variation': a dict needs the keys 0..%d (one sigma per level), got %r"
+                                 % (self.g_level - 1, sorted(read_variation.keys())))
             self.read_variation = {int(k): _sigma(v, "read_variation[%d]" % k, READ_VARIATION_MAX) for k, v in read_variation.items()}
         elif isinstance(read_variation, numbers.Real) and not isinstance(read_variation, bool):
             sigma = _sigma(read_variation, "read_variation", READ_VARIATION_MAX)

@@ -50,9 +50,14 @@ def drift_conductance(G, t_seconds, t0=1.0, nu_mean=0.05, nu_std=0.01, seed=_cor
 
     ``nu = max(0, nu_mean + nu_std * z)``, z the engine's Philox normal of the cell (stream
     64, counter = flat C-order index, call 0), ``G(t) = G * exp(-nu * log(t / t0))``.
+
+    Returns the drifted conductances, a float32 NumPy array shaped like G, or with
+    ``return_nu=True`` the pair ``(G(t), nu)``, both such arrays (no copies: views of the
+    core's results).
     """
-    return _core.drift(np.ascontiguousarray(G, dtype=np.float32), seed, float(t_seconds), float(t0),
-                       float(nu_mean), float(nu_std), bool(return_nu))
+    out = _core.drift(np.ascontiguousarray(G, dtype=np.float32), seed, float(t_seconds), float(t0),
+                      float(nu_mean), float(nu_std), bool(return_nu))
+    return tuple(np.asarray(a) for a in out) if return_nu else np.asarray(out)
 
 
 class DriftSettings:
@@ -76,6 +81,7 @@ class DriftSettings:
         self.compensation = bool(compensation)
 
     def key(self):
+        """The settings as a tuple: cached drifted conductances are valid while it is unchanged."""
         return (self.t, self.t0, self.nu_mean, self.nu_std, self.compensation)
 
     def __repr__(self):
@@ -85,11 +91,7 @@ class DriftSettings:
 
 def _programmed_conductance(mat):
     """Programmed cell conductances (S, K, P) float32 of weights (as ``SlicedData.G``, unpadded)."""
-    if mat._conductance is not None:
-        return mat._conductance
-    g_level, HGS, LGS = mat._program[:3]
-    q_g = np.float32((HGS - LGS) / (g_level - 1))
-    return mat._levels.astype(np.float32) * q_g + np.float32(LGS)
+    return mat._conductance if mat._conductance is not None else mat._ideal_conductance()
 
 
 def _calibration_readout(geff, mat, LGS, q_g, g_level):

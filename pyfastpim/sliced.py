@@ -399,6 +399,7 @@ class SlicedData:
         return len(self._widths)
 
     def size(self):
+        """The data's shape (MemIntelli's ``size()``; a tuple, like ``shape``)."""
         return self.shape
 
     def _require(self):
@@ -605,21 +606,26 @@ class SlicedData:
         """Weights: programmed conductances in siemens, MemIntelli's layout (Rp/pr, Cp/pc, S, pr, pc)."""
         if not self.is_weight or self._levels is None:
             return None
-        g_level, HGS, LGS = self._program[:3]
-        if self._conductance is not None:
-            g = self._conductance
-        else:
-            q_g = np.float32((HGS - LGS) / (g_level - 1))
-            g = self._levels.astype(np.float32) * q_g + np.float32(LGS)
+        LGS = self._program[2]
+        g = self._conductance if self._conductance is not None else self._ideal_conductance()
         return _out(self._blocks(g[:, None], np.float32(LGS), np.float32))
+
+    def _ideal_conductance(self):
+        """The cells at their programmed levels, no write variation or stuck cells: L * Q_G + LGS."""
+        g_level, HGS, LGS = self._program[:3]
+        q_g = np.float32((HGS - LGS) / (g_level - 1))
+        return self._levels.astype(np.float32) * q_g + np.float32(LGS)
 
     @G.setter
     def G(self, value):
         """Weights: assign programmed conductances in siemens (getter layout; padding ignored).
 
         The engine then reads exactly these cells (read noise still follows the nominal level of
-        each cell). ``None`` restores the cells programmed from the codes. Weights re-programmed
-        for an engine with other device parameters lose the assignment."""
+        each cell). Cells equal to their ideal conductances (``L * Q_G + LGS``, e.g. the getter's
+        values of noise-free weights written back) are the programmed levels again, so noise-free
+        products stay exact (docs/semantics.md 7.1). ``None`` restores the cells programmed from
+        the codes. Weights re-programmed for an engine with other device parameters lose the
+        assignment."""
         if not self.is_weight:
             raise AttributeError("SlicedData.G: only weights (is_weight=True) have conductances")
         self._require()
@@ -633,7 +639,7 @@ class SlicedData:
             g = self._unblocks(value, "G", np.float32)[:, 0]
             if (g < 0).any():
                 raise ValueError("argument 'G': conductances must be >= 0")
-            self._conductance = np.ascontiguousarray(g)
+            self._conductance = None if np.array_equal(g, self._ideal_conductance()) else np.ascontiguousarray(g)
         self._version = next(_versions)
 
     # ---- transpose ----

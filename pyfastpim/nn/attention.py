@@ -69,6 +69,7 @@ class AttentionContext(nn.Module):
 
     @property
     def update_rate(self):
+        """Blend rate ``r`` of ``update_outgoing`` (0: updates leave ``outgoing`` unchanged)."""
         return self._ctx.update_rate
 
     @update_rate.setter
@@ -77,6 +78,7 @@ class AttentionContext(nn.Module):
 
     @property
     def embed_dim(self):
+        """Embedding dimension the context is limited to (None: the inputs' own)."""
         return self._ctx.embed_dim
 
     @property
@@ -159,6 +161,7 @@ class AttentionContext(nn.Module):
         self._sync()  # copies the restored buffers into the new context and views them
 
     def memory_usage_bytes(self):
+        """Bytes held by the context: incoming, outgoing and the reusable workspace."""
         return self._ctx.memory_usage_bytes()
 
     def extra_repr(self):

@@ -221,7 +221,30 @@ def test_g_level_same_rule_everywhere(g_level, exc):
     got = {label: outcome(fn) for label, fn in calls.items()}
     assert {o[0] for o in got.values()} == {exc}, got
     for label, (_, msg) in got.items():
-        assert "g_level" in msg or "conductance levels" in msg, (label, msg)
+        assert "argument 'g_level'" in msg, (label, msg)
+    if exc is ValueError:  # one rule, one message: the engine's is the core's
+        assert len({msg for _, msg in got.values()}) == 1, got
+
+
+@pytest.mark.parametrize("over,name", [
+    (dict(rdac=1), "rdac"), (dict(rdac=2 ** 24 + 1), "rdac"), (dict(radc=1), "radc"), (dict(radc=[256, 1]), "radc"),
+    (dict(radc=[2 ** 24 + 1]), "radc"), (dict(HGS=1e-7, LGS=1e-5), "LGS"), (dict(rate_stuck_HGS=1.5), "rate_stuck_HGS"),
+    (dict(rate_stuck_HGS=0.6, rate_stuck_LGS=0.6), "rate_stuck_LGS"), (dict(read_variation={0: 0.1}), "read_variation"),
+])
+def test_engine_rejections_name_the_argument_as_the_core_does(over, name):
+    """DPETensor kept MemIntelli's messages ('The resolution of the DAC should be larger than 1!'), which
+    name no argument; its rejections are ValueErrors naming the argument, and where the core has the
+    same rule (converter resolutions, LGS below HGS) the same message as the core's."""
+    with pytest.raises(ValueError, match="argument '%s'" % name) as info:
+        pyfastpim.DPETensor(**over)
+    core = {"rdac": lambda: run_mvm("cpu", rdac=over.get("rdac")),
+            "LGS": lambda: pyfastpim.program_weights(np.zeros((3, 2, 2), np.uint8), (1, 1, 2), 4, over.get("HGS"),
+                                                     over.get("LGS"))}
+    if name in core:
+        assert outcome(core[name]) == (ValueError, str(info.value))
+    if name == "radc":
+        bad = next(v for v in np.atleast_1d(over["radc"]) if not 2 <= v <= 2 ** 24)
+        assert outcome(lambda: run_mvm("cpu", rdac=int(bad))) == (ValueError, str(info.value).replace("radc", "rdac"))
 
 
 def test_g_level_256_accepted_everywhere():

@@ -307,6 +307,26 @@ def test_programmed_conductances_keep_the_float_path():
     assert calls() == c0
 
 
+def test_conductances_assigned_at_their_ideal_levels_keep_the_integer_path():
+    """Cells written back at their ideal conductances (L * Q_G + LGS: the getter's values of noise-free
+    weights) are the programmed levels, so products stay exact (semantics 7.1): the integer path, the
+    same bits. A cell moved off its level makes the weights conductances: the float path."""
+    eng, x, w = _programmed(True)
+    ref = np.asarray(eng(x, w)).copy()
+    g = np.array(w.G)
+    w.G = g.copy()
+    c0 = calls()
+    np.testing.assert_array_equal(np.asarray(eng(x, w)), ref)
+    assert calls() == c0 + 1
+    g.flat[0] *= np.float32(1.5)  # block (0, 0), slice 0, cell (0, 0): a real cell, not padding
+    w.G = g
+    eng(x, w)
+    assert calls() == c0 + 1
+    w.G = None
+    np.testing.assert_array_equal(np.asarray(eng(x, w)), ref)
+    assert calls() == c0 + 2
+
+
 def test_dispatch_never_picks_a_vnni_kernel_without_its_cpuid_bits():
     kernels = int_kernels()
     assert set(kernels.values()) <= {"generic", "avx2", "avxvnni", "avx512vnni"}

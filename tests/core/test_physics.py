@@ -277,6 +277,10 @@ def test_drift_matches_the_numpy_transcription(nu_mean, nu_std):
     got, nu = physics.drift_conductance(g, 3600.0, t0=2.0, nu_mean=nu_mean, nu_std=nu_std, seed=seed,
                                         return_nu=True)
     ref, nu_ref = drift_ref(g, seed, 3600.0, 2.0, nu_mean, nu_std)
+    # NumPy arrays shaped like G, as effective_conductance returns (a pyfastpim.Array had no arithmetic)
+    assert type(got) is np.ndarray and type(nu) is np.ndarray
+    assert got.shape == nu.shape == g.shape and got.dtype == nu.dtype == np.float32
+    assert type(physics.drift_conductance(g, 3600.0)) is np.ndarray
     np.testing.assert_allclose(np.asarray(nu), nu_ref, rtol=2e-6, atol=1e-7)
     np.testing.assert_allclose(np.asarray(got), ref, rtol=2e-5)
     assert (np.asarray(nu) >= 0).all()

@@ -18,16 +18,20 @@ def _scale(bit_width):
 
 
 def relu_q(x: torch.Tensor, bit_width: int):
+    """``clamp(x, 0, 2**(bit_width-1) - 1)``."""
     return torch.clamp(x, 0, _scale(bit_width) - 1)
 
 
 def sigmoid_q(x: torch.Tensor, bit_width: int):
+    """``sigmoid(x) * 2**(bit_width-1)``."""
     return torch.sigmoid(x) * _scale(bit_width)
 
 
 def tanh_q(x: torch.Tensor, bit_width: int):
+    """``tanh(x) * 2**(bit_width-1)``."""
     return torch.tanh(x) * _scale(bit_width)
 
 
 def softmax_q(x: torch.Tensor, bit_width: int):
+    """``softmax(x, dim=1) * 2**(bit_width-1)``."""
     return torch.softmax(x, dim=1) * _scale(bit_width)

@@ -72,6 +72,8 @@ class MapReduceDot(torch.autograd.Function):
 
 
 def map_reduce_dot_func(engine, input, input_slice_method, weight_sliced):
+    """``input @ weight`` on the crossbar: ``input`` sliced with ``input_slice_method`` times the programmed
+    ``weight_sliced``, gradients to ``input`` only (:class:`MapReduceDot`)."""
     return MapReduceDot.apply(engine, input, input_slice_method, weight_sliced)
 
 
@@ -109,6 +111,8 @@ class LinearMemRunc(torch.autograd.Function):
 
 
 def linear_mem_func(engine, input, weight, input_slice, weight_slice, bias=None):
+    """``input @ weight.t() + bias`` on the crossbar from the sliced operands, with straight-through
+    gradients to input, weight and bias (:class:`LinearMemRunc`)."""
     return LinearMemRunc.apply(engine, input, weight, input_slice, weight_slice, bias)
 
 
@@ -176,6 +180,8 @@ class Conv2dMemRunc(torch.autograd.Function):
 
 
 def conv2d_mem_func(engine, input, weight, input_slice, weight_slice, bias=None, stride=1, padding=0, dilation=1):
+    """``conv2d(input, weight, bias, stride, padding, dilation)`` on the crossbar from the sliced operands,
+    with straight-through gradients (:class:`Conv2dMemRunc`)."""
     return Conv2dMemRunc.apply(engine, input, weight, input_slice, weight_slice, bias, stride, padding, dilation)
 
 
@@ -205,4 +211,6 @@ class Conv1dMemRunc(torch.autograd.Function):
 
 
 def conv1d_mem_func(engine, input, weight, input_slice, weight_slice, bias=None, stride=1, padding=0, dilation=1):
+    """``conv1d(input, weight, bias, stride, padding, dilation)`` on the crossbar from the sliced operands,
+    with straight-through gradients (:class:`Conv1dMemRunc`)."""
     return Conv1dMemRunc.apply(engine, input, weight, input_slice, weight_slice, bias, stride, padding, dilation)

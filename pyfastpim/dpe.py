@@ -77,6 +77,20 @@ def _number(value, name, minimum=None, integer=False):
     return int(value) if integer else float(value)
 
 
+def _read_variation_dict(value, g_level):
+    """read_variation as {level: sigma} for levels 0..g_level-1, each sigma validated."""
+    if isinstance(value, dict):
+        if set(value.keys()) != set(range(g_level)):
+            raise ValueError("argument 'read_variation': a dict needs the keys 0..%d (one sigma per level), got %r"
+                             % (g_level - 1, sorted(value.keys())))
+        return {int(k): _sigma(v, "read_variation[%d]" % k, READ_VARIATION_MAX) for k, v in value.items()}
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        sigma = _sigma(value, "read_variation", READ_VARIATION_MAX)
+        return {i: sigma for i in range(g_level)}
+    raise ValueError("argument 'read_variation': expected a number (one sigma for every level; 0 for no read "
+                     "noise) or a dict {level: sigma} for levels 0..%d, got %r" % (g_level - 1, value))
+
+
 def _check_resolution(value, name):
     """The core's rule for converter resolutions (csrc/core/contract.c, pf_validate_resolution)."""
     if not 2 <= value <= 2 ** 24:
@@ -217,23 +231,12 @@ class DPETensor:
         if self.rate_stuck_HGS + self.rate_stuck_LGS > 1:
             raise ValueError("argument 'rate_stuck_LGS': rate_stuck_HGS + rate_stuck_LGS exceeds 1 (%g + %g)"
                              % (self.rate_stuck_HGS, self.rate_stuck_LGS))
-        if isinstance(read_variation, dict):
-            if set(read_variation.keys()) != set(range(self.g_level)):
-                raise ValueError("argument 'read_variation': a dict needs the keys 0..%d (one sigma per level), got %r"
-                                 % (self.g_level - 1, sorted(read_variation.keys())))
-            self.read_variation = {int(k): _sigma(v, "read_variation[%d]" % k, READ_VARIATION_MAX) for k, v in read_variation.items()}
-        elif isinstance(read_variation, numbers.Real) and not isinstance(read_variation, bool):
-            sigma = _sigma(read_variation, "read_variation", READ_VARIATION_MAX)
-            self.read_variation = {i: sigma for i in range(self.g_level)}
-        else:
-            raise ValueError("argument 'read_variation': expected a number (one sigma for every level; 0 for no read "
-                             "noise) or a dict {level: sigma} for levels 0..%d, got %r" % (self.g_level - 1, read_variation))
+        self.read_variation = read_variation
         from .devices import resolve_engine_device
         self._cl = resolve_engine_device(device)  # None: CPU; ValueError / RuntimeError naming the device
         self.device = "cpu" if self._cl is None else (device if isinstance(device, str) else "opencl")
         self.Q_G = (self.HGS - self.LGS) / (self.g_level - 1)
         self.conductance_levels = np.array([self.LGS + i * self.Q_G for i in range(self.g_level)])
-        self._read_sigma = np.array([self.read_variation[i] for i in range(self.g_level)], dtype=np.float32)
         self._drift = None  # pyfastpim.physics.DriftSettings once drift() is called
         self.reset(seed)
 
@@ -250,6 +253,9 @@ class DPETensor:
 
     def __setstate__(self, state):
         spec = state.get("_cl")
+        if "read_variation" in state:  # pickled before read_variation became a property
+            state = dict(state, _read_variation=state.pop("read_variation"), _read_sigma_cache=None)
+            state.pop("_read_sigma", None)
         self.__dict__.update(state)
         if isinstance(spec, str):
             from .devices import resolve_device
@@ -302,7 +308,30 @@ class DPETensor:
     def noise_free(self):
         """True when every noise source is off: results are then exact (docs/semantics.md section 7.1)."""
         return (self.write_variation == 0 and self.vnoise == 0 and self.rate_stuck_HGS == 0
-                and self.rate_stuck_LGS == 0 and not self._read_sigma.any())
+                and self.rate_stuck_LGS == 0 and self._read_sigmas() is None)
+
+    @property
+    def read_variation(self):
+        """Read-noise sigma per conductance level, ``{level: sigma}`` for levels ``0..g_level-1``.
+
+        Assign a number (one sigma for every level) or such a dict. As in MemIntelli the dict is
+        read at every product, so assigning it, or editing it in place, changes the next product's
+        read noise; each sigma must be in ``[0, READ_VARIATION_MAX]``."""
+        return self._read_variation
+
+    @read_variation.setter
+    def read_variation(self, value):
+        self._read_variation = _read_variation_dict(value, self.g_level)
+        self._read_sigma_cache = None
+
+    def _read_sigmas(self):
+        """The per-level sigmas (float32, g_level) of read_variation as it is now; None when all are 0."""
+        rv, cached = self._read_variation, self._read_sigma_cache
+        if cached is None or cached[0] != rv or cached[2] != self.g_level:  # assigned, edited in place, re-levelled
+            checked = _read_variation_dict(rv, self.g_level)
+            sigma = np.array([checked[i] for i in range(self.g_level)], dtype=np.float32)
+            cached = self._read_sigma_cache = (dict(rv), sigma if sigma.any() else None, self.g_level)
+        return cached[1]
 
     def drift(self, t_seconds, t0=1.0, nu_mean=0.05, nu_std=0.01, compensation=False):
         """Age every programmed weight this engine multiplies to ``t_seconds`` after programming.
@@ -397,7 +426,7 @@ class DPETensor:
             args = (x._codes, x._gran_scale, x._granule, x._widths,
                     mat._levels, w_conductance, w_scale, mat._granule, mat._widths,
                     x.paral_size[1], self.rdac, self.g_level, self._radc_lsb_first(len(mat)), self.HGS, self.LGS,
-                    self._read_sigma if self._read_sigma.any() else None, self.vnoise, self._noise_key(), call, out,
+                    self._read_sigmas(), self.vnoise, self._noise_key(), call, out,
                     item0)
             key = _resident_key(self._cl, mat) if self._cl is not None else None
             if self._cl is None:  # the weights packed once per programming (pyfastpim.sliced.packed_weights)
@@ -523,7 +552,7 @@ class DPETensor:
             args = (x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), granule, _widths(input_slice), bw_e is not None,
                     w_sliced._levels, w_conductance, w_scale, w_sliced._granule,
                     w_sliced._widths, input_paral_size[1], self.rdac, self.g_level, radc, self.HGS, self.LGS,
-                    self._read_sigma if self._read_sigma.any() else None, self.vnoise, self._noise_key(),
+                    self._read_sigmas(), self.vnoise, self._noise_key(),
                     self._reserve_call(), bool(return_dequant))
             key = _resident_key(self._cl, w_sliced) if self._cl is not None else None
             if self._cl is None:

@@ -129,6 +129,51 @@ def test_snr_matches_the_numpy_transcription_with_its_own_noise():
     assert abs(ours - theirs) < 0.3, (ours, theirs)
 
 
+def test_read_variation_is_read_at_every_product():
+    """MemIntelli reads engine.read_variation at every call: assigning it, or editing the dict in
+    place, changes the next product's read noise (it was converted once, in __init__, and later
+    assignments were silently ignored)."""
+    rng = np.random.default_rng(6)
+    x, w = rng.standard_normal((6, 64)).astype(np.float32), rng.standard_normal((64, 20)).astype(np.float32)
+    kw = dict(g_level=4, rdac=4, radc=2 ** 12, vnoise=0.0, write_variation=0.0, rate_stuck_HGS=0.0,
+              rate_stuck_LGS=0.0, seed=7)
+
+    def product(eng):
+        eng.reset(7)
+        return dpe_matmul(x, w, eng)
+    eng = DPETensor(read_variation=0.0, **kw)
+    clean = product(eng)
+    assert eng.noise_free
+    eng.read_variation = 0.2
+    assert not eng.noise_free and eng.read_variation == {0: 0.2, 1: 0.2, 2: 0.2, 3: 0.2}
+    np.testing.assert_array_equal(product(eng), product(DPETensor(read_variation=0.2, **kw)))
+    assert not np.array_equal(product(eng), clean)
+    eng.read_variation = 0.0
+    np.testing.assert_array_equal(product(eng), clean)
+    eng.read_variation[3] = 0.3  # in place
+    assert not eng.noise_free
+    np.testing.assert_array_equal(product(eng), product(DPETensor(read_variation={0: 0, 1: 0, 2: 0, 3: 0.3}, **kw)))
+    eng.read_variation[3] = -1.0
+    with pytest.raises(ValueError, match=r"argument 'read_variation\[3\]'"):
+        product(eng)
+    with pytest.raises(ValueError, match="argument 'read_variation'"):
+        eng.read_variation = {0: 0.1}
+
+
+def test_engines_pickled_before_read_variation_was_a_property_load():
+    import pickle
+    eng = DPETensor(g_level=4, read_variation={0: 0.0, 1: 0.1, 2: 0.0, 3: 0.2})
+    old = eng.__getstate__()
+    old["read_variation"] = old.pop("_read_variation")  # the former instance attributes
+    old["_read_sigma"] = np.array([0.0, 0.1, 0.0, 0.2], np.float32)
+    del old["_read_sigma_cache"]
+    loaded = DPETensor.__new__(DPETensor)
+    loaded.__setstate__(old)
+    assert loaded.read_variation == eng.read_variation and not loaded.noise_free
+    again = pickle.loads(pickle.dumps(loaded))
+    np.testing.assert_array_equal(again._read_sigmas(), eng._read_sigmas())
+
+
 def test_write_variation_and_stuck_faults_are_fixed_per_programming():
     rng = np.random.default_rng(3)
     x, w = rng.standard_normal((20, 64)).astype(np.float32), rng.standard_normal((64, 30)).astype(np.float32)
@@ -141,17 +186,17 @@ def test_write_variation_and_stuck_faults_are_fixed_per_programming():
 
 
 def test_engine_parameter_validation():
-    with pytest.raises(ValueError, match="ADC"):
+    with pytest.raises(ValueError, match="argument 'radc'"):
         DPETensor(radc=1)
-    with pytest.raises(ValueError, match="ADC"):
+    with pytest.raises(ValueError, match="argument 'radc'"):
         DPETensor(radc=[16, 1])
-    with pytest.raises(ValueError, match="DAC"):
+    with pytest.raises(ValueError, match="argument 'rdac'"):
         DPETensor(rdac=1)
-    with pytest.raises(ValueError, match="conductance levels"):
+    with pytest.raises(ValueError, match="argument 'g_level'"):
         DPETensor(g_level=1)
-    with pytest.raises(ValueError, match="low conductance"):
+    with pytest.raises(ValueError, match="argument 'LGS'"):
         DPETensor(HGS=1e-7, LGS=1e-5)
-    with pytest.raises(ValueError, match="stuck"):
+    with pytest.raises(ValueError, match="rate_stuck_HGS \\+ rate_stuck_LGS exceeds 1"):
         DPETensor(rate_stuck_HGS=0.7, rate_stuck_LGS=0.5)
     with pytest.raises(ValueError, match="read_variation"):
         DPETensor(g_level=4, read_variation={0: 0.1, 1: 0.1})

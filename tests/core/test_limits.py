@@ -117,7 +117,7 @@ def test_core_rejects_read_sigma_that_overflows_exp():
     xs.slice_data_imp(e, x)
     ws = pf.SlicedData((1, 1, 2, 2), is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
     ws.slice_data_imp(e, w)
-    e._read_sigma = np.full(16, 50.0, np.float32)  # bypassing the engine's validation: the core checks too
+    e._read_sigmas = lambda: np.full(16, 50.0, np.float32)  # bypassing the engine's validation: the core checks too
     with pytest.raises(ValueError, match="argument 'read_sigma'"):
         e.MapReduceDot(xs, ws)
 

@@ -168,7 +168,7 @@ def unpacked_product(eng, xs, ws, call):
     return np.asarray(_core.dpe_mvm(
         xs._codes, xs._gran_scale, xs._granule, xs._widths, ws._levels, ws._conductance, ws._gran_scale[0],
         ws._granule, ws._widths, 32, eng.rdac, eng.g_level, eng._radc_lsb_first(len(ws)), eng.HGS, eng.LGS,
-        eng._read_sigma if eng._read_sigma.any() else None, eng.vnoise, eng.seed, call))[0]
+        eng._read_sigmas(), eng.vnoise, eng.seed, call))[0]
 
 
 @pytest.mark.parametrize("noise", [False, True])

@@ -23,7 +23,9 @@ Matrices replaced by a setter are dropped only after the guard is released.
 Both types can be copied (``copy.deepcopy``) and pickled: the matrices, rates and strength
 travel; an OpenCL device is re-opened by its device string on load.
 """
+import os
 import threading
+import weakref
 from math import prod
 
 import numpy as np
@@ -97,11 +99,18 @@ def _rows(arr, name):
 
 class _Guard:
     """A lock that knows its holder: a second thread waits, the holding thread raises."""
-    __slots__ = ("_lock", "_owner")
+    __slots__ = ("_lock", "_owner", "__weakref__")
+    _all = weakref.WeakSet()  # re-made free in a forked child, whose only thread holds none of them
 
     def __init__(self):
         self._lock = threading.Lock()
         self._owner = 0
+        _Guard._all.add(self)
+
+    @classmethod
+    def _after_fork_in_child(cls):
+        for guard in list(cls._all):
+            guard._lock, guard._owner = threading.Lock(), 0
 
     def acquire(self, what):
         me = _get_ident()
@@ -118,6 +127,9 @@ class _Guard:
     def held_by_me(self, what):
         if self._owner != _get_ident():
             raise RuntimeError("%s: the AttentionContext is not held by this thread" % what)
+
+
+os.register_at_fork(after_in_child=_Guard._after_fork_in_child)
 
 
 _DOC = ("Similarity context shared between transformer / diffusion layers (spec section 9).\n"

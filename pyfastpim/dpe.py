@@ -28,6 +28,7 @@ call ``c``: a RuntimeWarning says so when the counter crosses a multiple of 2**3
 """
 import math
 import numbers
+import sys
 import warnings
 import weakref
 
@@ -107,7 +108,8 @@ def _widths_of(slice_method):
 
 
 def _is_torch(obj):
-    t = _torch()
+    # an object is a tensor only once torch is imported: never import it (seconds) to ask
+    t = sys.modules.get("torch")
     return t is not None and isinstance(obj, t.Tensor)
 
 
@@ -205,7 +207,7 @@ class DPETensor:
         self.vread = _number(vread, "vread")
         self.rate_stuck_HGS = _number(rate_stuck_HGS, "rate_stuck_HGS", 0)
         self.rate_stuck_LGS = _number(rate_stuck_LGS, "rate_stuck_LGS", 0)
-        if isinstance(radc, (list, tuple, np.ndarray)) or (_torch() and isinstance(radc, _torch().Tensor)):
+        if isinstance(radc, (list, tuple, np.ndarray)) or _is_torch(radc):
             values = [_number(int(v) if float(v) == int(v) else v, "radc", integer=True) for v in list(radc)]
             if not values:
                 raise ValueError("argument 'radc': an empty list")
@@ -359,6 +361,21 @@ class DPETensor:
         geff, scale = program_physics(self, mat)
         return (mat._conductance if geff is None else geff), scale
 
+    def _prepare_weights(self, mat):
+        """Programs ``mat`` for this engine and solves its IR drop / drift, the solve (seconds for a
+        large layer) outside ``_state_lock``: other threads' products, and a fork meanwhile, do not
+        wait for it. The product then finds the result cached (or, re-programmed meanwhile by
+        another thread, solves again under the lock)."""
+        from .physics import commit_physics, physics_work, solve_physics
+        from .sliced import _state_lock
+        with _state_lock:
+            self._ensure_programmed(mat)
+            work = physics_work(self, mat)
+        if work is not None:
+            result = solve_physics(work)
+            with _state_lock:
+                commit_physics(mat, work, result)
+
     def _radc_lsb_first(self, n_slices):
         if self.radc_is_list:
             if len(self.radc) != n_slices:
@@ -420,6 +437,7 @@ class DPETensor:
     def _run(self, x, mat, out, call, item0):
         """One kernel call on checked operands (x's batch items start at item0 of the logical batch)."""
         from .sliced import _state_lock, packed_weights
+        self._prepare_weights(mat)
         with _state_lock:  # one consistent programming of mat, even if another thread re-programs it
             self._ensure_programmed(mat)
             w_conductance, w_scale = self._weights_operand(mat)  # IR drop / drift (pyfastpim.physics)
@@ -546,6 +564,7 @@ class DPETensor:
                 return torch.from_numpy(out), (torch.from_numpy(dq) if dq is not None else None)
             return out, dq
         from .sliced import _state_lock, packed_weights
+        self._prepare_weights(w_sliced)
         with _state_lock:  # one consistent programming of w_sliced (see _run)
             self._ensure_programmed(w_sliced)
             w_conductance, w_scale = self._weights_operand(w_sliced)

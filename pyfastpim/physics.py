@@ -94,14 +94,14 @@ def _programmed_conductance(mat):
     return mat._conductance if mat._conductance is not None else mat._ideal_conductance()
 
 
-def _calibration_readout(geff, mat, LGS, q_g, g_level):
+def _calibration_readout(geff, work, LGS, q_g, g_level):
     """Noise-free analog readout of the layer for an all-ones calibration input:
     sum over outputs p of |sum_k W_eff[k, p]|, W_eff the weights the conductances represent."""
     from .sliced import slice_params
-    m, w, _ = slice_params(mat._widths)
+    m, w, _ = slice_params(work["widths"])
     K, P = geff.shape[1:]
-    qr, qc = mat._granule
-    scale = mat._gran_scale[0].astype(np.float64)
+    qr, qc = work["granule"]
+    scale = work["scale"].astype(np.float64)
     scale = np.repeat(np.repeat(scale, qr, axis=0), qc, axis=1)[:K, :P]
     weights = np.zeros((K, P))
     for j in range(geff.shape[0]):
@@ -115,34 +115,61 @@ def program_physics(engine, mat):
     None when neither IR drop nor drift is active (the programmed cells are used as they
     are). Cached on ``mat`` per (programming, wire resistance, drift settings, block size);
     ``mat._version`` moves on whenever the result changes, so device-resident copies
-    (OpenCL) are refreshed.
+    (OpenCL) are refreshed. Call with ``pyfastpim.sliced._state_lock`` held; a product first
+    runs the solve outside the lock (:func:`physics_work`, :func:`solve_physics`,
+    :func:`commit_physics`), so this finds it cached.
     """
-    r = engine.wire_resistance
-    drift = engine._drift
+    work = physics_work(engine, mat)
+    if work is None:
+        cached = getattr(mat, "_physics", None)
+        return (None, mat._gran_scale[0]) if engine.wire_resistance == 0 and engine._drift is None else cached[2:]
+    commit_physics(mat, work, solve_physics(work))
+    return mat._physics[2:]
+
+
+def physics_work(engine, mat):
+    """What the solve for ``mat`` needs, taken under ``_state_lock`` (arrays are replaced, never
+    written in place, so the snapshot stays valid without the lock); None when there is no
+    physics or its result is cached."""
+    r, drift = engine.wire_resistance, engine._drift
     if r == 0 and drift is None:
-        return None, mat._gran_scale[0]
+        return None
     key = (mat._program, r, drift.key() if drift is not None else None, tuple(mat.paral_size))
     cached = getattr(mat, "_physics", None)
     if cached is not None and cached[0] == key and cached[1] == mat._version:
-        return cached[2], cached[3]
-    g_level, HGS, LGS = mat._program[:3]
-    g0 = np.ascontiguousarray(_programmed_conductance(mat), dtype=np.float32)
+        return None
+    return dict(key=key, version=mat._version, r=r, drift=drift, program=mat._program, paral=tuple(mat.paral_size),
+                g0=np.ascontiguousarray(_programmed_conductance(mat), dtype=np.float32), scale=mat._gran_scale[0],
+                widths=mat._widths, granule=mat._granule)
+
+
+def solve_physics(work):
+    """(G_eff, weight scales) of a :func:`physics_work` snapshot: seconds for large layers (the
+    IR-drop solve of every block), run without any pyfastpim lock."""
+    g_level, HGS, LGS = work["program"][:3]
+    r, drift, g0, scale = work["r"], work["drift"], work["g0"], work["scale"]
     g = g0
     if drift is not None:
-        g = np.asarray(_core.drift(g0, mat._program[6], drift.t, drift.t0, drift.nu_mean, drift.nu_std))
-    pr, pc = mat.paral_size
+        g = drift_conductance(g0, drift.t, drift.t0, drift.nu_mean, drift.nu_std, seed=work["program"][6])
+    pr, pc = work["paral"]
 
     def ir(a):
         return a if r == 0 else np.asarray(_core.irdrop_layer(a, r, pr, pc, LGS))
     geff = ir(g)
-    scale = mat._gran_scale[0]
     if drift is not None and drift.compensation:
         q_g = (HGS - LGS) / (g_level - 1)
-        ref = _calibration_readout(ir(g0), mat, LGS, q_g, g_level)
-        now = _calibration_readout(geff, mat, LGS, q_g, g_level)
+        ref = _calibration_readout(ir(g0), work, LGS, q_g, g_level)
+        now = _calibration_readout(geff, work, LGS, q_g, g_level)
         alpha = ref / now if now > 0 else 1.0
         scale = (scale.astype(np.float64) * alpha).astype(np.float32)
+    return geff, scale
+
+
+def commit_physics(mat, work, result):
+    """Keeps a solve's result with ``mat`` (under ``_state_lock``) unless ``mat`` changed since the
+    snapshot (re-programmed, or another thread's solve committed first)."""
+    if mat._version != work["version"]:
+        return
     from .sliced import _versions
     mat._version = next(_versions)
-    mat._physics = (key, mat._version, geff, scale)
-    return geff, scale
+    mat._physics = (work["key"], mat._version) + tuple(result)

@@ -17,6 +17,7 @@ buffers:
   ``conductance``: float32 ``(S, C, P)`` in siemens, only with device noise.
 """
 import itertools
+import os
 import threading
 from collections import namedtuple
 
@@ -36,6 +37,16 @@ _versions = itertools.count(1)  # process-wide, so (object, _version) never repe
 # replaced, never written in place, so a kernel already running keeps the (referenced) ones it was
 # given. Held only while attributes are read or assigned, and while weights are re-programmed.
 _state_lock = threading.RLock()
+
+
+def _new_state_lock():
+    # a forked child has only the forking thread: a lock another thread held at fork time would
+    # never be released there (as logging re-creates its handlers' locks)
+    global _state_lock
+    _state_lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_new_state_lock)
 _torch_module = None
 
 
@@ -382,8 +393,8 @@ class SlicedData:
                 self._levels, self._conductance, self._program = levels, conductance, program
             self.shape = tuple(data.shape)
             self._version = next(_versions)
-            if self.is_weight and hasattr(engine, "_weights_operand"):
-                engine._weights_operand(self)  # IR drop / drift: effective conductances at programming time
+        if self.is_weight and hasattr(engine, "_prepare_weights"):
+            engine._prepare_weights(self)  # IR drop / drift: effective conductances at programming time (unlocked)
 
     # ---- MemIntelli's attributes, produced on access ----
 

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "core/interrupt.h"
 #include "core/pf_common.h"
 
 /* Philox stream of the per-cell drift exponents nu (counter = cell index,
@@ -37,10 +38,11 @@ pf_status pf_irdrop_block(const double *g, int64_t n, int64_t m, int64_t ldg, do
  * float32 siemens: blocks of block_rows x block_cols cells tile (K, P); the
  * cells of a partial block past K or P are padding (conductance pad_g,
  * rows driven at 0 V). Writes geff (S, K, P) float32, the valid cells only.
- * Blocks run in parallel (OpenMP); each block's result is independent of the
- * thread count. */
+ * Blocks run in parallel (OpenMP, pyfastpim's thread count); each block's
+ * result is independent of the thread count. A set cancel flag (may be NULL)
+ * stops the solve between blocks: PF_EINTR, geff partly written. */
 pf_status pf_irdrop_layer(const float *g, int64_t n_slices, int64_t rows, int64_t cols, int64_t block_rows,
-                          int64_t block_cols, double r_wire, double pad_g, float *geff);
+                          int64_t block_cols, double r_wire, double pad_g, float *geff, pf_cancel *cancel);
 
 /* Conductance drift of count cells:
  *   nu[idx]  = max(0, nu_mean + nu_std * pf_normal(seed, PF_STREAM_DRIFT, 0, idx))

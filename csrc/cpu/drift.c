@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "core/philox_noise.h"
+#include "cpu/threads.h"
 
 pf_status pf_drift(const float *g, int64_t count, uint64_t index0, uint64_t seed, double t, double t0,
                    double nu_mean, double nu_std, float *out, float *nu_out)
@@ -28,7 +29,7 @@ pf_status pf_drift(const float *g, int64_t count, uint64_t index0, uint64_t seed
     if (!g || !out)
         return pf_fail(PF_EINVAL, "g", "missing buffers");
     const double log_ratio = log(t / t0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(pf_get_num_threads()) schedule(static)
     for (int64_t k = 0; k < count; k++) {
         const uint64_t idx = index0 + (uint64_t)k;
         double nu = nu_mean;

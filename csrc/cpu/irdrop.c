@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "core/memory.h"
+#include "cpu/threads.h"
 
 /* LAPACK (Fortran interface of OpenBLAS; 32-bit integers): banded LU with
  * partial pivoting for the indefinite case only. */
@@ -376,7 +377,7 @@ pf_status pf_irdrop_block(const double *g, int64_t n, int64_t m, int64_t ldg, do
 }
 
 pf_status pf_irdrop_layer(const float *g, int64_t n_slices, int64_t rows, int64_t cols, int64_t block_rows,
-                          int64_t block_cols, double r_wire, double pad_g, float *geff)
+                          int64_t block_cols, double r_wire, double pad_g, float *geff, pf_cancel *cancel)
 {
     if (!(r_wire > 0.0) || !isfinite(r_wire))
         return pf_fail(PF_EINVAL, "r_wire", "must be finite and > 0, got %g", r_wire);
@@ -399,15 +400,15 @@ pf_status pf_irdrop_layer(const float *g, int64_t n_slices, int64_t rows, int64_
     const int64_t nbr = pf_ceil_div(rows, block_rows), nbc = pf_ceil_div(cols, block_cols);
     const int64_t tasks = n_slices * nbr * nbc;
     pf_status st = PF_OK;
-#pragma omp parallel
+#pragma omp parallel num_threads(pf_get_num_threads())
     {
         double *gb = pf_alloc(blk * sizeof(double));
         double *eb = pf_alloc(blk * sizeof(double));
         pf_status local = (gb && eb) ? PF_OK : PF_ENOMEM;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tasks; t++) {
-            if (local != PF_OK)
-                continue;
+            if (local != PF_OK || pf_cancelled(cancel))
+                continue; /* a failed block or Ctrl-C: skip the rest */
             const int64_t s = t / (nbr * nbc), bi = (t / nbc) % nbr, bj = t % nbc;
             const int64_t r0 = bi * block_rows, c0 = bj * block_cols;
             const int64_t rv = pf_min64(block_rows, rows - r0), cv = pf_min64(block_cols, cols - c0);
@@ -435,5 +436,5 @@ pf_status pf_irdrop_layer(const float *g, int64_t n_slices, int64_t rows, int64_
         return pf_fail(st, "g", "out of memory for a %lld x %lld block", (long long)block_rows, (long long)block_cols);
     if (st != PF_OK)
         return pf_fail(st, "g", "conductances must be finite and the network solvable");
-    return PF_OK;
+    return pf_cancelled(cancel) ? PF_EINTR : PF_OK;
 }

@@ -10,6 +10,7 @@
 #include <math.h>
 
 #include "python/array.h"
+#include "python/bind_interrupt.h"
 #include "python/bindings.h"
 #include "core/pf_common.h"
 #include "core/physics.h"
@@ -87,10 +88,14 @@ static PyObject *py_irdrop_layer(PyObject *self, PyObject *args, PyObject *kwds)
     if (!out)
         return NULL;
     pf_status st;
-    Py_BEGIN_ALLOW_THREADS
-    st = pf_irdrop_layer((const float *)g->data, g->shape[0], g->shape[1], g->shape[2], br, bc, r_wire, pad_g,
-                         (float *)out->data);
-    Py_END_ALLOW_THREADS
+    pf_sigint_guard guard; /* Ctrl-C stops the solve between blocks (bind_interrupt.h) */
+    do {
+        pf_cancel *cancel = pf_sigint_begin(&guard);
+        Py_BEGIN_ALLOW_THREADS
+        st = pf_irdrop_layer((const float *)g->data, g->shape[0], g->shape[1], g->shape[2], br, bc, r_wire, pad_g,
+                             (float *)out->data, cancel);
+        Py_END_ALLOW_THREADS
+    } while (pf_sigint_end(&guard, st == PF_EINTR) > 0);
     Py_DECREF(g);
     return physics_result(st, out, "irdrop_layer");
 }

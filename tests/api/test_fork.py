@@ -153,3 +153,52 @@ def test_dataloader_fork_workers_with_an_opencl_layer_raise_instead_of_hanging()
     pytest.importorskip("torch")
     out = run_script(DATALOADER % {"device": "opencl", "timeout": TIMEOUT - 60}, "the DataLoader script")
     assert "ERROR" in out and "forked" in out and "spawn" in out, out
+
+
+def test_fork_while_other_threads_hold_pyfastpims_locks():
+    """A thread of the parent held pyfastpim's state lock (a product, a re-programming) or an
+    AttentionContext's guard (an update) at fork time: in the child, where that thread does not
+    exist, they are free (the child hung in slice_data_imp before)."""
+    import threading
+    from pyfastpim import sliced, memory
+    ctx = pyfastpim.AttentionContext(update_rate=0.5)
+    x, w = _inputs()
+    ctx.update_outgoing(x[0], x[0])
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with sliced._state_lock, memory._py_lock:
+            ctx._guard.acquire("test")
+            held.set()
+            release.wait(TIMEOUT)
+            ctx._guard.release()
+    t = threading.Thread(target=hold)
+    t.start()
+    try:
+        assert held.wait(TIMEOUT)
+        q = mp.get_context("fork").Queue()
+        p = mp.get_context("fork").Process(target=_child_with_context, args=(q, ctx))
+        p.start()
+        try:
+            res = q.get(timeout=TIMEOUT)
+        except Exception:  # queue.Empty: the child hangs
+            p.kill()
+            p.join()
+            pytest.fail("the forked child did not answer within %d s (a lock held by a parent thread)" % TIMEOUT)
+        p.join(TIMEOUT)
+    finally:
+        release.set()
+        t.join()
+    assert res[0] == "ok", res[1]
+    np.testing.assert_array_equal(res[1], dpe_matmul(x, w, DPETensor(seed=3)))
+
+
+def _child_with_context(q, ctx):
+    try:
+        x, w = _inputs()
+        out = dpe_matmul(x, w, DPETensor(seed=3))
+        ctx.update_outgoing(x[0], x[0])
+        pyfastpim.memory.stats()
+        q.put(("ok", out))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        q.put(("error", repr(exc)))

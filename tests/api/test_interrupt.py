@@ -102,3 +102,47 @@ def test_ctrl_c_interrupts_a_long_opencl_product():
         pytest.skip("no OpenCL device")
     latency = _interrupt_latency(device, "mvm")
     assert latency < LIMIT_S, "KeyboardInterrupt %.2f s after SIGINT" % latency
+
+
+IRDROP_CHILD = textwrap.dedent("""
+    import sys, time
+    import numpy as np
+    import pyfastpim as pf
+    K = int(sys.argv[1])
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((4, K)).astype(np.float32), rng.standard_normal((K, K)).astype(np.float32)
+    pf.dpe_matmul(x[:, :64], w[:64, :8], pf.DPETensor(wire_resistance=1.0))  # first use: SlicedData imports torch
+    print("ready", flush=True)
+    try:
+        while True:  # each product solves the IR drop of every block of fresh weights (seconds)
+            pf.dpe_matmul(x, w, pf.DPETensor(wire_resistance=1.0))
+    except KeyboardInterrupt:
+        t = time.monotonic()
+    small = pf.dpe_matmul(x[:, :64], w[:64, :8], pf.DPETensor(wire_resistance=1.0))  # works afterwards
+    assert np.isfinite(np.asarray(small)).all()
+    print("interrupted", t, flush=True)
+""")
+
+
+def test_ctrl_c_interrupts_ir_drop_programming():
+    """The IR-drop solve of a product's weights (pf_irdrop_layer, ~5 s for 1024 x 1024 on 2 cores)
+    stops between blocks; it ran to the end before."""
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(pyfastpim.__file__)))
+    p = subprocess.Popen([sys.executable, "-c", IRDROP_CHILD, "256" if SANITIZED else "1024"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(0.5)
+        sent = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=600)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, err[-3000:]
+    words = out.split()
+    assert words[0] == "interrupted", out
+    latency = float(words[1]) - sent
+    assert latency < LIMIT_S, "KeyboardInterrupt %.2f s after SIGINT" % latency
+

@@ -531,6 +531,56 @@ def test_worker_thread_products_use_the_main_threads_count():
     assert two[1] is None and two[0] >= 2, two
 
 
+def test_products_do_not_wait_for_another_threads_ir_drop_solve(monkeypatch):
+    """The IR-drop / drift solve of a layer's weights (seconds for large layers) runs outside the
+    process-wide state lock: another thread's product on other weights finishes meanwhile (it
+    waited for the whole solve before), and the solved layer's product is unchanged."""
+    from pyfastpim import physics
+    rng = np.random.default_rng(9)
+    x, w = rng.standard_normal((3, 64)).astype(np.float32), rng.standard_normal((64, 16)).astype(np.float32)
+    expected = pyfastpim.dpe_matmul(x, w, pyfastpim.DPETensor(wire_resistance=1.0))
+    inside, leave = threading.Event(), threading.Event()
+    solve = physics.solve_physics
+
+    def slow_solve(work):
+        inside.set()
+        leave.wait(JOIN_S)
+        return solve(work)
+    monkeypatch.setattr(physics, "solve_physics", slow_solve)
+    solving, solved = start(lambda: pyfastpim.dpe_matmul(x, w, pyfastpim.DPETensor(wire_resistance=1.0)))
+    try:
+        assert inside.wait(JOIN_S)
+        other, result = start(lambda: pyfastpim.dpe_matmul(x, w, pyfastpim.DPETensor()))
+        other.join(60)  # seconds for a 3 x 64 product; it waited for the solve (here: forever) before
+        assert not other.is_alive() and "error" not in result, result
+    finally:
+        leave.set()
+    finish(solving)
+    assert "error" not in solved, solved
+    np.testing.assert_array_equal(solved["value"], expected)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+@pytest.mark.parametrize("kernel", ["irdrop_layer", "drift"])
+def test_physics_kernels_use_pyfastpims_count(kernel):
+    # IR drop and drift ran on libgomp's own count (unclamped: OMP_NUM_THREADS=99999 crashed the
+    # first IR-drop product), ignoring set_num_threads
+    rng = np.random.default_rng(4)
+    g = rng.uniform(1e-7, 1e-5, (4, 128, 128) if kernel == "irdrop_layer" else (64, 512, 512)).astype(np.float32)
+    fn = {"irdrop_layer": lambda: _core.irdrop_layer(g, 1.0, 32, 32, 1e-7),
+          "drift": lambda: _core.drift(g, 5, 1e5, 1.0, 0.05, 0.01, False)}[kernel]
+    old = pyfastpim.get_num_threads()
+    try:
+        got = {}
+        for n in (1, 2):
+            pyfastpim.set_num_threads(n)
+            got[n] = (_threads_that_worked(fn, min_ticks=20), run_threads(lambda: _threads_that_worked(fn, 20))[0])
+    finally:
+        pyfastpim.set_num_threads(old)
+    assert got[1] == (1, (1, None)), got
+    assert got[2][0] >= 2 and got[2][1][0] >= 2, got
+
+
 def test_set_num_threads_checks_its_argument():
     old = pyfastpim.get_num_threads()
     for bad in (0, -1, 1025):

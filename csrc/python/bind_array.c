@@ -430,8 +430,28 @@ static PyObject *call_dlpack(PyObject *obj)
     return cap;
 }
 
+/* torch's lazy negation (a tensor with the negative bit, e.g. z.conj().imag): torch 1.13's __dlpack__
+ * exports its memory without the sign, so reading it would give -x. Refused as NumPy refuses it.
+ * Returns 0, or -1 with TypeError (or the error of is_neg()). */
+static int refuse_lazy_negation(PyObject *obj, const char *argname)
+{
+    if (!PyObject_HasAttrString(obj, "is_neg"))
+        return 0;
+    PyObject *neg = PyObject_CallMethod(obj, "is_neg", NULL);
+    if (!neg)
+        return -1;
+    const int set = PyObject_IsTrue(neg);
+    Py_DECREF(neg);
+    if (set > 0)
+        PyErr_Format(PyExc_TypeError, "argument '%s': the tensor has its negative bit set (a lazy negation, e.g. "
+                     "z.conj().imag) that DLPack does not carry; pass t.resolve_neg()", argname);
+    return set != 0 ? -1 : 0;
+}
+
 static PfArray *view_from_dlpack(PyObject *obj, int writable, const char *argname)
 {
+    if (refuse_lazy_negation(obj, argname) < 0)
+        return NULL;
     PyObject *dev = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
     if (!dev)
         return NULL;

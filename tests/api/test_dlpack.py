@@ -284,3 +284,27 @@ def test_float16_input_feeds_a_product_like_its_float32_value():
     y16 = pyfastpim.dpe_matmul(x, w, pyfastpim.DPETensor(seed=5))
     y32 = pyfastpim.dpe_matmul(x.astype(np.float32), w, pyfastpim.DPETensor(seed=5))
     np.testing.assert_array_equal(np.asarray(y16), np.asarray(y32))
+
+
+def test_tensors_with_the_negative_bit_are_refused_not_read_as_their_negation():
+    """torch 1.13's __dlpack__ exports a lazily negated tensor's memory without the sign: every
+    entry point read -x (no error). Refused with a TypeError naming the argument, as NumPy does."""
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(0)
+    z = torch.complex(torch.randn(5, 64, generator=g), torch.randn(5, 64, generator=g))
+    t = z.conj().imag
+    assert t.is_neg()
+    quiet = dict(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0)
+    w = torch.randn(64, 8, generator=g)
+    ctx = pyfastpim.AttentionContext(strength=0.5)
+    ctx.incoming = np.eye(64, dtype=np.float32)
+    for name, call in [("obj", lambda: pyfastpim.asarray(t)),
+                       ("data", lambda: pyfastpim.dpe_matmul(t, w, pyfastpim.DPETensor(**quiet))),
+                       ("x", lambda: ctx.apply(t))]:
+        with pytest.raises(TypeError, match="argument '%s': the tensor has its negative bit set" % name):
+            call()
+    resolved = t.resolve_neg()
+    np.testing.assert_array_equal(np.asarray(pyfastpim.asarray(resolved)), resolved.numpy())
+    np.testing.assert_array_equal(np.asarray(pyfastpim.dpe_matmul(resolved, w, pyfastpim.DPETensor(**quiet))),
+                                  np.asarray(pyfastpim.dpe_matmul(resolved.numpy(), w.numpy(),
+                                                                  pyfastpim.DPETensor(**quiet))))

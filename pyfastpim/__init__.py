@@ -92,7 +92,7 @@ def set_num_threads(n):
     1..1024. Results do not depend on it. OpenBLAS, used for the attention context's sgemm
     products, keeps its own thread count (``OPENBLAS_NUM_THREADS``).
     """
-    _core.set_num_threads(int(n))
+    _core.set_num_threads(n)
 
 
 def get_num_threads():
@@ -109,7 +109,7 @@ class threads:
     """
 
     def __init__(self, n):
-        self.n = int(n)
+        self.n = n
 
     def __enter__(self):
         self._old = get_num_threads()

@@ -92,6 +92,24 @@ def _read_variation_dict(value, g_level):
                      "noise) or a dict {level: sigma} for levels 0..%d, got %r" % (g_level - 1, value))
 
 
+def _resolution_list(radc):
+    """radc given per weight slice (list, tuple, 1-D array or tensor) as Python ints; integral floats
+    (a float tensor) count as ints, strings and non-integral or non-finite numbers do not."""
+    if hasattr(radc, "tolist"):
+        radc = radc.tolist()
+    if not isinstance(radc, (list, tuple)):  # a 0-d array or tensor
+        raise TypeError("argument 'radc': expected an int or a 1-D list of ints, got %r" % (radc,))
+    out = []
+    for v in radc:
+        if isinstance(v, numbers.Real) and not isinstance(v, (bool, numbers.Integral)) and math.isfinite(v) \
+                and v == int(v):
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise TypeError("argument 'radc': expected ints (one resolution per weight slice), got %r" % (v,))
+        out.append(int(v))
+    return out
+
+
 def _check_resolution(value, name):
     """The core's rule for converter resolutions (csrc/core/contract.c, pf_validate_resolution)."""
     if not 2 <= value <= 2 ** 24:
@@ -208,7 +226,7 @@ class DPETensor:
         self.rate_stuck_HGS = _number(rate_stuck_HGS, "rate_stuck_HGS", 0)
         self.rate_stuck_LGS = _number(rate_stuck_LGS, "rate_stuck_LGS", 0)
         if isinstance(radc, (list, tuple, np.ndarray)) or _is_torch(radc):
-            values = [_number(int(v) if float(v) == int(v) else v, "radc", integer=True) for v in list(radc)]
+            values = _resolution_list(radc)
             if not values:
                 raise ValueError("argument 'radc': an empty list")
             for v in values:

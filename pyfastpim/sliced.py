@@ -17,6 +17,7 @@ buffers:
   ``conductance``: float32 ``(S, C, P)`` in siemens, only with device noise.
 """
 import itertools
+import math
 import os
 import threading
 from collections import namedtuple
@@ -73,6 +74,24 @@ def _out(a):
     return torch.from_numpy(np.ascontiguousarray(a)) if torch is not None else a
 
 
+def _numeric(value, name):
+    """An assigned attribute as a NumPy array of numbers (bool, int or float), else TypeError naming it."""
+    a = np.asarray(value)
+    if a.dtype.kind not in "biuf":
+        raise TypeError("argument '%s': expected numbers, got an array of dtype %s" % (name, a.dtype))
+    return a
+
+
+def _finite32(a, name):
+    """a cast to float32, whose values must be finite after the cast (float64 values can overflow it)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        a = a.astype(np.float32)
+        ok = np.isfinite(a).all()
+    if not ok:
+        raise ValueError("argument '%s': values must be finite in float32 (|x| <= 3.4e38)" % name)
+    return a
+
+
 def _widths(slice_method):
     """The slice method as a tuple of Python ints (list, tuple, NumPy array or torch tensor)."""
     sm = slice_method
@@ -82,7 +101,8 @@ def _widths(slice_method):
         raise TypeError("argument 'slice_method': expected a sequence of bit widths, got %r" % (slice_method,))
     out = []
     for v in sm:
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or v != int(v):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or \
+                not math.isfinite(v) or v != int(v):
             raise TypeError("argument 'slice_method': widths must be integers, got %r" % (v,))
         out.append(int(v))
     if not out:
@@ -482,7 +502,7 @@ class SlicedData:
         """Inverse of :meth:`_blocks`: a getter-layout value -> (S, N, R, C) NumPy array of ``dtype``."""
         if _is_torch_tensor(value):
             value = value.detach().cpu().numpy()
-        a = np.asarray(value)
+        a = _numeric(value, name)
         N, R, C, Rp, Cp = self._padded_grid()
         pr, pc = self.paral_size
         S = self._codes.shape[0]
@@ -497,13 +517,15 @@ class SlicedData:
         if self._data_2d:
             a = a[None]
         planes = a.transpose(3, 0, 1, 4, 2, 5).reshape(S, N, Rp, Cp)[:, :, :R, :C]
-        return np.ascontiguousarray(planes).astype(dtype) if dtype is not np.uint8 else planes
+        if dtype is np.uint8:
+            return planes
+        return np.ascontiguousarray(_finite32(planes, name))
 
     def _per_granule(self, value, name):
         """Inverse of :meth:`_per_block`: one value per granule (N, gr, gc); blocks of a granule must agree."""
         if _is_torch_tensor(value):
             value = value.detach().cpu().numpy()
-        a = np.asarray(value, dtype=np.float64)
+        a = _numeric(value, name).astype(np.float64)
         ref = self._per_block(self._gran_max)
         if a.shape != ref.shape:
             raise ValueError("argument '%s': expected shape %r, got %r" % (name, ref.shape, a.shape))
@@ -534,7 +556,7 @@ class SlicedData:
         if value is None:
             return
         self._require()
-        m = self._per_granule(value, "max_data").astype(np.float32)
+        m = _finite32(self._per_granule(value, "max_data"), "max_data")
         if (m < 0).any():
             raise ValueError("argument 'max_data': max-abs values must be >= 0")
         self._gran_max = np.ascontiguousarray(m)

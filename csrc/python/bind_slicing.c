@@ -80,18 +80,22 @@ static int parse_bw_e(PyObject *obj, int *bfp)
         *bfp = 0;
         return 0;
     }
-    if (!PyLong_Check(obj) || PyBool_Check(obj)) {
+    PyObject *index = PyBool_Check(obj) ? NULL : PyNumber_Index(obj); /* ints, NumPy's included */
+    if (!index) {
+        PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "argument 'bw_e': expected None or an int, got %s", Py_TYPE(obj)->tp_name);
         return -1;
     }
-    long v = PyLong_AsLong(obj);
-    if (v == -1 && PyErr_Occurred())
+    int overflow; /* only the sign matters: any positive width selects BFP, 2**70 included */
+    long v = PyLong_AsLongAndOverflow(index, &overflow);
+    Py_DECREF(index);
+    if (v == -1 && !overflow && PyErr_Occurred())
         return -1;
-    if (v < 0) {
-        PyErr_Format(PyExc_ValueError, "argument 'bw_e': must be None or >= 0, got %ld", v);
+    if (overflow < 0 || (!overflow && v < 0)) {
+        PyErr_Format(PyExc_ValueError, "argument 'bw_e': must be None or >= 0, got %R", obj);
         return -1;
     }
-    *bfp = v > 0;
+    *bfp = overflow > 0 || v > 0;
     return 0;
 }
 

@@ -55,11 +55,20 @@ static PyObject *py_memory_reset_peak(PyObject *self, PyObject *noargs)
 static PyObject *py_set_num_threads(PyObject *self, PyObject *arg)
 {
     PF_UNUSED(self);
-    long n = PyLong_AsLong(arg);
+    /* integers only (NumPy's too, through __index__): no silent truncation of 2.7 or parsing of "4" */
+    PyObject *index = PyBool_Check(arg) ? NULL : PyNumber_Index(arg);
+    if (!index) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "argument 'n': expected an int, got %R", arg);
+        return NULL;
+    }
+    int overflow;
+    long n = PyLong_AsLongAndOverflow(index, &overflow);
+    Py_DECREF(index);
     if (n == -1 && PyErr_Occurred())
         return NULL;
-    if (n < 1 || n > PF_MAX_THREADS) {
-        PyErr_Format(PyExc_ValueError, "argument 'n': the thread count must be in 1..%d, got %ld", PF_MAX_THREADS, n);
+    if (overflow || n < 1 || n > PF_MAX_THREADS) {
+        PyErr_Format(PyExc_ValueError, "argument 'n': the thread count must be in 1..%d, got %R", PF_MAX_THREADS, arg);
         return NULL;
     }
     pf_set_num_threads((int)n);
@@ -90,6 +99,11 @@ static PyObject *py_cpu_isa(PyObject *self, PyObject *noargs)
 static PyObject *py_set_isa_limit(PyObject *self, PyObject *arg)
 {
     PF_UNUSED(self);
+    if (!PyUnicode_Check(arg)) {
+        PyErr_Format(PyExc_TypeError, "argument 'isa': expected a str ('generic', 'avx2', 'avxvnni', 'avx512' or "
+                     "'avx512vnni'), got %R", arg);
+        return NULL;
+    }
     const char *name = PyUnicode_AsUTF8(arg);
     if (!name)
         return NULL;

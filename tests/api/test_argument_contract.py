@@ -367,3 +367,54 @@ def test_interrupt_status_still_raises_keyboard_interrupt():
     the signal path, this checks the mapper is the module's (no other channel left)."""
     assert not hasattr(_core, "raise_status")
     assert math.isfinite(float(np.asarray(run_mvm("cpu")).sum()))
+
+
+# ---------------------------------------------------------------- edge forms found by an API check
+
+@pytest.mark.parametrize("radc,exc", [([float("nan"), 16, 16, 16], TypeError), (["16", 16, 16, 16], TypeError),
+                                      (np.array([[16, 16], [16, 16]]), TypeError), ((16.5, 16, 16, 16), TypeError),
+                                      (np.array(16), TypeError)])
+def test_radc_lists_of_non_ints_are_refused_naming_radc(radc, exc):
+    # were: a bare "cannot convert float NaN to integer", a NumPy TypeError, or "16" accepted
+    with pytest.raises(exc, match="argument 'radc'"):
+        pyfastpim.DPETensor(radc=radc)
+
+
+def test_radc_lists_of_integral_numbers_are_accepted():
+    assert pyfastpim.DPETensor(radc=np.array([256, 16, 16, 16])).radc == (256, 16, 16, 16)
+    assert pyfastpim.DPETensor(radc=[256.0, 16, 16, 16]).radc == (256, 16, 16, 16)
+
+
+def test_any_positive_bw_e_is_bfp_and_numpy_ints_are_ints():
+    # bw_e=2**70 raised OverflowError; its value is unused beyond its sign (docs/semantics.md 4)
+    ref = pyfastpim.slice_quantize(X, (1, 1, 2), (2, 2), bw_e=8)
+    for bw_e in (2 ** 70, np.int64(8)):
+        got = pyfastpim.slice_quantize(X, (1, 1, 2), (2, 2), bw_e=bw_e)
+        np.testing.assert_array_equal(np.asarray(got.codes), np.asarray(ref.codes))
+        assert got.gran_exp is not None
+    with pytest.raises(ValueError, match="argument 'bw_e'"):
+        pyfastpim.slice_quantize(X, (1, 1, 2), (2, 2), bw_e=-2 ** 70)
+
+
+@pytest.mark.parametrize("width", [float("nan"), float("inf")])
+def test_non_finite_slice_widths_are_refused_naming_slice_method(width):
+    with pytest.raises(TypeError, match="argument 'slice_method'"):
+        pyfastpim.SlicedData((1, width))
+
+
+def test_assigned_attributes_must_be_numbers_finite_in_float32():
+    # values finite in float64 but not in float32 passed the check (made before the cast): NaN products
+    eng = pyfastpim.DPETensor(write_variation=0.0, rate_stuck_HGS=0.0)
+    w = pyfastpim.SlicedData((1, 1, 2, 2), is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+    w.slice_data_imp(eng, np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32))
+    G, M = np.array(w.G, np.float64), np.array(w.max_data, np.float64)
+    with pytest.raises(ValueError, match="argument 'G': values must be finite in float32"):
+        w.G = G * 1e300
+    with pytest.raises(ValueError, match="argument 'max_data': values must be finite in float32"):
+        w.max_data = M * 1e300
+    with pytest.raises(TypeError, match="argument 'sliced_data': expected numbers"):
+        w.sliced_data = np.array(w.sliced_data, dtype=object)
+    with pytest.raises(TypeError, match="argument 'G': expected numbers"):
+        w.G = np.array(G, dtype=object)
+    w.G, w.max_data = G, M  # float64 values that fit are taken
+    np.testing.assert_array_equal(np.array(w.G), G.astype(np.float32))

@@ -583,12 +583,24 @@ def test_physics_kernels_use_pyfastpims_count(kernel):
 
 def test_set_num_threads_checks_its_argument():
     old = pyfastpim.get_num_threads()
-    for bad in (0, -1, 1025):
+    for bad in (0, -1, 1025, 2 ** 70):
         with pytest.raises(ValueError, match="argument 'n'"):
             pyfastpim.set_num_threads(bad)
+    for bad in (2.7, "4", True, float("nan"), None):  # 2.7 was truncated to 2, "4" parsed
+        with pytest.raises(TypeError, match="argument 'n'"):
+            pyfastpim.set_num_threads(bad)
+        with pytest.raises(TypeError, match="argument 'n'"):
+            with pyfastpim.threads(bad):
+                pass
     assert pyfastpim.get_num_threads() == old
-    with pytest.raises(TypeError):
-        _core.set_num_threads("2")
+    try:
+        pyfastpim.set_num_threads(np.int64(1))  # NumPy integers are ints
+        assert pyfastpim.get_num_threads() == 1
+    finally:
+        pyfastpim.set_num_threads(old)
+    for bad in (None, 3, b"avx2"):
+        with pytest.raises(TypeError, match="argument 'isa'"):
+            pyfastpim.set_isa_limit(bad)
 
 
 def _clean_env(**extra):

@@ -680,3 +680,14 @@ def test_scripts_05_10_zoo_inference_and_finetuning(case):
     with torch.no_grad():
         a, b = model(x).flatten(), twin(x).flatten()
     assert F.cosine_similarity(a, b, dim=0) > 0.9
+
+
+def test_names_memintelli_scripts_import_from_its_modules():
+    """MemIntelli's modules import these for their own use and its users import them from there."""
+    from pyfastpim.memintelli import NN_layers, pimpy
+    from pyfastpim.memintelli.pimpy import data_formats, memmat_tensor, utils as mi_utils
+    assert memmat_tensor.SlicedData is pimpy.SlicedData and memmat_tensor.SNR is mi_utils.SNR
+    assert memmat_tensor.dot_high_dim is mi_utils.dot_high_dim
+    assert data_formats.quant_map_tensor is mi_utils.quant_map_tensor
+    assert data_formats.bfp_map_tensor is mi_utils.bfp_map_tensor
+    assert (NN_layers.DPETensor, NN_layers.SlicedData, NN_layers.SNR) == (DPETensor, SlicedData, pimpy.SNR)

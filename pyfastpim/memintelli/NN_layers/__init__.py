@@ -8,3 +8,6 @@ from .convolution import __all__ as _b
 from .functions import __all__ as _c
 
 __all__ = list(_a) + list(_b) + list(_c)
+
+# Names MemIntelli's scripts import from NN_layers (it imports them for its own use); not in __all__.
+from ..pimpy import SNR, DPETensor, SlicedData  # noqa: E402,F401

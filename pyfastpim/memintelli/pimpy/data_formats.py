@@ -57,3 +57,7 @@ class SlicedData(_BaseSlicedData):
     max_data = _device_property("max_data")
     e_bias = _device_property("e_bias")
     G = _device_property("G")
+
+
+# Names MemIntelli's scripts import from this module (it imports them for its own use); not in __all__.
+from .utils import bfp_map_tensor, quant_map_tensor  # noqa: E402,F401

@@ -53,3 +53,8 @@ class DPETensor(_BaseDPETensor):
 
     def __call__(self, x, mat):
         return self.MapReduceDot(x, mat)
+
+
+# Names MemIntelli's scripts import from this module (it imports them for its own use); not in __all__.
+from .data_formats import SlicedData  # noqa: E402,F401
+from .utils import SNR, dot_high_dim  # noqa: E402,F401

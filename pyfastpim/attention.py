@@ -110,7 +110,8 @@ class _Guard:
     @classmethod
     def _after_fork_in_child(cls):
         for guard in list(cls._all):
-            guard._lock, guard._owner = threading.Lock(), 0
+            guard._lock._at_fork_reinit()  # see sliced._state_lock
+            guard._owner = 0
 
     def acquire(self, what):
         me = _get_ident()

@@ -56,14 +56,7 @@ OpenCLDevice = _core.OpenCLDevice
 
 _handles = {}
 _lock = threading.Lock()
-
-
-def _new_lock():
-    global _lock
-    _lock = threading.Lock()  # a forked child: another thread may have held it at fork (see sliced._state_lock)
-
-
-os.register_at_fork(after_in_child=_new_lock)
+os.register_at_fork(after_in_child=_lock._at_fork_reinit)  # free in a forked child (see sliced._state_lock)
 _DEVICE_RE = re.compile(r"^opencl(?::(\d+):(\d+))?$")
 _ENV_DEVICE = "PYFASTPIM_OPENCL_DEVICE"
 _ENV_RE = re.compile(r"^(?:opencl:)?(\d+):(\d+)$")

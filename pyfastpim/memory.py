@@ -25,14 +25,7 @@ COPY_KINDS = ("host_copy", "dtype_conversion", "host_to_device", "device_to_host
 _PY_KINDS = ("cuda_to_host", "host_to_cuda")  # transfers made by torch, counted here
 _py_counts = {k + suffix: 0 for k in _PY_KINDS for suffix in ("_count", "_bytes")}
 _py_lock = threading.Lock()
-
-
-def _new_lock():
-    global _py_lock
-    _py_lock = threading.Lock()  # a forked child: another thread may have held it at fork (see sliced._state_lock)
-
-
-os.register_at_fork(after_in_child=_new_lock)
+os.register_at_fork(after_in_child=_py_lock._at_fork_reinit)  # free in a forked child (see sliced._state_lock)
 
 
 def _count_transfer(kind, nbytes):

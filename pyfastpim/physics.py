@@ -89,11 +89,6 @@ class DriftSettings:
                 % (self.t, self.t0, self.nu_mean, self.nu_std, self.compensation))
 
 
-def _programmed_conductance(mat):
-    """Programmed cell conductances (S, K, P) float32 of weights (as ``SlicedData.G``, unpadded)."""
-    return mat._conductance if mat._conductance is not None else mat._ideal_conductance()
-
-
 def _calibration_readout(geff, work, LGS, q_g, g_level):
     """Noise-free analog readout of the layer for an all-ones calibration input:
     sum over outputs p of |sum_k W_eff[k, p]|, W_eff the weights the conductances represent."""
@@ -119,11 +114,11 @@ def program_physics(engine, mat):
     runs the solve outside the lock (:func:`physics_work`, :func:`solve_physics`,
     :func:`commit_physics`), so this finds it cached.
     """
+    if engine.wire_resistance == 0 and engine._drift is None:
+        return None, mat._gran_scale[0]
     work = physics_work(engine, mat)
-    if work is None:
-        cached = getattr(mat, "_physics", None)
-        return (None, mat._gran_scale[0]) if engine.wire_resistance == 0 and engine._drift is None else cached[2:]
-    commit_physics(mat, work, solve_physics(work))
+    if work is not None:  # not cached: solve here (under the lock, so the commit always keeps it)
+        commit_physics(mat, work, solve_physics(work))
     return mat._physics[2:]
 
 
@@ -139,7 +134,7 @@ def physics_work(engine, mat):
     if cached is not None and cached[0] == key and cached[1] == mat._version:
         return None
     return dict(key=key, version=mat._version, r=r, drift=drift, program=mat._program, paral=tuple(mat.paral_size),
-                g0=np.ascontiguousarray(_programmed_conductance(mat), dtype=np.float32), scale=mat._gran_scale[0],
+                g0=np.ascontiguousarray(mat._cell_conductance(), dtype=np.float32), scale=mat._gran_scale[0],
                 widths=mat._widths, granule=mat._granule)
 
 

@@ -38,16 +38,9 @@ _versions = itertools.count(1)  # process-wide, so (object, _version) never repe
 # replaced, never written in place, so a kernel already running keeps the (referenced) ones it was
 # given. Held only while attributes are read or assigned, and while weights are re-programmed.
 _state_lock = threading.RLock()
-
-
-def _new_state_lock():
-    # a forked child has only the forking thread: a lock another thread held at fork time would
-    # never be released there (as logging re-creates its handlers' locks)
-    global _state_lock
-    _state_lock = threading.RLock()
-
-
-os.register_at_fork(after_in_child=_new_state_lock)
+# A forked child has only the forking thread: a lock another thread held at fork time would never
+# be released there. Re-made free in the child, as logging does with its handlers' locks.
+os.register_at_fork(after_in_child=_state_lock._at_fork_reinit)
 _torch_module = None
 
 
@@ -639,9 +632,11 @@ class SlicedData:
         """Weights: programmed conductances in siemens, MemIntelli's layout (Rp/pr, Cp/pc, S, pr, pc)."""
         if not self.is_weight or self._levels is None:
             return None
-        LGS = self._program[2]
-        g = self._conductance if self._conductance is not None else self._ideal_conductance()
-        return _out(self._blocks(g[:, None], np.float32(LGS), np.float32))
+        return _out(self._blocks(self._cell_conductance()[:, None], np.float32(self._program[2]), np.float32))
+
+    def _cell_conductance(self):
+        """The programmed cells (S, K, P) float32 in siemens: assigned or noisy conductances, else ideal."""
+        return self._conductance if self._conductance is not None else self._ideal_conductance()
 
     def _ideal_conductance(self):
         """The cells at their programmed levels, no write variation or stuck cells: L * Q_G + LGS."""

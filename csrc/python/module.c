@@ -2,6 +2,7 @@
  * dispatch controls. Kernel families register themselves (bindings.h). */
 #include "python/array.h"
 #include "python/bindings.h"
+#include "python/convert.h"
 #include "opencl/cl_loader.h"
 #include "cpu/cpu_features.h"
 #include "cpu/dpe_int.h"
@@ -55,20 +56,12 @@ static PyObject *py_memory_reset_peak(PyObject *self, PyObject *noargs)
 static PyObject *py_set_num_threads(PyObject *self, PyObject *arg)
 {
     PF_UNUSED(self);
-    /* integers only (NumPy's too, through __index__): no silent truncation of 2.7 or parsing of "4" */
-    PyObject *index = PyBool_Check(arg) ? NULL : PyNumber_Index(arg);
-    if (!index) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "argument 'n': expected an int, got %R", arg);
+    int64_t n; /* ints only (NumPy's too): no silent truncation of 2.7 or parsing of "4" */
+    if (pf_as_int64(arg, "n", &n) < 0)
         return NULL;
-    }
-    int overflow;
-    long n = PyLong_AsLongAndOverflow(index, &overflow);
-    Py_DECREF(index);
-    if (n == -1 && PyErr_Occurred())
-        return NULL;
-    if (overflow || n < 1 || n > PF_MAX_THREADS) {
-        PyErr_Format(PyExc_ValueError, "argument 'n': the thread count must be in 1..%d, got %R", PF_MAX_THREADS, arg);
+    if (n < 1 || n > PF_MAX_THREADS) {
+        PyErr_Format(PyExc_ValueError, "argument 'n': the thread count must be in 1..%d, got %lld", PF_MAX_THREADS,
+                     (long long)n);
         return NULL;
     }
     pf_set_num_threads((int)n);

@@ -184,7 +184,9 @@ class DPETensor:
     """Dot-product engine simulating bit-sliced matrix products on memristor crossbars.
 
     Parameters (MemIntelli's, with its defaults):
-        HGS, LGS: high / low conductance state in siemens (LGS < HGS).
+        HGS, LGS: high / low conductance state in siemens: 0 <= LGS < HGS <= 1e30,
+            with the level spacing (HGS - LGS) / (g_level - 1) a normal float32 (>= 1.2e-38) of at
+            least HGS * 2**-22 (the levels distinct in float32); else ValueError naming HGS or LGS.
         g_level: number of conductance levels (>= 2).
         write_variation: sigma of the multiplicative Gaussian write noise, fixed per programming.
         read_variation: sigma of the log-normal read noise, a float for all levels or a dict
@@ -241,8 +243,9 @@ class DPETensor:
         if not 2 <= self.g_level <= 256:
             raise ValueError("argument 'g_level': must be 2 to 256 (conductance levels are stored as uint8), got %d"
                              % self.g_level)
-        if self.LGS >= self.HGS:
-            raise ValueError("argument 'LGS': must be below HGS (LGS=%g, HGS=%g)" % (self.LGS, self.HGS))
+        # the core's rule (csrc/core/contract.c): 0 <= LGS < HGS <= 1e30, the level spacing a normal
+        # float32 of at least HGS * 2**-22 (ValueError naming HGS or LGS, the message of every entry point)
+        _core.check_conductance_range(self.HGS, self.LGS, self.g_level)
         if self.vread <= 0:
             raise ValueError("argument 'vread': must be > 0")
         for name in ("rate_stuck_HGS", "rate_stuck_LGS"):

@@ -271,6 +271,12 @@ def packed_weights(mat, w_conductance, w_scale, n, rdac, g_level, radc, HGS, LGS
     return handle
 
 
+def _assigned_conductance_max(HGS):
+    """Largest conductance a cell may be assigned (SlicedData.G): the largest write variation can program,
+    ``HGS * (1 + NOISE_SIGMA_MAX * |z|max)``, so the kernels' sums stay finite in float32."""
+    return HGS * (1.0 + _core.NOISE_SIGMA_MAX * _core.NORMAL_ABS_MAX)
+
+
 def _check_engine(engine):
     """(g_level, HGS, LGS, write_variation, rate_stuck_HGS, rate_stuck_LGS, seed) of a programming engine."""
     names = ("g_level", "HGS", "LGS", "write_variation", "rate_stuck_HGS", "rate_stuck_LGS")
@@ -285,6 +291,7 @@ def _check_engine(engine):
     wv, rh, rl = float(engine.write_variation), float(engine.rate_stuck_HGS), float(engine.rate_stuck_LGS)
     if not (np.isfinite(HGS) and np.isfinite(LGS) and LGS < HGS):
         raise ValueError("argument 'engine': needs finite LGS < HGS, got LGS=%r, HGS=%r" % (LGS, HGS))
+    _core.check_conductance_range(HGS, LGS, g_level)  # LGS >= 0, float32-representable levels (contract.c)
     if not (np.isfinite(wv) and wv >= 0):
         raise ValueError("argument 'engine': write_variation must be finite and >= 0, got %r" % wv)
     if not (0 <= rh <= 1 and 0 <= rl <= 1 and rh + rl <= 1):
@@ -649,11 +656,12 @@ class SlicedData:
         """Weights: assign programmed conductances in siemens (getter layout; padding ignored).
 
         The engine then reads exactly these cells (read noise still follows the nominal level of
-        each cell). Cells equal to their ideal conductances (``L * Q_G + LGS``, e.g. the getter's
-        values of noise-free weights written back) are the programmed levels again, so noise-free
-        products stay exact (docs/semantics.md 7.1). ``None`` restores the cells programmed from
-        the codes. Weights re-programmed for an engine with other device parameters lose the
-        assignment."""
+        each cell); every cell in ``[0, HGS * (1 + 1e6 * 5.9)]`` (what write variation can program),
+        else ValueError naming 'G'. Cells equal to their ideal conductances (``L * Q_G + LGS``, e.g.
+        the getter's values of noise-free weights written back) are the programmed levels again, so
+        noise-free products stay exact (docs/semantics.md 7.1). ``None`` restores the cells
+        programmed from the codes. Weights re-programmed for an engine with other device parameters
+        lose the assignment."""
         if not self.is_weight:
             raise AttributeError("SlicedData.G: only weights (is_weight=True) have conductances")
         self._require()
@@ -665,8 +673,12 @@ class SlicedData:
             self._conductance = g if (wv > 0 or rh > 0 or rl > 0) else None
         else:
             g = self._unblocks(value, "G", np.float32)[:, 0]
-            if (g < 0).any():
-                raise ValueError("argument 'G': conductances must be >= 0")
+            g_max = _assigned_conductance_max(HGS)
+            if (g < 0).any() or (g > g_max).any():
+                raise ValueError("argument 'G': conductances must be in [0, %g] S (HGS * (1 + NOISE_SIGMA_MAX * "
+                                 "%g), the largest write variation can program; larger cells overflow the "
+                                 "crossbar sums), got values in [%g, %g]"
+                                 % (g_max, _core.NORMAL_ABS_MAX, g.min(), g.max()))
             self._conductance = None if np.array_equal(g, self._ideal_conductance()) else np.ascontiguousarray(g)
         self._version = next(_versions)
 

@@ -1,4 +1,5 @@
 /* The one validator of the slicing / programming / DPE argument contract (contract.h). */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -106,15 +107,29 @@ pf_status pf_validate_read_sigma(const char *arg, const float *sigma, int64_t g_
     return PF_OK;
 }
 
-pf_status pf_validate_conductance_range(double hgs, double lgs, int require_nonnegative)
+pf_status pf_validate_conductance_range(double hgs, double lgs, int64_t g_level)
 {
     if (!isfinite(hgs))
         return pf_fail(PF_ENONFINITE, "HGS", "must be finite, got %g", hgs);
     if (!isfinite(lgs))
         return pf_fail(PF_ENONFINITE, "LGS", "must be finite, got %g", lgs);
-    if (!(lgs < hgs) || (require_nonnegative && !(lgs >= 0.0)))
-        return pf_fail(PF_EINVAL, "LGS", "%smust be below HGS (LGS=%g, HGS=%g)",
-                       require_nonnegative ? "must be >= 0 and " : "", lgs, hgs);
+    if (!(lgs >= 0.0) || !(lgs < hgs))
+        return pf_fail(PF_EINVAL, "LGS", "must be >= 0 and below HGS (conductances are not negative; LGS=%g, "
+                       "HGS=%g)", lgs, hgs);
+    if (!(hgs <= PF_CONDUCTANCE_MAX))
+        return pf_fail(PF_EINVAL, "HGS", "must be at most %g siemens (programmed conductances, write variation "
+                       "included, must stay finite in float32), got %g", PF_CONDUCTANCE_MAX, hgs);
+    if (g_level < PF_MIN_LEVELS)
+        return pf_validate_g_level("g_level", g_level);
+    const double q_g = (hgs - lgs) / (double)(g_level - 1);
+    if (!(q_g >= FLT_MIN))
+        return pf_fail(PF_EINVAL, "HGS", "the level spacing (HGS - LGS) / (g_level - 1) = %g is below float32's "
+                       "smallest normal number %g (HGS=%g, LGS=%g, g_level=%lld)", q_g, (double)FLT_MIN, hgs, lgs,
+                       (long long)g_level);
+    if (!(q_g * PF_LEVEL_SPAN_MAX >= hgs))
+        return pf_fail(PF_EINVAL, "LGS", "too close to HGS: the level spacing (HGS - LGS) / (g_level - 1) = %g is "
+                       "below HGS * 2**-22 = %g, so the conductance levels are not distinct in float32 (LGS=%g, "
+                       "HGS=%g, g_level=%lld)", q_g, hgs / PF_LEVEL_SPAN_MAX, lgs, hgs, (long long)g_level);
     return PF_OK;
 }
 
@@ -140,7 +155,7 @@ pf_status pf_validate_program_params(const pf_program_params *p)
     if (!p)
         return pf_fail(PF_EINVAL, "params", "missing");
     if ((st = pf_validate_g_level("g_level", p->g_level)) != PF_OK ||
-        (st = pf_validate_conductance_range(p->hgs, p->lgs, 0)) != PF_OK ||
+        (st = pf_validate_conductance_range(p->hgs, p->lgs, p->g_level)) != PF_OK ||
         (st = pf_validate_sigma("write_variation", p->write_variation, PF_REL_SIGMA_MAX)) != PF_OK ||
         (st = pf_validate_sigma("rate_stuck_HGS", p->rate_stuck_hgs, 1.0)) != PF_OK ||
         (st = pf_validate_sigma("rate_stuck_LGS", p->rate_stuck_lgs, 1.0)) != PF_OK)
@@ -201,7 +216,7 @@ pf_status pf_validate_dpe_args(const pf_dpe_args *a)
     if (D >= ((int64_t)1 << 24))
         return pf_fail(PF_EINVAL, "rdac", "(rdac-1)*(g_level-1)*n = %lld (arguments 'rdac', 'g_level', 'n') must be "
                        "below 2**24 for exact crossbar sums", (long long)D);
-    if ((st = pf_validate_conductance_range(a->HGS, a->LGS, 1)) != PF_OK ||
+    if ((st = pf_validate_conductance_range(a->HGS, a->LGS, a->g_level)) != PF_OK ||
         (st = pf_validate_sigma("vnoise", a->vnoise, PF_REL_SIGMA_MAX)) != PF_OK ||
         (st = pf_validate_read_sigma("read_sigma", a->read_sigma, a->g_level)) != PF_OK)
         return st;

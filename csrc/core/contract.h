@@ -10,7 +10,9 @@
  *                 code 2**width - 1 at most g_level - 1
  *   rdac, radc    DAC / ADC resolutions 2..2**24
  *   granules      positive sizes
- *   HGS, LGS      finite, 0 <= LGS < HGS (programming only needs LGS < HGS)
+ *   HGS, LGS      finite, 0 <= LGS < HGS <= PF_CONDUCTANCE_MAX, the level spacing
+ *                 Q_G = (HGS - LGS) / (g_level - 1) a normal float32 and >= HGS / PF_LEVEL_SPAN_MAX
+ *                 (pf_common.h), for programming and products alike
  *   sigmas        finite (NaN/inf: PF_ENONFINITE), read noise in [0, PF_READ_SIGMA_MAX],
  *                 relative write/DAC noise in [0, PF_REL_SIGMA_MAX]; stuck-at rates in [0, 1], sum <= 1 */
 #ifndef PF_CONTRACT_H
@@ -45,8 +47,9 @@ pf_status pf_validate_pair(const char *arg, int64_t a, int64_t b, int64_t minimu
 pf_status pf_validate_sigma(const char *arg, double v, double max);
 /* g_level read sigmas (NULL: none). */
 pf_status pf_validate_read_sigma(const char *arg, const float *sigma, int64_t g_level);
-/* finite, min_lgs <= LGS < HGS. */
-pf_status pf_validate_conductance_range(double hgs, double lgs, int require_nonnegative);
+/* finite, 0 <= LGS < HGS <= PF_CONDUCTANCE_MAX, Q_G = (HGS - LGS) / (g_level - 1) >= FLT_MIN and
+ * >= HGS / PF_LEVEL_SPAN_MAX (float32 levels distinct and finite with write variation). */
+pf_status pf_validate_conductance_range(double hgs, double lgs, int64_t g_level);
 /* One slice_quantize call: a non-empty (n, rows, cols), granule >= 1, the slice method and, when
  * levels are wanted, g_level and its fit (the CPU kernels and the OpenCL host code call it first). */
 pf_status pf_validate_slice_args(int64_t n, int64_t rows, int64_t cols, int64_t gran_rows, int64_t gran_cols,

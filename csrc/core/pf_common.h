@@ -72,6 +72,16 @@ static inline int64_t pf_max64(int64_t a, int64_t b) { return a > b ? a : b; }
  * linear and bounded at 1e6 for the same reason. */
 #define PF_READ_SIGMA_MAX 5.0
 #define PF_REL_SIGMA_MAX 1e6
+#define PF_NORMAL_ABS_MAX 5.9 /* |z| of the engine's normals: sqrt(-2 log(2**-25)) = 5.89 */
+
+/* Conductance range (validated with g_level by pf_validate_conductance_range, contract.c):
+ * cells live in float32, so HGS * (1 + PF_REL_SIGMA_MAX * PF_NORMAL_ABS_MAX), the largest
+ * conductance write variation can program, must stay finite (6e36 S at HGS = 1e30), the level
+ * spacing Q_G = (HGS - LGS) / (g_level - 1) must be a normal float32, and at least
+ * HGS / PF_LEVEL_SPAN_MAX (two float32 ulps of HGS) so that the g_level levels are distinct
+ * float32 numbers and the kernels' level units (HGS / Q_G at most 2**22) stay precise. */
+#define PF_CONDUCTANCE_MAX 1e30
+#define PF_LEVEL_SPAN_MAX 4194304.0 /* 2**22 */
 
 #define PF_ALIGN 64
 #define PF_RESTRICT __restrict__

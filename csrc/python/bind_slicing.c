@@ -334,6 +334,23 @@ static PyObject *py_program_conductance(PyObject *self, PyObject *args, PyObject
     return (PyObject *)g;
 }
 
+/* check_conductance_range(HGS, LGS, g_level): None, or the contract's ValueError naming the argument. */
+static PyObject *py_check_conductance_range(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    PF_UNUSED(self);
+    static char *kwlist[] = {"HGS", "LGS", "g_level", NULL};
+    static const char fmt[] = "ddO&:check_conductance_range";
+    double hgs, lgs;
+    int g_level;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &hgs, &lgs, pf_conv_g_level, &g_level)) {
+        pf_name_parse_error(args, kwds, fmt, kwlist);
+        return NULL;
+    }
+    if (check(pf_validate_conductance_range(hgs, lgs, g_level)) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef slicing_methods[] = {
     {"slice_quantize", (PyCFunction)(void (*)(void))py_slice_quantize, METH_VARARGS | METH_KEYWORDS,
      "slice_quantize(data, slice_method, paral_size, quant_gran=None, bw_e=None, dequant=False, g_level=None, *, "
@@ -347,6 +364,10 @@ static PyMethodDef slicing_methods[] = {
      "program_conductance(levels, g_level, HGS, LGS, write_variation=0, rate_stuck_HGS=0, rate_stuck_LGS=0, "
      "seed=None, *, device=None)\n--\n\nProgrammed conductances in siemens with write variation and stuck-at "
      "faults (spec 6), on device (None or 'cpu': the CPU; an OpenCLDevice: that device, same results)."},
+    {"check_conductance_range", (PyCFunction)(void (*)(void))py_check_conductance_range, METH_VARARGS | METH_KEYWORDS,
+     "check_conductance_range(HGS, LGS, g_level)\n--\n\nRaises the contract's ValueError (naming HGS, LGS or "
+     "g_level) unless 0 <= LGS < HGS <= CONDUCTANCE_MAX and the level spacing (HGS - LGS) / (g_level - 1) is a "
+     "normal float32 of at least HGS * 2**-22 (csrc/core/contract.c)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -358,6 +379,9 @@ int pf_bind_slicing_init(PyObject *module)
         return -1;
     if (PyModule_AddIntConstant(module, "SLICE_MAX_TOTAL_BITS", PF_MAX_TOTAL_BITS) < 0 ||
         PyModule_AddIntConstant(module, "SLICE_MAX_WIDTH", PF_MAX_SLICE_WIDTH) < 0)
+        return -1;
+    if (PyModule_AddObject(module, "CONDUCTANCE_MAX", PyFloat_FromDouble(PF_CONDUCTANCE_MAX)) < 0 ||
+        PyModule_AddObject(module, "NORMAL_ABS_MAX", PyFloat_FromDouble(PF_NORMAL_ABS_MAX)) < 0)
         return -1;
     return 0;
 }

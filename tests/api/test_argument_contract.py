@@ -247,6 +247,57 @@ def test_engine_rejections_name_the_argument_as_the_core_does(over, name):
         assert outcome(lambda: run_mvm("cpu", rdac=int(bad))) == (ValueError, str(info.value).replace("radc", "rdac"))
 
 
+FLOAT32_RANGE_CASES = [(dict(HGS=1e39, LGS=0.0), "HGS", "at most 1e+30"),
+                       (dict(HGS=1e300, LGS=0.0), "HGS", "at most 1e+30"),
+                       (dict(HGS=1e-44, LGS=0.0), "HGS", "smallest normal"),
+                       (dict(HGS=1e-300, LGS=0.0), "HGS", "smallest normal"),
+                       (dict(HGS=1.0 + 1e-7, LGS=1.0), "LGS", "not distinct in float32")]
+
+
+@pytest.mark.parametrize("over,name,words", FLOAT32_RANGE_CASES)
+def test_engine_conductance_range_is_the_core_rule(over, name, words):
+    # DPETensor(HGS=1e39) (or 1e-44, 1e300, 1e-300) with write / read noise gave NaN products, no error
+    with pytest.raises(ValueError, match="argument '%s'" % name) as info:
+        pyfastpim.DPETensor(g_level=16, **over)
+    assert words in str(info.value)
+    codes = np.zeros((3, 2, 2), np.uint8)
+    for label, fn in {"check_conductance_range": lambda: _core.check_conductance_range(over["HGS"], over["LGS"], 16),
+                      "program_weights": lambda: pyfastpim.program_weights(codes, (1, 1, 2), 16, **over)}.items():
+        assert outcome(fn) == (ValueError, str(info.value)), label
+
+
+class _DuckEngine:
+    g_level, HGS, LGS, write_variation, rate_stuck_HGS, rate_stuck_LGS = 16, 1e-5, -1e-5, 0.0, 0.0, 0.0
+
+
+def test_weights_refuse_an_engine_programming_negative_conductances():
+    # SlicedData programmed cells down to -1e-5 S for an engine object with LGS < 0 (only LGS < HGS was checked)
+    w = pyfastpim.SlicedData((1, 1, 2), is_weight=True, paral_size=(6, 5))
+    with pytest.raises(ValueError, match="argument 'LGS': must be >= 0"):
+        w.slice_data_imp(_DuckEngine(), X[:6, :5])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_conductance_range_limits_give_finite_noisy_products(device):
+    # the edges of the accepted range stay finite with every noise source on, just past them is refused
+    rng = np.random.default_rng(8)
+    x, w = rng.standard_normal((3, 16)).astype(np.float32), rng.standard_normal((16, 6)).astype(np.float32)
+    q = 2.0 ** -22 * 15  # HGS - LGS at the smallest spacing of 16 levels: HGS * 2**-22
+    edges = [dict(HGS=1e30, LGS=0.0), dict(HGS=15 * 1.1754944e-38, LGS=0.0), dict(HGS=1.0, LGS=1.0 - q)]
+    for kw in edges:
+        eng = pyfastpim.DPETensor(g_level=16, write_variation=0.5, read_variation=0.5, vnoise=0.5,
+                                  rate_stuck_HGS=0.01, rate_stuck_LGS=0.01, device=device, **kw)
+        xs = pyfastpim.SlicedData((1, 1, 2, 4), paral_size=(3, 8))
+        ws = pyfastpim.SlicedData((1, 1, 2, 4), is_weight=True, paral_size=(8, 3))
+        xs.slice_data_imp(eng, x)
+        ws.slice_data_imp(eng, w)
+        assert np.isfinite(np.asarray(ws.G)).all(), kw
+        assert np.isfinite(np.asarray(eng(xs, ws))).all(), kw
+    for kw in (dict(HGS=1.01e30, LGS=0.0), dict(HGS=14 * 1.1754944e-38, LGS=0.0), dict(HGS=1.0, LGS=1.0 - q / 2)):
+        with pytest.raises(ValueError, match="argument '(HGS|LGS)'"):
+            pyfastpim.DPETensor(g_level=16, device=device, **kw)
+
+
 def test_g_level_256_accepted_everywhere():
     for dev in DEVICES:
         run_mvm(dev, g_level=256, rdac=2)
@@ -268,6 +319,10 @@ def test_g_level_256_accepted_everywhere():
     (dict(g_level=256, rdac=2 ** 16), "rdac", ValueError),  # (rdac-1)(g_level-1)n >= 2**24
     (dict(HGS=1e-7, LGS=1e-5), "LGS", ValueError), (dict(LGS=-1e-7), "LGS", ValueError),
     (dict(HGS=float("nan")), "HGS", ValueError), (dict(LGS=float("inf")), "LGS", ValueError),
+    # outside float32's useful range (NaN products with noise before): HGS above 1e30, a level spacing below
+    # float32's smallest normal, LGS so close to HGS that the levels are not distinct float32 numbers
+    (dict(HGS=1e39), "HGS", ValueError), (dict(HGS=1e-44, LGS=0.0), "HGS", ValueError),
+    (dict(LGS=HGS * (1 - 1e-8)), "LGS", ValueError),
     (dict(vnoise=float("nan")), "vnoise", ValueError), (dict(vnoise=-0.1), "vnoise", ValueError),
     (dict(vnoise=float("inf")), "vnoise", ValueError), (dict(vnoise=2e6), "vnoise", ValueError),
     (dict(read_sigma=np.full(16, np.nan, np.float32)), "read_sigma", ValueError),
@@ -301,6 +356,9 @@ def test_slice_method_same_error_everywhere(method, exc):
     (dict(rate_stuck_HGS=float("nan")), "rate_stuck_HGS"), (dict(rate_stuck_HGS=1.5), "rate_stuck_HGS"),
     (dict(rate_stuck_LGS=0.6, rate_stuck_HGS=0.6), "rate_stuck_LGS"), (dict(HGS=float("inf")), "HGS"),
     (dict(LGS=2e-5), "LGS"),
+    # negative conductances (programming took any LGS < HGS: cells below 0 S) and float32's range
+    (dict(LGS=-1e-7), "LGS"), (dict(HGS=-1e-7, LGS=-1e-5), "LGS"), (dict(HGS=1e39), "HGS"),
+    (dict(HGS=1e-44, LGS=0.0), "HGS"), (dict(LGS=HGS * (1 - 1e-8)), "LGS"),
 ])
 def test_programming_contract_same_on_both_devices(over, name):
     assert_same_rejection({"program_conductance/" + d: (lambda d=d: run_program(d, **over)) for d in DEVICES},
@@ -418,3 +476,29 @@ def test_assigned_attributes_must_be_numbers_finite_in_float32():
         w.G = np.array(G, dtype=object)
     w.G, w.max_data = G, M  # float64 values that fit are taken
     np.testing.assert_array_equal(np.array(w.G), G.astype(np.float32))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_assigned_conductances_are_bounded_by_what_programming_can_write(device):
+    # w.G with a cell at 1e36 S (finite in float32) was taken: the crossbar sums overflowed, NaN products
+    eng = pyfastpim.DPETensor(write_variation=0.0, rate_stuck_HGS=0.0, read_variation=0.05, vnoise=0.0,
+                              device=device)
+    rng = np.random.default_rng(9)
+    xs = pyfastpim.SlicedData((1, 1, 2, 2), paral_size=(4, 32))
+    w = pyfastpim.SlicedData((1, 1, 2, 2), is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+    xs.slice_data_imp(eng, rng.standard_normal((4, 64)).astype(np.float32))
+    w.slice_data_imp(eng, rng.standard_normal((64, 32)).astype(np.float32))
+    G = np.array(w.G)
+
+    def assign(cell):
+        g = G.copy()
+        g[0, 0, 0, 0, 0] = cell
+        w.G = g
+    for bad in (1e36, 1e30, -1e-7):
+        with pytest.raises(ValueError, match="argument 'G': conductances must be in"):
+            assign(bad)
+    top = eng.HGS * (1 + pyfastpim.dpe.NOISE_SIGMA_MAX * _core.NORMAL_ABS_MAX)  # write variation's largest cell
+    with pytest.raises(ValueError, match="argument 'G': conductances must be in"):
+        assign(top * 1.001)
+    assign(np.float32(top * 0.999))  # the largest cell programming can make is accepted, multiplies to finite values
+    assert np.isfinite(np.asarray(eng(xs, w))).all()

@@ -196,7 +196,8 @@ class DPETensor:
             write_variation: larger values raise ValueError rather than give inf/NaN outputs).
         wire_resistance: ohms of one wire segment between adjacent cells (rows and columns). 0: ideal
             wires; > 0: IR drop, each crossbar block's effective conductances are solved once when the
-            weights are programmed (docs/physics.md).
+            weights are programmed (docs/physics.md). wire_resistance * HGS (and * the largest
+            programmed cell) must be at most pyfastpim.physics.IRDROP_MAX_GR (1e6), else ValueError.
         rdac: DAC resolution (>= 2 levels).
         radc: ADC resolution, an int or one per weight slice (given most significant slice first).
         vread: read voltage.
@@ -246,6 +247,9 @@ class DPETensor:
         # the core's rule (csrc/core/contract.c): 0 <= LGS < HGS <= 1e30, the level spacing a normal
         # float32 of at least HGS * 2**-22 (ValueError naming HGS or LGS, the message of every entry point)
         _core.check_conductance_range(self.HGS, self.LGS, self.g_level)
+        if self.wire_resistance > 0:
+            from .physics import check_wire_resistance
+            check_wire_resistance(self.wire_resistance, self.HGS, "HGS")
         if self.vread <= 0:
             raise ValueError("argument 'vread': must be > 0")
         for name in ("rate_stuck_HGS", "rate_stuck_LGS"):

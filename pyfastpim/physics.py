@@ -12,12 +12,18 @@ drifted currents at the per-call cost of programmed conductances.
 """
 import math
 import numbers
+import sys
 
 import numpy as np
 
 from . import _core
 
 __all__ = ["effective_conductance", "column_currents", "drift_conductance", "DriftSettings"]
+
+#: Largest ``wire_resistance * G`` (a cell's conductance over a wire segment's) the IR-drop solver
+#: accepts: its error grows as ~1e-16 * G R relative to the block's largest G_eff (1e-10 here;
+#: physical crossbars have G R ~ 1e-4 to 1e-2). Larger products raise ValueError.
+IRDROP_MAX_GR = _core.IRDROP_MAX_GR
 
 
 def _positive(value, name):
@@ -26,15 +32,31 @@ def _positive(value, name):
     return float(value)
 
 
+def check_wire_resistance(wire_resistance, g_max, what="G"):
+    """ValueError naming 'wire_resistance' unless ``0 < wire_resistance`` (with a finite inverse) and
+    ``wire_resistance * g_max <= IRDROP_MAX_GR``; g_max is the largest |conductance| (``what``)."""
+    r = _positive(wire_resistance, "wire_resistance")
+    if r < sys.float_info.min:
+        raise ValueError("argument 'wire_resistance': must be >= %g (1 / wire_resistance finite), got %r"
+                         % (sys.float_info.min, wire_resistance))
+    if r * g_max > IRDROP_MAX_GR:
+        raise ValueError("argument 'wire_resistance': %g ohm times the largest conductance %s = %g S is %g, above %g "
+                         "(a cell conducting a million times a wire segment): the IR-drop network cannot be solved "
+                         "accurately" % (r, what, g_max, r * g_max, IRDROP_MAX_GR))
+    return r
+
+
 def effective_conductance(G, wire_resistance):
     """Effective conductance matrix (float64, same shape) of one crossbar block.
 
     G: cell conductances in siemens, (rows, cols); wire_resistance: ohms per wire segment
-    (> 0). Rows are driven at their left end, columns read by a virtual-ground ADC at their
-    bottom end (docs/physics.md). Column currents are ``V @ G_eff`` for row voltages V.
+    (> 0, ``wire_resistance * max|G| <= IRDROP_MAX_GR``). Rows are driven at their left end,
+    columns read by a virtual-ground ADC at their bottom end (docs/physics.md). Column currents
+    are ``V @ G_eff`` for row voltages V.
     """
-    r = _positive(wire_resistance, "wire_resistance")
-    return np.asarray(_core.irdrop_block(np.ascontiguousarray(G, dtype=np.float64), r))
+    G = np.ascontiguousarray(G, dtype=np.float64)
+    g_max = float(np.abs(G).max()) if G.size and np.isfinite(G).all() else 0.0  # NaN / empty: the core's error
+    return np.asarray(_core.irdrop_block(G, check_wire_resistance(wire_resistance, g_max)))
 
 
 def column_currents(G, V, wire_resistance):
@@ -147,6 +169,9 @@ def solve_physics(work):
     if drift is not None:
         g = drift_conductance(g0, drift.t, drift.t0, drift.nu_mean, drift.nu_std, seed=work["program"][6])
     pr, pc = work["paral"]
+
+    if r != 0:  # the engine's wire_resistance against its cells (write variation, assigned G included)
+        check_wire_resistance(r, max(float(np.abs(g0).max(initial=0.0)), LGS), "of the programmed cells")
 
     def ir(a):
         return a if r == 0 else np.asarray(_core.irdrop_layer(a, r, pr, pc, LGS))

@@ -16,6 +16,11 @@
  * new noise families added there do not collide with it. */
 #define PF_STREAM_DRIFT 64u
 #define PF_IRDROP_MAX_BLOCK (1 << 14) /* rows or columns of one crossbar block */
+/* Largest |g| * r_wire (a cell's conductance over a wire segment's): the solve's error grows
+ * as ~1e-16 * g r relative to the block's largest G_eff (measured against 80-digit solves:
+ * 1e-10 at 1e6, 1e-4 at 1e13; wrong-signed and NaN entries at 1e95), so 1e6 keeps it far
+ * below float32 rounding. Physical crossbars have g r ~ 1e-4 to 1e-2. */
+#define PF_IRDROP_MAX_GR 1e6
 
 /* Effective conductance matrix of one crossbar block with wire resistance.
  *
@@ -28,9 +33,13 @@
  * is read by a virtual-ground ADC at its bottom end, one segment after cell
  * (n-1, j) and one between adjacent cells. The column current is then linear
  * in the row voltages: I_j = sum_i geff[i * ldo + j] * V_i.
+ * Requires r_wire >= DBL_MIN (1 / r_wire finite) and |g| * r_wire <=
+ * PF_IRDROP_MAX_GR for every cell (PF_EINVAL naming "r_wire"); the result is
+ * checked: every geff finite, and >= 0 when every g >= 0 (all node voltages
+ * lie between 0 and the drive), else PF_EINVAL naming "r_wire".
  *
  * Returns PF_OK, PF_EINVAL (bad sizes/values, a singular network),
- * PF_EOVERFLOW, PF_ENOMEM. */
+ * PF_ENONFINITE, PF_EOVERFLOW, PF_ENOMEM. */
 pf_status pf_irdrop_block(const double *g, int64_t n, int64_t m, int64_t ldg, double r_wire, double *geff,
                           int64_t ldo);
 
@@ -39,8 +48,9 @@ pf_status pf_irdrop_block(const double *g, int64_t n, int64_t m, int64_t ldg, do
  * cells of a partial block past K or P are padding (conductance pad_g,
  * rows driven at 0 V). Writes geff (S, K, P) float32, the valid cells only.
  * Blocks run in parallel (OpenMP, pyfastpim's thread count); each block's
- * result is independent of the thread count. A set cancel flag (may be NULL)
- * stops the solve between blocks: PF_EINTR, geff partly written. */
+ * result is independent of the thread count. A failing block's error record
+ * (pf_irdrop_block's argument and message) is the call's. A set cancel flag
+ * (may be NULL) stops the solve between blocks: PF_EINTR, geff partly written. */
 pf_status pf_irdrop_layer(const float *g, int64_t n_slices, int64_t rows, int64_t cols, int64_t block_rows,
                           int64_t block_cols, double r_wire, double pad_g, float *geff, pf_cancel *cancel);
 
@@ -48,7 +58,8 @@ pf_status pf_irdrop_layer(const float *g, int64_t n_slices, int64_t rows, int64_
  *   nu[idx]  = max(0, nu_mean + nu_std * pf_normal(seed, PF_STREAM_DRIFT, 0, idx))
  *   out[idx] = (float)((double)g[idx] * exp(-nu[idx] * log(t / t0)))
  * for idx = index0 .. index0 + count - 1 (g, out and nu_out indexed from 0;
- * nu_out may be NULL). Requires t >= t0 > 0 and finite values, nu_std >= 0. */
+ * nu_out may be NULL). Requires t >= t0 > 0 and finite values (g included:
+ * PF_ENONFINITE naming "g"), nu_std >= 0. */
 pf_status pf_drift(const float *g, int64_t count, uint64_t index0, uint64_t seed, double t, double t0,
                    double nu_mean, double nu_std, float *out, float *nu_out);
 

@@ -28,6 +28,10 @@ pf_status pf_drift(const float *g, int64_t count, uint64_t index0, uint64_t seed
         return PF_OK;
     if (!g || !out)
         return pf_fail(PF_EINVAL, "g", "missing buffers");
+    for (int64_t k = 0; k < count; k++)
+        if (!isfinite(g[k]))
+            return pf_fail(PF_ENONFINITE, "g", "conductances must be finite, got %g at index %lld", (double)g[k],
+                           (long long)k);
     const double log_ratio = log(t / t0);
 #pragma omp parallel for num_threads(pf_get_num_threads()) schedule(static)
     for (int64_t k = 0; k < count; k++) {

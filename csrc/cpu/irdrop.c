@@ -30,6 +30,7 @@
  * links span at most 2 min(n, m) indices (the half bandwidth kd). */
 #include "core/physics.h"
 
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <string.h>
@@ -221,7 +222,7 @@ static pf_status full_block(const double *g, int64_t n, int64_t m, int64_t ldg, 
         int info = 0;
         dgbsv_(&N, &kd, &kd, &nrhs, ab, &ldab_lu, ipiv, rhs, &N, &info);
         if (info != 0) {
-            st = PF_EINVAL; /* singular network */
+            st = pf_fail(PF_EINVAL, "g", "the IR-drop network is singular (negative cell conductances)");
             goto done;
         }
     }
@@ -330,19 +331,54 @@ out:
     return rc;
 }
 
+/* The inputs of one block: finite g with |g| r_wire <= PF_IRDROP_MAX_GR. *nonneg: every g >= 0. */
+static pf_status check_block(const double *g, int64_t n, int64_t m, int64_t ldg, double r_wire, int *nonneg)
+{
+    double gmax = 0.0;
+    *nonneg = 1;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < m; j++) {
+            const double v = g[i * ldg + j];
+            if (!isfinite(v))
+                return pf_fail(PF_ENONFINITE, "g", "conductances must be finite and the network solvable");
+            gmax = fabs(v) > gmax ? fabs(v) : gmax;
+            *nonneg &= v >= 0.0;
+        }
+    if (gmax * r_wire > PF_IRDROP_MAX_GR)
+        return pf_fail(PF_EINVAL, "r_wire", "wire resistance %g ohm times the largest cell conductance %g S is %g, "
+                       "above %g: the IR-drop network cannot be solved accurately (wire_resistance * G must be at "
+                       "most %g)", r_wire, gmax, gmax * r_wire, PF_IRDROP_MAX_GR, PF_IRDROP_MAX_GR);
+    return PF_OK;
+}
+
+/* The solve's result: finite, and >= 0 when every g >= 0 (node voltages lie between 0 and the
+ * drive). The Schur path keeps those signs exactly; a violation means the solve broke down. */
+static pf_status check_result(const double *geff, int64_t n, int64_t m, int64_t ldo, double r_wire, int nonneg)
+{
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < m; j++) {
+            const double v = geff[i * ldo + j];
+            if (!isfinite(v) || (nonneg && v < 0.0))
+                return pf_fail(PF_EINVAL, "r_wire", "the IR-drop solve with wire resistance %g ohm gave a %s "
+                               "effective conductance (%g at cell (%lld, %lld)): the network is too ill-conditioned",
+                               r_wire, isfinite(v) ? "negative" : "non-finite", v, (long long)i, (long long)j);
+        }
+    return PF_OK;
+}
+
 pf_status pf_irdrop_block(const double *g, int64_t n, int64_t m, int64_t ldg, double r_wire, double *geff,
                           int64_t ldo)
 {
-    if (!(r_wire > 0.0) || !isfinite(r_wire))
-        return pf_fail(PF_EINVAL, "r_wire", "must be finite and > 0, got %g", r_wire);
+    if (!(r_wire >= DBL_MIN) || !isfinite(r_wire))
+        return pf_fail(PF_EINVAL, "r_wire", "must be finite and >= %g (1 / r_wire finite), got %g", DBL_MIN, r_wire);
     if (!g || !geff || n < 1 || m < 1 || ldg < m || ldo < m)
         return pf_fail(PF_EINVAL, "g", "expected a non-empty block, got %lld x %lld", (long long)n, (long long)m);
     if (n > INT_MAX / 4 / m)
         return pf_fail(PF_EOVERFLOW, "g", "a %lld x %lld block is too large to solve", (long long)n, (long long)m);
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < m; j++)
-            if (!isfinite(g[i * ldg + j]))
-                return pf_fail(PF_ENONFINITE, "g", "conductances must be finite and the network solvable");
+    int nonneg;
+    pf_status st = check_block(g, n, m, ldg, r_wire, &nonneg);
+    if (st != PF_OK)
+        return st;
     /* The Schur path eliminates the shorter wires (band = their length). For
      * n < m it runs on the dual network: rows' = the columns read from their
      * ADC end, columns' = the rows read from their driver end, i.e.
@@ -361,26 +397,25 @@ pf_status pf_irdrop_block(const double *g, int64_t n, int64_t m, int64_t ldg, do
         for (int64_t b = 0; b < mm; b++)
             h[a * mm + b] = r_wire * (dual ? g[(n - 1 - b) * ldg + (m - 1 - a)] : g[a * ldg + b]);
     int rc = schur_block(h, nn, mm, r_wire, e, mm);
-    pf_status st = PF_OK;
     if (rc == 0) {
         for (int64_t i = 0; i < n; i++)
             for (int64_t j = 0; j < m; j++)
                 geff[i * ldo + j] = dual ? e[(m - 1 - j) * mm + (n - 1 - i)] : e[i * mm + j];
     } else if (rc < 0) {
-        st = PF_ENOMEM;
+        st = pf_fail(PF_ENOMEM, "g", "out of memory for a %lld x %lld block", (long long)n, (long long)m);
     } else {
         st = full_block(g, n, m, ldg, r_wire, geff, ldo);
     }
     pf_free(h);
     pf_free(e);
-    return st;
+    return st == PF_OK ? check_result(geff, n, m, ldo, r_wire, nonneg) : st;
 }
 
 pf_status pf_irdrop_layer(const float *g, int64_t n_slices, int64_t rows, int64_t cols, int64_t block_rows,
                           int64_t block_cols, double r_wire, double pad_g, float *geff, pf_cancel *cancel)
 {
-    if (!(r_wire > 0.0) || !isfinite(r_wire))
-        return pf_fail(PF_EINVAL, "r_wire", "must be finite and > 0, got %g", r_wire);
+    if (!(r_wire >= DBL_MIN) || !isfinite(r_wire))
+        return pf_fail(PF_EINVAL, "r_wire", "must be finite and >= %g (1 / r_wire finite), got %g", DBL_MIN, r_wire);
     if (!isfinite(pad_g) || pad_g < 0.0)
         return pf_fail(isfinite(pad_g) ? PF_EINVAL : PF_ENONFINITE, "pad_g", "must be finite and >= 0, got %g", pad_g);
     if (block_rows < 1 || block_cols < 1 || block_rows > PF_IRDROP_MAX_BLOCK || block_cols > PF_IRDROP_MAX_BLOCK)
@@ -400,6 +435,7 @@ pf_status pf_irdrop_layer(const float *g, int64_t n_slices, int64_t rows, int64_
     const int64_t nbr = pf_ceil_div(rows, block_rows), nbc = pf_ceil_div(cols, block_cols);
     const int64_t tasks = n_slices * nbr * nbc;
     pf_status st = PF_OK;
+    pf_error first = {0}; /* the record of the first failing block (made on a worker thread) */
 #pragma omp parallel num_threads(pf_get_num_threads())
     {
         double *gb = pf_alloc(blk * sizeof(double));
@@ -416,6 +452,7 @@ pf_status pf_irdrop_layer(const float *g, int64_t n_slices, int64_t rows, int64_
             for (int64_t i = 0; i < block_rows; i++)
                 for (int64_t j = 0; j < block_cols; j++)
                     gb[i * block_cols + j] = (i < rv && j < cv) ? (double)src[i * cols + j] : pad_g;
+            pf_clear_error();
             local = pf_irdrop_block(gb, block_rows, block_cols, block_cols, r_wire, eb, block_cols);
             if (local != PF_OK)
                 continue;
@@ -428,10 +465,16 @@ pf_status pf_irdrop_layer(const float *g, int64_t n_slices, int64_t rows, int64_
         pf_free(eb);
         if (local != PF_OK) {
 #pragma omp critical(pf_irdrop_status)
-            st = st == PF_OK ? local : st;
+            if (st == PF_OK) {
+                st = local;
+                first = *pf_last_error();
+            }
         }
     }
-    /* the blocks ran on worker threads: record the failure on the calling thread */
+    /* the blocks ran on worker threads: record the failure (the block's own, when it made one) on the
+     * calling thread */
+    if (st != PF_OK && first.status == st && first.arg[0])
+        return pf_fail(st, first.arg, "%s", first.message);
     if (st == PF_ENOMEM)
         return pf_fail(st, "g", "out of memory for a %lld x %lld block", (long long)block_rows, (long long)block_cols);
     if (st != PF_OK)

@@ -2,6 +2,7 @@
  *
  *   irdrop_block(g, r_wire) -> geff
  *       g float64 (n, m) siemens; geff float64 (n, m): I_j = sum_i geff[i, j] V_i.
+ *       |g| * r_wire <= IRDROP_MAX_GR (physics.h), else ValueError naming 'r_wire'.
  *   irdrop_layer(g, r_wire, block_rows, block_cols, pad_g) -> geff
  *       g float32 (S, K, P) programmed conductances; geff float32 (S, K, P).
  *   drift(g, seed, t, t0, nu_mean, nu_std, return_nu=False) -> out or (out, nu)
@@ -157,5 +158,7 @@ static PyMethodDef physics_methods[] = {
 
 int pf_bind_physics_init(PyObject *module)
 {
-    return PyModule_AddFunctions(module, physics_methods);
+    if (PyModule_AddFunctions(module, physics_methods) < 0)
+        return -1;
+    return PyModule_AddObject(module, "IRDROP_MAX_GR", PyFloat_FromDouble(PF_IRDROP_MAX_GR));
 }

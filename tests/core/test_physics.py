@@ -82,6 +82,65 @@ def test_solver_rejects_bad_arguments():
         _core.irdrop_layer(np.ones((1, 4, 4), np.float32), 1.0, 4, 4, -1.0)
 
 
+@pytest.mark.parametrize("r_wire", [1e12, 1e100, 1e300, 1e305])
+def test_absurd_wire_resistance_is_refused_naming_it(r_wire):
+    # r * G far beyond 1e6: the solve returned entries of the wrong sign, NaN or huge (r = 1e100: +-1e58 S),
+    # or (r = 1e305) "irdrop_block: invalid arguments" naming no argument
+    G = random_block(np.random.default_rng(7), 8, 8)
+    with pytest.raises(ValueError, match="argument 'wire_resistance'.*above 1e\\+06"):
+        physics.effective_conductance(G, r_wire)
+    with pytest.raises(ValueError, match="argument 'r_wire'.*above 1e\\+06"):
+        _core.irdrop_block(G, r_wire)
+    # the layer solve named 'g' ("conductances must be finite") for the wire resistance's fault
+    with pytest.raises(ValueError, match="argument 'r_wire'.*above 1e\\+06"):
+        _core.irdrop_layer(G[None].astype(np.float32), r_wire, 4, 4, LGS)
+    with pytest.raises(ValueError, match="argument 'wire_resistance'"):
+        DPETensor(wire_resistance=r_wire)  # r * HGS: taken, then every product read a garbage G_eff
+
+
+def test_wire_resistance_and_conductance_products_at_the_limits():
+    rng = np.random.default_rng(8)
+    G = random_block(rng, 6, 9)
+    # 1 / r overflowing (r = 1e-320, subnormal) gave NaN effective conductances; G of 1e306 S at 1 ohm
+    # gave "irdrop_block: invalid arguments"
+    with pytest.raises(ValueError, match="argument 'wire_resistance': must be >= 2.2"):
+        physics.effective_conductance(G, 1e-320)
+    with pytest.raises(ValueError, match="argument 'r_wire'"):
+        _core.irdrop_block(G, 1e-320)
+    with pytest.raises(ValueError, match="argument 'wire_resistance'.*largest conductance G = 1e\\+306"):
+        physics.effective_conductance(np.full((4, 4), 1e306), 1.0)
+    # at the limit r * max G = 1e6 the solve is accurate, finite and >= 0
+    r = physics.IRDROP_MAX_GR / G.max()
+    geff = physics.effective_conductance(G, r)
+    assert np.isfinite(geff).all() and (geff >= 0).all()
+    V = rng.uniform(0, 0.2, (3, 6))
+    ref = irdrop_currents(G, V, r)
+    np.testing.assert_allclose(V @ geff, ref, rtol=1e-6)
+
+
+def test_engine_refuses_cells_beyond_the_solver_range_naming_wire_resistance():
+    rng = np.random.default_rng(9)
+    x, w = engine_case(rng)
+    # accepted: r * HGS = 1e5; write variation (sigma 1e4) programs cells far above HGS, which the solve took
+    # as they were (r * G ~ 1e9, inaccurate); now programming them raises naming wire_resistance
+    eng = DPETensor(wire_resistance=1e10, write_variation=1e4, read_variation=0.0, vnoise=0.0)
+    with pytest.raises(ValueError, match="argument 'wire_resistance'.*of the programmed cells"):
+        sliced_pair(eng, x, w)
+    eng = DPETensor(wire_resistance=1e10, **NOISE_OFF)  # without write variation the cells stay at HGS
+    xs, ws = sliced_pair(eng, x, w)
+    assert np.isfinite(eng(xs, ws)).all()
+    eng.wire_resistance = 1e200  # changed after construction: the programming check catches it
+    with pytest.raises(ValueError, match="argument 'wire_resistance'"):
+        sliced_pair(eng, x, w)
+
+
+def test_drift_refuses_non_finite_conductances():
+    # NaN / inf cells were drifted into NaN / inf without an error
+    for bad in (np.nan, np.inf):
+        with pytest.raises(ValueError, match="argument 'g': conductances must be finite"):
+            physics.drift_conductance(np.array([1e-6, bad], np.float32), 10.0)
+
+
 def test_layer_blocks_are_padded_blocks_and_thread_count_independent():
     rng = np.random.default_rng(7)
     S, K, P, pr, pc = 2, 19, 13, 8, 6

@@ -120,6 +120,13 @@ def _check_resolution(value, name):
 _CHUNK_CODE_BYTES = 64 << 20
 
 
+#: Crossbar sums stay below this (float32's exact integer range): (rdac-1)*(g_level-1)*rows < 2**24.
+_EXACT_SUM_LIMIT = 2 ** 24
+#: How the entry points' users give the crossbar height (the core's argument 'n').
+_ROWS_SLICED = ("paral_size", "the weights' paral_size[0] (= the input's paral_size[1])")
+_ROWS_LAYER = ("weight_paral_size", "weight_paral_size[0] (= input_paral_size[1])")
+
+
 def _widths_of(slice_method):
     from .sliced import _widths
     return _widths(slice_method)
@@ -394,6 +401,20 @@ class DPETensor:
             with _state_lock:
                 commit_physics(mat, work, result)
 
+    def _check_exact_sums(self, rows, names):
+        """ValueError naming the user's arguments when crossbar sums could leave float32's exact integer
+        range, (rdac-1)*(g_level-1)*rows >= 2**24 (the core checks it too, naming its argument 'n').
+        ``names``: (argument, how its value is the crossbar height), e.g. _ROWS_LAYER."""
+        per_row = (self.rdac - 1) * (self.g_level - 1)
+        if per_row * rows < _EXACT_SUM_LIMIT:
+            return
+        most = (_EXACT_SUM_LIMIT - 1) // per_row
+        fix = "use at most %d crossbar rows, or a smaller rdac or g_level" % most if most else \
+            "rdac and g_level alone reach it: use a smaller rdac or g_level"
+        raise ValueError("arguments '%s', 'rdac', 'g_level': (rdac-1)*(g_level-1)*rows = (%d-1)*(%d-1)*%d = %d, with "
+                         "rows the crossbar height %s, must be below 2**24 = %d for exact float32 crossbar sums; %s"
+                         % (names[0], self.rdac, self.g_level, rows, per_row * rows, names[1], _EXACT_SUM_LIMIT, fix))
+
     def _radc_lsb_first(self, n_slices):
         if self.radc_is_list:
             if len(self.radc) != n_slices:
@@ -445,6 +466,7 @@ class DPETensor:
         if x.paral_size[1] != mat.paral_size[0]:
             raise ValueError("paral_size mismatch: the input's block columns (%d) must equal the weights' block rows "
                              "(%d), the crossbar height" % (x.paral_size[1], mat.paral_size[0]))
+        self._check_exact_sums(mat.paral_size[0], _ROWS_SLICED)
         if (x.bw_e is None) != (mat.bw_e is None):
             raise ValueError("input and weights must both be INT (bw_e=None) or both BFP")
         self._radc_lsb_first(len(mat))
@@ -478,6 +500,8 @@ class DPETensor:
         draw exactly the noise of one unchunked call (noise indices carry the batch offset)."""
         from .sliced import SlicedData
         shape = tuple(getattr(x, "shape", ()))
+        if isinstance(w_sliced, SlicedData):
+            self._check_exact_sums(w_sliced.paral_size[0], _ROWS_LAYER)
 
         def sliced(data):
             xs = SlicedData(input_slice, bw_e=bw_e, is_weight=False, paral_size=input_paral_size,
@@ -562,6 +586,7 @@ class DPETensor:
         if input_paral_size[1] != w_sliced.paral_size[0]:
             raise ValueError("paral_size mismatch: the input's block columns (%d) must equal the weights' block rows "
                              "(%d), the crossbar height" % (input_paral_size[1], w_sliced.paral_size[0]))
+        self._check_exact_sums(w_sliced.paral_size[0], _ROWS_LAYER)
         if (bw_e is None) != (w_sliced.bw_e is None):
             raise ValueError("input and weights must both be INT (bw_e=None) or both BFP")
         radc = self._radc_lsb_first(len(w_sliced))
@@ -634,6 +659,7 @@ def dpe_matmul(x, w, engine, input_slice=(1, 1, 2, 2), weight_slice=(1, 1, 2, 2)
                  else _pair(input_quant_gran, "input_quant_gran", 1), "input_paral_size", "input_quant_gran", 1)
     _check_sizes(weight_paral_size, weight_quant_gran if isinstance(weight_quant_gran, (str, type(None)))
                  else _pair(weight_quant_gran, "weight_quant_gran", 1), "weight_paral_size", "weight_quant_gran", 0)
+    engine._check_exact_sums(weight_paral_size[0], _ROWS_LAYER)  # before any slicing
     ws = SlicedData(weight_slice, bw_e=bw_e, is_weight=True, paral_size=weight_paral_size,
                     quant_gran=weight_quant_gran, inference=True)
     ws.slice_data_imp(engine, w)

@@ -127,6 +127,46 @@ def test_engine_entry_points_accept_empty_batches(device):
         eng.forward_linear(np.zeros((0, 26), np.float32), conv.weight_sliced, S8)
 
 
+def _outcome(fn):
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - the exception is the result compared
+        return type(e), str(e)
+    return None
+
+
+BAD_LINEAR = {"input_slice": dict(input_slice=(1, 0, 2)), "input_slice type": dict(input_slice="x"),
+              "input_paral_size": dict(input_paral_size=(1, 0)), "paral mismatch": dict(input_paral_size=(1, 16)),
+              "input_quant_gran": dict(input_quant_gran="bogus"), "bw_e INT/BFP": dict(bw_e=8),
+              "bw_e value": dict(bw_e="x"), "exactness": dict(), "w_sliced": dict()}
+
+
+@pytest.mark.parametrize("case", list(BAD_LINEAR))
+def test_forward_linear_checks_an_empty_batch_as_a_non_empty_one(case):
+    # an empty batch returned before any argument check: a bad input_slice (paral size, granule,
+    # bw_e, weights) gave empty results instead of the error a non-empty batch raises
+    eng = engine(rdac=2 ** 12, g_level=256) if case == "exactness" else engine()
+    conv = Conv2dMem(eng, 3, 4, 3, S8, S8)  # weights (27, 4), paral_size (32, 32)
+    w = 3.0 if case == "w_sliced" else conv.weight_sliced
+    kw = dict(dict(input_slice=S8), **BAD_LINEAR[case])
+    full = _outcome(lambda: eng.forward_linear(np.ones((4, 27), np.float32), w, **kw))
+    assert full is not None and issubclass(full[0], (TypeError, ValueError)), full
+    for shape in [(0, 27), (2, 0, 27), (0, 5, 27)]:
+        assert _outcome(lambda: eng.forward_linear(np.zeros(shape, np.float32), w, **kw)) == full, shape
+
+
+@pytest.mark.parametrize("kw", [dict(input_slice=(1, 0, 2)), dict(input_slice="x"), dict(bw_e="x"), dict(bw_e=-1)],
+                         ids=["input_slice", "input_slice type", "bw_e value", "bw_e negative"])
+def test_forward_conv2d_checks_an_empty_batch_as_a_non_empty_one(kw):
+    # input_slice was parsed only after the empty-batch return; bw_e's value was never checked
+    eng = engine()
+    conv = Conv2dMem(eng, 3, 4, 3, S8, S8)
+    full = _outcome(lambda: eng.forward_conv2d(np.ones((2, 3, 8, 8), np.float32), conv.weight_sliced, 3, **kw))
+    assert full is not None and ("slice_method" in full[1] or "argument 'bw_e'" in full[1]), full
+    assert _outcome(lambda: eng.forward_conv2d(np.zeros((0, 3, 8, 8), np.float32), conv.weight_sliced, 3,
+                                               **kw)) == full
+
+
 # ----------------------------------------------------------------------------- 8. copy and save
 
 def torch_roundtrip(obj):

@@ -289,6 +289,54 @@ def test_bad_shapes_raise_value_error():
         c.apply(np.ones((4, 8), F32), input_slice=(1, 1, 2, 2))
 
 
+def _outcome(fn):
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - the exception is the result compared
+        return type(e), str(e)
+    return None
+
+
+BAD_UPDATES = {"x not an array": ("abc", np.ones((4, 8), F32)), "y 1-D": (np.ones((4, 8), F32), np.ones(8, F32)),
+               "x no columns": (np.ones((4, 0), F32), np.ones((4, 3), F32))}
+BAD_STEPS = {"x_vec 2-D": (np.ones((2, 8), F32), np.ones(8, F32)), "y_vec empty": (np.ones(8, F32), np.ones(0, F32)),
+             "x_vec not an array": (None, np.ones(8, F32))}
+
+
+@pytest.mark.parametrize("case", list(BAD_UPDATES) + list(BAD_STEPS))
+def test_updates_check_their_arguments_whatever_the_rate(case):
+    # update_rate <= 0 returned before the inputs were looked at: bad ones passed silently
+    step = case in BAD_STEPS
+    args = BAD_STEPS[case] if step else BAD_UPDATES[case]
+    got = {}
+    for rate in (0.5, 0.0, -1.0):
+        c = pyfastpim.AttentionContext(update_rate=rate)
+        got[rate] = _outcome(lambda: (c.update_outgoing_step if step else c.update_outgoing)(*args))
+    assert got[0.5] is not None and got[0.0] == got[-1.0] == got[0.5], got
+
+
+@pytest.mark.parametrize("case", ["engine", "option name", "option value", "x's D"])
+def test_apply_checks_its_arguments_when_it_skips_the_product(case):
+    # with s == 0 (or no incoming) apply returned x before checking x's D against incoming and
+    # engine= / the slicing options it would have passed to dpe_matmul
+    x = np.ones((3, 8), F32)
+    eng = pyfastpim.DPETensor()
+    kw = {"engine": dict(engine="not an engine"), "option name": dict(engine=eng, input_slise=(1, 1, 2)),
+          "option value": dict(engine=eng, input_slice=(1, 0)), "x's D": {}}[case]
+    if case == "x's D":
+        x = np.ones((3, 5), F32)
+    ctx = ctx_with_incoming(8, s=0.5)
+    full = _outcome(lambda: ctx.apply(x, **kw))
+    assert full is not None and issubclass(full[0], (TypeError, ValueError)), full
+    ctx.strength = 0.0
+    assert _outcome(lambda: ctx.apply(x, **kw)) == full
+    assert _outcome(lambda: ctx.apply_step(x[0], **kw))[0] is full[0]
+    if case != "x's D":  # without incoming there is no D to check
+        assert _outcome(lambda: pyfastpim.AttentionContext(strength=1.0).apply(x, **kw)) == full
+    good = np.ones((3, 8), F32)
+    assert ctx.apply(good) is good  # s == 0: x itself, as before
+
+
 def test_parameters_are_validated():
     with pytest.raises(ValueError, match="embed_dim"):
         pyfastpim.AttentionContext(embed_dim=0)

@@ -588,7 +588,7 @@ class DPETensor:
         from .sliced import SlicedData, _bw_e, _widths
         if not isinstance(w_sliced, SlicedData) or not w_sliced.is_weight or w_sliced._levels is None:
             raise TypeError("argument 'w_sliced': expected programmed weights (SlicedData(..., is_weight=True))")
-        x_widths, bfp = _widths(input_slice), _bw_e(bw_e) is not None
+        x_widths, bfp = _widths(input_slice), bool(_bw_e(bw_e))  # bw_e 0 is INT, as for SlicedData
         kh, kw = _pair(kernel_size, "kernel_size", 1)
         sh, sw = _pair(stride, "stride", 1)
         ph, pw = _pair(padding, "padding", 0)

@@ -167,6 +167,25 @@ def test_forward_conv2d_checks_an_empty_batch_as_a_non_empty_one(kw):
                                                **kw)) == full
 
 
+def test_forward_conv2d_bw_e_0_is_int_as_for_linear_layers():
+    # bw_e=0 means INT (docs/semantics.md section 4, MemIntelli's `if bw_e:`) for SlicedData and
+    # forward_linear, but forward_conv2d quantized the input as BFP (it tested `bw_e is not None`)
+    eng = engine()
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 4, 3, 3)).astype(np.float32) * np.float32([1, 100, 0.01, 1])[None, :, None, None]
+    W = rng.standard_normal((36, 4)).astype(np.float32)
+    outs = {}
+    for bw_e in (None, 0):
+        w = pyfastpim.SlicedData(S8, bw_e=bw_e, is_weight=True, paral_size=(36, 4), quant_gran=(36, 4))
+        w.slice_data_imp(eng, W)
+        conv, _ = eng.forward_conv2d(x, w, 3, input_slice=S8, input_paral_size=(1, 36), input_quant_gran=(1, 36),
+                                     bw_e=bw_e)  # one 3x3 patch: the unfolded input is x.reshape(1, 36)
+        lin, _ = eng.forward_linear(x.reshape(1, 36), w, S8, (1, 36), (1, 36), bw_e=bw_e)
+        outs[bw_e] = (conv.ravel(), lin.ravel())
+    np.testing.assert_array_equal(outs[0][0], outs[0][1])
+    np.testing.assert_array_equal(outs[0][0], outs[None][0])
+
+
 # ----------------------------------------------------------------------------- 8. copy and save
 
 def torch_roundtrip(obj):

@@ -54,15 +54,24 @@ def _wrap(arr, like):
     return arr.to_torch() if _is_torch(like) else np.asarray(arr)
 
 
+#: Largest |strength| and |update_rate|: the kernels use them as float32 (a larger value is inf there).
+_PARAM_MAX = float(np.finfo(np.float32).max)
+
+
 def _finite(v, name):
-    if isinstance(v, (str, bytes, bytearray)):
+    """A context parameter (strength, update_rate) as a float, finite also in float32; bool is not a number."""
+    if isinstance(v, (str, bytes, bytearray, bool)):
         raise TypeError("argument '%s': expected a real number, got %s" % (name, type(v).__name__))
     try:
         d = float(v)
-    except (TypeError, ValueError, OverflowError):
+    except OverflowError:  # an int beyond float64
+        d = float("inf")
+    except (TypeError, ValueError):
         raise TypeError("argument '%s': expected a real number, got %s" % (name, type(v).__name__)) from None
-    if d != d or d in (float("inf"), float("-inf")):
-        raise ValueError("argument '%s': must be finite, got %r" % (name, v))
+    if not abs(d) <= _PARAM_MAX:  # NaN, inf, or inf once rounded to float32
+        got = repr(v)
+        raise ValueError("argument '%s': must be finite (|value| <= %.7g, float32's range), got %s"
+                         % (name, _PARAM_MAX, got if len(got) <= 40 else got[:36] + "..."))
     return d
 
 
@@ -145,7 +154,7 @@ class _ContextCore:
         r = _finite(update_rate, "update_rate")
         s = _finite(strength, "strength")
         if embed_dim is not None:
-            if not isinstance(embed_dim, int):
+            if isinstance(embed_dim, bool) or not isinstance(embed_dim, int):
                 raise TypeError("argument 'embed_dim': expected an int or None, got %s" % type(embed_dim).__name__)
             if embed_dim < 1:
                 raise ValueError("argument 'embed_dim': must be >= 1 or None, got %d" % embed_dim)
@@ -321,6 +330,8 @@ class _ContextCore:
         (None: the CPU; an OpenCLDevice: pyfastpim.devices) runs the product without engine=."""
         fn, xname = ("apply_step", "x_vec") if step else ("apply", "x")
         _check_out(out, fn)
+        if strength is not None:  # the torch module's parameter, checked as the setter checks a value
+            strength = _finite(strength, "strength")
         if kw and engine is None:
             raise TypeError("%s(): slicing options %r apply only with engine=" % (fn, kw))
         # every argument is converted before the guard is taken: conversions may run Python
@@ -364,6 +375,8 @@ class _ContextCore:
 
     def _gradients(self, x, grad_out, out, strength=None):
         _check_out(out, "gradients")
+        if strength is not None:
+            strength = _finite(strength, "strength")
         xa = _view(x, "x")
         ga = _view(grad_out, "grad_out")
         if xa.ndim < 1 or xa.shape != ga.shape:

@@ -710,6 +710,55 @@ def test_module_strength_learns_from_zero_and_state_dict_roundtrip():
     torch.testing.assert_close(m2(x), m(x))
 
 
+NON_FINITE = [float("nan"), float("inf"), -float("inf"), 1e39, -1e39, 10 ** 400]  # 1e39: inf in float32
+
+
+@pytest.mark.parametrize("value", NON_FINITE, ids=["nan", "inf", "-inf", "1e39", "-1e39", "10**400"])
+def test_module_strength_must_be_finite(value):
+    # nn.AttentionContext took any strength (NaN, inf) for its parameter, and a forward handed a
+    # non-finite parameter to the context (whose own setter refuses it): outputs all NaN / inf
+    from pyfastpim.nn import AttentionContext
+    with pytest.raises(ValueError, match="argument 'strength': must be finite"):
+        AttentionContext(strength=value)
+    m = module_with_incoming(4, s=0.5)
+    m(torch.ones(2, 4))
+    with torch.no_grad():  # e.g. after a diverged step (1e39 and 10**400 are inf in float32)
+        m.strength.copy_(torch.tensor(float(value) if isinstance(value, float) else float("inf"), dtype=torch.float64))
+    with pytest.raises(ValueError, match="argument 'strength': must be finite"):
+        m(torch.ones(2, 4))
+    assert m.context.strength == 0.5  # not stored
+    m.incoming = None
+    with pytest.raises(ValueError, match="argument 'strength': must be finite"):
+        m(torch.ones(2, 4))  # unused without incoming, refused all the same
+    with pytest.raises(ValueError, match="argument 'update_rate': must be finite"):
+        AttentionContext(update_rate=value)
+
+
+@pytest.mark.parametrize("value", NON_FINITE[3:], ids=["1e39", "-1e39", "10**400"])  # NaN, inf: above
+def test_context_parameters_must_be_finite_in_float32(value):
+    # 1e39 (finite in float64) became inf in the float32 kernels; 10**400 raised TypeError
+    for name in ("strength", "update_rate"):
+        with pytest.raises(ValueError, match="argument '%s': must be finite" % name):
+            pyfastpim.AttentionContext(**{name: value})
+        c = pyfastpim.AttentionContext(update_rate=0.25, strength=0.5)
+        with pytest.raises(ValueError, match="argument '%s': must be finite" % name):
+            setattr(c, name, value)
+        assert (c.update_rate, c.strength) == (0.25, 0.5)
+    big = float(np.finfo(F32).max)
+    assert pyfastpim.AttentionContext(strength=big, update_rate=-big).strength == big  # the range's ends pass
+
+
+def test_module_parameters_of_other_types_name_the_argument():
+    from pyfastpim.nn import AttentionContext
+    with pytest.raises(TypeError, match="argument 'strength'"):
+        AttentionContext(strength="x")  # a bare "could not convert string to float" before
+    for ctx in (AttentionContext, pyfastpim.AttentionContext):
+        with pytest.raises(TypeError, match="argument 'embed_dim'"):
+            ctx(embed_dim=True)  # was taken as embed_dim=1
+        with pytest.raises(TypeError, match="argument 'strength'"):
+            ctx(strength=True)
+
+
 def test_module_chaining_snapshots_and_version_check():
     from pyfastpim.nn import AttentionContext
     a = AttentionContext(update_rate=0.5)

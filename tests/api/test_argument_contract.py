@@ -9,6 +9,7 @@ import pytest
 
 import pyfastpim
 from pyfastpim import _core
+from helpers import outcome
 
 HGS, LGS = 1e-5, 1e-7
 
@@ -91,15 +92,6 @@ def run_program(device, **over):
 
 def run_normals(device, seed):
     return _core.normals(seed, 0, 0, 0, 4, device=None if device == "cpu" else CL)
-
-
-def outcome(fn, *args, **kw):
-    """('ok', None) or (exception type, message)."""
-    try:
-        fn(*args, **kw)
-    except Exception as exc:  # noqa: BLE001 - compared below
-        return type(exc), str(exc)
-    return "ok", None
 
 
 def assert_same_rejection(calls, name, exc_type):

@@ -88,7 +88,7 @@ def sliced_repr(sd):
     parts.append("quant_gran=%s" % (sd.quant_gran if isinstance(sd.quant_gran, str) else tuple(sd.quant_gran),))
     if sd._granule is not None:
         parts.append("granule=%s" % (tuple(int(g) for g in sd._granule),))
-    parts.append("device=%s" % (sd.device,))
+    parts.append("device=%s" % (sd.__dict__.get("device", "cpu"),))  # the default without importing torch
     prog = _programmed(sd)
     if prog:
         parts.append(prog)

@@ -54,15 +54,24 @@ def _wrap(arr, like):
     return arr.to_torch() if _is_torch(like) else np.asarray(arr)
 
 
+#: Largest |strength| and |update_rate|: the kernels use them as float32 (a larger value is inf there).
+_PARAM_MAX = float(np.finfo(np.float32).max)
+
+
 def _finite(v, name):
-    if isinstance(v, (str, bytes, bytearray)):
+    """A context parameter (strength, update_rate) as a float, finite also in float32; bool is not a number."""
+    if isinstance(v, (str, bytes, bytearray, bool)):
         raise TypeError("argument '%s': expected a real number, got %s" % (name, type(v).__name__))
     try:
         d = float(v)
-    except (TypeError, ValueError, OverflowError):
+    except OverflowError:  # an int beyond float64
+        d = float("inf")
+    except (TypeError, ValueError):
         raise TypeError("argument '%s': expected a real number, got %s" % (name, type(v).__name__)) from None
-    if d != d or d in (float("inf"), float("-inf")):
-        raise ValueError("argument '%s': must be finite, got %r" % (name, v))
+    if not abs(d) <= _PARAM_MAX:  # NaN, inf, or inf once rounded to float32
+        got = repr(v)
+        raise ValueError("argument '%s': must be finite (|value| <= %.7g, float32's range), got %s"
+                         % (name, _PARAM_MAX, got if len(got) <= 40 else got[:36] + "..."))
     return d
 
 
@@ -145,7 +154,7 @@ class _ContextCore:
         r = _finite(update_rate, "update_rate")
         s = _finite(strength, "strength")
         if embed_dim is not None:
-            if not isinstance(embed_dim, int):
+            if isinstance(embed_dim, bool) or not isinstance(embed_dim, int):
                 raise TypeError("argument 'embed_dim': expected an int or None, got %s" % type(embed_dim).__name__)
             if embed_dim < 1:
                 raise ValueError("argument 'embed_dim': must be >= 1 or None, got %d" % embed_dim)
@@ -261,24 +270,23 @@ class _ContextCore:
     def update_outgoing(self, x, y):
         """Blend the sampled similarity of x and y (T, D) into outgoing (spec 9):
         outgoing = (1 - r) * outgoing + r * tanh(cov / den). T = min rows, D = min(columns, embed_dim);
-        leading dimensions are flattened into rows. No-op when update_rate <= 0 or T == 0. ValueError
-        when D differs from an existing outgoing (assign outgoing = None to start over)."""
+        leading dimensions are flattened into rows. No-op (the arguments still checked) when update_rate <= 0
+        or T == 0. ValueError when D differs from an existing outgoing (assign outgoing = None to start over)."""
         return self._update_rows(x, y, None)
 
     def _update_rows(self, x, y, device):
-        """update_outgoing on ``device`` (None: the CPU; an OpenCLDevice: pyfastpim.devices)."""
-        if not self._rate > 0.0:
-            return None  # spec: return if r <= 0
+        """update_outgoing on ``device`` (None: the CPU; an OpenCLDevice: pyfastpim.devices). The
+        arguments are checked even when the rate disables the update (bad ones fail whatever r is)."""
         xa = _view(x, "x")
         ya = _view(y, "y")
         (tx, dx), (ty, dy) = _rows(xa, "x"), _rows(ya, "y")
+        if not self._rate > 0.0:
+            return None  # spec: return if r <= 0
         self._update(xa, ya, min(tx, ty), min(dx, dy), False, "update_outgoing", device)
 
     def update_outgoing_step(self, x_vec, y_vec):
         """The update for one row each (T = 1): vectors are centred by the mean over their elements, and
         each one-element column has norm |x_i - mean|."""
-        if not self._rate > 0.0:
-            return None
         xa = _view(x_vec, "x_vec")
         ya = _view(y_vec, "y_vec")
         for a, name in ((xa, "x_vec"), (ya, "y_vec")):
@@ -287,6 +295,8 @@ class _ContextCore:
         d = min(xa.shape[0], ya.shape[0])
         if d < 1:
             raise ValueError("argument '%s': needs at least one element" % ("x_vec" if xa.shape[0] < 1 else "y_vec"))
+        if not self._rate > 0.0:
+            return None  # checked as for r > 0 first
         self._update(xa, ya, 1, d, True, "update_outgoing_step")
 
     def _update(self, xa, ya, t, d, step, fn, device=None):
@@ -320,6 +330,8 @@ class _ContextCore:
         (None: the CPU; an OpenCLDevice: pyfastpim.devices) runs the product without engine=."""
         fn, xname = ("apply_step", "x_vec") if step else ("apply", "x")
         _check_out(out, fn)
+        if strength is not None:  # the torch module's parameter, checked as the setter checks a value
+            strength = _finite(strength, "strength")
         if kw and engine is None:
             raise TypeError("%s(): slicing options %r apply only with engine=" % (fn, kw))
         # every argument is converted before the guard is taken: conversions may run Python
@@ -334,15 +346,16 @@ class _ContextCore:
             if strength is not None:
                 self._strength = strength
             w, s = self._incoming, self._strength
+            if w is not None and xa.shape[-1] != w.shape[0]:  # checked whatever s is
+                raise ValueError("argument '%s': last dimension %d does not match the context's D = %d"
+                                 % (xname, xa.shape[-1], w.shape[0]))
             if w is None or s == 0.0:  # spec: out = x (returned as is, or copied into out=)
+                if engine is not None:  # the product is skipped: bad engine= arguments fail all the same
+                    _check_engine_args(engine, kw)
                 if oa is None:
                     return x
                 _core._attn_copy(oa, xa, False)
                 return out
-            d = w.shape[0]
-            if xa.shape[-1] != d:
-                raise ValueError("argument '%s': last dimension %d does not match the context's D = %d"
-                                 % (xname, xa.shape[-1], d))
             res = oa if oa is not None else _core._attn_new(xa.shape, False)
             if engine is None:
                 _core._attn_apply(self._ws, res, xa, w, s, xname, device=device)
@@ -362,6 +375,8 @@ class _ContextCore:
 
     def _gradients(self, x, grad_out, out, strength=None):
         _check_out(out, "gradients")
+        if strength is not None:
+            strength = _finite(strength, "strength")
         xa = _view(x, "x")
         ga = _view(grad_out, "grad_out")
         if xa.ndim < 1 or xa.shape != ga.shape:
@@ -425,14 +440,28 @@ class _ContextCore:
         return (_rebuild, (None, _ctx_state(self)))
 
 
-def _engine_apply(res, xa, w, s, engine, kw, xname):
-    """res = fin(x) + (s/D) * fin(pyfastpim.dpe_matmul(fin(x), w, engine, **kw)); guard held (code the
-    product runs that calls back into the context raises)."""
+def _matmul():
+    """pyfastpim.dpe_matmul, or NotImplementedError naming 'engine' when this build lacks the DPE family."""
     import pyfastpim
     matmul = getattr(pyfastpim, "dpe_matmul", None)
     if matmul is None:
         raise NotImplementedError("argument 'engine': pyfastpim.dpe_matmul (the DPE family) is not available in "
                                   "this build")
+    return matmul
+
+
+def _check_engine_args(engine, kw):
+    """engine= and the slicing options checked as pyfastpim.dpe_matmul checks them, reading no data, for
+    an apply that skips the product (no incoming, or s == 0); guard held (the checks run no user code)."""
+    _matmul()
+    from .dpe import _check_matmul_args
+    _check_matmul_args(engine, **kw)
+
+
+def _engine_apply(res, xa, w, s, engine, kw, xname):
+    """res = fin(x) + (s/D) * fin(pyfastpim.dpe_matmul(fin(x), w, engine, **kw)); guard held (code the
+    product runs that calls back into the context raises)."""
+    matmul = _matmul()
     ro, xv, wv = np.asarray(res), np.asarray(xa), np.asarray(w)
     if (np.may_share_memory(ro, xv) and ro.ctypes.data != xv.ctypes.data) or np.may_share_memory(ro, wv):
         raise ValueError("argument 'out': must not overlap the context's incoming matrix or partially overlap "

@@ -120,6 +120,13 @@ def _check_resolution(value, name):
 _CHUNK_CODE_BYTES = 64 << 20
 
 
+#: Crossbar sums stay below this (float32's exact integer range): (rdac-1)*(g_level-1)*rows < 2**24.
+_EXACT_SUM_LIMIT = 2 ** 24
+#: How the entry points' users give the crossbar height (the core's argument 'n').
+_ROWS_SLICED = ("paral_size", "the weights' paral_size[0] (= the input's paral_size[1])")
+_ROWS_LAYER = ("weight_paral_size", "weight_paral_size[0] (= input_paral_size[1])")
+
+
 def _widths_of(slice_method):
     from .sliced import _widths
     return _widths(slice_method)
@@ -401,6 +408,20 @@ class DPETensor:
             with _state_lock:
                 commit_physics(mat, work, result)
 
+    def _check_exact_sums(self, rows, names):
+        """ValueError naming the user's arguments when crossbar sums could leave float32's exact integer
+        range, (rdac-1)*(g_level-1)*rows >= 2**24 (the core checks it too, naming its argument 'n').
+        ``names``: (argument, how its value is the crossbar height), e.g. _ROWS_LAYER."""
+        per_row = (self.rdac - 1) * (self.g_level - 1)
+        if per_row * rows < _EXACT_SUM_LIMIT:
+            return
+        most = (_EXACT_SUM_LIMIT - 1) // per_row
+        fix = "use at most %d crossbar rows, or a smaller rdac or g_level" % most if most else \
+            "rdac and g_level alone reach it: use a smaller rdac or g_level"
+        raise ValueError("arguments '%s', 'rdac', 'g_level': (rdac-1)*(g_level-1)*rows = (%d-1)*(%d-1)*%d = %d, with "
+                         "rows the crossbar height %s, must be below 2**24 = %d for exact float32 crossbar sums; %s"
+                         % (names[0], self.rdac, self.g_level, rows, per_row * rows, names[1], _EXACT_SUM_LIMIT, fix))
+
     def _radc_lsb_first(self, n_slices):
         if self.radc_is_list:
             if len(self.radc) != n_slices:
@@ -441,17 +462,23 @@ class DPETensor:
                             % (type(x).__name__, type(mat).__name__))
         if x._codes is None:
             raise ValueError("argument 'x': the input is not sliced yet (call slice_data_imp)")
+        self._check_operands(x, x.shape, mat)
+
+    def _check_operands(self, x, shape, mat):
+        """The checks of input x (a SlicedData, perhaps not sliced: its arguments) with data of ``shape``
+        against the weights mat, then mat programmed for this engine; no data is read."""
         if mat._codes is None and mat._levels is None:
             raise ValueError("argument 'mat': the weights are not sliced yet (call slice_data_imp)")
         if not mat.is_weight:
             raise ValueError("argument 'mat': expected weights (SlicedData(..., is_weight=True))")
-        if x.shape[-1] != mat.shape[-2]:
+        if shape[-1] != mat.shape[-2]:
             raise ValueError("The input data mismatches the shape of weight data: input %s has %d columns, weights "
                              "%s have %d rows (x @ w needs them equal)"
-                             % (tuple(x.shape), x.shape[-1], tuple(mat.shape), mat.shape[-2]))
+                             % (tuple(shape), shape[-1], tuple(mat.shape), mat.shape[-2]))
         if x.paral_size[1] != mat.paral_size[0]:
             raise ValueError("paral_size mismatch: the input's block columns (%d) must equal the weights' block rows "
                              "(%d), the crossbar height" % (x.paral_size[1], mat.paral_size[0]))
+        self._check_exact_sums(mat.paral_size[0], _ROWS_SLICED)
         if (x.bw_e is None) != (mat.bw_e is None):
             raise ValueError("input and weights must both be INT (bw_e=None) or both BFP")
         self._radc_lsb_first(len(mat))
@@ -485,6 +512,8 @@ class DPETensor:
         draw exactly the noise of one unchunked call (noise indices carry the batch offset)."""
         from .sliced import SlicedData
         shape = tuple(getattr(x, "shape", ()))
+        if isinstance(w_sliced, SlicedData):
+            self._check_exact_sums(w_sliced.paral_size[0], _ROWS_LAYER)
 
         def sliced(data):
             xs = SlicedData(input_slice, bw_e=bw_e, is_weight=False, paral_size=input_paral_size,
@@ -527,19 +556,31 @@ class DPETensor:
         Large batches are sliced and multiplied a chunk at a time (see ``_sliced_product``).
         """
         shape = tuple(getattr(x, "shape", ()))
-        if len(shape) in (2, 3) and 0 in shape and hasattr(w_sliced, "shape") and w_sliced.shape is not None:
-            # an empty batch: empty results (as torch's layers give), on every device
-            if shape[-1] != w_sliced.shape[0]:
-                raise ValueError('The input data mismatches the shape of weight data!')
-            out = np.zeros(shape[:-1] + (w_sliced.shape[1],), np.float32)
-            dq = np.zeros(shape, np.float32) if return_dequant else None
-            self._reserve_call()
-            if _is_torch(x):
-                torch = _torch()
-                return torch.from_numpy(out), (torch.from_numpy(dq) if dq is not None else None)
-            return out, dq
+        if len(shape) in (2, 3) and 0 in shape:
+            return self._empty_linear(x, shape, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e,
+                                      return_dequant)
         return self._sliced_product(x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e,
                                     return_dequant)
+
+    def _empty_linear(self, x, shape, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e,
+                      return_dequant):
+        """forward_linear of an empty batch: empty results (as torch's layers give) on every device,
+        after the argument checks of a non-empty batch, in the same order (no data to slice)."""
+        from .sliced import SlicedData
+        if isinstance(w_sliced, SlicedData):
+            self._check_exact_sums(w_sliced.paral_size[0], _ROWS_LAYER)
+        xs = SlicedData(input_slice, bw_e=bw_e, is_weight=False, paral_size=input_paral_size,
+                        quant_gran=input_quant_gran, inference=not return_dequant)
+        if not isinstance(w_sliced, SlicedData):
+            self._check_pair(xs, w_sliced)  # the TypeError of a non-empty batch
+        self._check_operands(xs, shape, w_sliced)
+        out = np.zeros(shape[:-1] + (w_sliced.shape[1],), np.float32)
+        dq = np.zeros(shape, np.float32) if return_dequant else None
+        self._reserve_call()
+        if _is_torch(x):
+            torch = _torch()
+            return torch.from_numpy(out), (torch.from_numpy(dq) if dq is not None else None)
+        return out, dq
 
     def forward_conv2d(self, x, w_sliced, kernel_size, stride=1, padding=0, dilation=1, input_slice=(1, 1, 2, 2),
                        input_paral_size=(1, 32), input_quant_gran=(1, 32), bw_e=None, return_dequant=False):
@@ -551,9 +592,10 @@ class DPETensor:
         matrix is never stored. Returns ``(out (N, C_out, H_out, W_out), xq)``, xq the dequantized
         unfolded input only when ``return_dequant`` (training).
         """
-        from .sliced import SlicedData, _widths
+        from .sliced import SlicedData, _bw_e, _widths
         if not isinstance(w_sliced, SlicedData) or not w_sliced.is_weight or w_sliced._levels is None:
             raise TypeError("argument 'w_sliced': expected programmed weights (SlicedData(..., is_weight=True))")
+        x_widths, bfp = _widths(input_slice), bool(_bw_e(bw_e))  # bw_e 0 is INT, as for SlicedData
         kh, kw = _pair(kernel_size, "kernel_size", 1)
         sh, sw = _pair(stride, "stride", 1)
         ph, pw = _pair(padding, "padding", 0)
@@ -569,6 +611,7 @@ class DPETensor:
         if input_paral_size[1] != w_sliced.paral_size[0]:
             raise ValueError("paral_size mismatch: the input's block columns (%d) must equal the weights' block rows "
                              "(%d), the crossbar height" % (input_paral_size[1], w_sliced.paral_size[0]))
+        self._check_exact_sums(w_sliced.paral_size[0], _ROWS_LAYER)
         if (bw_e is None) != (w_sliced.bw_e is None):
             raise ValueError("input and weights must both be INT (bw_e=None) or both BFP")
         radc = self._radc_lsb_first(len(w_sliced))
@@ -593,7 +636,7 @@ class DPETensor:
         with _state_lock:  # one consistent programming of w_sliced (see _run)
             self._ensure_programmed(w_sliced)
             w_conductance, w_scale = self._weights_operand(w_sliced)
-            args = (x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), granule, _widths(input_slice), bw_e is not None,
+            args = (x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), granule, x_widths, bfp,
                     w_sliced._levels, w_conductance, w_scale, w_sliced._granule,
                     w_sliced._widths, input_paral_size[1], self.rdac, self.g_level, radc, self.HGS, self.LGS,
                     self._read_sigmas(), self.vnoise, self._noise_key(),
@@ -632,6 +675,16 @@ def dpe_matmul(x, w, engine, input_slice=(1, 1, 2, 2), weight_slice=(1, 1, 2, 2)
 
     NumPy or torch inputs (zero-copy for float32); returns NumPy float32, or torch when x is torch.
     """
+    input_paral_size, ws = _matmul_args(engine, input_slice, weight_slice, input_paral_size, weight_paral_size,
+                                        input_quant_gran, weight_quant_gran, bw_e)
+    ws.slice_data_imp(engine, w)
+    return engine._sliced_product(x, ws, input_slice, input_paral_size, input_quant_gran, bw_e, False)[0]
+
+
+def _matmul_args(engine, input_slice, weight_slice, input_paral_size, weight_paral_size, input_quant_gran,
+                 weight_quant_gran, bw_e):
+    """dpe_matmul's argument checks, before any data is read: (input_paral_size as a pair, the
+    weights' SlicedData, not sliced yet)."""
     from .sliced import SlicedData, _check_sizes
     if not isinstance(engine, DPETensor):
         raise TypeError("argument 'engine': expected a pyfastpim.DPETensor, got %s" % type(engine).__name__)
@@ -641,7 +694,20 @@ def dpe_matmul(x, w, engine, input_slice=(1, 1, 2, 2), weight_slice=(1, 1, 2, 2)
                  else _pair(input_quant_gran, "input_quant_gran", 1), "input_paral_size", "input_quant_gran", 1)
     _check_sizes(weight_paral_size, weight_quant_gran if isinstance(weight_quant_gran, (str, type(None)))
                  else _pair(weight_quant_gran, "weight_quant_gran", 1), "weight_paral_size", "weight_quant_gran", 0)
+    engine._check_exact_sums(weight_paral_size[0], _ROWS_LAYER)
     ws = SlicedData(weight_slice, bw_e=bw_e, is_weight=True, paral_size=weight_paral_size,
                     quant_gran=weight_quant_gran, inference=True)
-    ws.slice_data_imp(engine, w)
-    return engine._sliced_product(x, ws, input_slice, input_paral_size, input_quant_gran, bw_e, False)[0]
+    SlicedData(input_slice, bw_e=bw_e, is_weight=False, paral_size=input_paral_size, quant_gran=input_quant_gran)
+    return input_paral_size, ws
+
+
+def _check_matmul_args(engine, **options):
+    """Raise what ``dpe_matmul(x, w, engine, **options)`` raises for its arguments other than the
+    data (unknown names included), reading no data: for callers that skip a product."""
+    import inspect
+    try:
+        bound = inspect.signature(dpe_matmul).bind(None, None, engine, **options)
+    except TypeError as e:
+        raise TypeError("dpe_matmul() %s" % e) from None
+    bound.apply_defaults()
+    _matmul_args(*list(bound.arguments.values())[2:])

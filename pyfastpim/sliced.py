@@ -154,6 +154,13 @@ def _check_sizes(paral, gran, paral_name, gran_name, crossbar_rows=None):
                              % (gran_name, gran[i], paral_name, i, paral[i], rounded))
 
 
+def _bw_e(bw_e):
+    """bw_e as given, once checked: None or a non-negative int (None and 0: INT, positive: BFP)."""
+    if bw_e is not None and (isinstance(bw_e, bool) or not isinstance(bw_e, (int, np.integer)) or bw_e < 0):
+        raise ValueError("argument 'bw_e': must be None or a non-negative int, got %r" % (bw_e,))
+    return bw_e
+
+
 def _quant_gran(value):
     if value is None:
         return None
@@ -301,6 +308,16 @@ def _check_engine(engine):
     return int(g_level), HGS, LGS, wv, rh, rl, DEFAULT_SEED if seed is None else seed
 
 
+def _default_device(sd):
+    torch = _torch()
+    return torch.device("cpu") if torch is not None else "cpu"
+
+
+_LAZY_ATTRIBUTES = {"device": _default_device,
+                    "sliced_max_weights": lambda sd: _out(slice_params(sd._widths)[0].astype(np.float32)),
+                    "sliced_weights": lambda sd: _out(slice_params(sd._widths)[1].astype(np.float32))}
+
+
 class SlicedData:
     """Bit-sliced, quantized data for the dot-product engine (MemIntelli-compatible).
 
@@ -329,23 +346,28 @@ class SlicedData:
                  inference=False):
         self._widths = _widths(slice_method)
         self.slice_method = slice_method
-        if bw_e is not None and (isinstance(bw_e, bool) or not isinstance(bw_e, (int, np.integer)) or bw_e < 0):
-            raise ValueError("argument 'bw_e': must be None or a non-negative int, got %r" % (bw_e,))
-        self.bw_e = bw_e
+        self.bw_e = _bw_e(bw_e)
         self.is_weight = bool(is_weight)
         self.paral_size = _pair(paral_size, "paral_size")
         self.quant_gran = self.paral_size if quant_gran is None else _quant_gran(quant_gran)
         _check_sizes(self.paral_size, self.quant_gran, "paral_size", "quant_gran")
-        if device is None:
-            torch = _torch()
-            device = torch.device("cpu") if torch is not None else "cpu"
-        self.device = device
+        if device is not None:  # else torch.device("cpu"), made on first access (see __getattr__)
+            self.device = device
         self.inference = bool(inference)
         self.shape = None
-        m, w, _ = slice_params(self._widths)
-        self.sliced_max_weights = _out(m.astype(np.float32))
-        self.sliced_weights = _out(w.astype(np.float32))
         self._reset()
+
+    def __getattr__(self, name):
+        """MemIntelli's torch-valued attributes that need no data, made on first access (torch, ~1 s
+        to import, is then imported; a NumPy-only program never pays it): ``device`` (given None:
+        ``torch.device("cpu")``, or "cpu" without torch), ``sliced_max_weights`` and
+        ``sliced_weights`` (each slice's maximum code and shift weight, least significant first).
+        Called only for attributes not set; assigning one replaces it as before."""
+        make = _LAZY_ATTRIBUTES.get(name)
+        if make is None or "_widths" not in self.__dict__:
+            raise AttributeError("'%s' object has no attribute '%s'" % (type(self).__name__, name))
+        value = self.__dict__[name] = make(self)
+        return value
 
     # Every re-programming moves _version on (under _state_lock); setting it drops the weights
     # packed for the CPU kernel from the previous programming (their memory is freed with them).

@@ -240,3 +240,12 @@ def at_isa(isa, fn):
         return fn()
     finally:
         restore_isa_limit(active)
+
+
+def outcome(fn, *args, **kw):
+    """('ok', None) or (exception type, message) of fn(*args, **kw): to compare how calls fail."""
+    try:
+        fn(*args, **kw)
+    except Exception as exc:  # noqa: BLE001 - compared by the caller
+        return type(exc), str(exc)
+    return "ok", None

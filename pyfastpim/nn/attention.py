@@ -17,7 +17,7 @@ between a forward and its backward (checked). ``copy.deepcopy``, ``pickle`` and
 import torch
 from torch import nn
 
-from ..attention import _ContextCore
+from ..attention import _ContextCore, _finite
 
 __all__ = ["AttentionContext"]
 
@@ -54,14 +54,15 @@ class AttentionContext(nn.Module):
 
     Args:
         update_rate: rate ``r`` of :meth:`update_outgoing` (``r <= 0`` disables updates).
-        strength: initial value of the learnable strength ``s``.
+        strength: initial value of the learnable strength ``s``, a finite number (float32's range); a
+            non-finite value of the parameter at a forward (e.g. after a diverged step) raises ValueError.
         embed_dim: upper bound on ``D`` for updates, or None.
     """
 
     def __init__(self, update_rate=0.01, strength=0.0, embed_dim=None):
         super().__init__()
         self._ctx = _ContextCore(update_rate, 0.0, embed_dim)
-        self.strength = nn.Parameter(torch.tensor(float(strength), dtype=torch.float32))
+        self.strength = nn.Parameter(torch.tensor(_finite(strength, "strength"), dtype=torch.float32))
         self.register_buffer("incoming", None)
         self.register_buffer("outgoing", None)
         self._views = {"incoming": None, "outgoing": None}
@@ -114,6 +115,7 @@ class AttentionContext(nn.Module):
         """``x + (strength / D) * (x @ incoming)`` for ``x`` of shape (..., D); x without incoming."""
         self._sync()
         if self._buffers["incoming"] is None:
+            _finite(self.strength.detach(), "strength")  # refused as with an incoming context
             return x
         return _AttentionApply.apply(x, self.strength, self)
 

@@ -9,6 +9,7 @@ import pytest
 
 import pyfastpim
 from pyfastpim import _core
+from helpers import outcome
 
 HGS, LGS = 1e-5, 1e-7
 
@@ -91,15 +92,6 @@ def run_program(device, **over):
 
 def run_normals(device, seed):
     return _core.normals(seed, 0, 0, 0, 4, device=None if device == "cpu" else CL)
-
-
-def outcome(fn, *args, **kw):
-    """('ok', None) or (exception type, message)."""
-    try:
-        fn(*args, **kw)
-    except Exception as exc:  # noqa: BLE001 - compared below
-        return type(exc), str(exc)
-    return "ok", None
 
 
 def assert_same_rejection(calls, name, exc_type):
@@ -502,3 +494,40 @@ def test_assigned_conductances_are_bounded_by_what_programming_can_write(device)
         assign(top * 1.001)
     assign(np.float32(top * 0.999))  # the largest cell programming can make is accepted, multiplies to finite values
     assert np.isfinite(np.asarray(eng(xs, w))).all()
+
+
+def _exactness_cases():
+    """Every user entry point multiplying through a 512-row crossbar with rdac = g_level = 256:
+    (rdac-1)*(g_level-1)*512 = 33292800 >= 2**24. Label -> (call, the user's name for the height)."""
+    eng = pyfastpim.DPETensor(rdac=256, g_level=256)
+    rng = np.random.default_rng(7)
+    x, w = rng.standard_normal((2, 512)).astype(np.float32), rng.standard_normal((512, 4)).astype(np.float32)
+    ws = pyfastpim.SlicedData((1, 1, 2, 2), is_weight=True, paral_size=(512, 4), quant_gran=(512, 4))
+    ws.slice_data_imp(eng, w)
+    xs = pyfastpim.SlicedData((1, 1, 2, 2), paral_size=(1, 512), quant_gran=(1, 512))
+    xs.slice_data_imp(eng, x)
+    sizes = dict(input_paral_size=(1, 512), input_quant_gran=(1, 512))
+    ctx = pyfastpim.AttentionContext(strength=1.0)
+    ctx.incoming = np.eye(512, dtype=np.float32)
+    return {
+        "MapReduceDot": (lambda: eng.MapReduceDot(xs, ws), "paral_size"),
+        "dpe_matmul": (lambda: pyfastpim.dpe_matmul(x, w, eng, weight_paral_size=(512, 4), weight_quant_gran=(512, 4),
+                                                    **sizes), "weight_paral_size"),
+        "forward_linear": (lambda: eng.forward_linear(x, ws, (1, 1, 2, 2), **sizes), "weight_paral_size"),
+        "forward_conv2d": (lambda: eng.forward_conv2d(x.reshape(2, 512, 1, 1), ws, 1, **sizes), "weight_paral_size"),
+        "AttentionContext.apply(engine=)": (lambda: ctx.apply(x, engine=eng, weight_paral_size=(512, 4), **sizes),
+                                            "weight_paral_size"),
+    }
+
+
+@pytest.mark.parametrize("label", list(_exactness_cases()))
+def test_exactness_bound_names_the_users_arguments_and_the_limit(label):
+    # the message named the core's internal 'n' ("(arguments 'rdac', 'g_level', 'n')"), which no user passes
+    fn, name = _exactness_cases()[label]
+    with pytest.raises(ValueError) as info:
+        fn()
+    msg = str(info.value)
+    assert "'n'" not in msg, msg
+    for part in ("'%s'" % name, "'rdac'", "'g_level'", "(256-1)*(256-1)*512 = 33292800", "2**24 = 16777216",
+                 "at most 258 crossbar rows"):
+        assert part in msg, (part, msg)

@@ -17,7 +17,7 @@ from pyfastpim.nn import AttentionContext, Conv2dMem, LinearMem
 NOISE_OFF = dict(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
 NOISY = dict(write_variation=0.02, read_variation=0.05, vnoise=0.05, rate_stuck_HGS=0.001)
 S8 = (1, 1, 2, 4)
-from helpers import needs_cl  # noqa: E402
+from helpers import needs_cl, outcome  # noqa: E402
 DEVICES = ["cpu", pytest.param("opencl", marks=needs_cl)]
 
 
@@ -125,6 +125,57 @@ def test_engine_entry_points_accept_empty_batches(device):
         assert tuple(out.shape) == tuple(x.shape[:-1]) + (4,) and tuple(dq.shape) == tuple(x.shape)
     with pytest.raises(ValueError, match="mismatches"):
         eng.forward_linear(np.zeros((0, 26), np.float32), conv.weight_sliced, S8)
+
+
+BAD_LINEAR = {"input_slice": dict(input_slice=(1, 0, 2)), "input_slice type": dict(input_slice="x"),
+              "input_paral_size": dict(input_paral_size=(1, 0)), "paral mismatch": dict(input_paral_size=(1, 16)),
+              "input_quant_gran": dict(input_quant_gran="bogus"), "bw_e INT/BFP": dict(bw_e=8),
+              "bw_e value": dict(bw_e="x"), "exactness": dict(), "w_sliced": dict()}
+
+
+@pytest.mark.parametrize("case", list(BAD_LINEAR))
+def test_forward_linear_checks_an_empty_batch_as_a_non_empty_one(case):
+    # an empty batch returned before any argument check: a bad input_slice (paral size, granule,
+    # bw_e, weights) gave empty results instead of the error a non-empty batch raises
+    eng = engine(rdac=2 ** 12, g_level=256) if case == "exactness" else engine()
+    conv = Conv2dMem(eng, 3, 4, 3, S8, S8)  # weights (27, 4), paral_size (32, 32)
+    w = 3.0 if case == "w_sliced" else conv.weight_sliced
+    kw = dict(dict(input_slice=S8), **BAD_LINEAR[case])
+    full = outcome(lambda: eng.forward_linear(np.ones((4, 27), np.float32), w, **kw))
+    assert full[0] in (TypeError, ValueError), full
+    for shape in [(0, 27), (2, 0, 27), (0, 5, 27)]:
+        assert outcome(lambda: eng.forward_linear(np.zeros(shape, np.float32), w, **kw)) == full, shape
+
+
+@pytest.mark.parametrize("kw", [dict(input_slice=(1, 0, 2)), dict(input_slice="x"), dict(bw_e="x"), dict(bw_e=-1)],
+                         ids=["input_slice", "input_slice type", "bw_e value", "bw_e negative"])
+def test_forward_conv2d_checks_an_empty_batch_as_a_non_empty_one(kw):
+    # input_slice was parsed only after the empty-batch return; bw_e's value was never checked
+    eng = engine()
+    conv = Conv2dMem(eng, 3, 4, 3, S8, S8)
+    full = outcome(lambda: eng.forward_conv2d(np.ones((2, 3, 8, 8), np.float32), conv.weight_sliced, 3, **kw))
+    assert full[0] in (TypeError, ValueError) and ("slice_method" in full[1] or "argument 'bw_e'" in full[1]), full
+    assert outcome(lambda: eng.forward_conv2d(np.zeros((0, 3, 8, 8), np.float32), conv.weight_sliced, 3,
+                                              **kw)) == full
+
+
+def test_forward_conv2d_bw_e_0_is_int_as_for_linear_layers():
+    # bw_e=0 means INT (docs/semantics.md section 4, MemIntelli's `if bw_e:`) for SlicedData and
+    # forward_linear, but forward_conv2d quantized the input as BFP (it tested `bw_e is not None`)
+    eng = engine()
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 4, 3, 3)).astype(np.float32) * np.float32([1, 100, 0.01, 1])[None, :, None, None]
+    W = rng.standard_normal((36, 4)).astype(np.float32)
+    outs = {}
+    for bw_e in (None, 0):
+        w = pyfastpim.SlicedData(S8, bw_e=bw_e, is_weight=True, paral_size=(36, 4), quant_gran=(36, 4))
+        w.slice_data_imp(eng, W)
+        conv, _ = eng.forward_conv2d(x, w, 3, input_slice=S8, input_paral_size=(1, 36), input_quant_gran=(1, 36),
+                                     bw_e=bw_e)  # one 3x3 patch: the unfolded input is x.reshape(1, 36)
+        lin, _ = eng.forward_linear(x.reshape(1, 36), w, S8, (1, 36), (1, 36), bw_e=bw_e)
+        outs[bw_e] = (conv.ravel(), lin.ravel())
+    np.testing.assert_array_equal(outs[0][0], outs[0][1])
+    np.testing.assert_array_equal(outs[0][0], outs[None][0])
 
 
 # ----------------------------------------------------------------------------- 8. copy and save

@@ -166,3 +166,31 @@ def test_demo_without_its_optional_dependencies_says_what_to_install(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "needs torch, sklearn" in r.stderr and "pip install torch scikit-learn" in r.stderr
     assert "python3-torch python3-sklearn" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_numpy_only_use_does_not_import_torch():
+    """SlicedData() imported torch (about 1.5 s) for its default device and slice constants; a
+    NumPy-only program now never imports it, and the attributes still come as torch on access."""
+    code = (
+        "import sys\n"
+        "import numpy as np, pyfastpim\n"
+        "rng = np.random.default_rng(0)\n"
+        "x, w = rng.standard_normal((4, 64)).astype(np.float32), rng.standard_normal((64, 8)).astype(np.float32)\n"
+        "eng = pyfastpim.DPETensor(wire_resistance=1.0)\n"
+        "xs = pyfastpim.SlicedData((1, 1, 2, 2), paral_size=(1, 32), quant_gran=(1, 32))\n"
+        "ws = pyfastpim.SlicedData((1, 1, 2, 2), is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))\n"
+        "xs.slice_data_imp(eng, x); ws.slice_data_imp(eng, w)\n"
+        "y = eng(xs, ws); y2 = pyfastpim.dpe_matmul(x, w, eng); y3, _ = eng.forward_linear(x, ws, (1, 1, 2, 2))\n"
+        "t = ws.t(); r = repr(xs) + repr(ws) + repr(eng) + repr(t)\n"
+        "ctx = pyfastpim.AttentionContext(update_rate=0.5, strength=1.0)\n"
+        "ctx.update_outgoing(x, x); ctx.incoming = ctx.outgoing; z = ctx.apply(x)\n"
+        "assert all(type(a) is np.ndarray for a in (y, y2, y3, z)), [type(a) for a in (y, y2, y3, z)]\n"
+        "assert 'device=cpu' in r, r\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+        "import torch\n"
+        "assert xs.device == torch.device('cpu') and isinstance(ws.sliced_weights, torch.Tensor)\n"
+        "assert ws.sliced_weights.tolist() == [1, 4, 16, -32] and ws.sliced_max_weights.tolist() == [3, 3, 1, 1]\n"
+        "assert isinstance(xs.max_data, torch.Tensor)\n"
+        "print('ok')\n")
+    r = _run(code)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr[-3000:]

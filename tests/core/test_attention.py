@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 
 import pyfastpim
 from pyfastpim import memory
-from helpers import at_isa
+from helpers import at_isa, outcome
 from reference import attention_ref as ref
 
 F32 = np.float32
@@ -287,6 +287,46 @@ def test_bad_shapes_raise_value_error():
         c.apply("not an array")
     with pytest.raises(TypeError, match="engine"):
         c.apply(np.ones((4, 8), F32), input_slice=(1, 1, 2, 2))
+
+
+BAD_UPDATES = {"x not an array": ("abc", np.ones((4, 8), F32)), "y 1-D": (np.ones((4, 8), F32), np.ones(8, F32)),
+               "x no columns": (np.ones((4, 0), F32), np.ones((4, 3), F32))}
+BAD_STEPS = {"x_vec 2-D": (np.ones((2, 8), F32), np.ones(8, F32)), "y_vec empty": (np.ones(8, F32), np.ones(0, F32)),
+             "x_vec not an array": (None, np.ones(8, F32))}
+
+
+@pytest.mark.parametrize("case", list(BAD_UPDATES) + list(BAD_STEPS))
+def test_updates_check_their_arguments_whatever_the_rate(case):
+    # update_rate <= 0 returned before the inputs were looked at: bad ones passed silently
+    step = case in BAD_STEPS
+    args = BAD_STEPS[case] if step else BAD_UPDATES[case]
+    got = {}
+    for rate in (0.5, 0.0, -1.0):
+        c = pyfastpim.AttentionContext(update_rate=rate)
+        got[rate] = outcome(lambda: (c.update_outgoing_step if step else c.update_outgoing)(*args))
+    assert got[0.5][0] in (TypeError, ValueError) and got[0.0] == got[-1.0] == got[0.5], got
+
+
+@pytest.mark.parametrize("case", ["engine", "option name", "option value", "x's D"])
+def test_apply_checks_its_arguments_when_it_skips_the_product(case):
+    # with s == 0 (or no incoming) apply returned x before checking x's D against incoming and
+    # engine= / the slicing options it would have passed to dpe_matmul
+    x = np.ones((3, 8), F32)
+    eng = pyfastpim.DPETensor()
+    kw = {"engine": dict(engine="not an engine"), "option name": dict(engine=eng, input_slise=(1, 1, 2)),
+          "option value": dict(engine=eng, input_slice=(1, 0)), "x's D": {}}[case]
+    if case == "x's D":
+        x = np.ones((3, 5), F32)
+    ctx = ctx_with_incoming(8, s=0.5)
+    full = outcome(lambda: ctx.apply(x, **kw))
+    assert full[0] in (TypeError, ValueError), full
+    ctx.strength = 0.0
+    assert outcome(lambda: ctx.apply(x, **kw)) == full
+    assert outcome(lambda: ctx.apply_step(x[0], **kw))[0] is full[0]
+    if case != "x's D":  # without incoming there is no D to check
+        assert outcome(lambda: pyfastpim.AttentionContext(strength=1.0).apply(x, **kw)) == full
+    good = np.ones((3, 8), F32)
+    assert ctx.apply(good) is good  # s == 0: x itself, as before
 
 
 def test_parameters_are_validated():
@@ -660,6 +700,55 @@ def test_module_strength_learns_from_zero_and_state_dict_roundtrip():
     np.testing.assert_array_equal(m2.context.incoming, m.context.incoming)
     np.testing.assert_array_equal(m2.context.outgoing, m.context.outgoing)
     torch.testing.assert_close(m2(x), m(x))
+
+
+NON_FINITE = [float("nan"), float("inf"), -float("inf"), 1e39, -1e39, 10 ** 400]  # 1e39: inf in float32
+
+
+@pytest.mark.parametrize("value", NON_FINITE, ids=["nan", "inf", "-inf", "1e39", "-1e39", "10**400"])
+def test_module_strength_must_be_finite(value):
+    # nn.AttentionContext took any strength (NaN, inf) for its parameter, and a forward handed a
+    # non-finite parameter to the context (whose own setter refuses it): outputs all NaN / inf
+    from pyfastpim.nn import AttentionContext
+    with pytest.raises(ValueError, match="argument 'strength': must be finite"):
+        AttentionContext(strength=value)
+    m = module_with_incoming(4, s=0.5)
+    m(torch.ones(2, 4))
+    with torch.no_grad():  # e.g. after a diverged step (1e39 and 10**400 are inf in float32)
+        m.strength.copy_(torch.tensor(float(value) if isinstance(value, float) else float("inf"), dtype=torch.float64))
+    with pytest.raises(ValueError, match="argument 'strength': must be finite"):
+        m(torch.ones(2, 4))
+    assert m.context.strength == 0.5  # not stored
+    m.incoming = None
+    with pytest.raises(ValueError, match="argument 'strength': must be finite"):
+        m(torch.ones(2, 4))  # unused without incoming, refused all the same
+    with pytest.raises(ValueError, match="argument 'update_rate': must be finite"):
+        AttentionContext(update_rate=value)
+
+
+@pytest.mark.parametrize("value", NON_FINITE[3:], ids=["1e39", "-1e39", "10**400"])  # NaN, inf: above
+def test_context_parameters_must_be_finite_in_float32(value):
+    # 1e39 (finite in float64) became inf in the float32 kernels; 10**400 raised TypeError
+    for name in ("strength", "update_rate"):
+        with pytest.raises(ValueError, match="argument '%s': must be finite" % name):
+            pyfastpim.AttentionContext(**{name: value})
+        c = pyfastpim.AttentionContext(update_rate=0.25, strength=0.5)
+        with pytest.raises(ValueError, match="argument '%s': must be finite" % name):
+            setattr(c, name, value)
+        assert (c.update_rate, c.strength) == (0.25, 0.5)
+    big = float(np.finfo(F32).max)
+    assert pyfastpim.AttentionContext(strength=big, update_rate=-big).strength == big  # the range's ends pass
+
+
+def test_module_parameters_of_other_types_name_the_argument():
+    from pyfastpim.nn import AttentionContext
+    with pytest.raises(TypeError, match="argument 'strength'"):
+        AttentionContext(strength="x")  # a bare "could not convert string to float" before
+    for ctx in (AttentionContext, pyfastpim.AttentionContext):
+        with pytest.raises(TypeError, match="argument 'embed_dim'"):
+            ctx(embed_dim=True)  # was taken as embed_dim=1
+        with pytest.raises(TypeError, match="argument 'strength'"):
+            ctx(strength=True)
 
 
 def test_module_chaining_snapshots_and_version_check():

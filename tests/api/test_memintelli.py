@@ -691,3 +691,48 @@ def test_names_memintelli_scripts_import_from_its_modules():
     assert data_formats.quant_map_tensor is mi_utils.quant_map_tensor
     assert data_formats.bfp_map_tensor is mi_utils.bfp_map_tensor
     assert (NN_layers.DPETensor, NN_layers.SlicedData, NN_layers.SNR) == (DPETensor, SlicedData, pimpy.SNR)
+
+
+# ----------------------------------------------------------------------------- the zoo's initialisation
+
+def _uniform_std(fan_in):
+    """std of the layers' default weights: Kaiming-uniform with a=sqrt(5), U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+    return 1 / np.sqrt(3 * fan_in)
+
+
+@pytest.mark.parametrize("factory, mem_enabled, convs_kaiming_normal", [
+    ("ResNet_CIFAR_zoo", True, False),   # MemIntelli's CIFAR ResNet initialises nn.Conv2d only
+    ("ResNet_CIFAR_zoo", False, True),
+    ("ResNet_zoo", True, True),          # its ImageNet ResNet initialises nn.Conv2d and Conv2dMem
+    ("ResNet_zoo", False, True),
+])
+def test_resnet_zoo_initialises_as_memintelli(factory, mem_enabled, convs_kaiming_normal):
+    """Every convolution weight has MemIntelli's distribution: Kaiming-normal with mode fan_out and
+    the ReLU gain (std sqrt(2 / fan_out), unbounded) where MemIntelli applies it, else the layer's
+    Kaiming-uniform default (std 1 / sqrt(3 fan_in), |w| <= 1 / sqrt(fan_in)); batch norms 1 / 0;
+    the fc layer at its default. The CIFAR ResNet's crossbar convolutions were Kaiming-normal before."""
+    from pyfastpim.memintelli import NN_models
+    torch.manual_seed(0)
+    model = getattr(NN_models, factory)("resnet18", num_classes=10, mem_enabled=mem_enabled, engine=None,
+                                        device="cpu")
+    convs = [m for m in model.modules() if isinstance(m, (torch.nn.Conv2d, Conv2dMem))]
+    assert len(convs) == 20 and all(isinstance(m, Conv2dMem) == mem_enabled for m in convs)
+    for m in convs:
+        w = m.weight.detach().double()
+        fan_in, fan_out = w[0].numel(), w.shape[0] * w[0, 0].numel()
+        kurtosis = float(((w - w.mean()) ** 4).mean() / w.var(unbiased=False) ** 2)
+        if convs_kaiming_normal:
+            want = np.sqrt(2 / fan_out)
+            assert abs(kurtosis - 3) < 0.5, (m, kurtosis)  # a normal's (a uniform's is 1.8)
+        else:
+            want = _uniform_std(fan_in)
+            assert w.abs().max() <= 1 / np.sqrt(fan_in) and abs(kurtosis - 1.8) < 0.3, (m, kurtosis)
+        rel = 4 / np.sqrt(2 * w.numel())  # 4 standard errors of a sample std
+        assert abs(float(w.std()) / want - 1) < max(rel, 0.02), (m, float(w.std()), want)
+        assert abs(float(w.mean())) < 4 * want / np.sqrt(w.numel())
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            assert torch.all(m.weight == 1) and torch.all(m.bias == 0)
+    fc = model.fc.weight.detach().double()
+    assert fc.abs().max() <= 1 / np.sqrt(512)
+    assert abs(float(fc.std()) / _uniform_std(512) - 1) < 4 / np.sqrt(2 * fc.numel())

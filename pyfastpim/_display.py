@@ -29,7 +29,7 @@ def engine_fields(e):
     return [("device", e.device), ("g_level", "%d" % e.g_level), ("HGS", "%g" % e.HGS), ("LGS", "%g" % e.LGS),
             ("read_variation", sigma_summary(e.read_variation)), ("write_variation", "%g" % e.write_variation),
             ("vnoise", "%g" % e.vnoise), ("wire_resistance", "%g" % e.wire_resistance),
-            ("drift", repr(e._drift)), ("rdac", "%d" % e.rdac), ("radc", _radc(e.radc)), ("vread", "%g" % e.vread),
+            ("drift", repr(e._drift)), ("rdac", "%d" % e.rdac), ("radc", _radc(e._radc_msb_first())), ("vread", "%g" % e.vread),
             ("rate_stuck_HGS", "%g" % e.rate_stuck_HGS), ("rate_stuck_LGS", "%g" % e.rate_stuck_LGS),
             ("seed", "%d" % e.seed), ("calls", "%d" % e.calls)]
 

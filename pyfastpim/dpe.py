@@ -422,13 +422,19 @@ class DPETensor:
                          "rows the crossbar height %s, must be below 2**24 = %d for exact float32 crossbar sums; %s"
                          % (names[0], self.rdac, self.g_level, rows, per_row * rows, names[1], _EXACT_SUM_LIMIT, fix))
 
+    def _radc_msb_first(self):
+        """radc as the constructor takes it: an int, or one per weight slice, most significant first
+        (pyfastpim.memintelli's engine holds MemIntelli's reversed tensor instead)."""
+        return self.radc
+
     def _radc_lsb_first(self, n_slices):
+        radc = self._radc_msb_first()
         if self.radc_is_list:
-            if len(self.radc) != n_slices:
-                raise ValueError(f'Length of radc array ({len(self.radc)}) must match number of weight slices '
+            if len(radc) != n_slices:
+                raise ValueError(f'Length of radc array ({len(radc)}) must match number of weight slices '
                                  f'({n_slices})')
-            return list(reversed(self.radc))
-        return [self.radc] * n_slices
+            return list(reversed(radc))
+        return [radc] * n_slices
 
     def __repr__(self):
         from ._display import engine_repr

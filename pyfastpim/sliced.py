@@ -335,6 +335,8 @@ class SlicedData:
     ``([N,] Rp/pr, Cp/pc, 1, 1)`` (one value per block, its granule's), 
     ``quantized_data`` (dequantized, shaped like the data) and, for weights,
     ``G`` (siemens, same layout as ``sliced_data``; padding cells read LGS).
+    ``shape`` is the data's (a torch.Size for torch data, else a tuple);
+    ``slice_method`` the object given.
 
     Differences from MemIntelli: when a granule is all zeros, codes and
     dequantized values are 0 (MemIntelli divides by zero); ``bw_e`` None or 0
@@ -433,7 +435,7 @@ class SlicedData:
             self._is_torch = is_torch
             if self.is_weight:
                 self._levels, self._conductance, self._program = levels, conductance, program
-            self.shape = tuple(data.shape)
+            self.shape = data.shape if is_torch else tuple(data.shape)  # torch.Size (a tuple) as in MemIntelli
             self._version = next(_versions)
         if self.is_weight and hasattr(engine, "_prepare_weights"):
             engine._prepare_weights(self)  # IR drop / drift: effective conductances at programming time (unlocked)
@@ -452,7 +454,7 @@ class SlicedData:
         return len(self._widths)
 
     def size(self):
-        """The data's shape (MemIntelli's ``size()``; a tuple, like ``shape``)."""
+        """The data's shape (MemIntelli's ``size()``): ``shape``, a tuple (torch.Size for torch data)."""
         return self.shape
 
     def _require(self):
@@ -734,6 +736,6 @@ class SlicedData:
         new._gran_exp, new._dequant = tr(self._gran_exp), tr(self._dequant)
         new._levels, new._conductance = tr(self._levels), tr(self._conductance)
         new._granule = self._granule[::-1]
-        new.shape = tuple(self.shape[:-2]) + (self.shape[-1], self.shape[-2])
+        new.shape = type(self.shape)(tuple(self.shape[:-2]) + (self.shape[-1], self.shape[-2]))
         new._version = next(_versions)
         return new

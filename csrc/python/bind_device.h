@@ -37,7 +37,8 @@ int pf_device_resolve(PyObject *obj, const char *op, pf_device *d);
  * NULL, d clear). */
 int pf_device_from_kwds(PyObject *kwds, PyObject **kw, const char *op, pf_device *d);
 void pf_device_clear(pf_device *d);
-/* The device lock (OpenCL; the CPU has none): 0, or -1 with RuntimeError for a reentrant call. */
+/* The device lock (OpenCL; the CPU has none): 0, or -1 with RuntimeError for a reentrant call or
+ * with KeyboardInterrupt (a signal handler's exception) raised while waiting for another thread. */
 int pf_device_lock(pf_device *d);
 void pf_device_unlock(pf_device *d);
 
@@ -50,7 +51,7 @@ int pf_device_weights(pf_device *d, PyObject *key, const pf_dpe_args *a, const p
 void pf_device_weights_done(pf_device *d, const void *w, int transient);
 
 /* Runs `call` (a pf_status expression) on the device: lock, GIL released, unlock; st = the
- * status, or -1 (with RuntimeError) when the lock was refused. A failure (st > 0) is raised
+ * status, or -1 (with its exception) when pf_device_lock failed. A failure (st > 0) is raised
  * through pf_raise_status naming d->what. */
 #define PF_DEVICE_CALL(d, st, call)                                                                             \
     do {                                                                                                      \

@@ -6,7 +6,8 @@
  * the handle has no op methods. csrc/opencl/ sees plain pointers.
  *
  * Threading: one lock per handle serializes its calls. It is taken after the
- * call's arguments are converted, waited for with the GIL released, and held
+ * call's arguments are converted, waited for with the GIL released (Ctrl-C ends the
+ * wait with KeyboardInterrupt, the lock not taken), and held
  * while the kernels run with the GIL released and while the resident-weights
  * cache is searched or changed (which may run Python code: a weights_key's
  * __eq__, a dropped reference's finalizer); a call made by such code on the
@@ -61,7 +62,31 @@ static PyObject *raise_cl(int st, const char *what)
     return pf_raise_status((pf_status)st, what); /* the one error mapper (errors.c) */
 }
 
-/* 0, or -1 with RuntimeError for a reentrant call from the holding thread. */
+/* How long one wait for a busy device lock lasts before the waiter looks at pending signals. */
+#define PF_CL_LOCK_POLL_US 50000
+
+/* Waits for the device lock held by another thread, with the GIL released, in slices of
+ * PF_CL_LOCK_POLL_US (a signal also ends a slice early); between slices the pending signals'
+ * Python handlers run (on the main thread only, as for threading.Lock.acquire), so Ctrl-C
+ * raises KeyboardInterrupt instead of waiting for the holder's call (which may take minutes).
+ * A handler that does not raise lets the wait go on. 0 with the lock, or -1 with the handler's
+ * exception and the lock not taken. */
+static int wait_device_lock(PfCLDevice *self)
+{
+    PyLockStatus r;
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        r = PyThread_acquire_lock_timed(self->lock, PF_CL_LOCK_POLL_US, 1);
+        Py_END_ALLOW_THREADS
+        if (r == PY_LOCK_ACQUIRED)
+            return 0;
+        if (PyErr_CheckSignals() < 0)
+            return -1;
+    }
+}
+
+/* 0, or -1 with RuntimeError for a reentrant call from the holding thread, or with the
+ * exception of a signal handler (KeyboardInterrupt) raised while waiting for another thread. */
 static int lock_device(PfCLDevice *self)
 {
     unsigned long me = PyThread_get_thread_ident();
@@ -70,11 +95,8 @@ static int lock_device(PfCLDevice *self)
                         "Python code run during one of its own calls, e.g. a weights_key's __eq__)");
         return -1;
     }
-    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
-        Py_BEGIN_ALLOW_THREADS
-        PyThread_acquire_lock(self->lock, WAIT_LOCK);
-        Py_END_ALLOW_THREADS
-    }
+    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK) && wait_device_lock(self) < 0)
+        return -1;
     self->owner = me;
     return 0;
 }
@@ -97,8 +119,8 @@ static void unlock_device(PfCLDevice *self)
             raise_cl((st), (what));                                                                            \
     } while (0)
 
-/* PF_CL_NOGIL with the device lock of `self` held around the call; st = -1 (with RuntimeError)
- * when the lock is refused (a reentrant call). */
+/* PF_CL_NOGIL with the device lock of `self` held around the call; st = -1 (with lock_device's exception)
+ * when the lock is not taken (a reentrant call, Ctrl-C while waiting). */
 #define PF_CL_LOCKED(self, st, what, call)                                                                     \
     do {                                                                                                       \
         if (lock_device(self) < 0) {                                                                           \

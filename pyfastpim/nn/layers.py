@@ -145,7 +145,7 @@ def _engine_linear(layer, x, return_dequant):
 
 def _engine_conv2d(layer, x, return_dequant):
     fn = _engine_method(layer.engine, "forward_conv2d")
-    out, xq = fn(x, layer.weight_sliced, layer.kernel_size, layer.stride, layer.padding, layer.dilation,
+    out, xq = fn(x, layer.weight_sliced, layer._kernel2d, layer._stride2d, layer._padding2d, layer._dilation2d,
                  layer._input_slice, layer.input_paral_size, layer.input_quant_gran, bw_e=layer.bw_e,
                  return_dequant=return_dequant)
     return _as_torch(out), _as_torch(xq)
@@ -197,7 +197,7 @@ class _Conv2dMemFunction(torch.autograd.Function):
         if bias is not None:
             out = out + bias.detach().to(out.dtype).view(1, -1, 1, 1)
         ctx.save_for_backward(xq, wq)
-        ctx.geom = (tuple(x.shape), tuple(weight.shape), layer.stride, layer.padding, layer.dilation)
+        ctx.geom = (tuple(x.shape), tuple(weight.shape), layer._stride2d, layer._padding2d, layer._dilation2d)
         ctx.has_bias = bias is not None
         ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
         return out
@@ -273,9 +273,10 @@ class _MemLayer(nn.Module):
         if bw_e is not None and (not isinstance(bw_e, numbers.Integral) or bw_e < 1):
             raise ValueError("bw_e must be None (INT quantization) or a positive int (BFP), got %r" % (bw_e,))
         self.bw_e = bw_e
-        # MemIntelli keeps the slice methods as tensors under these names
-        self.input_slice_method = torch.tensor(self._input_slice)
-        self.weight_slice_method = torch.tensor(self._weight_slice)
+        # MemIntelli keeps the slice methods as tensors on the parameters' device under these names, and
+        # its programmed weights' SlicedData holds the weight one as its slice_method (so here too)
+        self.input_slice_method = torch.tensor(self._input_slice).to(self.weight.device)
+        self.weight_slice_method = self._weight_slice_tensor = torch.tensor(self._weight_slice).to(self.weight.device)
         self.engine = engine
         self._weight_sliced = None
         self._programmed_key = None
@@ -300,6 +301,9 @@ class _MemLayer(nn.Module):
         sliced = _pyfastpim_attr("SlicedData")(self._weight_slice, bw_e=self.bw_e, is_weight=True,
                                                paral_size=self.weight_paral_size,
                                                quant_gran=self.weight_quant_gran)
+        # its slice_method attribute is the layer's weight_slice_method tensor, as in MemIntelli (layers
+        # pickled before that keep the tuple); the slicing reads the widths checked at construction
+        sliced.slice_method = getattr(self, "_weight_slice_tensor", self._weight_slice)
         sliced.slice_data_imp(self.engine, self._weight_matrix())
         self._set_programmed(sliced)
 
@@ -465,6 +469,13 @@ class Conv2dMem(_MemLayer):
         self._init_mem(engine, input_slice, weight_slice, bw_e, input_paral_size, weight_paral_size,
                        input_quant_gran, weight_quant_gran, device)
 
+    # The geometry as pairs, read from the attributes at each use (assigning layer.stride = 2 takes
+    # effect, as for nn.Conv2d); pyfastpim.memintelli's Conv2dMem keeps those attributes as given.
+    _kernel2d = property(lambda self: _pair(self.kernel_size, "kernel_size", 1, _GEOMETRY_MAX))
+    _stride2d = property(lambda self: _pair(self.stride, "stride", 1, _GEOMETRY_MAX))
+    _padding2d = property(lambda self: _pair(self.padding, "padding", 0, _GEOMETRY_MAX))
+    _dilation2d = property(lambda self: _pair(self.dilation, "dilation", 1, _GEOMETRY_MAX))
+
     def forward(self, input):
         _check_float_input(input, "Conv2dMem")
         if input.dim() not in (3, 4):
@@ -475,17 +486,16 @@ class Conv2dMem(_MemLayer):
         if x.shape[1] != self.in_channels:
             raise ValueError("Conv2dMem: input of shape %s has %d channels, expected in_channels=%d"
                              % (tuple(input.shape), x.shape[1], self.in_channels))
-        h_out, w_out = _conv_out_hw(x.shape[2:], self.kernel_size, self.stride, self.padding, self.dilation)
+        k, s, p, d = self._kernel2d, self._stride2d, self._padding2d, self._dilation2d
+        h_out, w_out = _conv_out_hw(x.shape[2:], k, s, p, d)
         if h_out < 1 or w_out < 1:
             raise ValueError("Conv2dMem: input of spatial size %s is too small for kernel_size=%s, padding=%s, "
-                             "dilation=%s (output would be %dx%d)" % (tuple(x.shape[2:]), self.kernel_size,
-                                                                      self.padding, self.dilation, h_out, w_out))
+                             "dilation=%s (output would be %dx%d)" % (tuple(x.shape[2:]), k, p, d, h_out, w_out))
         self._check_engine()
         if x.shape[0] == 0:
             # an empty batch: (0, C_out, H_out, W_out) on every device, as nn.Conv2d gives
             return torch.nn.functional.conv2d(x, self.weight.to(x.dtype),
-                                              None if self.bias is None else self.bias.to(x.dtype),
-                                              self.stride, self.padding, self.dilation)
+                                              None if self.bias is None else self.bias.to(x.dtype), s, p, d)
         x = x.to(torch.float32)
         if _needs_grad(input, self.weight, self.bias):
             out = _Conv2dMemFunction.apply(x, self.weight, self.bias, self)
@@ -498,8 +508,8 @@ class Conv2dMem(_MemLayer):
 
     def extra_repr(self):
         s = "%d, %d, kernel_size=%s, stride=%s" % (self.in_channels, self.out_channels, self.kernel_size, self.stride)
-        if self.padding != (0, 0):
+        if self._padding2d != (0, 0):
             s += ", padding=%s" % (self.padding,)
-        if self.dilation != (1, 1):
+        if self._dilation2d != (1, 1):
             s += ", dilation=%s" % (self.dilation,)
         return s + ", bias=%s, %s" % (self.bias is not None, self._mem_extra_repr())

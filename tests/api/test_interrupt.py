@@ -135,3 +135,63 @@ def test_ctrl_c_interrupts_ir_drop_programming():
     latency = _child_latency(IRDROP_CHILD, 256 if SANITIZED else 1024)
     assert latency < LIMIT_S, "KeyboardInterrupt %.2f s after SIGINT" % latency
 
+
+
+LOCK_CHILD = textwrap.dedent("""
+    import sys, threading, time
+    sys.path.insert(0, sys.argv[1])                   # tests/: helpers
+    import numpy as np
+    import pyfastpim as pf
+    from pyfastpim.devices import cl_dpe_mvm
+    from helpers import engine_args, engine_case
+    dev = pf.resolve_device(sys.argv[2])
+    kind = sys.argv[3]
+    HOLD_S = 8.0                                      # how long the other thread holds the device lock at most
+    args = engine_args(*engine_case(np.random.default_rng(0)))
+    holding, release = threading.Event(), threading.Event()
+
+    class Key:
+        block = False
+
+        def __hash__(self):
+            return 1
+
+        def __eq__(self, other):                      # runs while the resident weights are searched: lock held
+            if Key.block:
+                holding.set()
+                release.wait(HOLD_S)
+            return isinstance(other, Key)
+
+    want = np.asarray(cl_dpe_mvm(dev, *args, weights_key=Key()))  # resident: an equal key runs __eq__
+    Key.block = True
+    holder = threading.Thread(target=cl_dpe_mvm, args=(dev, *args), kwargs={"weights_key": Key()})
+    holder.start()
+    assert holding.wait(60)
+    print("ready", flush=True)
+    try:
+        if kind == "mvm":                             # waits for the device lock until the SIGINT
+            cl_dpe_mvm(dev, *args)
+        else:
+            dev.release()
+    except KeyboardInterrupt:
+        t = time.monotonic()
+    release.set()                                     # (a latency < HOLD_S: it was interrupted while waiting)
+    holder.join()
+    Key.block = False
+    got = np.asarray(cl_dpe_mvm(dev, *args, weights_key=Key()))  # the device works afterwards
+    assert np.array_equal(got, want) and np.array_equal(np.asarray(cl_dpe_mvm(dev, *args)), want)
+    print("interrupted", t, flush=True)
+""")
+
+
+@pytest.mark.parametrize("kind", ["mvm", "release"])
+def test_ctrl_c_interrupts_a_wait_for_a_busy_opencl_device(kind):
+    """A call waiting for the device lock that another thread holds (here for 8 s, as a long
+    OpenCL call would) raises KeyboardInterrupt on SIGINT; the wait was uninterruptible before,
+    so the interrupt came only after the holder released the lock and the call had run."""
+    device = _opencl_device()
+    if device is None:
+        pytest.skip("no OpenCL device")
+    tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    latency = _child_latency(LOCK_CHILD, tests_dir, device, kind)
+    assert latency < LIMIT_S, "KeyboardInterrupt %.2f s after SIGINT" % latency

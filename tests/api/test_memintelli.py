@@ -545,7 +545,7 @@ def test_model_decorators_record_calls():
     assert lin.params["L"] == {"type": "linear", "in_dim": (4, 8), "out_dim": (4, 3), "in_features": 8,
                                "out_features": 3, "bias": True, "input_slice": (1, 1, 2), "len_input_slice": 3,
                                "weight_slice": (1, 1, 2), "len_weight_slice": 3}
-    assert conv.params["C"]["out_dim"] == (1, 3, 3, 3) and conv.params["C"]["kernel_size"] == (3, 3)
+    assert conv.params["C"]["out_dim"] == (1, 3, 3, 3) and conv.params["C"]["kernel_size"] == 3  # as given
 
 
 # ----------------------------------------------------------------------------- pretrained weights
@@ -691,3 +691,129 @@ def test_names_memintelli_scripts_import_from_its_modules():
     assert data_formats.quant_map_tensor is mi_utils.quant_map_tensor
     assert data_formats.bfp_map_tensor is mi_utils.bfp_map_tensor
     assert (NN_layers.DPETensor, NN_layers.SlicedData, NN_layers.SNR) == (DPETensor, SlicedData, pimpy.SNR)
+
+
+# ----------------------------------------------------------------------------- the zoo's initialisation
+
+def _uniform_std(fan_in):
+    """std of the layers' default weights: Kaiming-uniform with a=sqrt(5), U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+    return 1 / np.sqrt(3 * fan_in)
+
+
+@pytest.mark.parametrize("factory, mem_enabled, convs_kaiming_normal", [
+    ("ResNet_CIFAR_zoo", True, False),   # MemIntelli's CIFAR ResNet initialises nn.Conv2d only
+    ("ResNet_CIFAR_zoo", False, True),
+    ("ResNet_zoo", True, True),          # its ImageNet ResNet initialises nn.Conv2d and Conv2dMem
+    ("ResNet_zoo", False, True),
+])
+def test_resnet_zoo_initialises_as_memintelli(factory, mem_enabled, convs_kaiming_normal):
+    """Every convolution weight has MemIntelli's distribution: Kaiming-normal with mode fan_out and
+    the ReLU gain (std sqrt(2 / fan_out), unbounded) where MemIntelli applies it, else the layer's
+    Kaiming-uniform default (std 1 / sqrt(3 fan_in), |w| <= 1 / sqrt(fan_in)); batch norms 1 / 0;
+    the fc layer at its default. The CIFAR ResNet's crossbar convolutions were Kaiming-normal before."""
+    from pyfastpim.memintelli import NN_models
+    torch.manual_seed(0)
+    model = getattr(NN_models, factory)("resnet18", num_classes=10, mem_enabled=mem_enabled, engine=None,
+                                        device="cpu")
+    convs = [m for m in model.modules() if isinstance(m, (torch.nn.Conv2d, Conv2dMem))]
+    assert len(convs) == 20 and all(isinstance(m, Conv2dMem) == mem_enabled for m in convs)
+    for m in convs:
+        w = m.weight.detach().double()
+        fan_in, fan_out = w[0].numel(), w.shape[0] * w[0, 0].numel()
+        kurtosis = float(((w - w.mean()) ** 4).mean() / w.var(unbiased=False) ** 2)
+        if convs_kaiming_normal:
+            want = np.sqrt(2 / fan_out)
+            assert abs(kurtosis - 3) < 0.5, (m, kurtosis)  # a normal's (a uniform's is 1.8)
+        else:
+            want = _uniform_std(fan_in)
+            assert w.abs().max() <= 1 / np.sqrt(fan_in) and abs(kurtosis - 1.8) < 0.3, (m, kurtosis)
+        rel = 4 / np.sqrt(2 * w.numel())  # 4 standard errors of a sample std
+        assert abs(float(w.std()) / want - 1) < max(rel, 0.02), (m, float(w.std()), want)
+        assert abs(float(w.mean())) < 4 * want / np.sqrt(w.numel())
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            assert torch.all(m.weight == 1) and torch.all(m.bias == 0)
+    fc = model.fc.weight.detach().double()
+    assert fc.abs().max() <= 1 / np.sqrt(512)
+    assert abs(float(fc.std()) / _uniform_std(512) - 1) < 4 / np.sqrt(2 * fc.numel())
+
+
+# ----------------------------------------------------------------------------- attribute types
+
+def test_conv_geometry_attributes_are_kept_as_given():
+    """MemIntelli's Conv2dMem / Conv1dMem store kernel_size, stride, padding and dilation as passed
+    (ints in its examples: ``layer.stride == 2``, ``layer.kernel_size * 2``); pairs were returned.
+    The layer still computes with them, reads them at each call (as nn.Conv2d) and pyfastpim.nn's
+    own Conv2dMem keeps nn.Conv2d's pairs."""
+    engine = _quiet_engine()
+    torch.manual_seed(0)
+    conv = Conv2dMem(engine, 3, 4, 3, [1, 1, 2, 4], [1, 1, 2, 4], stride=2, padding=1)
+    assert (conv.kernel_size, conv.stride, conv.padding, conv.dilation) == (3, 2, 1, 1)
+    assert all(type(v) is int for v in (conv.kernel_size, conv.stride, conv.padding, conv.dilation))
+    assert conv.kernel_size * 2 == 6 and conv.stride + 1 == 3
+    pairs = Conv2dMem(engine, 3, 4, (3, 1), [1, 1, 2, 4], [1, 1, 2, 4], padding=(1, 0))
+    assert pairs.kernel_size == (3, 1) and pairs.padding == (1, 0) and pairs.stride == 1
+    x = torch.randn(2, 3, 9, 8)
+    core = pyfastpim.nn.Conv2dMem(engine, 3, 4, 3, [1, 1, 2, 4], [1, 1, 2, 4], stride=2, padding=1)
+    assert (core.kernel_size, core.stride, core.padding, core.dilation) == ((3, 3), (2, 2), (1, 1), (1, 1))
+    core.load_state_dict(conv.state_dict())
+    with torch.no_grad():
+        engine.reset(5)
+        y = conv(x)
+        engine.reset(5)
+        assert torch.equal(y, core(x)) and y.shape == (2, 4, 5, 4)
+        conv.stride = 1  # read at each call
+        assert conv(x).shape == (2, 4, 9, 8)
+    assert pairs(x).shape == (2, 4, 9, 8)
+    assert "kernel_size=3, stride=1" in repr(conv)
+    c1 = Conv1dMem(engine, 3, 4, 3, [1, 1, 2, 4], [1, 1, 2, 4], padding=1)
+    assert (c1.kernel_size, c1.stride, c1.padding, c1.dilation) == (3, 1, 1, 1) and type(c1.kernel_size) is int
+    assert c1(torch.randn(2, 3, 10)).shape == (2, 4, 10)
+    with pytest.raises(ValueError, match="stride"):
+        Conv1dMem(engine, 3, 4, 3, [1, 1, 2, 4], [1, 1, 2, 4], stride=0)
+
+
+def test_sliced_data_slice_method_and_shape_as_memintelli():
+    """slice_method is the tensor given (it was turned into a list) and shape / size() a torch.Size
+    (a tuple before), as MemIntelli's ``self.slice_method = slice_method``, ``self.shape = data.shape``;
+    a layer's weight_sliced holds the layer's weight_slice_method tensor (a tuple before)."""
+    engine = _quiet_engine()
+    method = torch.tensor([1, 1, 2, 4])
+    ws = SlicedData(method, is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+    assert ws.slice_method is method and len(ws) == 4
+    ws.slice_data_imp(engine, torch.randn(64, 48))
+    assert isinstance(ws.shape, torch.Size) and ws.shape == (64, 48) and ws.size() == torch.Size([64, 48])
+    assert ws.shape.numel() == 64 * 48
+    assert isinstance(ws.t().shape, torch.Size) and ws.t().shape == (48, 64)
+    assert SlicedData([1, 1, 2, 4]).slice_method == [1, 1, 2, 4]  # MemIntelli needs a tensor; a list stays a list
+    core = pyfastpim.SlicedData((1, 1, 2, 4))
+    core.slice_data_imp(engine, np.ones((3, 32), np.float32))
+    assert type(core.shape) is tuple  # NumPy data: a plain tuple
+    for layer in (LinearMem(engine, 64, 48, [1, 1, 2, 4], [1, 1, 2, 4]),
+                  Conv2dMem(engine, 3, 8, 3, [1, 1, 2, 4], [1, 1, 2, 4])):
+        assert layer.weight_sliced.slice_method is layer.weight_slice_method
+        assert layer.weight_slice_method.tolist() == [1, 1, 2, 4] and layer.weight_slice_method.dtype == torch.int64
+        assert isinstance(layer.weight_sliced.shape, torch.Size)
+
+
+def test_engine_conductance_levels_and_radc_as_memintelli():
+    """conductance_levels is a float32 tensor on engine.device (a NumPy float64 array before); a
+    per-slice radc is an int64 tensor, least significant slice first (MemIntelli flips the list;
+    the tuple in the given order before). Products use each slice's own resolution either way."""
+    e = _quiet_engine(HGS=1e-5, LGS=1e-8, g_level=16, radc=[2 ** 12, 2 ** 10, 2 ** 8, 2 ** 6])
+    levels = e.conductance_levels
+    assert isinstance(levels, torch.Tensor) and levels.dtype == torch.float32 and levels.device == e.device
+    assert torch.allclose(levels, torch.tensor([1e-8 + i * e.Q_G for i in range(16)]), rtol=1e-6, atol=0)
+    assert isinstance(e.radc, torch.Tensor) and e.radc.dtype == torch.int64
+    assert e.radc.tolist() == [2 ** 6, 2 ** 8, 2 ** 10, 2 ** 12] and e.radc[0] == 2 ** 6 and e.radc_is_list
+    assert "radc=[4096, 1024, 256, 64]" in repr(e)
+    core = _quiet_engine(pyfastpim.DPETensor, HGS=1e-5, LGS=1e-8, g_level=16, radc=[2 ** 12, 2 ** 10, 2 ** 8, 2 ** 6])
+    assert core.radc == (2 ** 12, 2 ** 10, 2 ** 8, 2 ** 6) and isinstance(core.conductance_levels, np.ndarray)
+    g = torch.Generator().manual_seed(2)
+    x, w = torch.randn(6, 90, generator=g), torch.randn(90, 40, generator=g)
+    y = e(*_sliced_pair(e, x, w))
+    assert torch.equal(y, torch.as_tensor(core(*_sliced_pair(core, x, w))))
+    flipped = _quiet_engine(pyfastpim.DPETensor, HGS=1e-5, LGS=1e-8, g_level=16,
+                            radc=[2 ** 6, 2 ** 8, 2 ** 10, 2 ** 12])
+    assert not torch.equal(y, torch.as_tensor(flipped(*_sliced_pair(flipped, x, w))))  # the order matters
+    assert isinstance(_quiet_engine().radc, int) and not _quiet_engine().radc_is_list

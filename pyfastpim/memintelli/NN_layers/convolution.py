@@ -15,7 +15,9 @@ class Conv2dMem(_layers.Conv2dMem):
 
     On the CPU this is :class:`pyfastpim.nn.Conv2dMem`; tensors on CUDA are handled as in
     :class:`LinearMem` (product on the engine's device, results and gradients on the tensors'
-    devices, copies counted).
+    devices, copies counted). As in MemIntelli, ``kernel_size``, ``stride``, ``padding`` and
+    ``dilation`` are kept as given (``layer.stride == 1`` for ``stride=1``; pyfastpim.nn.Conv2dMem
+    and nn.Conv2d hold pairs).
     """
 
     def __init__(self, engine, in_channels, out_channels, kernel_size, input_slice, weight_slice, stride=1,
@@ -26,11 +28,7 @@ class Conv2dMem(_layers.Conv2dMem):
                          device=_device.torch_device(device) if device is not None else None, dtype=dtype,
                          bw_e=bw_e, input_paral_size=input_paral_size, weight_paral_size=weight_paral_size,
                          input_quant_gran=input_quant_gran, weight_quant_gran=weight_quant_gran)
-
-    _kernel2d = property(lambda self: self.kernel_size)
-    _stride2d = property(lambda self: self.stride)
-    _padding2d = property(lambda self: self.padding)
-    _dilation2d = property(lambda self: self.dilation)
+        self.kernel_size, self.stride, self.padding, self.dilation = kernel_size, stride, padding, dilation
 
     def _weight_matrix(self):
         return _device.to_host(super()._weight_matrix())
@@ -66,8 +64,10 @@ class Conv1dMem(_layers._MemLayer):
     no slicing options, and its forward takes ``(engine, input)``; both forms of forward work here).
 
     Input ``(N, C_in, L)`` or ``(C_in, L)``; weight ``(C_out, C_in, kernel_size)`` as in
-    ``nn.Conv1d``. It is computed as a 2-D convolution of height 1 (the same patches and
-    crossbar product as Conv2dMem with a ``(1, k)`` kernel); backward is straight-through.
+    ``nn.Conv1d``; ``kernel_size``, ``stride``, ``padding`` and ``dilation`` are kept as given, as
+    in MemIntelli (nn.Conv1d holds 1-tuples). It is computed as a 2-D convolution of height 1 (the
+    same patches and crossbar product as Conv2dMem with a ``(1, k)`` kernel); backward is
+    straight-through.
     """
 
     def __init__(self, engine, in_channels, out_channels, kernel_size, input_slice, weight_slice, stride=1,
@@ -76,20 +76,19 @@ class Conv1dMem(_layers._MemLayer):
         super().__init__()
         self.in_channels = _int1(in_channels, "in_channels", 1)
         self.out_channels = _int1(out_channels, "out_channels", 1)
-        self.kernel_size = (_int1(kernel_size, "kernel_size", 1),)
-        self.stride = (_int1(stride, "stride", 1),)
-        self.padding = (_int1(padding, "padding", 0),)
-        self.dilation = (_int1(dilation, "dilation", 1),)
-        self._init_params((self.out_channels, self.in_channels) + self.kernel_size, bias,
+        self.kernel_size, self.stride, self.padding, self.dilation = kernel_size, stride, padding, dilation
+        kernel = (self._kernel2d, self._stride2d, self._padding2d, self._dilation2d)[0]  # all checked here
+        self._init_params((self.out_channels, self.in_channels, kernel[1]), bias,
                           _device.torch_device(device) if device is not None else None, dtype,
                           ("out_channels", "in_channels", "kernel_size"))
         self._init_mem(engine, input_slice, weight_slice, bw_e, input_paral_size, weight_paral_size,
                        input_quant_gran, weight_quant_gran, device)
 
-    _kernel2d = property(lambda self: (1, self.kernel_size[0]))
-    _stride2d = property(lambda self: (1, self.stride[0]))
-    _padding2d = property(lambda self: (0, self.padding[0]))
-    _dilation2d = property(lambda self: (1, self.dilation[0]))
+    # the geometry of the equivalent 2-D convolution (height 1), read from the attributes at each use
+    _kernel2d = property(lambda self: (1, _int1(self.kernel_size, "kernel_size", 1)))
+    _stride2d = property(lambda self: (1, _int1(self.stride, "stride", 1)))
+    _padding2d = property(lambda self: (0, _int1(self.padding, "padding", 0)))
+    _dilation2d = property(lambda self: (1, _int1(self.dilation, "dilation", 1)))
 
     def _weight_matrix(self):
         return _device.to_host(super()._weight_matrix())
@@ -107,10 +106,11 @@ class Conv1dMem(_layers._MemLayer):
         if input.dim() not in (2, 3) or input.shape[-2] != self.in_channels:
             raise ValueError("Conv1dMem: expected an input (N, %d, L) or (%d, L), got shape %s"
                              % (self.in_channels, self.in_channels, tuple(input.shape)))
-        length = input.shape[-1] + 2 * self.padding[0] - self.dilation[0] * (self.kernel_size[0] - 1) - 1
+        k, p, d = self._kernel2d[1], self._padding2d[1], self._dilation2d[1]
+        length = input.shape[-1] + 2 * p - d * (k - 1) - 1
         if length < 0:
             raise ValueError("Conv1dMem: input length %d is too small for kernel_size=%d, padding=%d, dilation=%d"
-                             % (input.shape[-1], self.kernel_size[0], self.padding[0], self.dilation[0]))
+                             % (input.shape[-1], k, p, d))
         self._check_engine()
         x = input.unsqueeze(0) if input.dim() == 2 else input
         out = HostConv2d.apply(x.unsqueeze(2), self.weight, self.bias, self,

@@ -7,6 +7,7 @@ torchvision's own weight loading (``ResNet18_Weights.IMAGENET1K_V1.get_state_dic
 import torch
 import torch.nn as nn
 
+from ..NN_layers import Conv2dMem
 from ._common import MemModel, build_mem_args, conv, default_device, linear, load_into
 
 __all__ = ["BasicBlock", "Bottleneck", "ResNet", "ResNet_zoo", "model_urls", "resnet_layers"]
@@ -77,7 +78,11 @@ resnet_layers = {
 
 
 class _ResNetBase(MemModel):
-    def _build(self, block, layers, num_classes, mem_enabled, mem_args, stem):
+    def _build(self, block, layers, num_classes, mem_enabled, mem_args, stem, init_mem_convs):
+        """Builds the layers. Initialisation, as MemIntelli's: every nn.Conv2d weight Kaiming-normal
+        (fan_out, ReLU gain: std sqrt(2 / fan_out)), batch norms 1 / 0; the crossbar convolutions
+        (Conv2dMem) too only when ``init_mem_convs`` (the ImageNet ResNet; MemIntelli's CIFAR ResNet
+        leaves them, and every fc layer, at the layer's own Kaiming-uniform default)."""
         self.mem_enabled = mem_enabled
         self.mem_args = dict(mem_args or {}) if mem_enabled else {}
         a, m = self.mem_args, mem_enabled
@@ -91,7 +96,7 @@ class _ResNetBase(MemModel):
         self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
         self.fc = linear(a, m, 512 * block.expansion, num_classes)
         for module in self.modules():
-            if isinstance(module, nn.Conv2d) or (mem_enabled and module.__class__.__name__ == "Conv2dMem"):
+            if isinstance(module, nn.Conv2d) or (init_mem_convs and isinstance(module, Conv2dMem)):
                 nn.init.kaiming_normal_(module.weight, mode='fan_out', nonlinearity='relu')
             elif isinstance(module, nn.BatchNorm2d):
                 nn.init.ones_(module.weight)
@@ -124,7 +129,7 @@ class ResNet(_ResNetBase):
 
     def __init__(self, block, layers, num_classes=1000, mem_enabled=False, mem_args=None):
         super().__init__()
-        self._build(block, layers, num_classes, mem_enabled, mem_args, (7, 2, 3))
+        self._build(block, layers, num_classes, mem_enabled, mem_args, (7, 2, 3), init_mem_convs=True)
         self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
 
     def _stem(self, x):

@@ -1,7 +1,9 @@
 """ResNets for 32x32 CIFAR images (MemIntelli's ``ResNet_CIFAR`` / ``ResNet_CIFAR_zoo``).
 
 The stem is one 3x3 stride-1 convolution without padding and no max pool (the layout of
-MemIntelli's pretrained CIFAR ResNet-18 checkpoints, which load unchanged).
+MemIntelli's pretrained CIFAR ResNet-18 checkpoints, which load unchanged). As in MemIntelli, the
+Kaiming-normal initialisation reaches the digital convolutions only: with ``mem_enabled`` the
+crossbar convolutions keep Conv2dMem's default (Kaiming-uniform, a=sqrt(5)), unlike ``ResNet``'s.
 """
 from ._common import build_mem_args, default_device, load_into, load_url_state_dict
 from .ResNet import BasicBlock, Bottleneck, _ResNetBase, resnet_layers
@@ -18,7 +20,7 @@ class ResNet_CIFAR(_ResNetBase):
 
     def __init__(self, block, layers, num_classes=100, mem_enabled=False, mem_args=None):
         super().__init__()
-        self._build(block, layers, num_classes, mem_enabled, mem_args, (3, 1, 0))
+        self._build(block, layers, num_classes, mem_enabled, mem_args, (3, 1, 0), init_mem_convs=False)
 
 
 def ResNet_CIFAR_zoo(model_name='resnet18', num_classes=100, pretrained=False, mem_enabled=False, engine=None,

@@ -1,8 +1,10 @@
 """MemIntelli's ``SlicedData`` with torch devices (pyfastpim.SlicedData underneath).
 
 ``SlicedData(slice_method, bw_e=None, is_weight=False, paral_size=(64, 64), quant_gran=None,
-device=None, inference=False)``: ``device`` (torch.device or str) is where the attributes
-(``sliced_data``, ``quantized_data``, ``max_data``, ``e_bias``, ``G``) are returned. As in
+device=None, inference=False)``: ``slice_method`` is kept as given (MemIntelli takes a tensor,
+``torch.tensor([1, 1, 2, 4])``; lists and tuples work too) and ``shape`` is a torch.Size, as in
+MemIntelli. ``device`` (torch.device or str) is where the attributes (``sliced_data``,
+``quantized_data``, ``max_data``, ``e_bias``, ``G``) are returned. As in
 MemIntelli, ``slice_data_imp(engine, data)`` puts the data on the engine's device, so after
 slicing the attributes live on ``engine.device`` (data on CUDA without a CUDA engine: on the
 data's device). The slicing itself runs on the host (or the engine's OpenCL device); copies
@@ -33,10 +35,9 @@ class SlicedData(_BaseSlicedData):
 
     def __init__(self, slice_method, bw_e=None, is_weight=False, paral_size=(64, 64), quant_gran=None, device=None,
                  inference=False):
-        slice_method = slice_method.tolist() if hasattr(slice_method, "tolist") else slice_method
         super().__init__(slice_method, bw_e=bw_e, is_weight=is_weight, paral_size=paral_size, quant_gran=quant_gran,
                          inference=inference)
-        self.device = _device.torch_device(device)
+        self.device = _device.torch_device(device)  # slice_method stays as given (MemIntelli's is a tensor)
 
     def slice_data_imp(self, engine, data):
         """Quantize, slice and (weights) program ``data``; the attributes then live on the engine's device."""

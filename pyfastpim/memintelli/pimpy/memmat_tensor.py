@@ -9,6 +9,11 @@ code moves tensors ``.to(engine.device)``). The products run on the CPU kernels 
 for ``cuda`` on the best OpenCL GPU when one is present, else on the CPU kernels. Results are
 torch tensors on the device of the input's SlicedData (``x.device``); the host copies are
 counted in :mod:`pyfastpim.memory` (``cuda_to_host`` / ``host_to_cuda``).
+
+Attributes as MemIntelli's: ``conductance_levels`` is a float tensor on ``device``; a per-slice
+``radc`` is an int64 tensor on ``device`` in MemIntelli's order, least significant slice first
+(the reverse of the argument; pyfastpim.DPETensor keeps the argument's tuple). Either tensor is
+made on the host when this machine cannot hold tensors on ``device`` (no CUDA).
 """
 import torch
 
@@ -20,6 +25,15 @@ __all__ = ["DPETensor"]
 
 def _default_device():
     return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+
+
+def _tensor_on(values, device):
+    """torch.tensor(values) on device, as MemIntelli makes its engine's tensors; on the host when
+    torch cannot place tensors there (device='cuda' without CUDA: pyfastpim computes on the host)."""
+    try:
+        return torch.tensor(values, device=device)
+    except (RuntimeError, AssertionError):  # "Torch not compiled with CUDA enabled", no driver
+        return torch.tensor(values)
 
 
 class DPETensor(_BaseDPETensor):
@@ -40,6 +54,15 @@ class DPETensor(_BaseDPETensor):
                          device=compute, seed=seed)
         self.compute_device = "cpu" if self._cl is None else "opencl"
         self.device = user
+        self.conductance_levels = _tensor_on(self.conductance_levels.tolist(), user)
+        if self.radc_is_list:
+            self.radc = _tensor_on(self.radc[::-1], user)
+
+    def _radc_msb_first(self):
+        radc = self.radc
+        if self.radc_is_list and isinstance(radc, torch.Tensor):  # MemIntelli's order: least significant first
+            return tuple(int(v) for v in radc.flip(0).tolist())
+        return radc
 
     def MapReduceDot(self, x, mat, out=None):
         """x @ mat through the crossbar (SlicedData input and programmed weights); a torch tensor on x's device."""

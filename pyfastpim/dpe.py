@@ -445,7 +445,7 @@ class DPETensor:
         if x.paral_size[1] != mat.paral_size[0]:
             raise ValueError("paral_size mismatch: the input's block columns (%d) must equal the weights' block rows "
                              "(%d), the crossbar height" % (x.paral_size[1], mat.paral_size[0]))
-        if (x.bw_e is None) != (mat.bw_e is None):
+        if bool(x.bw_e) != bool(mat.bw_e):  # bw_e 0 is INT, as None (docs/semantics.md section 4)
             raise ValueError("input and weights must both be INT (bw_e=None) or both BFP")
         self._radc_lsb_first(len(mat))
         if max(2 ** w - 1 for w in mat._widths) > self.g_level - 1:
@@ -544,7 +544,8 @@ class DPETensor:
         matrix is never stored. Returns ``(out (N, C_out, H_out, W_out), xq)``, xq the dequantized
         unfolded input only when ``return_dequant`` (training).
         """
-        from .sliced import SlicedData, _widths
+        from .sliced import SlicedData, _bw_e, _widths
+        bfp = bool(_bw_e(bw_e))  # 0 is INT, as None (docs/semantics.md section 4)
         if not isinstance(w_sliced, SlicedData) or not w_sliced.is_weight or w_sliced._levels is None:
             raise TypeError("argument 'w_sliced': expected programmed weights (SlicedData(..., is_weight=True))")
         kh, kw = _pair(kernel_size, "kernel_size", 1)
@@ -562,7 +563,7 @@ class DPETensor:
         if input_paral_size[1] != w_sliced.paral_size[0]:
             raise ValueError("paral_size mismatch: the input's block columns (%d) must equal the weights' block rows "
                              "(%d), the crossbar height" % (input_paral_size[1], w_sliced.paral_size[0]))
-        if (bw_e is None) != (w_sliced.bw_e is None):
+        if bfp != bool(w_sliced.bw_e):
             raise ValueError("input and weights must both be INT (bw_e=None) or both BFP")
         radc = self._radc_lsb_first(len(w_sliced))
         self._ensure_programmed(w_sliced)
@@ -586,7 +587,7 @@ class DPETensor:
         with _state_lock:  # one consistent programming of w_sliced (see _run)
             self._ensure_programmed(w_sliced)
             w_conductance, w_scale = self._weights_operand(w_sliced)
-            args = (x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), granule, _widths(input_slice), bw_e is not None,
+            args = (x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), granule, _widths(input_slice), bfp,
                     w_sliced._levels, w_conductance, w_scale, w_sliced._granule,
                     w_sliced._widths, input_paral_size[1], self.rdac, self.g_level, radc, self.HGS, self.LGS,
                     self._read_sigmas(), self.vnoise, self._noise_key(),

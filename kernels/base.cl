@@ -21,9 +21,8 @@
  * source: SLEEF 3.5.1 src/libm/sleefsimdsp.c, Boost licence): with IEEE float
  * arithmetic (the host adds -cl-fp32-correctly-rounded-divide-sqrt for the
  * division and sqrt) they return exactly what the CPU path computes, on any
- * OpenCL device. pf_libm_expf stands for glibc's expf, which the CPU uses on
- * the tail of a row whose length is not a multiple of 8: exp in double
- * rounded to float (both correctly rounded except in rare hard cases).
+ * OpenCL device. (The CPU uses SLEEF's expf on every element, a row's tail
+ * included: glibc's expf is not correctly rounded, so no device could match it.)
  * tests/backends/test_opencl.py checks normals and noisy products against the CPU. */
 #pragma OPENCL FP_CONTRACT OFF
 
@@ -139,11 +138,8 @@ inline float pf_sleef_expf(float d)
     return u;
 }
 
-#ifdef PF_HAVE_FP64
+#ifdef PF_HAVE_FP64 /* double arithmetic for kernels that need it (slicing.cl's scalar normals) */
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
-inline float pf_libm_expf(float x) { return (float)exp((double)x); }
-#else
-inline float pf_libm_expf(float x) { return exp(x); }
 #endif
 
 /* Uniform in (0, 1), never 0, from the top 24 bits (exact in float). */

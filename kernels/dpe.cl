@@ -264,9 +264,9 @@ kernel void pf_dpe_pack_x_im2col(global const float *dac, global float *A, globa
 
 /* One weight cell: val = L without noise; with noise, as pack_w in dpe.c:
  * f = exp(sigma[min(L, g_level - 1)] * z) (or 1), val = (G / QG) * f - lgs or
- * (L + lgs) * f - lgs. exp: the CPU's pf_exp_inplace, SLEEF on runs of 8 and
- * libm on the row's tail (sleef). */
-inline float pf_pack_w_cell(uint L, ulong idx, int sleef, global const float *cond, global const float *sigma,
+ * (L + lgs) * f - lgs. exp: the CPU's pf_exp_inplace, SLEEF's expf_u10 on every
+ * cell (the row's tail too). */
+inline float pf_pack_w_cell(uint L, ulong idx, global const float *cond, global const float *sigma,
                             global const float *Z, int noise_w, int has_cond, int has_sigma, float QG, float lgs,
                             uint top)
 {
@@ -275,7 +275,7 @@ inline float pf_pack_w_cell(uint L, ulong idx, int sleef, global const float *co
     float f = 1.0f;
     if (has_sigma) {
         f = sigma[L < top ? L : top] * Z[idx]; /* clamped as on the CPU */
-        f = sleef ? pf_sleef_expf(f) : pf_libm_expf(f);
+        f = pf_sleef_expf(f);
     }
     return has_cond ? (cond[idx] / QG) * f - lgs : ((float)L + lgs) * f - lgs;
 }
@@ -358,8 +358,7 @@ kernel void pf_dpe_pack_w(global const uchar *levels, global const float *cond, 
                     *bad = 1;
                 v = (float)L0 + (float)L1 * pw;
             } else {
-                v = pf_pack_w_cell(L0, lrow * P + q, q < tail, cond, sigma, Z, noise_w, has_cond, has_sigma, QG, lgs,
-                                   top);
+                v = pf_pack_w_cell(L0, lrow * P + q, cond, sigma, Z, noise_w, has_cond, has_sigma, QG, lgs, top);
             }
             B[pf_b_index(j, k, q, n, nb, sb, Kp, Pp)] = v;
         }

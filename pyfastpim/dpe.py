@@ -485,7 +485,7 @@ class DPETensor:
             raise ValueError("paral_size mismatch: the input's block columns (%d) must equal the weights' block rows "
                              "(%d), the crossbar height" % (x.paral_size[1], mat.paral_size[0]))
         self._check_exact_sums(mat.paral_size[0], _ROWS_SLICED)
-        if (x.bw_e is None) != (mat.bw_e is None):
+        if bool(x.bw_e) != bool(mat.bw_e):  # bw_e 0 is INT, as None (docs/semantics.md section 4)
             raise ValueError("input and weights must both be INT (bw_e=None) or both BFP")
         self._radc_lsb_first(len(mat))
         if max(2 ** w - 1 for w in mat._widths) > self.g_level - 1:
@@ -618,7 +618,7 @@ class DPETensor:
             raise ValueError("paral_size mismatch: the input's block columns (%d) must equal the weights' block rows "
                              "(%d), the crossbar height" % (input_paral_size[1], w_sliced.paral_size[0]))
         self._check_exact_sums(w_sliced.paral_size[0], _ROWS_LAYER)
-        if (bw_e is None) != (w_sliced.bw_e is None):
+        if bfp != bool(w_sliced.bw_e):
             raise ValueError("input and weights must both be INT (bw_e=None) or both BFP")
         radc = self._radc_lsb_first(len(w_sliced))
         self._ensure_programmed(w_sliced)

@@ -136,6 +136,14 @@ _SIZE_MAX = 2 ** 63 - 1
 _CROSSBAR_ROWS_MAX = 2 ** 31 - 1
 
 
+def _bw_e(bw_e):
+    """bw_e checked: None or a non-negative int. BFP is selected by a positive value (docs/semantics.md
+    section 4: 0, like None, is INT, as MemIntelli's ``if bw_e:``); test it with bool(bw_e)."""
+    if bw_e is not None and (isinstance(bw_e, bool) or not isinstance(bw_e, (int, np.integer)) or bw_e < 0):
+        raise ValueError("argument 'bw_e': must be None or a non-negative int, got %r" % (bw_e,))
+    return bw_e
+
+
 def _check_sizes(paral, gran, paral_name, gran_name, crossbar_rows=None):
     """ValueError naming the argument when a block or granule size (rounded up to whole blocks,
     spec 2) leaves int64, or when the crossbar height ``paral[crossbar_rows]`` leaves int32."""

@@ -45,9 +45,9 @@ typedef struct {
     void (*exp_inplace)(float *v, int64_t count);
     /* Noisy values of w cells from cell0 (a multiple of 4) in one pass:
      * val[p] = base * exp(sigma[L[p]] * z) - lgs, base = G[p] / qg (G given)
-     * or L[p] + lgs, z the read stream's normals; exp on SLEEF for the runs
-     * of 8 from val[0], glibc for the last w % 8 (pf_exp_inplace's split),
-     * so the bits of the portable passes in dpe_packed.c. NULL: those passes. */
+     * or L[p] + lgs, z the read stream's normals; exp on SLEEF for every
+     * cell (the last w % 8 as a padded run of 8, as pf_exp_inplace), so the
+     * bits of the portable passes in dpe_packed.c. NULL: those passes. */
     void (*read_noise_values)(const pf_read_noise *r, uint64_t cell0, int64_t w, const uint8_t *L, const float *G,
                               float *val);
 } pf_cpu_kernels;

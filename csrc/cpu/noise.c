@@ -3,7 +3,7 @@
  * the kernel table, kernels.h) evaluate log and sin/cos with SLEEF's FMA vector
  * algorithms (logf_u35, sincosf_u35: libsleef's AVX-512 functions, the AVX2
  * ones inline, cpu/sleef_fma8.h), sqrt with the correctly rounded
- * instruction and exp with expf_u10 on runs of 8 (glibc's expf on a row's tail); the portable path below calls SLEEF's scalar builds of
+ * instruction and exp with expf_u10 (a row's tail of fewer than 8 too, padded to 8 lanes); the portable path below calls SLEEF's scalar builds of
  * the same algorithms (Sleef_*f1_*purecfma: the same FMA polynomials and
  * operation order, so lane for lane the same results) in the same places, and
  * kernels/base.cl transcribes those algorithms for OpenCL. A CPU without FMA
@@ -31,8 +31,6 @@ float Sleef_expf1_u10purecfma(float);
 
 /* Runs of this many groups go through the SIMD generator at once. */
 #define GROUP_BATCH 64
-/* Lanes of the AVX2 exp: runs of this many elements use SLEEF's expf_u10, the tail glibc's expf. */
-#define EXP_RUN 8
 
 /* Four standard normals of one group, in lane order, as the SIMD instances (noise_simd.h)
  * computes each lane: r = sqrt(-2 * logf_u35(u)), (sin, cos) = sincosf_u35(2 pi u'). */
@@ -122,16 +120,14 @@ void pf_normals(uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0, in
 
 void pf_exp_inplace_generic(float *v, int64_t count)
 {
-    /* the SIMD paths' split: SLEEF on whole runs of 8, glibc's expf on the tail */
-    int64_t runs = count - count % EXP_RUN, e = 0;
+    /* every element with SLEEF's expf_u10, as the SIMD paths' lanes (a row's tail included: glibc's
+     * expf, within 0.502 ulp, is not correctly rounded, so no other device could give its bits) */
     if (pf_cpu_has_fma())
-        for (; e < runs; e++)
+        for (int64_t e = 0; e < count; e++)
             v[e] = Sleef_expf1_u10purecfma(v[e]);
     else
-        for (; e < runs; e++)
+        for (int64_t e = 0; e < count; e++)
             v[e] = Sleef_expf1_u10purec(v[e]);
-    for (; e < count; e++)
-        v[e] = expf(v[e]);
 }
 
 void pf_exp_inplace(float *v, int64_t count)

@@ -74,10 +74,15 @@ void pf_read_noise_values_avx2(const pf_read_noise *r, uint64_t cell0, int64_t w
                                   : _mm256_add_ps(_mm256_cvtepi32_ps(li), lgs);
             _mm256_storeu_ps(val + p0 + q, _mm256_sub_ps(_mm256_mul_ps(base, e), lgs));
         }
-        for (; q < m; q++) { /* the last w % 8 cells: glibc's expf */
-            const float e = expf(r->sigma[L[p0 + q]] * z[q]);
-            const float base = G ? G[p0 + q] / r->qg : (float)L[p0 + q] + r->lgs;
-            val[p0 + q] = base * e - r->lgs;
+        if (q < m) { /* the last w % 8 cells: SLEEF's exp on a zero-padded run of 8, as the portable pass */
+            _Alignas(32) float e[8] = {0};
+            for (int64_t l = q; l < m; l++)
+                e[l - q] = r->sigma[L[p0 + l]] * z[l];
+            _mm256_store_ps(e, pf_expf8(_mm256_load_ps(e)));
+            for (int64_t l = q; l < m; l++) {
+                const float base = G ? G[p0 + l] / r->qg : (float)L[p0 + l] + r->lgs;
+                val[p0 + l] = base * e[l - q] - r->lgs;
+            }
         }
     }
 }

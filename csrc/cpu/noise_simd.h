@@ -1,8 +1,8 @@
 /* The SIMD normal generator, written once for any vector width and
  * instantiated per ISA (noise_avx2.c, noise_avx512.c): Philox4x32-10 over VW
  * counter groups at once, Box-Muller with SLEEF's vector logf/sincosf (u35)
- * and the correctly rounded sqrt, exp with SLEEF's expf (u10) on whole runs
- * of 8 and glibc's expf on a row's tail (the portable path's split, noise.c).
+ * and the correctly rounded sqrt, exp with SLEEF's expf (u10) on every
+ * element (a row's tail of fewer than 8 through EXP8 on a padded copy).
  * SLEEF builds every vector width from the same FMA algorithms, so lane for
  * lane every instance gives the portable path's bits (the AVX2 instance has
  * them inline: sleef_fma8.h).
@@ -21,7 +21,7 @@
  *   F_LOADU(p) F_STOREU(p, v)
  *   S_LOG(v) S_SINCOS(v) (a struct with .x = sin, .y = cos) S_EXP(v)
  *   EXP_W                     floats per S_EXP call (8 or a multiple)
- *   EXP8(p)                   SLEEF's 8-wide expf_u10 on p[0..8) in place (runs below EXP_W)
+ *   EXP8(p)                   SLEEF's 8-wide expf_u10 on p[0..8) in place (runs below EXP_W, the tail)
  *   STORE_GROUPS(out, v0, v1, v2, v3)  optional: out[4g + l] = v_l[g] (a transpose), else scalar */
 #include "cpu/kernels.h"
 #include "core/philox_noise.h"
@@ -150,6 +150,12 @@ void PF_EXP_FN(float *v, int64_t count)
         F_STOREU(v + e, S_EXP(F_LOADU(v + e)));
     for (; e + 8 <= count; e += 8) /* runs of 8 below EXP_W: the portable path's SLEEF runs */
         EXP8(v + e);
-    for (; e < count; e++)
-        v[e] = expf(v[e]);
+    if (e < count) { /* the tail: one run of 8 on a zero-padded copy, lane for lane the same SLEEF bits */
+        float t[8] = {0};
+        for (int64_t q = e; q < count; q++)
+            t[q - e] = v[q];
+        EXP8(t);
+        for (int64_t q = e; q < count; q++)
+            v[q] = t[q - e];
+    }
 }

@@ -102,7 +102,7 @@ struct pf_cl_device {
     int zero_copy;        /* operands shared in place (probe passed) */
     size_t zc_align;      /* host pointer alignment the sharing needs */
     int correct_divsqrt;  /* -cl-fp32-correctly-rounded-divide-sqrt supported */
-    int fp64;             /* cl_khr_fp64 (libm-equivalent expf on row tails) */
+    int fp64;             /* cl_khr_fp64 (slicing.cl's scalar normals in double, as C's libm) */
     int tm, tn, b_panel;
     size_t lx, ly;
     /* MVM kernel choice (PF_CL_MVM_*): pf_dpe_mvm_tiled where it pays

@@ -283,6 +283,31 @@ def test_implicit_im2col_conv_equals_unfold_then_mapreducedot(ks, stride, paddin
     assert torch.equal(xq, torch.from_numpy(xs._dequant))
 
 
+def test_bw_e_zero_is_int_quantization_in_every_product():
+    # docs/semantics.md section 4: bw_e = 0 selects INT, as None. forward_conv2d quantized its input as BFP
+    # (it tested `bw_e is not None`), and the operand checks refused bw_e=0 beside None as a BFP / INT mix
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 7, 6)).astype(np.float32)
+    w = rng.standard_normal((27, 5)).astype(np.float32)
+    U = np.ascontiguousarray(torch.nn.functional.unfold(torch.from_numpy(x), 3).transpose(1, 2).numpy())
+    eng = DPETensor(g_level=4, rdac=4, radc=2 ** 12, **NOISE_OFF)
+    ref = reference_product(U, w, eng, (1, 1, 2, 2), (1, 1, 2), (1, 8), (8, 8), (1, 8), (8, 8))
+    for w_bw_e in (0, None):
+        ws = SlicedData((1, 1, 2), bw_e=w_bw_e, is_weight=True, paral_size=(8, 8), quant_gran=(8, 8))
+        ws.slice_data_imp(eng, w)
+        out, xq = eng.forward_conv2d(x, ws, 3, input_slice=(1, 1, 2, 2), input_paral_size=(1, 8),
+                                     input_quant_gran=(1, 8), bw_e=0, return_dequant=True)
+        np.testing.assert_array_equal(out.reshape(2, 5, -1).transpose(0, 2, 1), ref)
+        np.testing.assert_array_equal(xq, quantize_reference(U, (1, 8), (1, 8), (1, 1, 2, 2))["dequant"])
+        lin, _ = eng.forward_linear(U, ws, (1, 1, 2, 2), (1, 8), (1, 8), bw_e=0)
+        np.testing.assert_array_equal(lin, ref)
+        xs = SlicedData((1, 1, 2, 2), bw_e=0 if w_bw_e is None else None, paral_size=(1, 8), quant_gran=(1, 8))
+        xs.slice_data_imp(eng, U)
+        np.testing.assert_array_equal(eng(xs, ws), ref)
+    with pytest.raises(ValueError, match="bw_e"):
+        eng.forward_conv2d(x, ws, 3, input_slice=(1, 1, 2, 2), input_paral_size=(1, 8), bw_e=-1)
+
+
 def test_conv_inference_allocates_no_unfolded_input():
     eng = DPETensor(g_level=4, rdac=4, radc=2 ** 12, read_variation=0.05, vnoise=0.05)
     x = torch.randn(4, 32, 32, 32)

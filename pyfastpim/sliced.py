@@ -162,13 +162,6 @@ def _check_sizes(paral, gran, paral_name, gran_name, crossbar_rows=None):
                              % (gran_name, gran[i], paral_name, i, paral[i], rounded))
 
 
-def _bw_e(bw_e):
-    """bw_e as given, once checked: None or a non-negative int (None and 0: INT, positive: BFP)."""
-    if bw_e is not None and (isinstance(bw_e, bool) or not isinstance(bw_e, (int, np.integer)) or bw_e < 0):
-        raise ValueError("argument 'bw_e': must be None or a non-negative int, got %r" % (bw_e,))
-    return bw_e
-
-
 def _quant_gran(value):
     if value is None:
         return None

@@ -741,6 +741,7 @@ def test_context_parameters_must_be_finite_in_float32(value):
 
 
 def test_module_parameters_of_other_types_name_the_argument():
+    pytest.importorskip("torch")
     from pyfastpim.nn import AttentionContext
     with pytest.raises(TypeError, match="argument 'strength'"):
         AttentionContext(strength="x")  # a bare "could not convert string to float" before

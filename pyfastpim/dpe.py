@@ -254,9 +254,9 @@ class DPETensor:
         # the core's rule (csrc/core/contract.c): 0 <= LGS < HGS <= 1e30, the level spacing a normal
         # float32 of at least HGS * 2**-22 (ValueError naming HGS or LGS, the message of every entry point)
         _core.check_conductance_range(self.HGS, self.LGS, self.g_level)
-        if self.wire_resistance > 0:
-            from .physics import check_wire_resistance
-            check_wire_resistance(self.wire_resistance, self.HGS, "HGS")
+        if self.wire_resistance > 0:  # the solver's rule for R * HGS, on one HGS cell (ValueError naming it)
+            from .physics import effective_conductance
+            effective_conductance(np.full((1, 1), self.HGS), self.wire_resistance)
         if self.vread <= 0:
             raise ValueError("argument 'vread': must be > 0")
         for name in ("rate_stuck_HGS", "rate_stuck_LGS"):

@@ -331,6 +331,19 @@ out:
     return rc;
 }
 
+/* The one wire-resistance rule (docs/physics.md "Limits"): 1 / r_wire finite, and g_max * r_wire <=
+ * PF_IRDROP_MAX_GR for the largest |conductance| g_max (0: r_wire alone). PF_EINVAL naming "r_wire". */
+static pf_status check_wire(double r_wire, double g_max)
+{
+    if (!(r_wire >= DBL_MIN) || !isfinite(r_wire))
+        return pf_fail(PF_EINVAL, "r_wire", "must be >= %g and finite (its inverse finite), got %g", DBL_MIN, r_wire);
+    if (g_max * r_wire > PF_IRDROP_MAX_GR)
+        return pf_fail(PF_EINVAL, "r_wire", "%g ohm times the largest conductance G = %g S is %g, above %g (a cell "
+                       "conducting a million times a wire segment): the IR-drop network cannot be solved accurately",
+                       r_wire, g_max, g_max * r_wire, PF_IRDROP_MAX_GR);
+    return PF_OK;
+}
+
 /* The inputs of one block: finite g with |g| r_wire <= PF_IRDROP_MAX_GR. *nonneg: every g >= 0. */
 static pf_status check_block(const double *g, int64_t n, int64_t m, int64_t ldg, double r_wire, int *nonneg)
 {
@@ -344,11 +357,7 @@ static pf_status check_block(const double *g, int64_t n, int64_t m, int64_t ldg,
             gmax = fabs(v) > gmax ? fabs(v) : gmax;
             *nonneg &= v >= 0.0;
         }
-    if (gmax * r_wire > PF_IRDROP_MAX_GR)
-        return pf_fail(PF_EINVAL, "r_wire", "wire resistance %g ohm times the largest cell conductance %g S is %g, "
-                       "above %g: the IR-drop network cannot be solved accurately (wire_resistance * G must be at "
-                       "most %g)", r_wire, gmax, gmax * r_wire, PF_IRDROP_MAX_GR, PF_IRDROP_MAX_GR);
-    return PF_OK;
+    return check_wire(r_wire, gmax);
 }
 
 /* The solve's result: finite, and >= 0 when every g >= 0 (node voltages lie between 0 and the
@@ -369,8 +378,8 @@ static pf_status check_result(const double *geff, int64_t n, int64_t m, int64_t 
 pf_status pf_irdrop_block(const double *g, int64_t n, int64_t m, int64_t ldg, double r_wire, double *geff,
                           int64_t ldo)
 {
-    if (!(r_wire >= DBL_MIN) || !isfinite(r_wire))
-        return pf_fail(PF_EINVAL, "r_wire", "must be finite and >= %g (1 / r_wire finite), got %g", DBL_MIN, r_wire);
+    if (check_wire(r_wire, 0.0) != PF_OK)
+        return PF_EINVAL;
     if (!g || !geff || n < 1 || m < 1 || ldg < m || ldo < m)
         return pf_fail(PF_EINVAL, "g", "expected a non-empty block, got %lld x %lld", (long long)n, (long long)m);
     if (n > INT_MAX / 4 / m)
@@ -414,8 +423,8 @@ pf_status pf_irdrop_block(const double *g, int64_t n, int64_t m, int64_t ldg, do
 pf_status pf_irdrop_layer(const float *g, int64_t n_slices, int64_t rows, int64_t cols, int64_t block_rows,
                           int64_t block_cols, double r_wire, double pad_g, float *geff, pf_cancel *cancel)
 {
-    if (!(r_wire >= DBL_MIN) || !isfinite(r_wire))
-        return pf_fail(PF_EINVAL, "r_wire", "must be finite and >= %g (1 / r_wire finite), got %g", DBL_MIN, r_wire);
+    if (check_wire(r_wire, 0.0) != PF_OK)
+        return PF_EINVAL;
     if (!isfinite(pad_g) || pad_g < 0.0)
         return pf_fail(isfinite(pad_g) ? PF_EINVAL : PF_ENONFINITE, "pad_g", "must be finite and >= 0, got %g", pad_g);
     if (block_rows < 1 || block_cols < 1 || block_rows > PF_IRDROP_MAX_BLOCK || block_cols > PF_IRDROP_MAX_BLOCK)
@@ -436,11 +445,14 @@ pf_status pf_irdrop_layer(const float *g, int64_t n_slices, int64_t rows, int64_
     const int64_t tasks = n_slices * nbr * nbc;
     pf_status st = PF_OK;
     pf_error first = {0}; /* the record of the first failing block (made on a worker thread) */
+    int64_t first_t = tasks; /* that block's task: the smallest failing one (each thread stops at its first
+                              * failure and takes tasks in increasing order), whatever the thread count */
 #pragma omp parallel num_threads(pf_get_num_threads())
     {
         double *gb = pf_alloc(blk * sizeof(double));
         double *eb = pf_alloc(blk * sizeof(double));
         pf_status local = (gb && eb) ? PF_OK : PF_ENOMEM;
+        int64_t failed_t = -1;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tasks; t++) {
             if (local != PF_OK || pf_cancelled(cancel))
@@ -454,8 +466,10 @@ pf_status pf_irdrop_layer(const float *g, int64_t n_slices, int64_t rows, int64_
                     gb[i * block_cols + j] = (i < rv && j < cv) ? (double)src[i * cols + j] : pad_g;
             pf_clear_error();
             local = pf_irdrop_block(gb, block_rows, block_cols, block_cols, r_wire, eb, block_cols);
-            if (local != PF_OK)
+            if (local != PF_OK) {
+                failed_t = t;
                 continue;
+            }
             float *dst = geff + ((size_t)s * (size_t)rows + (size_t)r0) * (size_t)cols + (size_t)c0;
             for (int64_t i = 0; i < rv; i++)
                 for (int64_t j = 0; j < cv; j++)
@@ -465,14 +479,19 @@ pf_status pf_irdrop_layer(const float *g, int64_t n_slices, int64_t rows, int64_
         pf_free(eb);
         if (local != PF_OK) {
 #pragma omp critical(pf_irdrop_status)
-            if (st == PF_OK) {
+            if (st == PF_OK || (failed_t >= 0 && failed_t < first_t)) {
                 st = local;
                 first = *pf_last_error();
+                first_t = failed_t >= 0 ? failed_t : first_t;
             }
         }
     }
     /* the blocks ran on worker threads: record the failure (the block's own, when it made one) on the
      * calling thread */
+    if (st != PF_OK && first.status == st && first.arg[0] && first_t < tasks)
+        return pf_fail(st, first.arg, "slice %lld, block (%lld, %lld) of the programmed cells: %s",
+                       (long long)(first_t / (nbr * nbc)), (long long)(first_t / nbc % nbr), (long long)(first_t % nbc),
+                       first.message);
     if (st != PF_OK && first.status == st && first.arg[0])
         return pf_fail(st, first.arg, "%s", first.message);
     if (st == PF_ENOMEM)

@@ -33,6 +33,22 @@ int pf_as_int64(PyObject *obj, const char *name, int64_t *out)
     return 0;
 }
 
+int pf_as_double(PyObject *obj, const char *name, double *out)
+{
+    double v = -1.0;
+    if (!PyUnicode_Check(obj) && (PyFloat_Check(obj) || PyIndex_Check(obj) || PyNumber_Check(obj)))
+        v = PyFloat_AsDouble(obj);
+    else
+        PyErr_SetNone(PyExc_TypeError);
+    if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "argument '%s': expected a real number, got %s", name, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 /* Raises the pf_fail record of a failed core validator; 0 for the converters' convention. */
 static int fail_converter(pf_status st)
 {
@@ -217,16 +233,9 @@ int pf_conv_resolutions(PyObject *obj, void *arg)
 int pf_conv_sigma(PyObject *obj, void *arg)
 {
     pf_sigma_arg *a = arg;
-    if (PyUnicode_Check(obj) || !(PyFloat_Check(obj) || PyIndex_Check(obj) || PyNumber_Check(obj))) {
-        PyErr_Format(PyExc_TypeError, "argument '%s': expected a real number, got %s", a->name, Py_TYPE(obj)->tp_name);
+    double v;
+    if (pf_as_double(obj, a->name, &v) < 0)
         return 0;
-    }
-    double v = PyFloat_AsDouble(obj);
-    if (v == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "argument '%s': expected a real number, got %s", a->name, Py_TYPE(obj)->tp_name);
-        return 0;
-    }
     pf_status st = pf_validate_sigma(a->name, v, a->max);
     if (st != PF_OK)
         return fail_converter(st);

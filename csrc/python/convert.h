@@ -71,5 +71,8 @@ PyObject *pf_py_check_seed(PyObject *self, PyObject *obj);
 
 /* The int in obj under a name (no range check): 0, or -1 with TypeError/ValueError naming it. */
 int pf_as_int64(PyObject *obj, const char *name, int64_t *out);
+/* The real number in obj (a float, an int or an object with __float__; not a str) under a name: 0, or
+ * -1 with TypeError naming it (no range check). */
+int pf_as_double(PyObject *obj, const char *name, double *out);
 
 #endif

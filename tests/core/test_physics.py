@@ -134,6 +134,56 @@ def test_engine_refuses_cells_beyond_the_solver_range_naming_wire_resistance():
         sliced_pair(eng, x, w)
 
 
+def test_the_solver_names_the_callers_argument():
+    # the bound lives in the core alone: its error names the caller's argument when told it (before,
+    # pyfastpim.physics repeated the check in Python only to name 'wire_resistance' instead of 'r_wire')
+    G = random_block(np.random.default_rng(10), 8, 8)
+    for bad, kind, words in ((1e12, ValueError, "1e\\+12 ohm .* above 1e\\+06"), (0.0, ValueError, "must be >= 2.2"),
+                             ("1", TypeError, "expected a real number")):
+        with pytest.raises(kind, match="^argument 'wire_resistance': " + words):
+            _core.irdrop_block(G, bad, r_wire_name="wire_resistance")
+        with pytest.raises(kind, match="^argument 'wire_resistance': "):
+            _core.irdrop_layer(G[None].astype(np.float32), bad, 4, 4, LGS, r_wire_name="wire_resistance")
+        with pytest.raises(kind, match="^argument 'r_wire': "):
+            _core.irdrop_block(G, bad)
+
+
+def test_layer_error_names_the_first_failing_block_at_any_thread_count():
+    import pyfastpim
+    g = np.full((2, 12, 12), HGS, np.float32)
+    g[1, 5, 9] = g[1, 9, 1] = 1.0  # r * G = 1e8: blocks (1, 2) and (2, 0) of slice 1 (4 x 4 blocks)
+    old = pyfastpim.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            pyfastpim.set_num_threads(threads)
+            with pytest.raises(ValueError, match=re.escape("argument 'wire_resistance': slice 1, block (1, 2) of "
+                                                           "the programmed cells: 1e+08 ohm times the largest "
+                                                           "conductance G = 1 S")):
+                _core.irdrop_layer(g, 1e8, 4, 4, LGS, r_wire_name="wire_resistance")
+    finally:
+        pyfastpim.set_num_threads(old)
+
+
+def test_the_programming_solve_makes_no_full_layer_temporary():
+    # the Python twin of the bound took np.abs of every programmed cell (a temporary as large as the layer)
+    import tracemalloc
+    from pyfastpim import sliced
+    eng = DPETensor(wire_resistance=1.0, **NOISE_OFF)
+    ws = SlicedData((1, 1, 2, 2), is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+    ws.slice_data_imp(eng, np.random.default_rng(11).standard_normal((256, 256)).astype(np.float32))
+    with sliced._state_lock:
+        eng._ensure_programmed(ws)
+        ws._physics = None  # solved when programmed: solve again below
+        work = physics.physics_work(eng, ws)
+    tracemalloc.start()
+    try:
+        physics.solve_physics(work)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < work["g0"].nbytes // 8, (peak, work["g0"].nbytes)
+
+
 def test_drift_refuses_non_finite_conductances():
     # NaN / inf cells were drifted into NaN / inf without an error
     for bad in (np.nan, np.inf):

@@ -297,9 +297,7 @@ def _check_engine(engine):
         raise TypeError("argument 'engine': g_level must be an int, got %r" % (g_level,))
     HGS, LGS = float(engine.HGS), float(engine.LGS)
     wv, rh, rl = float(engine.write_variation), float(engine.rate_stuck_HGS), float(engine.rate_stuck_LGS)
-    if not (np.isfinite(HGS) and np.isfinite(LGS) and LGS < HGS):
-        raise ValueError("argument 'engine': needs finite LGS < HGS, got LGS=%r, HGS=%r" % (LGS, HGS))
-    _core.check_conductance_range(HGS, LGS, g_level)  # LGS >= 0, float32-representable levels (contract.c)
+    _core.check_conductance_range(HGS, LGS, g_level)  # finite 0 <= LGS < HGS, float32 levels (contract.c)
     if not (np.isfinite(wv) and wv >= 0):
         raise ValueError("argument 'engine': write_variation must be finite and >= 0, got %r" % wv)
     if not (0 <= rh <= 1 and 0 <= rl <= 1 and rh + rl <= 1):

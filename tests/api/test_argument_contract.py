@@ -3,6 +3,7 @@ argument, from every entry point that takes it (the C converters of csrc/python/
 validator of csrc/core/contract.c), on the CPU and on OpenCL; plus regressions of the drifted parsers.
 """
 import math
+import re
 
 import numpy as np
 import pytest
@@ -267,6 +268,21 @@ def test_weights_refuse_an_engine_programming_negative_conductances():
     w = pyfastpim.SlicedData((1, 1, 2), is_weight=True, paral_size=(6, 5))
     with pytest.raises(ValueError, match="argument 'LGS': must be >= 0"):
         w.slice_data_imp(_DuckEngine(), X[:6, :5])
+
+
+@pytest.mark.parametrize("over,message", [
+    (dict(HGS=float("nan")), "argument 'HGS': must be finite"), (dict(LGS=float("inf")), "argument 'LGS': must be finite"),
+    (dict(LGS=2e-5), "argument 'LGS': must be >= 0 and below HGS"),
+])
+def test_weights_refuse_an_engines_conductance_range_with_the_cores_rule(over, message):
+    # one rule, the core's (naming HGS or LGS): programming kept its own "finite LGS < HGS" check
+    # beside it, which answered these first, naming 'engine'
+    engine = type("Engine", (_DuckEngine,), dict(dict(LGS=1e-7), **over))()
+    w = pyfastpim.SlicedData((1, 1, 2), is_weight=True, paral_size=(6, 5))
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        w.slice_data_imp(engine, X[:6, :5])
+    assert outcome(lambda: w.slice_data_imp(engine, X[:6, :5])) == \
+        outcome(lambda: _core.check_conductance_range(engine.HGS, engine.LGS, 16))
 
 
 @pytest.mark.parametrize("device", DEVICES)

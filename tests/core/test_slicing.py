@@ -496,7 +496,7 @@ def test_sliceddata_bad_inputs():
         w.slice_data_imp(engine(), np.ones((2, 3, 3), np.float32))
     with pytest.raises(TypeError, match="engine"):
         w.slice_data_imp(None, X)
-    with pytest.raises(ValueError, match="engine"):
+    with pytest.raises(ValueError, match="argument 'LGS': must be >= 0 and below HGS"):  # the core's rule
         w.slice_data_imp(engine(LGS=1e-4), X)
     with pytest.raises(ValueError, match="engine"):
         w.slice_data_imp(engine(rate_stuck_HGS=0.7, rate_stuck_LGS=0.7), X)

@@ -454,25 +454,30 @@ class DPETensor:
         Returns float32 (R, P) or (N, R, P): a torch tensor when x's data came in as torch, else
         NumPy. ``out`` (optional) is a writable float32 array of shape (N, R, P) written in place.
         """
-        self._check_pair(x, mat)
+        return self._map_reduce_dot(x, mat, out, _ROWS_SLICED)
+
+    def _map_reduce_dot(self, x, mat, out, rows):
+        """MapReduceDot; ``rows``: _check_exact_sums's names, None when the caller checked the sums."""
+        self._check_pair(x, mat, rows)
         result = self._run(x, mat, out, self._reserve_call(), 0)
         if len(x.shape) == 2:
             result = np.asarray(result)[0]
             return _torch().from_numpy(result) if x._is_torch else result
         return result.to_torch() if x._is_torch else np.asarray(result)
 
-    def _check_pair(self, x, mat):
+    def _check_pair(self, x, mat, rows=_ROWS_SLICED):
         from .sliced import SlicedData
         if not isinstance(x, SlicedData) or not isinstance(mat, SlicedData):
             raise TypeError("MapReduceDot takes two SlicedData (input, weights), got %s and %s"
                             % (type(x).__name__, type(mat).__name__))
         if x._codes is None:
             raise ValueError("argument 'x': the input is not sliced yet (call slice_data_imp)")
-        self._check_operands(x, x.shape, mat)
+        self._check_operands(x, x.shape, mat, rows)
 
-    def _check_operands(self, x, shape, mat):
+    def _check_operands(self, x, shape, mat, rows=_ROWS_SLICED):
         """The checks of input x (a SlicedData, perhaps not sliced: its arguments) with data of ``shape``
-        against the weights mat, then mat programmed for this engine; no data is read."""
+        against the weights mat, then mat programmed for this engine; no data is read. ``rows``: the
+        names of _check_exact_sums, None when the caller checked the sums (naming its own arguments)."""
         if mat._codes is None and mat._levels is None:
             raise ValueError("argument 'mat': the weights are not sliced yet (call slice_data_imp)")
         if not mat.is_weight:
@@ -484,7 +489,8 @@ class DPETensor:
         if x.paral_size[1] != mat.paral_size[0]:
             raise ValueError("paral_size mismatch: the input's block columns (%d) must equal the weights' block rows "
                              "(%d), the crossbar height" % (x.paral_size[1], mat.paral_size[0]))
-        self._check_exact_sums(mat.paral_size[0], _ROWS_SLICED)
+        if rows is not None:
+            self._check_exact_sums(mat.paral_size[0], rows)
         if bool(x.bw_e) != bool(mat.bw_e):  # bw_e 0 is INT, as None (docs/semantics.md section 4)
             raise ValueError("input and weights must both be INT (bw_e=None) or both BFP")
         self._radc_lsb_first(len(mat))
@@ -515,11 +521,10 @@ class DPETensor:
     def _sliced_product(self, x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e, return_dequant):
         """Slice x and multiply, a chunk of batch items at a time when the slice codes of the whole
         batch would be large: peak memory then stays at the output plus one chunk, and the chunks
-        draw exactly the noise of one unchunked call (noise indices carry the batch offset)."""
+        draw exactly the noise of one unchunked call (noise indices carry the batch offset). The
+        caller checked the exact sums (_check_exact_sums, naming its arguments)."""
         from .sliced import SlicedData
         shape = tuple(getattr(x, "shape", ()))
-        if isinstance(w_sliced, SlicedData):
-            self._check_exact_sums(w_sliced.paral_size[0], _ROWS_LAYER)
 
         def sliced(data):
             xs = SlicedData(input_slice, bw_e=bw_e, is_weight=False, paral_size=input_paral_size,
@@ -530,7 +535,7 @@ class DPETensor:
         chunk = max(1, _CHUNK_CODE_BYTES // per_item) if per_item else 0
         if len(shape) != 3 or not per_item or chunk >= shape[0]:
             xs = sliced(x)
-            out = self.MapReduceDot(xs, w_sliced)
+            out = self._map_reduce_dot(xs, w_sliced, None, None)
             dq = None
             if return_dequant:
                 dq = xs._dequant if len(xs.shape) == 3 else xs._dequant[0]
@@ -541,7 +546,7 @@ class DPETensor:
         call = None
         for s0 in range(0, shape[0], chunk):
             xs = sliced(x[s0:s0 + chunk])
-            self._check_pair(xs, w_sliced)
+            self._check_pair(xs, w_sliced, None)
             if call is None:  # one number for the whole logical call, reserved before the first kernel
                 call = self._reserve_call()
             self._run(xs, w_sliced, out[s0:s0 + chunk], call, s0)
@@ -561,6 +566,9 @@ class DPETensor:
         xq, the dequantized input (for straight-through gradients), only when ``return_dequant``.
         Large batches are sliced and multiplied a chunk at a time (see ``_sliced_product``).
         """
+        from .sliced import SlicedData
+        if isinstance(w_sliced, SlicedData):  # once per call, before any data is read
+            self._check_exact_sums(w_sliced.paral_size[0], _ROWS_LAYER)
         shape = tuple(getattr(x, "shape", ()))
         if len(shape) in (2, 3) and 0 in shape:
             return self._empty_linear(x, shape, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e,
@@ -573,13 +581,11 @@ class DPETensor:
         """forward_linear of an empty batch: empty results (as torch's layers give) on every device,
         after the argument checks of a non-empty batch, in the same order (no data to slice)."""
         from .sliced import SlicedData
-        if isinstance(w_sliced, SlicedData):
-            self._check_exact_sums(w_sliced.paral_size[0], _ROWS_LAYER)
         xs = SlicedData(input_slice, bw_e=bw_e, is_weight=False, paral_size=input_paral_size,
                         quant_gran=input_quant_gran, inference=not return_dequant)
         if not isinstance(w_sliced, SlicedData):
             self._check_pair(xs, w_sliced)  # the TypeError of a non-empty batch
-        self._check_operands(xs, shape, w_sliced)
+        self._check_operands(xs, shape, w_sliced, None)
         out = np.zeros(shape[:-1] + (w_sliced.shape[1],), np.float32)
         dq = np.zeros(shape, np.float32) if return_dequant else None
         self._reserve_call()

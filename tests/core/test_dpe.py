@@ -352,6 +352,33 @@ def test_forward_linear_matches_mapreducedot():
     assert none is None and torch.equal(out2, out[0])
 
 
+def test_exact_sums_checked_once_per_product_naming_its_arguments(monkeypatch):
+    # forward_linear checked (rdac-1)*(g_level-1)*rows once naming weight_paral_size, then again in every
+    # chunk's operand checks naming paral_size; dpe_matmul three times
+    import pyfastpim.dpe as dpe_mod
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((7, 12, 64)).astype(np.float32)
+    eng = DPETensor(g_level=4, rdac=4, seed=4)
+    ws = SlicedData([1, 1, 2, 2], is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+    ws.slice_data_imp(eng, rng.standard_normal((64, 24)).astype(np.float32))
+    xs = SlicedData([1, 1, 2, 2], paral_size=(1, 32), quant_gran=(1, 32))
+    xs.slice_data_imp(eng, x[0])
+    seen = []
+    check = DPETensor._check_exact_sums
+    monkeypatch.setattr(DPETensor, "_check_exact_sums", lambda self, rows, names: (seen.append(names[0]),
+                                                                                  check(self, rows, names)))
+    for chunk in (None, 12 * 64 * 4 * 3):  # one chunk; 3 items per chunk
+        if chunk:
+            monkeypatch.setattr(dpe_mod, "_CHUNK_CODE_BYTES", chunk)
+        for call, names in ((lambda: eng.forward_linear(x, ws, (1, 1, 2, 2)), ["weight_paral_size"]),
+                            (lambda: eng.forward_linear(x[:0], ws, (1, 1, 2, 2)), ["weight_paral_size"]),
+                            (lambda: dpe_matmul(x, x[0, :24].T, eng), ["weight_paral_size"]),
+                            (lambda: eng.MapReduceDot(xs, ws), ["paral_size"])):
+            seen.clear()
+            call()
+            assert seen == names
+
+
 @pytest.mark.parametrize("as_torch", [False, True])
 def test_chunked_batches_equal_one_call_including_noise(monkeypatch, as_torch):
     import pyfastpim.dpe as dpe_mod

@@ -248,11 +248,9 @@ class DPETensor:
             self.radc_is_list = False
             _check_resolution(self.radc, "radc")
         _check_resolution(self.rdac, "rdac")
-        if not 2 <= self.g_level <= 256:
-            raise ValueError("argument 'g_level': must be 2 to 256 (conductance levels are stored as uint8), got %d"
-                             % self.g_level)
-        # the core's rule (csrc/core/contract.c): 0 <= LGS < HGS <= 1e30, the level spacing a normal
-        # float32 of at least HGS * 2**-22 (ValueError naming HGS or LGS, the message of every entry point)
+        # the core's rules (csrc/core/contract.c): 2 <= g_level <= 256, 0 <= LGS < HGS <= 1e30, the level
+        # spacing a normal float32 of at least HGS * 2**-22 (ValueError naming g_level, HGS or LGS, the
+        # message of every entry point)
         _core.check_conductance_range(self.HGS, self.LGS, self.g_level)
         if self.wire_resistance > 0:  # the solver's rule for R * HGS, on one HGS cell (ValueError naming it)
             from .physics import effective_conductance

@@ -75,27 +75,16 @@ static int resolve_granule(PyObject *quant_gran, const int64_t paral[2], int64_t
 
 static int parse_bw_e(PyObject *obj, int *bfp)
 {
-    /* None or 0: INT (as MemIntelli's `if bw_e:`); a positive int: BFP */
-    if (obj == NULL || obj == Py_None) {
-        *bfp = 0;
-        return 0;
-    }
-    PyObject *index = PyBool_Check(obj) ? NULL : PyNumber_Index(obj); /* ints, NumPy's included */
-    if (!index) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "argument 'bw_e': expected None or an int, got %s", Py_TYPE(obj)->tp_name);
+    /* None or 0: INT (as MemIntelli's `if bw_e:`); a positive int: BFP, 2**70 included (only the sign
+     * matters) */
+    int64_t v = 0;
+    if (obj != NULL && obj != Py_None && pf_as_int64_clamped(obj, "bw_e", "None or an int", &v) < 0)
         return -1;
-    }
-    int overflow; /* only the sign matters: any positive width selects BFP, 2**70 included */
-    long v = PyLong_AsLongAndOverflow(index, &overflow);
-    Py_DECREF(index);
-    if (v == -1 && !overflow && PyErr_Occurred())
-        return -1;
-    if (overflow < 0 || (!overflow && v < 0)) {
+    if (v < 0) {
         PyErr_Format(PyExc_ValueError, "argument 'bw_e': must be None or >= 0, got %R", obj);
         return -1;
     }
-    *bfp = overflow > 0 || v > 0;
+    *bfp = v > 0;
     return 0;
 }
 

@@ -6,18 +6,16 @@
 #include "core/contract.h"
 #include "core/philox_noise.h"
 
-int pf_as_int64(PyObject *obj, const char *name, int64_t *out)
+/* pf_as_int64 and pf_as_int64_clamped: `what` the accepted values in the TypeError, `clamp` whether
+ * ints beyond int64 clamp (else ValueError). */
+static int as_int64(PyObject *obj, const char *name, const char *what, int clamp, int64_t *out)
 {
-    if (PyBool_Check(obj) || PyFloat_Check(obj) || !PyIndex_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "argument '%s': expected an int, got %s", name, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    PyObject *idx = PyNumber_Index(obj);
+    PyObject *idx = PyBool_Check(obj) || PyFloat_Check(obj) || !PyIndex_Check(obj) ? NULL : PyNumber_Index(obj);
     if (!idx) { /* e.g. a NumPy array or tensor of several elements: __index__ refuses it */
-        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "argument '%s': expected an int, got %s", name, Py_TYPE(obj)->tp_name);
-        }
+        if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_TypeError))
+            return -1;
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "argument '%s': expected %s, got %s", name, what, Py_TYPE(obj)->tp_name);
         return -1;
     }
     int overflow = 0;
@@ -25,12 +23,19 @@ int pf_as_int64(PyObject *obj, const char *name, int64_t *out)
     Py_DECREF(idx);
     if (v == -1 && PyErr_Occurred())
         return -1;
-    if (overflow) {
+    if (overflow && !clamp) {
         PyErr_Format(PyExc_ValueError, "argument '%s': %R is out of range", name, obj);
         return -1;
     }
-    *out = (int64_t)v;
+    *out = overflow > 0 ? INT64_MAX : overflow < 0 ? INT64_MIN : (int64_t)v;
     return 0;
+}
+
+int pf_as_int64(PyObject *obj, const char *name, int64_t *out) { return as_int64(obj, name, "an int", 0, out); }
+
+int pf_as_int64_clamped(PyObject *obj, const char *name, const char *what, int64_t *out)
+{
+    return as_int64(obj, name, what, 1, out);
 }
 
 int pf_as_double(PyObject *obj, const char *name, double *out)

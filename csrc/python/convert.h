@@ -71,6 +71,9 @@ PyObject *pf_py_check_seed(PyObject *self, PyObject *obj);
 
 /* The int in obj under a name (no range check): 0, or -1 with TypeError/ValueError naming it. */
 int pf_as_int64(PyObject *obj, const char *name, int64_t *out);
+/* pf_as_int64, ints beyond int64 clamped to INT64_MIN / INT64_MAX (where only the sign or a bound
+ * matters); `what` names the accepted values in the TypeError ("an int", "None or an int"). */
+int pf_as_int64_clamped(PyObject *obj, const char *name, const char *what, int64_t *out);
 /* The real number in obj (a float, an int or an object with __float__; not a str) under a name: 0, or
  * -1 with TypeError naming it (no range check). */
 int pf_as_double(PyObject *obj, const char *name, double *out);

@@ -170,6 +170,43 @@ def _resolve_granule(rows, cols, paral, quant_gran):
     return (-(-q[0] // paral[0]) * paral[0], -(-q[1] // paral[1]) * paral[1])
 
 
+def _slicing_args(prefix, slice_method, paral_size, quant_gran, bw_e):
+    """One operand's slicing options checked as SlicedData checks them, in its order, the errors
+    naming the caller's arguments (prefix 'input': input_slice, input_paral_size, input_quant_gran;
+    'weight': weight_*) where SlicedData would name its own (slice_method, paral_size, quant_gran).
+    Returns paral_size as a pair."""
+    from .sliced import _bw_e, _check_sizes, _pair as _sizes, _quant_gran, _widths
+    _widths(slice_method, prefix + "_slice")
+    _bw_e(bw_e)
+    paral = _sizes(paral_size, prefix + "_paral_size")
+    gran = paral if quant_gran is None else _quant_gran(quant_gran, prefix + "_quant_gran")
+    _check_sizes(paral, gran, prefix + "_paral_size", prefix + "_quant_gran")
+    return paral
+
+
+def _check_crossbar_rows(input_paral_size, rows, args="argument 'input_paral_size'",
+                         rows_name="w_sliced.paral_size[0]"):
+    """The input's block columns input_paral_size[1] against the weights' block rows ``rows`` (docs/semantics.md
+    section 7's n), the error naming the caller's arguments ``args`` and how it gives ``rows``."""
+    if input_paral_size[1] != rows:
+        raise ValueError("%s: paral_size mismatch, the input's block columns input_paral_size[1] (%d) must equal "
+                         "the weights' block rows %s (%d), the crossbar height"
+                         % (args, input_paral_size[1], rows_name, rows))
+
+
+def _slice_as(sliced, engine, data, name):
+    """``sliced.slice_data_imp(engine, data)``, its errors about the data naming the caller's argument
+    ``name`` (the slicing core names its own parameter, 'data')."""
+    try:
+        sliced.slice_data_imp(engine, data)
+    except (TypeError, ValueError) as exc:
+        prefix = "argument 'data'"
+        text = str(exc)
+        if type(exc) not in (TypeError, ValueError) or not text.startswith(prefix):
+            raise
+        raise type(exc)("argument '%s'%s" % (name, text[len(prefix):])) from None
+
+
 _registered = weakref.WeakKeyDictionary()  # SlicedData -> ids of the OpenCL handles told to forget it
 
 
@@ -527,7 +564,7 @@ class DPETensor:
         def sliced(data):
             xs = SlicedData(input_slice, bw_e=bw_e, is_weight=False, paral_size=input_paral_size,
                             quant_gran=input_quant_gran, inference=not return_dequant)
-            xs.slice_data_imp(self, data)
+            _slice_as(xs, self, data, "x")
             return xs
         per_item = int(np.prod(shape[1:], dtype=np.int64)) * len(_widths_of(input_slice)) if len(shape) == 3 else 0
         chunk = max(1, _CHUNK_CODE_BYTES // per_item) if per_item else 0
@@ -568,11 +605,27 @@ class DPETensor:
         if isinstance(w_sliced, SlicedData):  # once per call, before any data is read
             self._check_exact_sums(w_sliced.paral_size[0], _ROWS_LAYER)
         shape = tuple(getattr(x, "shape", ()))
+        self._check_linear_args(w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e)
         if len(shape) in (2, 3) and 0 in shape:
             return self._empty_linear(x, shape, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e,
                                       return_dequant)
         return self._sliced_product(x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e,
                                     return_dequant)
+
+    def _check_linear_args(self, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e):
+        """forward_linear's checks of its arguments other than x, the errors naming them (w_sliced,
+        input_slice, input_paral_size, input_quant_gran, bw_e); empty and non-empty batches alike."""
+        from .sliced import SlicedData
+        if not isinstance(w_sliced, SlicedData):
+            raise TypeError("argument 'w_sliced': expected programmed weights (SlicedData(..., is_weight=True)), "
+                            "got %s" % type(w_sliced).__name__)
+        if w_sliced._codes is None and w_sliced._levels is None:
+            raise ValueError("argument 'w_sliced': the weights are not sliced yet (call slice_data_imp)")
+        if not w_sliced.is_weight:
+            raise ValueError("argument 'w_sliced': expected weights (SlicedData(..., is_weight=True))")
+        self._check_exact_sums(w_sliced.paral_size[0], _ROWS_LAYER)
+        paral = _slicing_args("input", input_slice, input_paral_size, input_quant_gran, bw_e)
+        _check_crossbar_rows(paral, w_sliced.paral_size[0])
 
     def _empty_linear(self, x, shape, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e,
                       return_dequant):
@@ -605,7 +658,7 @@ class DPETensor:
         from .sliced import SlicedData, _bw_e, _widths
         if not isinstance(w_sliced, SlicedData) or not w_sliced.is_weight or w_sliced._levels is None:
             raise TypeError("argument 'w_sliced': expected programmed weights (SlicedData(..., is_weight=True))")
-        x_widths, bfp = _widths(input_slice), bool(_bw_e(bw_e))  # bw_e 0 is INT, as for SlicedData
+        x_widths, bfp = _widths(input_slice, "input_slice"), bool(_bw_e(bw_e))  # bw_e 0 is INT, as for SlicedData
         kh, kw = _pair(kernel_size, "kernel_size", 1)
         sh, sw = _pair(stride, "stride", 1)
         ph, pw = _pair(padding, "padding", 0)
@@ -618,9 +671,7 @@ class DPETensor:
             raise ValueError("argument 'x': %d channels x %dx%d kernel = %d patch values, but the weights have %d rows"
                              % (shape[1], kh, kw, K, w_sliced.shape[0]))
         input_paral_size = _pair(input_paral_size, "input_paral_size", 1)
-        if input_paral_size[1] != w_sliced.paral_size[0]:
-            raise ValueError("paral_size mismatch: the input's block columns (%d) must equal the weights' block rows "
-                             "(%d), the crossbar height" % (input_paral_size[1], w_sliced.paral_size[0]))
+        _check_crossbar_rows(input_paral_size, w_sliced.paral_size[0])
         self._check_exact_sums(w_sliced.paral_size[0], _ROWS_LAYER)
         if bfp != bool(w_sliced.bw_e):
             raise ValueError("input and weights must both be INT (bw_e=None) or both BFP")
@@ -687,8 +738,9 @@ def dpe_matmul(x, w, engine, input_slice=(1, 1, 2, 2), weight_slice=(1, 1, 2, 2)
     """
     input_paral_size, ws = _matmul_args(engine, input_slice, weight_slice, input_paral_size, weight_paral_size,
                                         input_quant_gran, weight_quant_gran, bw_e)
-    ws.slice_data_imp(engine, w)
-    return engine._sliced_product(x, ws, input_slice, input_paral_size, input_quant_gran, bw_e, False)[0]
+    _slice_as(ws, engine, w, "w")
+    # forward_linear: an empty batch gives an empty product after the same checks (docs/semantics.md section 7)
+    return engine.forward_linear(x, ws, input_slice, input_paral_size, input_quant_gran, bw_e)[0]
 
 
 def _matmul_args(engine, input_slice, weight_slice, input_paral_size, weight_paral_size, input_quant_gran,
@@ -705,9 +757,12 @@ def _matmul_args(engine, input_slice, weight_slice, input_paral_size, weight_par
     _check_sizes(weight_paral_size, weight_quant_gran if isinstance(weight_quant_gran, (str, type(None)))
                  else _pair(weight_quant_gran, "weight_quant_gran", 1), "weight_paral_size", "weight_quant_gran", 0)
     engine._check_exact_sums(weight_paral_size[0], _ROWS_LAYER)
+    _slicing_args("weight", weight_slice, weight_paral_size, weight_quant_gran, bw_e)  # errors naming dpe_matmul's
+    _slicing_args("input", input_slice, input_paral_size, input_quant_gran, bw_e)      # arguments, not SlicedData's
+    _check_crossbar_rows(input_paral_size, weight_paral_size[0], "arguments 'input_paral_size', 'weight_paral_size'",
+                         "weight_paral_size[0]")
     ws = SlicedData(weight_slice, bw_e=bw_e, is_weight=True, paral_size=weight_paral_size,
                     quant_gran=weight_quant_gran, inference=True)
-    SlicedData(input_slice, bw_e=bw_e, is_weight=False, paral_size=input_paral_size, quant_gran=input_quant_gran)
     return input_paral_size, ws
 
 

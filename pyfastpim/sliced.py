@@ -85,31 +85,32 @@ def _finite32(a, name):
     return a
 
 
-def _widths(slice_method):
-    """The slice method as a tuple of Python ints (list, tuple, NumPy array or torch tensor)."""
+def _widths(slice_method, name="slice_method"):
+    """The slice method as a tuple of Python ints (list, tuple, NumPy array or torch tensor); errors name
+    ``name`` (the caller's argument: input_slice, weight_slice, ...)."""
     sm = slice_method
     if hasattr(sm, "tolist"):
         sm = sm.tolist()
     if isinstance(sm, (str, bytes)) or not hasattr(sm, "__iter__"):
-        raise TypeError("argument 'slice_method': expected a sequence of bit widths, got %r" % (slice_method,))
+        raise TypeError("argument '%s': expected a sequence of bit widths, got %r" % (name, slice_method))
     out = []
     for v in sm:
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or \
                 not math.isfinite(v) or v != int(v):
-            raise TypeError("argument 'slice_method': widths must be integers, got %r" % (v,))
+            raise TypeError("argument '%s': widths must be integers, got %r" % (name, v))
         out.append(int(v))
     if not out:
-        raise ValueError("argument 'slice_method': expected at least one slice width")
+        raise ValueError("argument '%s': expected at least one slice width" % name)
     if out[0] != 1:
-        raise ValueError("argument 'slice_method': the first (sign) slice must be 1 bit wide, got %d" % out[0])
+        raise ValueError("argument '%s': the first (sign) slice must be 1 bit wide, got %d" % (name, out[0]))
     if min(out) < 1:
-        raise ValueError("argument 'slice_method': every width must be positive, got %r" % (tuple(out),))
+        raise ValueError("argument '%s': every width must be positive, got %r" % (name, tuple(out)))
     if sum(out) > _core.SLICE_MAX_TOTAL_BITS or sum(out) < 2:
-        raise ValueError("argument 'slice_method': total bits must be 2 to %d, got %d"
-                         % (_core.SLICE_MAX_TOTAL_BITS, sum(out)))
+        raise ValueError("argument '%s': total bits must be 2 to %d, got %d"
+                         % (name, _core.SLICE_MAX_TOTAL_BITS, sum(out)))
     if max(out) > _core.SLICE_MAX_WIDTH:
-        raise ValueError("argument 'slice_method': each slice needs 1 to %d bits (uint8 codes), got %r"
-                         % (_core.SLICE_MAX_WIDTH, tuple(out)))
+        raise ValueError("argument '%s': each slice needs 1 to %d bits (uint8 codes), got %r"
+                         % (name, _core.SLICE_MAX_WIDTH, tuple(out)))
     return tuple(out)
 
 
@@ -162,15 +163,15 @@ def _check_sizes(paral, gran, paral_name, gran_name, crossbar_rows=None):
                              % (gran_name, gran[i], paral_name, i, paral[i], rounded))
 
 
-def _quant_gran(value):
+def _quant_gran(value, name="quant_gran"):
     if value is None:
         return None
     if isinstance(value, str):
         if value not in _GRANULARITIES:
-            raise ValueError("argument 'quant_gran': expected None, 'per-matrix', 'per-row', 'per-col' or a pair "
-                             "of positive ints, got %r" % value)
+            raise ValueError("argument '%s': expected None, 'per-matrix', 'per-row', 'per-col' or a pair "
+                             "of positive ints, got %r" % (name, value))
         return value
-    return _pair(value, "quant_gran")
+    return _pair(value, name)
 
 
 def slice_params(slice_method):

@@ -45,5 +45,6 @@ def to_device(t, device):
     device = torch_device(device)
     if device.type == "cpu" or t.device == device:
         return t
+    out = t.to(device)  # counted once copied (torch without CUDA raises here)
     memory._count_transfer("host_to_cuda", t.numel() * t.element_size())
-    return t.to(device)
+    return out

@@ -22,6 +22,20 @@ from ..attention import _ContextCore, _finite
 __all__ = ["AttentionContext"]
 
 
+def _check_input(x):
+    """forward's input checks, the same with and without an incoming context: a floating-point CPU
+    tensor of at least one dimension (..., D). D is checked against incoming by the context."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError("AttentionContext: argument 'x': expected a torch.Tensor, got %s" % type(x).__name__)
+    if not x.is_floating_point():
+        raise TypeError("AttentionContext: argument 'x': expected a floating-point tensor, got dtype %s" % x.dtype)
+    if x.device.type != "cpu":
+        raise ValueError("AttentionContext: argument 'x': expected a tensor in host memory (device 'cpu'), got "
+                         "device '%s'" % x.device)
+    if x.dim() < 1:
+        raise ValueError("AttentionContext: argument 'x': expected an array (..., D), got 0 dimensions")
+
+
 class _AttentionApply(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, strength, module):
@@ -112,8 +126,11 @@ class AttentionContext(nn.Module):
     # -- public API --
 
     def forward(self, x):
-        """``x + (strength / D) * (x @ incoming)`` for ``x`` of shape (..., D); x without incoming."""
+        """``x + (strength / D) * (x @ incoming)`` for ``x`` of shape (..., D); x without incoming.
+        ``x``: a floating-point CPU tensor, checked the same with or without incoming (TypeError /
+        ValueError naming x); its last dimension must equal incoming's D."""
         self._sync()
+        _check_input(x)
         if self._buffers["incoming"] is None:
             _finite(self.strength.detach(), "strength")  # refused as with an incoming context
             return x

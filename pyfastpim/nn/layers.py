@@ -120,6 +120,13 @@ def _as_torch(a, like=None):
     return torch.from_numpy(a) if hasattr(a, "__array_interface__") else torch.as_tensor(a)
 
 
+def _host_quantized(sliced):
+    """The programmed weights' dequantized values (Wq) as a host tensor, whatever the class of
+    ``sliced``: pyfastpim.memintelli's device-aware SlicedData returns its attributes on its device."""
+    from ..sliced import SlicedData
+    return _as_torch(SlicedData.quantized_data.fget(sliced))
+
+
 def _needs_grad(*tensors):
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
@@ -164,7 +171,7 @@ class _LinearMemFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, layer):
         out, xq = _engine_linear(layer, x.detach(), return_dequant=True)
-        wq = _as_torch(layer.weight_sliced.quantized_data)  # (in, out): dequantized W^T
+        wq = _host_quantized(layer.weight_sliced)  # (in, out): dequantized W^T
         if bias is not None:
             out = out + bias.detach().to(out.dtype)
         ctx.save_for_backward(xq, wq)
@@ -193,7 +200,7 @@ class _Conv2dMemFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, layer):
         out, xq = _engine_conv2d(layer, x.detach(), return_dequant=True)  # xq: (N, L, C_in*kh*kw)
-        wq = _as_torch(layer.weight_sliced.quantized_data)                # (C_in*kh*kw, C_out)
+        wq = _host_quantized(layer.weight_sliced)                         # (C_in*kh*kw, C_out)
         if bias is not None:
             out = out + bias.detach().to(out.dtype).view(1, -1, 1, 1)
         ctx.save_for_backward(xq, wq)
@@ -226,6 +233,10 @@ class _Conv2dMemFunction(torch.autograd.Function):
 
 class _MemLayer(nn.Module):
     """Shared machinery: parameters, programmed-weight cache with automatic re-programming."""
+
+    #: The class of ``weight_sliced``; None: pyfastpim.SlicedData. pyfastpim.memintelli's layers hold
+    #: its device-aware SlicedData, as MemIntelli's layers hold theirs.
+    _weight_sliced_type = None
 
     def _init_params(self, weight_shape, bias, device, dtype, size_args=("out_features", "in_features")):
         """The weight of weight_shape (out, in, kernel...) and, with bias, a bias of size out;
@@ -267,12 +278,12 @@ class _MemLayer(nn.Module):
         _check_paral(self.input_paral_size, self.weight_paral_size)
         self.input_quant_gran = _quant_gran(input_quant_gran, "input_quant_gran")
         self.weight_quant_gran = _quant_gran(weight_quant_gran, "weight_quant_gran")
-        from ..sliced import _check_sizes
+        from ..sliced import _bw_e, _check_sizes
         _check_sizes(self.input_paral_size, self.input_quant_gran, "input_paral_size", "input_quant_gran", 1)
         _check_sizes(self.weight_paral_size, self.weight_quant_gran, "weight_paral_size", "weight_quant_gran", 0)
-        if bw_e is not None and (not isinstance(bw_e, numbers.Integral) or bw_e < 1):
-            raise ValueError("bw_e must be None (INT quantization) or a positive int (BFP), got %r" % (bw_e,))
-        self.bw_e = bw_e
+        # None or 0: INT, a positive int: BFP (docs/semantics.md section 4, MemIntelli's `if bw_e:`), as
+        # SlicedData and the engine read it; ValueError naming bw_e otherwise (negative, bool, not an int)
+        self.bw_e = _bw_e(bw_e)
         # MemIntelli keeps the slice methods as tensors on the parameters' device under these names, and
         # its programmed weights' SlicedData holds the weight one as its slice_method (so here too)
         self.input_slice_method = torch.tensor(self._input_slice).to(self.weight.device)
@@ -298,9 +309,9 @@ class _MemLayer(nn.Module):
         if self.engine is None:
             raise RuntimeError("%s has no engine: set layer.engine to a pyfastpim.DPETensor first"
                                % type(self).__name__)
-        sliced = _pyfastpim_attr("SlicedData")(self._weight_slice, bw_e=self.bw_e, is_weight=True,
-                                               paral_size=self.weight_paral_size,
-                                               quant_gran=self.weight_quant_gran)
+        sliced_type = self._weight_sliced_type or _pyfastpim_attr("SlicedData")
+        sliced = sliced_type(self._weight_slice, bw_e=self.bw_e, is_weight=True, paral_size=self.weight_paral_size,
+                             quant_gran=self.weight_quant_gran)
         # its slice_method attribute is the layer's weight_slice_method tensor, as in MemIntelli (layers
         # pickled before that keep the tuple); the slicing reads the widths checked at construction
         sliced.slice_method = getattr(self, "_weight_slice_tensor", self._weight_slice)
@@ -384,7 +395,8 @@ class LinearMem(_MemLayer):
         input_slice, weight_slice: bit widths of the slices, most significant first, e.g. ``(1, 1, 2, 4)``.
         bias: learn an additive bias.
         device, dtype: of the parameters (computation is float32 on the CPU).
-        bw_e: None for INT quantization, else block floating point (docs/semantics.md section 4).
+        bw_e: None or 0 for INT quantization, a positive int for block floating point (docs/semantics.md
+            section 4; MemIntelli's ``if bw_e:``).
         input_paral_size, weight_paral_size: crossbar block shapes; ``input_paral_size[1]`` must equal
             ``weight_paral_size[0]``.
         input_quant_gran, weight_quant_gran: quantization granularity (pair, 'per-matrix', 'per-row',

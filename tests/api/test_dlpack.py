@@ -299,7 +299,7 @@ def test_tensors_with_the_negative_bit_are_refused_not_read_as_their_negation():
     ctx = pyfastpim.AttentionContext(strength=0.5)
     ctx.incoming = np.eye(64, dtype=np.float32)
     for name, call in [("obj", lambda: pyfastpim.asarray(t)),
-                       ("data", lambda: pyfastpim.dpe_matmul(t, w, pyfastpim.DPETensor(**quiet))),
+                       ("x", lambda: pyfastpim.dpe_matmul(t, w, pyfastpim.DPETensor(**quiet))),
                        ("x", lambda: ctx.apply(t))]:
         with pytest.raises(TypeError, match="argument '%s': the tensor has its negative bit set" % name):
             call()

@@ -9,6 +9,7 @@ argument's device. Every copy is counted in :mod:`pyfastpim.memory`. ``need`` (t
 """
 import torch
 
+from ...nn.layers import _host_quantized
 from .. import _device
 
 
@@ -27,7 +28,7 @@ class HostLinear(torch.autograd.Function):
         if bias is not None:
             out = out + _host_param(bias)
         if need:
-            ctx.save_for_backward(torch.as_tensor(xq), torch.as_tensor(layer.weight_sliced.quantized_data))
+            ctx.save_for_backward(torch.as_tensor(xq), _host_quantized(layer.weight_sliced))
         ctx.meta = (x.dtype, weight.device, weight.dtype, None if bias is None else (bias.device, bias.dtype), dev)
         return _device.to_device(out, dev).to(x.dtype)
 
@@ -62,7 +63,7 @@ class HostConv2d(torch.autograd.Function):
         if bias is not None:
             out = out + _host_param(bias).view(1, -1, 1, 1)
         if need:
-            ctx.save_for_backward(torch.as_tensor(xq), torch.as_tensor(layer.weight_sliced.quantized_data))
+            ctx.save_for_backward(torch.as_tensor(xq), _host_quantized(layer.weight_sliced))
         ctx.geom = (tuple(x.shape), geom)
         ctx.meta = (x.dtype, tuple(weight.shape), weight.device, weight.dtype,
                     None if bias is None else (bias.device, bias.dtype), dev)

@@ -3,6 +3,7 @@ import numbers
 
 from ...nn import layers as _layers
 from .. import _device
+from ..pimpy.data_formats import SlicedData
 from ._hop import HostConv2d
 
 __all__ = ["Conv1dMem", "Conv2dMem"]
@@ -17,8 +18,11 @@ class Conv2dMem(_layers.Conv2dMem):
     :class:`LinearMem` (product on the engine's device, results and gradients on the tensors'
     devices, copies counted). As in MemIntelli, ``kernel_size``, ``stride``, ``padding`` and
     ``dilation`` are kept as given (``layer.stride == 1`` for ``stride=1``; pyfastpim.nn.Conv2dMem
-    and nn.Conv2d hold pairs).
+    and nn.Conv2d hold pairs). ``weight_sliced`` is this namespace's device-aware SlicedData, as in
+    :class:`LinearMem`.
     """
+
+    _weight_sliced_type = SlicedData
 
     def __init__(self, engine, in_channels, out_channels, kernel_size, input_slice, weight_slice, stride=1,
                  padding=0, dilation=1, bias=True, device=None, dtype=None, bw_e=None, input_paral_size=(1, 32),
@@ -69,6 +73,8 @@ class Conv1dMem(_layers._MemLayer):
     same patches and crossbar product as Conv2dMem with a ``(1, k)`` kernel); backward is
     straight-through.
     """
+
+    _weight_sliced_type = SlicedData
 
     def __init__(self, engine, in_channels, out_channels, kernel_size, input_slice, weight_slice, stride=1,
                  padding=0, dilation=1, bias=True, device=None, dtype=None, bw_e=None, input_paral_size=(1, 32),

@@ -3,6 +3,7 @@ import torch
 
 from ...nn import layers as _layers
 from .. import _device
+from ..pimpy.data_formats import SlicedData
 from ._hop import HostLinear
 
 __all__ = ["LinearMem"]
@@ -17,8 +18,11 @@ class LinearMem(_layers.LinearMem):
     another torch device (CUDA), the product runs on the engine's device (OpenCL GPU or CPU) and
     the result and gradients come back on the tensors' devices (copies counted in
     :mod:`pyfastpim.memory`). Call :meth:`update_weight` after changing the weights, as in
-    MemIntelli (pyfastpim also re-programs automatically; see pyfastpim.nn.layers).
+    MemIntelli (pyfastpim also re-programs automatically; see pyfastpim.nn.layers). ``weight_sliced``
+    is this namespace's device-aware SlicedData, its attributes on the engine's device, as in MemIntelli.
     """
+
+    _weight_sliced_type = SlicedData
 
     def __init__(self, engine, in_features, out_features, input_slice, weight_slice, bias=True, device=None,
                  dtype=torch.float32, bw_e=None, input_paral_size=(1, 32), weight_paral_size=(32, 32),

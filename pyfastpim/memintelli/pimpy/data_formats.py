@@ -8,7 +8,10 @@ MemIntelli. ``device`` (torch.device or str) is where the attributes (``sliced_d
 MemIntelli, ``slice_data_imp(engine, data)`` puts the data on the engine's device, so after
 slicing the attributes live on ``engine.device`` (data on CUDA without a CUDA engine: on the
 data's device). The slicing itself runs on the host (or the engine's OpenCL device); copies
-from and to CUDA are counted in :mod:`pyfastpim.memory`.
+from and to CUDA are counted in :mod:`pyfastpim.memory`. Where torch cannot hold tensors on
+that device (``DPETensor(device="cuda")`` without CUDA) the attributes stay on the host, as the
+engine's own tensors do. pyfastpim.memintelli's layers hold their programmed weights
+(``weight_sliced``) in this class, as MemIntelli's do.
 
 The attributes can be assigned (MemIntelli code does): see :class:`pyfastpim.SlicedData`.
 """
@@ -22,7 +25,11 @@ def _device_property(name):
     base = getattr(_BaseSlicedData, name)
 
     def fget(self):
-        return _device.to_device(base.fget(self), self.device)
+        value = base.fget(self)
+        try:
+            return _device.to_device(value, self.device)
+        except (RuntimeError, AssertionError):  # "Torch not compiled with CUDA enabled", no driver:
+            return value  # on the host, as the engine's own tensors then are (memmat_tensor._tensor_on)
 
     def fset(self, value):
         base.fset(self, _device.to_host(value))

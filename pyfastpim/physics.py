@@ -52,7 +52,7 @@ def effective_conductance(G, wire_resistance):
     G: cell conductances in siemens, (rows, cols); wire_resistance: ohms per wire segment
     (> 0, ``wire_resistance * max|G| <= IRDROP_MAX_GR``). Rows are driven at their left end,
     columns read by a virtual-ground ADC at their bottom end (docs/physics.md). Column currents
-    are ``V @ G_eff`` for row voltages V.
+    are ``V @ G_eff`` for row voltages V. A cell below 0 S conducts nothing (an open cell).
     """
     G = np.ascontiguousarray(G, dtype=np.float64)
     g_max = float(np.abs(G).max()) if G.size and np.isfinite(G).all() else 0.0  # NaN / empty: the core's error

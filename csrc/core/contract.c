@@ -134,6 +134,26 @@ pf_status pf_validate_conductance_range(double hgs, double lgs, int64_t g_level)
     return PF_OK;
 }
 
+pf_status pf_validate_vread(double vread, double hgs, double lgs, int64_t g_level, int64_t rdac)
+{
+    if (!isfinite(vread))
+        return pf_fail(PF_ENONFINITE, "vread", "must be finite, got %g", vread);
+    if (!(vread > 0.0) || !(vread <= PF_VREAD_MAX))
+        return pf_fail(PF_EINVAL, "vread", "must be > 0 and at most %g volts (the DAC voltage with the largest "
+                       "voltage noise, vread * (1 + 1e6 * 5.9), must stay finite in float32), got %g",
+                       PF_VREAD_MAX, vread);
+    const int64_t levels = (rdac - 1) * (g_level - 1);
+    const int64_t n_max = levels >= 1 && levels < ((int64_t)1 << 24) ? (((int64_t)1 << 24) - 1) / levels : 1;
+    const double ref = (hgs - lgs) * vread * (double)n_max;
+    if (!(ref <= FLT_MAX))
+        return pf_fail(PF_EINVAL, "vread", "the ADC reference current (HGS - LGS) * vread * n of the tallest "
+                       "crossbar rdac = %lld and g_level = %lld allow (n = %lld) is %g A, above float32's largest "
+                       "%g: vread must be at most %g volts here (HGS=%g, LGS=%g)", (long long)rdac,
+                       (long long)g_level, (long long)n_max, ref, (double)FLT_MAX,
+                       (double)FLT_MAX / ((hgs - lgs) * (double)n_max), hgs, lgs);
+    return PF_OK;
+}
+
 pf_status pf_validate_slice_args(int64_t n, int64_t rows, int64_t cols, int64_t gran_rows, int64_t gran_cols,
                                  const pf_slice_method *sm, int want_levels, int64_t g_level)
 {

@@ -158,6 +158,25 @@ def test_noise_whose_sums_can_overflow_float32_raises_naming_read_variation():
         assert np.isfinite(y).all()  # not reached: before the bound, one element was inf
 
 
+@pytest.mark.parametrize("kw, what", [
+    (dict(vread=1e32), "at most 5.7e"),
+    (dict(vread=1e39), "at most 5.7e"),  # not even a float32 voltage: the spec's V = vread * k / (rdac-1) was inf
+    (dict(vread=1e300), "at most 5.7e"),
+    (dict(vread=0.0), "must be > 0"),
+    (dict(vread=1e25, HGS=1e30, LGS=0.0, rdac=2, g_level=2), "ADC reference current"),
+])
+def test_vread_beyond_its_range_raises_naming_vread(kw, what):
+    """vread cancels out of the kernels' arithmetic, so before it had no upper bound; the spec's
+    DAC voltages and ADC reference current (HGS - LGS) * vread * n then overflow float32."""
+    with pytest.raises(ValueError, match="argument 'vread': .*%s" % what):
+        pf.DPETensor(**kw)
+
+
+def test_vread_at_its_bounds_is_accepted():
+    assert pf.DPETensor(vread=pf._core.VREAD_MAX).vread == pf._core.VREAD_MAX
+    pf.DPETensor(vread=20.0, HGS=1e30, LGS=0.0, rdac=2, g_level=2)  # (HGS - LGS) * 20 * (2**24 - 1) < 3.4e38
+
+
 def test_core_rejects_read_sigma_that_overflows_exp():
     x, w = _data(2)
     e = pf.DPETensor(read_variation=0.1)

@@ -244,7 +244,9 @@ class DPETensor:
             programmed cell) must be at most pyfastpim.physics.IRDROP_MAX_GR (1e6), else ValueError.
         rdac: DAC resolution (>= 2 levels).
         radc: ADC resolution, an int or one per weight slice (given most significant slice first).
-        vread: read voltage.
+        vread: read voltage, in (0, 5.7e31] volts, and (HGS - LGS) * vread * n (the ADC reference
+            current) finite in float32 for the tallest crossbar n that rdac and g_level allow; else
+            ValueError naming vread. It cancels out of every result (docs/semantics.md section 7).
         rate_stuck_HGS, rate_stuck_LGS: probabilities of cells stuck at HGS / LGS.
         device: None, "cpu" or torch.device("cpu") (the CPU kernels), "opencl" (first GPU, else first
             OpenCL device), "cuda[:N]" / torch.device("cuda") (the best OpenCL GPU, else the CPU) or
@@ -292,8 +294,8 @@ class DPETensor:
         if self.wire_resistance > 0:  # the solver's rule for R * HGS, on one HGS cell (ValueError naming it)
             from .physics import effective_conductance
             effective_conductance(np.full((1, 1), self.HGS), self.wire_resistance)
-        if self.vread <= 0:
-            raise ValueError("argument 'vread': must be > 0")
+        # 0 < vread <= 5.7e31 V, the ADC reference current finite in float32 (csrc/core/contract.c)
+        _core.check_vread(self.vread, self.HGS, self.LGS, self.g_level, self.rdac)
         for name in ("rate_stuck_HGS", "rate_stuck_LGS"):
             if getattr(self, name) > 1:
                 raise ValueError("argument '%s': must be in [0, 1], got %r" % (name, getattr(self, name)))

@@ -38,6 +38,7 @@ def effective_conductance(G, wire_resistance):
     (> 0, ``wire_resistance * max|G| <= IRDROP_MAX_GR``, else the solver's ValueError naming
     'wire_resistance'). Rows are driven at their left end, columns read by a virtual-ground ADC
     at their bottom end (docs/physics.md). Column currents are ``V @ G_eff`` for row voltages V.
+    A cell below 0 S conducts nothing (an open cell).
     """
     G = np.ascontiguousarray(G, dtype=np.float64)
     return np.asarray(_core.irdrop_block(G, wire_resistance, r_wire_name="wire_resistance"))

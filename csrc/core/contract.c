@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/contract.h"
+#include "core/physics.h"
 
 pf_status pf_validate_slice_method(const char *arg, const int64_t *widths, int64_t n, int min_total_bits,
                                    pf_slice_method *sm)
@@ -133,6 +134,26 @@ pf_status pf_validate_conductance_range(double hgs, double lgs, int64_t g_level)
     return PF_OK;
 }
 
+pf_status pf_validate_vread(double vread, double hgs, double lgs, int64_t g_level, int64_t rdac)
+{
+    if (!isfinite(vread))
+        return pf_fail(PF_ENONFINITE, "vread", "must be finite, got %g", vread);
+    if (!(vread > 0.0) || !(vread <= PF_VREAD_MAX))
+        return pf_fail(PF_EINVAL, "vread", "must be > 0 and at most %g volts (the DAC voltage with the largest "
+                       "voltage noise, vread * (1 + 1e6 * 5.9), must stay finite in float32), got %g",
+                       PF_VREAD_MAX, vread);
+    const int64_t levels = (rdac - 1) * (g_level - 1);
+    const int64_t n_max = levels >= 1 && levels < ((int64_t)1 << 24) ? (((int64_t)1 << 24) - 1) / levels : 1;
+    const double ref = (hgs - lgs) * vread * (double)n_max;
+    if (!(ref <= FLT_MAX))
+        return pf_fail(PF_EINVAL, "vread", "the ADC reference current (HGS - LGS) * vread * n of the tallest "
+                       "crossbar rdac = %lld and g_level = %lld allow (n = %lld) is %g A, above float32's largest "
+                       "%g: vread must be at most %g volts here (HGS=%g, LGS=%g)", (long long)rdac,
+                       (long long)g_level, (long long)n_max, ref, (double)FLT_MAX,
+                       (double)FLT_MAX / ((hgs - lgs) * (double)n_max), hgs, lgs);
+    return PF_OK;
+}
+
 pf_status pf_validate_slice_args(int64_t n, int64_t rows, int64_t cols, int64_t gran_rows, int64_t gran_cols,
                                  const pf_slice_method *sm, int want_levels, int64_t g_level)
 {
@@ -197,6 +218,62 @@ static pf_status check_dpe_geometry(const pf_dpe_args *a)
     return PF_OK;
 }
 
+/* An upper bound of every float32 magnitude a noisy product's crossbar sums and shift-and-add
+ * reach in one crossbar block (the scale-back before the data's block scales), whatever the data:
+ * DAC voltages (rdac-1)(1 + 5.9 vnoise), cell values (g_max exp(5.9 sigma) + LGS) / Q_G (|z| <=
+ * PF_NORMAL_ABS_MAX), rows of them, the ADC codes of that sum and their coefficients. */
+static double noisy_sum_bound(const pf_dpe_args *a, double g_max, double sigma)
+{
+    const double qg = (a->HGS - a->LGS) / (double)(a->g_level - 1);
+    const double rows = (double)(a->inner > 0 ? pf_min64(a->n, a->inner) : a->n);
+    const double D = (double)(a->rdac - 1) * (double)(a->g_level - 1) * (double)a->n;
+    const double v = (double)(a->rdac - 1) * (1.0 + PF_NORMAL_ABS_MAX * a->vnoise);
+    const double s = rows * v * ((g_max * exp(PF_NORMAL_ABS_MAX * sigma) + a->LGS) / qg);
+    double t = s;
+    for (int j = 0; j < a->sw; j++) {
+        const double code = s * (double)(a->radc[j] - 1) / D + 1.0;
+        for (int i = 0; i < a->sx; i++)
+            t += code * (double)a->n * a->x_max[i] * a->w_max[j] * fabs((double)a->x_weight[i]) *
+                 fabs((double)a->w_weight[j]) / (double)(a->radc[j] - 1);
+    }
+    return t;
+}
+
+/* Noisy products stay finite (docs/semantics.md section 7): the bound above, for the largest
+ * programmed |G|, at most 2**126 (float32's largest, 3.4e38, over the rounding of up to 2**24
+ * additions). The cells are read only when a cheaper upper bound of |G| fails: what write
+ * variation or an assignment to SlicedData.G can program, HGS (1 + 1e6 * 5.9), times the widest
+ * IR-drop block (a G_eff is at most its row's total of G; drift only lowers G). */
+static pf_status check_noise_range(const pf_dpe_args *a)
+{
+    const double limit = 0x1p126;
+    float sigma = 0.0f;
+    if (a->read_sigma)
+        for (int l = 0; l < a->g_level; l++)
+            sigma = a->read_sigma[l] > sigma ? a->read_sigma[l] : sigma;
+    if (!(a->vnoise > 0.0) && !(sigma > 0.0f) && !a->w_conductance)
+        return PF_OK; /* the exact integer path (section 7.1) */
+    const double cap = (1.0 + PF_REL_SIGMA_MAX * PF_NORMAL_ABS_MAX) * PF_IRDROP_MAX_BLOCK;
+    double g_max = a->HGS * (a->w_conductance ? cap : 1.0);
+    double b = noisy_sum_bound(a, g_max, sigma);
+    if (b <= limit)
+        return PF_OK;
+    if (a->w_conductance) {
+        float m = 0.0f;
+        const int64_t cells = (int64_t)a->sw * a->inner * a->cols;
+        for (int64_t c = 0; c < cells; c++)
+            m = fabsf(a->w_conductance[c]) > m ? fabsf(a->w_conductance[c]) : m;
+        g_max = m > a->HGS ? (double)m : a->HGS;
+        if ((b = noisy_sum_bound(a, g_max, sigma)) <= limit)
+            return PF_OK;
+    }
+    return pf_fail(PF_EINVAL, sigma > 0.0f ? "read_variation" : "vnoise", "the device noise can overflow float32: "
+                   "with read-noise sigma up to %g, vnoise %g, conductances up to %g S (LGS %g, Q_G %g) and n = %lld "
+                   "crossbar rows, a crossbar sum or its shift-and-add can reach %.3g, above 2**126 = %.3g; lower the "
+                   "noise, or use fewer crossbar rows or narrower slices", (double)sigma, a->vnoise, g_max, a->LGS,
+                   (a->HGS - a->LGS) / (double)(a->g_level - 1), (long long)a->n, b, limit);
+}
+
 pf_status pf_validate_dpe_args(const pf_dpe_args *a)
 {
     pf_status st;
@@ -220,5 +297,5 @@ pf_status pf_validate_dpe_args(const pf_dpe_args *a)
         (st = pf_validate_sigma("vnoise", a->vnoise, PF_REL_SIGMA_MAX)) != PF_OK ||
         (st = pf_validate_read_sigma("read_sigma", a->read_sigma, a->g_level)) != PF_OK)
         return st;
-    return PF_OK;
+    return check_noise_range(a);
 }

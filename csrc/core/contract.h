@@ -50,6 +50,9 @@ pf_status pf_validate_read_sigma(const char *arg, const float *sigma, int64_t g_
 /* finite, 0 <= LGS < HGS <= PF_CONDUCTANCE_MAX, Q_G = (HGS - LGS) / (g_level - 1) >= FLT_MIN and
  * >= HGS / PF_LEVEL_SPAN_MAX (float32 levels distinct and finite with write variation). */
 pf_status pf_validate_conductance_range(double hgs, double lgs, int64_t g_level);
+/* finite 0 < vread <= PF_VREAD_MAX, and the ADC reference current (HGS - LGS) * vread * n of the
+ * tallest crossbar the exactness bound allows for rdac and g_level at most FLT_MAX. */
+pf_status pf_validate_vread(double vread, double hgs, double lgs, int64_t g_level, int64_t rdac);
 /* One slice_quantize call: a non-empty (n, rows, cols), granule >= 1, the slice method and, when
  * levels are wanted, g_level and its fit (the CPU kernels and the OpenCL host code call it first). */
 pf_status pf_validate_slice_args(int64_t n, int64_t rows, int64_t cols, int64_t gran_rows, int64_t gran_cols,

@@ -81,6 +81,11 @@ static inline int64_t pf_max64(int64_t a, int64_t b) { return a > b ? a : b; }
  * HGS / PF_LEVEL_SPAN_MAX (two float32 ulps of HGS) so that the g_level levels are distinct
  * float32 numbers and the kernels' level units (HGS / Q_G at most 2**22) stay precise. */
 #define PF_CONDUCTANCE_MAX 1e30
+/* Largest read voltage vread: the spec's DAC voltage with the largest voltage noise,
+ * vread * (1 + PF_REL_SIGMA_MAX * PF_NORMAL_ABS_MAX), stays a finite float32 (pf_validate_vread,
+ * contract.c, also bounds the ADC reference current). The kernels work in units of
+ * vread / (rdac - 1), where vread cancels; the bound keeps the spec's own quantities finite. */
+#define PF_VREAD_MAX 5.7e31
 #define PF_LEVEL_SPAN_MAX 4194304.0 /* 2**22 */
 
 #define PF_ALIGN 64

@@ -20,10 +20,12 @@
  *             = G_w * y_j[r(i,0)]     (y_j = A^-1 e_c(n-1,j)).
  * Blocks wider than tall run on the dual network (the shorter wires are
  * eliminated). Cost per 32 x 32 block ~2 n m^3 = 2M multiply-adds, about
- * 1.5 ms of one core here. When a negative cell conductance (large write
- * variation) makes the system indefinite, the full 2nm-unknown system is
- * solved instead (full_block: same band ordering as below, LAPACK's banded
- * LU dgbsv with partial pivoting).
+ * 1.5 ms of one core here. A cell below 0 S (possible only with huge write
+ * variation) conducts nothing in the network (docs/physics.md): every cell is
+ * >= 0 and the system positive definite. Should the Schur path still break
+ * down in rounding, the full 2nm-unknown system is solved instead (full_block:
+ * same band ordering as below, banded Cholesky, else LAPACK's banded LU dgbsv
+ * with partial pivoting).
  *
  * Full-system node ordering: cells in row-major order when m <= n (column-
  * major otherwise), the two nodes of a cell adjacent: r = 2q, c = 2q + 1, so
@@ -39,7 +41,7 @@
 #include "cpu/threads.h"
 
 /* LAPACK (Fortran interface of OpenBLAS; 32-bit integers): banded LU with
- * partial pivoting for the indefinite case only. */
+ * partial pivoting, full_block's last resort only. */
 void dgbsv_(const int *n, const int *kl, const int *ku, const int *nrhs, double *ab, const int *ldab, int *ipiv,
             double *b, const int *ldb, int *info);
 
@@ -139,8 +141,8 @@ static void band_unit_solve(const double *lb, int64_t N, int64_t kd, int64_t s, 
 }
 
 /* The full 2nm-unknown system: banded Cholesky, or LAPACK's banded LU when
- * it is indefinite. Used when the Schur path below fails (a negative cell
- * conductance). */
+ * it is not positive definite in rounding. Used when the Schur path below
+ * fails. Cells below 0 S count as 0 S, as there. */
 static pf_status full_block(const double *g, int64_t n, int64_t m, int64_t ldg, double r_wire, double *geff,
                             int64_t ldo)
 {
@@ -186,7 +188,7 @@ static pf_status full_block(const double *g, int64_t n, int64_t m, int64_t ldg, 
                 st = PF_EINVAL;
                 goto done;
             }
-            h[i * m + j] = v * r_wire;
+            h[i * m + j] = (v > 0.0 ? v : 0.0) * r_wire; /* a cell below 0 S conducts nothing */
         }
 
     /* lower band by rows: L(a, b) at ab[a * (kd + 1) + kd - (a - b)], A(a, b) = A(b, a) */
@@ -199,7 +201,7 @@ static pf_status full_block(const double *g, int64_t n, int64_t m, int64_t ldg, 
             band_unit_solve(ab, N, kd, node, rhs + (size_t)k * (size_t)N);
         }
     } else {
-        /* not positive definite (a negative cell conductance): LAPACK's banded
+        /* not positive definite (rounding): LAPACK's banded
          * LU with partial pivoting, AB(2kd + a - b, b) = A(a, b) */
         ipiv = pf_alloc((size_t)N * sizeof(int));
         if (!ipiv) {
@@ -222,7 +224,7 @@ static pf_status full_block(const double *g, int64_t n, int64_t m, int64_t ldg, 
         int info = 0;
         dgbsv_(&N, &kd, &kd, &nrhs, ab, &ldab_lu, ipiv, rhs, &N, &info);
         if (info != 0) {
-            st = pf_fail(PF_EINVAL, "g", "the IR-drop network is singular (negative cell conductances)");
+            st = pf_fail(PF_EINVAL, "g", "the IR-drop network is singular");
             goto done;
         }
     }
@@ -344,30 +346,28 @@ static pf_status check_wire(double r_wire, double g_max)
     return PF_OK;
 }
 
-/* The inputs of one block: finite g with |g| r_wire <= PF_IRDROP_MAX_GR. *nonneg: every g >= 0. */
-static pf_status check_block(const double *g, int64_t n, int64_t m, int64_t ldg, double r_wire, int *nonneg)
+/* The inputs of one block: finite g with |g| r_wire <= PF_IRDROP_MAX_GR. */
+static pf_status check_block(const double *g, int64_t n, int64_t m, int64_t ldg, double r_wire)
 {
     double gmax = 0.0;
-    *nonneg = 1;
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < m; j++) {
             const double v = g[i * ldg + j];
             if (!isfinite(v))
                 return pf_fail(PF_ENONFINITE, "g", "conductances must be finite and the network solvable");
             gmax = fabs(v) > gmax ? fabs(v) : gmax;
-            *nonneg &= v >= 0.0;
         }
     return check_wire(r_wire, gmax);
 }
 
-/* The solve's result: finite, and >= 0 when every g >= 0 (node voltages lie between 0 and the
- * drive). The Schur path keeps those signs exactly; a violation means the solve broke down. */
-static pf_status check_result(const double *geff, int64_t n, int64_t m, int64_t ldo, double r_wire, int nonneg)
+/* The solve's result: finite and >= 0 (the network's cells are >= 0, so node voltages lie between 0
+ * and the drive). The Schur path keeps those signs exactly; a violation means the solve broke down. */
+static pf_status check_result(const double *geff, int64_t n, int64_t m, int64_t ldo, double r_wire)
 {
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < m; j++) {
             const double v = geff[i * ldo + j];
-            if (!isfinite(v) || (nonneg && v < 0.0))
+            if (!isfinite(v) || v < 0.0)
                 return pf_fail(PF_EINVAL, "r_wire", "the IR-drop solve with wire resistance %g ohm gave a %s "
                                "effective conductance (%g at cell (%lld, %lld)): the network is too ill-conditioned",
                                r_wire, isfinite(v) ? "negative" : "non-finite", v, (long long)i, (long long)j);
@@ -384,8 +384,7 @@ pf_status pf_irdrop_block(const double *g, int64_t n, int64_t m, int64_t ldg, do
         return pf_fail(PF_EINVAL, "g", "expected a non-empty block, got %lld x %lld", (long long)n, (long long)m);
     if (n > INT_MAX / 4 / m)
         return pf_fail(PF_EOVERFLOW, "g", "a %lld x %lld block is too large to solve", (long long)n, (long long)m);
-    int nonneg;
-    pf_status st = check_block(g, n, m, ldg, r_wire, &nonneg);
+    pf_status st = check_block(g, n, m, ldg, r_wire);
     if (st != PF_OK)
         return st;
     /* The Schur path eliminates the shorter wires (band = their length). For
@@ -403,8 +402,10 @@ pf_status pf_irdrop_block(const double *g, int64_t n, int64_t m, int64_t ldg, do
         return pf_fail(PF_ENOMEM, "g", "out of memory for a %lld x %lld block", (long long)n, (long long)m);
     }
     for (int64_t a = 0; a < nn; a++)
-        for (int64_t b = 0; b < mm; b++)
-            h[a * mm + b] = r_wire * (dual ? g[(n - 1 - b) * ldg + (m - 1 - a)] : g[a * ldg + b]);
+        for (int64_t b = 0; b < mm; b++) { /* a cell below 0 S (huge write variation) conducts nothing */
+            const double v = dual ? g[(n - 1 - b) * ldg + (m - 1 - a)] : g[a * ldg + b];
+            h[a * mm + b] = r_wire * (v > 0.0 ? v : 0.0);
+        }
     int rc = schur_block(h, nn, mm, r_wire, e, mm);
     if (rc == 0) {
         for (int64_t i = 0; i < n; i++)
@@ -417,7 +418,7 @@ pf_status pf_irdrop_block(const double *g, int64_t n, int64_t m, int64_t ldg, do
     }
     pf_free(h);
     pf_free(e);
-    return st == PF_OK ? check_result(geff, n, m, ldo, r_wire, nonneg) : st;
+    return st == PF_OK ? check_result(geff, n, m, ldo, r_wire) : st;
 }
 
 pf_status pf_irdrop_layer(const float *g, int64_t n_slices, int64_t rows, int64_t cols, int64_t block_rows,

@@ -340,6 +340,23 @@ static PyObject *py_check_conductance_range(PyObject *self, PyObject *args, PyOb
     Py_RETURN_NONE;
 }
 
+/* check_vread(vread, HGS, LGS, g_level, rdac): None, or the contract's ValueError naming vread. */
+static PyObject *py_check_vread(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    PF_UNUSED(self);
+    static char *kwlist[] = {"vread", "HGS", "LGS", "g_level", "rdac", NULL};
+    static const char fmt[] = "dddLL:check_vread";
+    double vread, hgs, lgs;
+    long long g_level, rdac;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &vread, &hgs, &lgs, &g_level, &rdac)) {
+        pf_name_parse_error(args, kwds, fmt, kwlist);
+        return NULL;
+    }
+    if (check(pf_validate_vread(vread, hgs, lgs, g_level, rdac)) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef slicing_methods[] = {
     {"slice_quantize", (PyCFunction)(void (*)(void))py_slice_quantize, METH_VARARGS | METH_KEYWORDS,
      "slice_quantize(data, slice_method, paral_size, quant_gran=None, bw_e=None, dequant=False, g_level=None, *, "
@@ -357,6 +374,10 @@ static PyMethodDef slicing_methods[] = {
      "check_conductance_range(HGS, LGS, g_level)\n--\n\nRaises the contract's ValueError (naming HGS, LGS or "
      "g_level) unless 0 <= LGS < HGS <= CONDUCTANCE_MAX and the level spacing (HGS - LGS) / (g_level - 1) is a "
      "normal float32 of at least HGS * 2**-22 (csrc/core/contract.c)."},
+    {"check_vread", (PyCFunction)(void (*)(void))py_check_vread, METH_VARARGS | METH_KEYWORDS,
+     "check_vread(vread, HGS, LGS, g_level, rdac)\n--\n\nRaises the contract's ValueError naming vread unless "
+     "0 < vread <= VREAD_MAX and the ADC reference current (HGS - LGS) * vread * n of the tallest crossbar the "
+     "exactness bound allows is a finite float32 (csrc/core/contract.c)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -370,7 +391,8 @@ int pf_bind_slicing_init(PyObject *module)
         PyModule_AddIntConstant(module, "SLICE_MAX_WIDTH", PF_MAX_SLICE_WIDTH) < 0)
         return -1;
     if (PyModule_AddObject(module, "CONDUCTANCE_MAX", PyFloat_FromDouble(PF_CONDUCTANCE_MAX)) < 0 ||
-        PyModule_AddObject(module, "NORMAL_ABS_MAX", PyFloat_FromDouble(PF_NORMAL_ABS_MAX)) < 0)
+        PyModule_AddObject(module, "NORMAL_ABS_MAX", PyFloat_FromDouble(PF_NORMAL_ABS_MAX)) < 0 ||
+        PyModule_AddObject(module, "VREAD_MAX", PyFloat_FromDouble(PF_VREAD_MAX)) < 0)
         return -1;
     return 0;
 }

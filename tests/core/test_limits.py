@@ -110,6 +110,73 @@ def test_largest_read_variation_gives_finite_outputs():
     assert np.isfinite(y).all()
 
 
+def _every_noise_at_its_limit(**kw):
+    return pf.DPETensor(write_variation=pf.dpe.NOISE_SIGMA_MAX, vnoise=pf.dpe.NOISE_SIGMA_MAX,
+                        read_variation=pf.dpe.READ_VARIATION_MAX, **kw)
+
+
+def test_every_noise_at_its_limit_gives_finite_outputs(isa):
+    """Write variation and DAC noise at 1e6 with read noise at 5 on the default engine: the joint
+    bound of the crossbar sums (docs/semantics.md section 7) is far from float32's range here."""
+    x, w = _data(3)
+    assert np.isfinite(pf.dpe_matmul(np.tile(x, (40, 1)), w, _every_noise_at_its_limit())).all()
+
+
+def test_noise_bound_on_opencl_refuses_and_accepts_as_the_cpu(dev):
+    """The bound is the core's contract (both backends validate with it): the same refusal on
+    OpenCL, and at the limits on the default engine the same bits (section 11)."""
+    x, w = _data(3)
+    x = np.tile(x, (40, 1))
+    cpu = pf.dpe_matmul(x, w, _every_noise_at_its_limit())
+    cl = pf.dpe_matmul(x, w, _every_noise_at_its_limit(device="opencl"))
+    assert np.isfinite(cpu).all() and np.array_equal(cpu.view(np.uint32), cl.view(np.uint32))
+    n = 256  # 16 one-bit input slices, 8-bit weights on 256 levels: the worst case reaches 1.6e38
+    rng = np.random.default_rng(4)
+    for device in (None, "opencl"):
+        e = _every_noise_at_its_limit(g_level=256, rdac=2, radc=2 ** 16, rate_stuck_HGS=0.0, device=device)
+        with pytest.raises(ValueError, match="argument 'read_variation': the device noise can overflow float32"):
+            pf.dpe_matmul(rng.standard_normal((2, n)).astype(np.float32),
+                          rng.standard_normal((n, 8)).astype(np.float32), e, input_slice=(1,) * 16,
+                          weight_slice=(1, 1, 2, 4, 8), input_paral_size=(1, n), weight_paral_size=(n, n),
+                          input_quant_gran=(1, n), weight_quant_gran=(n, n))
+
+
+def test_noise_whose_sums_can_overflow_float32_raises_naming_read_variation():
+    """Every noise at its limit, 16 one-bit slices per operand, 262144-row crossbars and a level
+    span of HGS * 2**-22: the noisy crossbar sums' shift-and-add overflowed float32 and the product
+    held inf (with data ~ N(0, 1), results ~1e30). The joint bound refuses it, naming the noise."""
+    n = 2 ** 18
+    e = pf.DPETensor(HGS=1.0, LGS=1.0 - 2 ** -22, g_level=2, write_variation=pf.dpe.NOISE_SIGMA_MAX,
+                     vnoise=pf.dpe.NOISE_SIGMA_MAX, read_variation=pf.dpe.READ_VARIATION_MAX, rdac=2,
+                     radc=2 ** 16, rate_stuck_HGS=0.0)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, n)).astype(np.float32)
+    w = rng.standard_normal((n, 8)).astype(np.float32)
+    with pytest.raises(ValueError, match="argument 'read_variation': the device noise can overflow float32"):
+        y = pf.dpe_matmul(x, w, e, input_slice=(1,) * 16, weight_slice=(1,) * 16, input_paral_size=(1, n),
+                          weight_paral_size=(n, n), input_quant_gran=(1, n), weight_quant_gran=(n, n))
+        assert np.isfinite(y).all()  # not reached: before the bound, one element was inf
+
+
+@pytest.mark.parametrize("kw, what", [
+    (dict(vread=1e32), "at most 5.7e"),
+    (dict(vread=1e39), "at most 5.7e"),  # not even a float32 voltage: the spec's V = vread * k / (rdac-1) was inf
+    (dict(vread=1e300), "at most 5.7e"),
+    (dict(vread=0.0), "must be > 0"),
+    (dict(vread=1e25, HGS=1e30, LGS=0.0, rdac=2, g_level=2), "ADC reference current"),
+])
+def test_vread_beyond_its_range_raises_naming_vread(kw, what):
+    """vread cancels out of the kernels' arithmetic, so before it had no upper bound; the spec's
+    DAC voltages and ADC reference current (HGS - LGS) * vread * n then overflow float32."""
+    with pytest.raises(ValueError, match="argument 'vread': .*%s" % what):
+        pf.DPETensor(**kw)
+
+
+def test_vread_at_its_bounds_is_accepted():
+    assert pf.DPETensor(vread=pf._core.VREAD_MAX).vread == pf._core.VREAD_MAX
+    pf.DPETensor(vread=20.0, HGS=1e30, LGS=0.0, rdac=2, g_level=2)  # (HGS - LGS) * 20 * (2**24 - 1) < 3.4e38
+
+
 def test_core_rejects_read_sigma_that_overflows_exp():
     x, w = _data(2)
     e = pf.DPETensor(read_variation=0.1)

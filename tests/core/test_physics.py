@@ -48,12 +48,12 @@ def test_block_currents_match_dense_nodal_analysis(n, m, r_wire):
 
 @pytest.mark.parametrize("shape", [(9, 6), (6, 9)])
 @pytest.mark.parametrize("h", [-0.6, -3.0])
-def test_negative_conductance_falls_back_to_pivoted_lu(shape, h):
+def test_negative_conductance_is_an_open_cell(shape, h):
     rng = np.random.default_rng(5)
     G = rng.uniform(0, HGS, shape)
-    G[2, 3] = h / 5.0  # h = g R: at -3 the nodal matrix is indefinite, Cholesky fails, banded LU solves it
+    G[2, 3] = h / 5.0  # h = g R: the network conducts max(G, 0) (docs/physics.md), the dense reference too
     V = rng.uniform(0, 0.2, (3, shape[0]))
-    ref = irdrop_currents(G, V, 5.0)
+    ref = irdrop_currents(np.maximum(G, 0.0), V, 5.0)
     np.testing.assert_allclose(physics.column_currents(G, V, 5.0), ref, rtol=1e-9, atol=1e-12 * np.abs(ref).max())
 
 
@@ -510,3 +510,21 @@ def test_opencl_engine_reads_the_same_effective_conductances():
     assert not np.array_equal(outs[0], outs[1])
     np.testing.assert_allclose(outs[2], outs[0], rtol=1e-5, atol=1e-5 * np.abs(outs[0]).max())
     np.testing.assert_allclose(outs[3], outs[1], rtol=1e-5, atol=1e-5 * np.abs(outs[1]).max())
+
+
+def test_ir_drop_network_counts_cells_below_zero_siemens_as_open():
+    """A cell written below 0 S (huge write variation) conducts nothing in the IR-drop network
+    (docs/physics.md). Before, the solve used the negative conductance: a 1x1 block at -0.6 S
+    gave +3 S, at -0.5 S (a singular network) -1.8e16 S, and a negative cell among positive ones
+    a negative effective conductance."""
+    from pyfastpim import physics
+    for g in (-0.6, -0.5, -0.4, -1e-3):
+        assert physics.effective_conductance(np.array([[g]]), 1.0)[0, 0] == 0.0
+    rng = np.random.default_rng(0)
+    for shape in ((8, 8), (4, 9), (9, 4)):
+        G = rng.uniform(1e-6, 1e-4, shape)
+        G[1, 2] = -1e-4
+        G[-1, -1] = -5e-5
+        eff = physics.effective_conductance(G, 1.0)
+        assert (eff >= 0).all()
+        np.testing.assert_array_equal(eff, physics.effective_conductance(np.maximum(G, 0.0), 1.0))

@@ -41,7 +41,8 @@ int pf_as_int64_clamped(PyObject *obj, const char *name, const char *what, int64
 int pf_as_double(PyObject *obj, const char *name, double *out)
 {
     double v = -1.0;
-    if (!PyUnicode_Check(obj) && (PyFloat_Check(obj) || PyIndex_Check(obj) || PyNumber_Check(obj)))
+    /* a bool is a flag, not a quantity (True would read as 1 ohm or 1 sigma) */
+    if (!PyUnicode_Check(obj) && !PyBool_Check(obj) && (PyFloat_Check(obj) || PyIndex_Check(obj) || PyNumber_Check(obj)))
         v = PyFloat_AsDouble(obj);
     else
         PyErr_SetNone(PyExc_TypeError);
@@ -232,19 +233,6 @@ int pf_conv_resolutions(PyObject *obj, void *arg)
             return fail_converter(st);
     }
     a->count = (int)n;
-    return 1;
-}
-
-int pf_conv_sigma(PyObject *obj, void *arg)
-{
-    pf_sigma_arg *a = arg;
-    double v;
-    if (pf_as_double(obj, a->name, &v) < 0)
-        return 0;
-    pf_status st = pf_validate_sigma(a->name, v, a->max);
-    if (st != PF_OK)
-        return fail_converter(st);
-    a->value = v;
     return 1;
 }
 

@@ -57,14 +57,6 @@ typedef struct {
 } pf_resolutions_arg;
 int pf_conv_resolutions(PyObject *obj, void *arg);
 
-/* A finite real number in [0, max] (NaN/inf: ValueError "must be finite"). */
-typedef struct {
-    const char *name;
-    double max;
-    double value;
-} pf_sigma_arg;
-int pf_conv_sigma(PyObject *obj, void *arg);
-
 /* _core.check_seed(seed) -> int: the seed every entry point accepts (pf_conv_seed), for Python-level
  * callers that store a seed before any kernel sees it (DPETensor.reset). */
 PyObject *pf_py_check_seed(PyObject *self, PyObject *obj);

@@ -148,6 +148,18 @@ def test_the_solver_names_the_callers_argument():
             _core.irdrop_block(G, bad)
 
 
+def test_a_bool_wire_resistance_is_refused():
+    # True is a flag, not 1 ohm: the shared converter refused bools before the bound moved into the
+    # core (pyfastpim.physics's own check did), and must keep refusing them; NumPy scalars still count
+    G = random_block(np.random.default_rng(11), 4, 4)
+    with pytest.raises(TypeError, match="^argument 'wire_resistance': expected a real number, got bool"):
+        physics.effective_conductance(G, True)
+    with pytest.raises(TypeError, match="^argument 'r_wire': expected a real number, got bool"):
+        _core.irdrop_block(G, False)
+    same = physics.effective_conductance(G, 2.0)
+    np.testing.assert_array_equal(physics.effective_conductance(G, np.float32(2.0)), same)
+
+
 def test_layer_error_names_the_first_failing_block_at_any_thread_count():
     import pyfastpim
     g = np.full((2, 12, 12), HGS, np.float32)

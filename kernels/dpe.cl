@@ -52,16 +52,40 @@ inline ulong pf_b_index(ulong j, ulong k, ulong p, ulong n, ulong nb, ulong sw, 
 
 
 /* ---- implicit im2col input (PF_DPE_X_IM2COL, contract in dpe.h) ----
- * geo = (C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, 0, 0, 0). Element
- * (item, r, k) of the unfolded matrix, torch's unfold order (pf_im2col_row). */
+ * geo = (C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, Ho, Wo, 0, 0, 0). The one decode of the
+ * unfolded matrix (torch's unfold order, pf_im2col_row), used by every im2col kernel:
+ * column k is channel ci, kernel tap (ki, kj) (pf_im2col_col); row r is the output
+ * position whose patch's tap (0, 0) reads input (ih0, iw0) (pf_im2col_origin), so element
+ * (r, k) reads input (ih0 + ki * dh, iw0 + kj * dw) of channel ci, 0 in the padding
+ * (pf_im2col_pixel). */
+inline long pf_im2col_col(long16 geo, long k, long *ki, long *kj)
+{
+    const long khw = geo.s3 * geo.s4, rem = k % khw;
+    *ki = rem / geo.s4;
+    *kj = rem % geo.s4;
+    return k / khw;
+}
+
+inline void pf_im2col_origin(long16 geo, long r, long *ih0, long *iw0)
+{
+    *ih0 = (r / geo.sc) * geo.s5 - geo.s7;
+    *iw0 = (r % geo.sc) * geo.s6 - geo.s8;
+}
+
+/* Input (ci, ih, iw) of the item at src, 0 outside the image (the padding). */
+inline float pf_im2col_pixel(global const float *src, long16 geo, long ci, long ih, long iw)
+{
+    return ih >= 0 && ih < geo.s1 && iw >= 0 && iw < geo.s2 ? src[(ci * geo.s1 + ih) * geo.s2 + iw] : 0.0f;
+}
+
+/* Element (item, r, k) of the unfolded matrix. */
 inline float pf_im2col_at(global const float *img, long16 geo, ulong item, ulong r, ulong k)
 {
-    const long khw = geo.s3 * geo.s4;
-    const long oh = (long)r / geo.sc, ow = (long)r % geo.sc;
-    const long ci = (long)k / khw, rem = (long)k % khw, ki = rem / geo.s4, kj = rem % geo.s4;
-    const long ih = oh * geo.s5 - geo.s7 + ki * geo.s9, iw = ow * geo.s6 - geo.s8 + kj * geo.sa;
-    return ih >= 0 && ih < geo.s1 && iw >= 0 && iw < geo.s2
-               ? img[(((long)item * geo.s0 + ci) * geo.s1 + ih) * geo.s2 + iw] : 0.0f;
+    long ki, kj, ih0, iw0;
+    const long ci = pf_im2col_col(geo, (long)k, &ki, &kj);
+    pf_im2col_origin(geo, (long)r, &ih0, &iw0);
+    global const float *src = img + (long)item * geo.s0 * geo.s1 * geo.s2;
+    return pf_im2col_pixel(src, geo, ci, ih0 + ki * geo.s9, iw0 + kj * geo.sa);
 }
 
 /* Max-abs of every granule (qr, qc) of the unfolded matrix (N, R, K), one
@@ -77,22 +101,22 @@ kernel void pf_im2col_gmax(global const float *img, long16 geo, global float *gm
         return;
     const ulong item = id / (gr * gcn), g = (id / gcn) % gr, q = id % gcn;
     const ulong r1 = min((g + 1) * qr, R), k0 = q * qc, c1 = min(k0 + qc, K);
-    const long H = geo.s1, W = geo.s2, kh = geo.s3, kw = geo.s4, khw = kh * kw;
-    const long ci0 = (long)k0 / khw, ki0 = ((long)k0 % khw) / kw, kj0 = ((long)k0 % khw) % kw;
-    global const float *src = img + (long)item * geo.s0 * H * W;
+    long ki0, kj0;
+    const long ci0 = pf_im2col_col(geo, (long)k0, &ki0, &kj0);
+    global const float *src = img + (long)item * geo.s0 * geo.s1 * geo.s2;
     float mx = 0.0f;
     int nonfinite = 0;
     for (ulong r = g * qr; r < r1; r++) {
-        const long ih0 = ((long)r / geo.sc) * geo.s5 - geo.s7, iw0 = ((long)r % geo.sc) * geo.s6 - geo.s8;
+        long ih0, iw0;
+        pf_im2col_origin(geo, (long)r, &ih0, &iw0);
         long ci = ci0, ki = ki0, kj = kj0;
         for (ulong k = k0; k < c1; k++) {
-            const long ih = ih0 + ki * geo.s9, iw = iw0 + kj * geo.sa;
-            const float v = ih >= 0 && ih < H && iw >= 0 && iw < W ? fabs(src[(ci * H + ih) * W + iw]) : 0.0f;
+            const float v = fabs(pf_im2col_pixel(src, geo, ci, ih0 + ki * geo.s9, iw0 + kj * geo.sa));
             nonfinite |= !(v <= FLT_MAX);
             mx = v > mx ? v : mx;
-            if (++kj == kw) {
+            if (++kj == geo.s4) {
                 kj = 0;
-                if (++ki == kh) {
+                if (++ki == geo.s3) {
                     ki = 0;
                     ci++;
                 }
@@ -201,8 +225,9 @@ kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale
  * columns per work-item wrote strided floats: ~2x slower on PoCL). With
  * voltage noise, Z holds the chunk's normals (pf_normals_range over the
  * chunk's contiguous noise range, 8 groups per work-item), element (gc, i, k)
- * at (gc * sx + i) * K + k. Sizes below 2**31 (host checks):
- * 32-bit divisions in the address arithmetic. */
+ * at (gc * sx + i) * K + k. Sizes below 2**31 (host checks): 32-bit
+ * divisions for the row and granule indices (the patch decode is
+ * pf_im2col_col / pf_im2col_origin, once per column and row). */
 kernel void pf_dpe_pack_x_im2col(global const float *dac, global float *A, global float *RS,
                                  ulong R, ulong K, ulong Kp, ulong Gc, ulong g0, ulong rows, ulong n,
                                  ulong x_qr, ulong x_qc, ulong x_gr, ulong x_gc,
@@ -214,33 +239,32 @@ kernel void pf_dpe_pack_x_im2col(global const float *dac, global float *A, globa
     if (gc0 >= rows || k0 >= K)
         return;
     const uint nr = (uint)min((ulong)PF_TM, rows - gc0), nk = (uint)min((ulong)4, K - k0);
-    const uint Wo = (uint)geo.sc, kw = (uint)geo.s4, khw = (uint)(geo.s3 * geo.s4);
     const uint qc = (uint)min(x_qc, K), qr = (uint)min(x_qr, R);
     const ulong a_slice = n * PF_TM;
     ulong kq[4], kr[4], a_col[4];
     pf_a_columns(gc0, k0, nk, n, Kp, sx, kq, kr, a_col);
     /* per column: channel, patch offsets and granule column */
-    uint ci[4], gcol[4];
-    long dih[4], diw[4];
+    uint gcol[4];
+    long ci[4], dih[4], diw[4];
     for (uint l = 0; l < nk; l++) {
-        const uint k = (uint)k0 + l, rem = k % khw;
-        ci[l] = k / khw;
-        dih[l] = (long)(rem / kw) * geo.s9;
-        diw[l] = (long)(rem % kw) * geo.sa;
-        gcol[l] = k / qc;
+        long ki, kj;
+        ci[l] = pf_im2col_col(geo, (long)k0 + l, &ki, &kj);
+        dih[l] = ki * geo.s9;
+        diw[l] = kj * geo.sa;
+        gcol[l] = ((uint)k0 + l) / qc;
     }
     int u[PF_TM][4];
     for (uint r = 0; r < nr; r++) {
         const ulong gc = gc0 + r, g = g0 + gc, item = g / R;
         const uint rw = (uint)(g % R);
-        const long ih0 = (long)(rw / Wo) * geo.s5 - geo.s7, iw0 = (long)(rw % Wo) * geo.s6 - geo.s8;
+        long ih0, iw0;
+        pf_im2col_origin(geo, rw, &ih0, &iw0);
+        global const float *src = img + (long)item * geo.s0 * geo.s1 * geo.s2;
         global const float *gm = gmax + (item * x_gr + rw / qr) * x_gc;
         uint gi_made = UINT_MAX; /* granule of gq: made once per granule, not per column */
         pf_qgran gq;
         for (uint l = 0; l < nk; l++) {
-            const long ih = ih0 + dih[l], iw = iw0 + diw[l];
-            const float v = ih >= 0 && ih < geo.s1 && iw >= 0 && iw < geo.s2
-                                ? img[(((long)item * geo.s0 + ci[l]) * geo.s1 + ih) * geo.s2 + iw] : 0.0f;
+            const float v = pf_im2col_pixel(src, geo, ci[l], ih0 + dih[l], iw0 + diw[l]);
             if (gcol[l] != gi_made) {
                 gq = pf_qgran_make(gm[gcol[l]], total_bits, bfp);
                 gi_made = gcol[l];

@@ -448,24 +448,91 @@ static int refuse_lazy_negation(PyObject *obj, const char *argname)
     return set != 0 ? -1 : 0;
 }
 
+/* Memory a host kernel may read: the CPU's, or CUDA's pinned host memory. */
+static int dl_host_device(long type) { return type == kDLCPU || type == kDLCUDAHost; }
+
+static int refuse_device(long type, const char *argname)
+{
+    PyErr_Format(PyExc_ValueError, "argument '%s': DLPack device type %ld is not host memory; "
+                 "move the tensor to the CPU first", argname, type);
+    return -1;
+}
+
+/* obj.__dlpack_device__() must be a (device_type, device_id) tuple of ints naming host memory.
+ * Returns 0, or -1 with TypeError (not such a tuple) or ValueError (another device, an int out of
+ * range), each naming the argument. */
+static int check_dlpack_device(PyObject *obj, const char *argname)
+{
+    PyObject *dev = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
+    if (!dev)
+        return -1;
+    long type = -1;
+    int ok = PyTuple_Check(dev) && PyTuple_GET_SIZE(dev) == 2 && PyIndex_Check(PyTuple_GET_ITEM(dev, 0)) &&
+             PyIndex_Check(PyTuple_GET_ITEM(dev, 1)); /* ints, IntEnums (torch), NumPy integers */
+    if (ok) {
+        PyObject *idx = PyNumber_Index(PyTuple_GET_ITEM(dev, 0));
+        type = idx ? PyLong_AsLong(idx) : -1;
+        Py_XDECREF(idx);
+    }
+    if (!ok || (type == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        PyErr_Format(ok ? PyExc_ValueError : PyExc_TypeError, "argument '%s': __dlpack_device__() returned %R, "
+                     "not a (device_type, device_id) tuple of ints", argname, dev);
+        Py_DECREF(dev);
+        return -1;
+    }
+    Py_DECREF(dev);
+    return dl_host_device(type) ? 0 : refuse_device(type, argname);
+}
+
+/* The consumed tensor's device, shape, strides and data: host memory (whatever __dlpack_device__
+ * said), a shape array when ndim > 0, a data pointer when there are elements, byte strides that fit
+ * in Py_ssize_t. Fills a's shape and strides (a->dtype set); 0, or -1 with ValueError naming the
+ * argument. */
+static int dl_layout(PfArray *a, const DLTensor *t, const char *argname)
+{
+    if (!dl_host_device(t->device.device_type))
+        return refuse_device(t->device.device_type, argname);
+    if (t->ndim > 0 && !t->shape) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': the DLPack tensor has %d dimensions but no shape", argname,
+                     t->ndim);
+        return -1;
+    }
+    int empty = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] < 0) {
+            PyErr_Format(PyExc_ValueError, "argument '%s': negative dimension in the DLPack tensor", argname);
+            return -1;
+        }
+        a->shape[i] = (Py_ssize_t)t->shape[i];
+        empty |= t->shape[i] == 0;
+    }
+    if (!t->data && !empty) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': the DLPack tensor has elements but a NULL data pointer",
+                     argname);
+        return -1;
+    }
+    a->ndim = t->ndim;
+    a->data = (char *)t->data + t->byte_offset;
+    if (!t->strides) {
+        set_c_strides(a);
+        return 0;
+    }
+    for (int i = 0; i < t->ndim; i++)
+        if (__builtin_mul_overflow((Py_ssize_t)t->strides[i], (Py_ssize_t)pf_dtype_size(a->dtype), &a->strides[i])) {
+            PyErr_Format(PyExc_ValueError, "argument '%s': DLPack stride %lld of dimension %d overflows in bytes",
+                         argname, (long long)t->strides[i], i);
+            return -1;
+        }
+    return 0;
+}
+
 static PfArray *view_from_dlpack(PyObject *obj, int writable, const char *argname)
 {
     if (refuse_lazy_negation(obj, argname) < 0)
         return NULL;
-    PyObject *dev = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
-    if (!dev)
+    if (check_dlpack_device(obj, argname) < 0)
         return NULL;
-    int dev_type = 0;
-    if (PyTuple_Check(dev) && PyTuple_GET_SIZE(dev) >= 1)
-        dev_type = (int)PyLong_AsLong(PyTuple_GET_ITEM(dev, 0));
-    Py_DECREF(dev);
-    if (PyErr_Occurred())
-        return NULL;
-    if (dev_type != kDLCPU && dev_type != kDLCUDAHost) {
-        PyErr_Format(PyExc_ValueError, "argument '%s': DLPack device type %d is not host memory; "
-                     "move the tensor to the CPU first", argname, dev_type);
-        return NULL;
-    }
     PyObject *cap = call_dlpack(obj);
     if (!cap) { /* e.g. torch: "Bool type is not supported by dlpack": say which argument */
         PyObject *et, *ev, *tb;
@@ -546,21 +613,9 @@ static PfArray *view_from_dlpack(PyObject *obj, int writable, const char *argnam
         Py_DECREF(a);
         return NULL;
     }
-    a->ndim = t->ndim;
-    a->data = (char *)t->data + t->byte_offset;
-    for (int i = 0; i < t->ndim; i++) {
-        if (t->shape[i] < 0) {
-            PyErr_Format(PyExc_ValueError, "argument '%s': negative dimension in the DLPack tensor", argname);
-            Py_DECREF(a);
-            return NULL;
-        }
-        a->shape[i] = (Py_ssize_t)t->shape[i];
-    }
-    if (t->strides) {
-        for (int i = 0; i < t->ndim; i++)
-            a->strides[i] = (Py_ssize_t)t->strides[i] * (Py_ssize_t)pf_dtype_size(a->dtype);
-    } else {
-        set_c_strides(a);
+    if (dl_layout(a, t, argname) < 0) {
+        Py_DECREF(a);
+        return NULL;
     }
     return a;
 }

@@ -838,6 +838,18 @@ PyObject *pf_py_asarray(PyObject *self, PyObject *args, PyObject *kwds)
     return (PyObject *)pf_array_from_object(obj, dt, writable, "obj");
 }
 
+/* _view(obj, name): obj as a pyfastpim.Array of its own dtype (float16 / bfloat16: float32), zero-copy when
+ * it is C-contiguous; errors name the argument `name` (the Python API's operand entry points). */
+PyObject *pf_py_view(PyObject *self, PyObject *args)
+{
+    PF_UNUSED(self);
+    PyObject *obj;
+    const char *name;
+    if (!PyArg_ParseTuple(args, "Os:_view", &obj, &name))
+        return NULL;
+    return (PyObject *)pf_array_from_object(obj, PF_DT_ANY, 0, name);
+}
+
 /* ---- exporting: buffer protocol ---- */
 
 static int PfArray_getbuffer(PfArray *a, Py_buffer *view, int flags)

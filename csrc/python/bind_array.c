@@ -852,10 +852,30 @@ PyObject *pf_py_view(PyObject *self, PyObject *args)
 
 /* ---- exporting: buffer protocol ---- */
 
+/* Fortran-contiguous too: empty, or at most one dimension longer than 1 (every Array is C-contiguous). */
+static int is_f_contiguous(const PfArray *a)
+{
+    int long_dims = 0;
+    for (int i = 0; i < a->ndim; i++) {
+        if (a->shape[i] == 0)
+            return 1;
+        long_dims += a->shape[i] > 1;
+    }
+    return long_dims <= 1;
+}
+
+/* Every Array is C-contiguous: requests for strides, C or any contiguity get its layout; a
+ * Fortran-contiguous request is refused unless the layout is both. A request without PyBUF_ND gets
+ * no shape and so (as PyBuffer_FillInfo gives) ndim 1 (0 for a 0-d Array): CPython's
+ * PyBuffer_IsContiguous reads shape[] when ndim > 1. */
 static int PfArray_getbuffer(PfArray *a, Py_buffer *view, int flags)
 {
-    if ((flags & PyBUF_WRITABLE) && a->readonly) {
-        PyErr_SetString(PyExc_BufferError, "pyfastpim.Array is read-only");
+    const char *refuse = (flags & PyBUF_WRITABLE) && a->readonly ? "pyfastpim.Array is read-only"
+                         : (flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && !is_f_contiguous(a)
+                             ? "pyfastpim.Array is C-contiguous, not Fortran-contiguous"
+                             : NULL;
+    if (refuse) {
+        PyErr_SetString(PyExc_BufferError, refuse);
         view->obj = NULL;
         return -1;
     }
@@ -867,7 +887,7 @@ static int PfArray_getbuffer(PfArray *a, Py_buffer *view, int flags)
     view->itemsize = (Py_ssize_t)pf_dtype_size(a->dtype);
     static const char *fmtstr[PF_DT_COUNT] = {"f", "d", "B", "b", "h", "H", "i", "q"};
     view->format = (flags & PyBUF_FORMAT) ? (char *)fmtstr[a->dtype] : NULL;
-    view->ndim = a->ndim;
+    view->ndim = (flags & PyBUF_ND) == PyBUF_ND || a->ndim == 0 ? a->ndim : 1;
     view->shape = (flags & PyBUF_ND) == PyBUF_ND ? a->shape : NULL;
     view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? a->strides : NULL;
     view->suboffsets = NULL;

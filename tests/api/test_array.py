@@ -1,5 +1,7 @@
 """Zero-copy array exchange and memory accounting (pyfastpim.asarray / Array / memory)."""
+import ctypes
 import gc
+import hashlib
 import os
 import subprocess
 import sys
@@ -293,3 +295,49 @@ def test_operands_without_shape_or_slicing_work_in_every_entry_point_without_cop
         ws.slice_data_imp(eng, [[1.0]])
     with pytest.raises(TypeError, match="argument 'x': list exposes no buffer"):
         eng.forward_linear([[1.0] * 64], ws, [1, 1, 2, 2])
+
+
+class _PyBuffer(ctypes.Structure):
+    _fields_ = [("buf", ctypes.c_void_p), ("obj", ctypes.py_object), ("len", ctypes.c_ssize_t),
+                ("itemsize", ctypes.c_ssize_t), ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
+                ("format", ctypes.c_char_p), ("shape", ctypes.POINTER(ctypes.c_ssize_t)),
+                ("strides", ctypes.POINTER(ctypes.c_ssize_t)), ("suboffsets", ctypes.c_void_p),
+                ("internal", ctypes.c_void_p)]
+
+
+PyBUF_SIMPLE, PyBUF_ND, PyBUF_STRIDES = 0, 0x8, 0x18
+PyBUF_C_CONTIGUOUS, PyBUF_F_CONTIGUOUS, PyBUF_ANY_CONTIGUOUS = 0x20 | 0x18, 0x40 | 0x18, 0x80 | 0x18
+
+
+def _get_buffer(obj, flags):
+    """(ndim, shape or None, strides or None, len) of obj's buffer for a request with `flags`."""
+    api = ctypes.pythonapi
+    api.PyObject_GetBuffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+    api.PyBuffer_Release.argtypes = [ctypes.POINTER(_PyBuffer)]
+    b = _PyBuffer()
+    api.PyObject_GetBuffer(obj, ctypes.byref(b), flags)  # ctypes.pythonapi raises the exporter's exception
+    try:
+        shape = [b.shape[i] for i in range(b.ndim)] if b.shape else None
+        strides = [b.strides[i] for i in range(b.ndim)] if b.strides else None
+        return b.ndim, shape, strides, b.len
+    finally:
+        api.PyBuffer_Release(ctypes.byref(b))
+
+
+def test_buffer_requests_get_what_they_ask_for():
+    """A PyBUF_SIMPLE request (hashlib, 'y*' arguments) got ndim 2 with no shape, which CPython's
+    PyBuffer_IsContiguous dereferences (segfault) and hashlib refuses ('Buffer must be single
+    dimension'); a Fortran-contiguous request got the C-ordered strides instead of a BufferError."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    a = pyfastpim.asarray(x)
+    ndim, shape, strides, n = _get_buffer(a, PyBUF_SIMPLE)
+    assert (ndim <= 1 or shape is not None) and strides is None and n == x.nbytes
+    assert hashlib.sha256(a).hexdigest() == hashlib.sha256(x.tobytes()).hexdigest()
+    assert _get_buffer(a, PyBUF_ND)[:3] == (2, [2, 3], None)
+    for flags in (PyBUF_STRIDES, PyBUF_C_CONTIGUOUS, PyBUF_ANY_CONTIGUOUS):
+        assert _get_buffer(a, flags)[:3] == (2, [2, 3], [12, 4])
+    with pytest.raises(BufferError, match="Fortran"):
+        _get_buffer(a, PyBUF_F_CONTIGUOUS)
+    for one_d in (pyfastpim.asarray(x[0]), pyfastpim.asarray(x[:, :1]), pyfastpim.asarray(x[:0])):
+        assert _get_buffer(one_d, PyBUF_F_CONTIGUOUS)[1] == list(one_d.shape)  # also Fortran-contiguous
+    assert _get_buffer(pyfastpim.asarray(np.float32(2)), PyBUF_SIMPLE)[:2] == (0, None)

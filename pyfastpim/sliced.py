@@ -63,9 +63,9 @@ def _is_torch_tensor(obj):
 
 def _operand(data, name):
     """A NumPy array or torch tensor as it is; any other operand (an ``__array_interface__``, buffer or
-    DLPack exporter, a pyfastpim.Array, a memoryview) as a NumPy view of it, so its shape is known and it
-    slices: no copy when it is C-contiguous and of a supported dtype, else the one counted copy asarray
-    makes. Errors (no buffer, unsupported dtype) name the argument ``name``."""
+    DLPack exporter, a pyfastpim.Array, a memoryview) as a float32 NumPy view of it (the kernels read
+    float32), so its shape is known and it slices: no copy when it is float32 and C-contiguous, else the
+    one counted copy asarray makes. Errors (no buffer, unsupported dtype) name the argument ``name``."""
     if isinstance(data, np.ndarray) or _is_torch_tensor(data):
         return data
     return np.asarray(_core._view(data, name))

@@ -838,8 +838,9 @@ PyObject *pf_py_asarray(PyObject *self, PyObject *args, PyObject *kwds)
     return (PyObject *)pf_array_from_object(obj, dt, writable, "obj");
 }
 
-/* _view(obj, name): obj as a pyfastpim.Array of its own dtype (float16 / bfloat16: float32), zero-copy when
- * it is C-contiguous; errors name the argument `name` (the Python API's operand entry points). */
+/* _view(obj, name): obj as a float32 C-contiguous pyfastpim.Array (what the product kernels read), zero-copy
+ * when it already is one, else the one counted copy; errors name the argument `name` (the Python API's
+ * operand entry points). */
 PyObject *pf_py_view(PyObject *self, PyObject *args)
 {
     PF_UNUSED(self);
@@ -847,7 +848,7 @@ PyObject *pf_py_view(PyObject *self, PyObject *args)
     const char *name;
     if (!PyArg_ParseTuple(args, "Os:_view", &obj, &name))
         return NULL;
-    return (PyObject *)pf_array_from_object(obj, PF_DT_ANY, 0, name);
+    return (PyObject *)pf_array_from_object(obj, PF_DT_F32, 0, name);
 }
 
 /* ---- exporting: buffer protocol ---- */

@@ -341,3 +341,19 @@ def test_buffer_requests_get_what_they_ask_for():
     for one_d in (pyfastpim.asarray(x[0]), pyfastpim.asarray(x[:, :1]), pyfastpim.asarray(x[:0])):
         assert _get_buffer(one_d, PyBUF_F_CONTIGUOUS)[1] == list(one_d.shape)  # also Fortran-contiguous
     assert _get_buffer(pyfastpim.asarray(np.float32(2)), PyBUF_SIMPLE)[:2] == (0, None)
+
+
+def test_a_non_numpy_operand_needing_layout_and_dtype_changes_is_copied_once():
+    """One counted copy (layout and dtype together), as for a NumPy operand: not a layout copy then a
+    dtype conversion."""
+    from pyfastpim import DPETensor
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((64, 8)).T  # float64, Fortran order
+    w = rng.standard_normal((64, 16)).astype(np.float32)
+    eng = DPETensor(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0)
+    with memory.trace() as t:
+        ref = pyfastpim.dpe_matmul(x, w, eng)
+    with memory.trace() as t2:
+        got = pyfastpim.dpe_matmul(_InterfaceOnly(x), w, eng)
+    assert t.copies == t2.copies == 1 and t2.by_kind["dtype_conversion"] == (1, 64 * 8 * 4)
+    np.testing.assert_array_equal(got, ref)

@@ -448,6 +448,24 @@ static int refuse_lazy_negation(PyObject *obj, const char *argname)
     return set != 0 ? -1 : 0;
 }
 
+/* The producer's method `what` raised: an Exception (not MemoryError) becomes a TypeError naming the
+ * argument and quoting it; anything else (KeyboardInterrupt, SystemExit, MemoryError) passes through.
+ * Returns NULL. */
+static PyObject *producer_failed(const char *argname, const char *what)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception) || PyErr_ExceptionMatches(PyExc_MemoryError))
+        return NULL;
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    PyErr_Format(PyExc_TypeError, "argument '%s': its %s() failed: %S: %S", argname, what, et ? et : Py_None,
+                 ev ? ev : Py_None);
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    Py_XDECREF(tb);
+    return NULL;
+}
+
 /* Memory a host kernel may read: the CPU's, or CUDA's pinned host memory. */
 static int dl_host_device(long type) { return type == kDLCPU || type == kDLCUDAHost; }
 
@@ -464,8 +482,10 @@ static int refuse_device(long type, const char *argname)
 static int check_dlpack_device(PyObject *obj, const char *argname)
 {
     PyObject *dev = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
-    if (!dev)
+    if (!dev) { /* e.g. torch's meta tensors: "Unknown device type meta for Dlpack" */
+        producer_failed(argname, "__dlpack_device__");
         return -1;
+    }
     long type = -1;
     int ok = PyTuple_Check(dev) && PyTuple_GET_SIZE(dev) == 2 && PyIndex_Check(PyTuple_GET_ITEM(dev, 0)) &&
              PyIndex_Check(PyTuple_GET_ITEM(dev, 1)); /* ints, IntEnums (torch), NumPy integers */
@@ -534,17 +554,8 @@ static PfArray *view_from_dlpack(PyObject *obj, int writable, const char *argnam
     if (check_dlpack_device(obj, argname) < 0)
         return NULL;
     PyObject *cap = call_dlpack(obj);
-    if (!cap) { /* e.g. torch: "Bool type is not supported by dlpack": say which argument */
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        PyErr_NormalizeException(&et, &ev, &tb);
-        PyErr_Format(PyExc_TypeError, "argument '%s': its __dlpack__() failed: %S: %S", argname,
-                     et ? et : Py_None, ev ? ev : Py_None);
-        Py_XDECREF(et);
-        Py_XDECREF(ev);
-        Py_XDECREF(tb);
-        return NULL;
-    }
+    if (!cap) /* e.g. torch: "Bool type is not supported by dlpack": say which argument */
+        return (PfArray *)producer_failed(argname, "__dlpack__");
     DLManagedTensor *m = NULL;
     DLManagedTensorVersioned *mv = NULL;
     if (PyCapsule_IsValid(cap, "dltensor_versioned")) {

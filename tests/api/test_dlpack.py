@@ -393,3 +393,28 @@ def test_dlpack_device_as_int_enum_or_numpy_ints_is_accepted():
                 return device
         x = np.arange(4, dtype=np.float32)
         assert pyfastpim.asarray(P(x)).data_ptr == x.ctypes.data
+
+
+def test_a_failing_dlpack_device_names_the_argument_and_interrupts_pass_through():
+    """A torch meta tensor's __dlpack_device__ raises ValueError('Unknown device type meta for Dlpack'):
+    it came out naming no argument. Ctrl-C inside a producer must stay a KeyboardInterrupt (it was turned
+    into TypeError when raised by __dlpack__)."""
+    class Fails:
+        def __init__(self, where, exc):
+            self.where, self.exc = where, exc
+
+        def __dlpack_device__(self):
+            if self.where == "device":
+                raise self.exc
+            return (1, 0)
+
+        def __dlpack__(self, **kw):
+            raise self.exc
+    with pytest.raises(TypeError, match="argument 'obj': its __dlpack_device__\\(\\) failed: .*ValueError.*meta"):
+        pyfastpim.asarray(Fails("device", ValueError("Unknown device type meta for Dlpack")))
+    for where in ("device", "dlpack"):
+        with pytest.raises(KeyboardInterrupt):
+            pyfastpim.asarray(Fails(where, KeyboardInterrupt()))
+    if torch is not None:
+        with pytest.raises(TypeError, match="argument 'obj': its __dlpack_device__"):
+            pyfastpim.asarray(torch.empty(3, device="meta"))

@@ -560,8 +560,9 @@ class DPETensor:
         batch would be large: peak memory then stays at the output plus one chunk, and the chunks
         draw exactly the noise of one unchunked call (noise indices carry the batch offset). The
         caller checked the exact sums (_check_exact_sums, naming its arguments)."""
-        from .sliced import SlicedData
-        shape = tuple(getattr(x, "shape", ()))
+        from .sliced import SlicedData, _operand
+        x = _operand(x, "x")  # an exporter without .shape or slicing: a NumPy view (pyfastpim.sliced._operand)
+        shape = tuple(x.shape)
 
         def sliced(data):
             xs = SlicedData(input_slice, bw_e=bw_e, is_weight=False, paral_size=input_paral_size,
@@ -603,11 +604,10 @@ class DPETensor:
         xq, the dequantized input (for straight-through gradients), only when ``return_dequant``.
         Large batches are sliced and multiplied a chunk at a time (see ``_sliced_product``).
         """
-        from .sliced import SlicedData
-        if isinstance(w_sliced, SlicedData):  # once per call, before any data is read
-            self._check_exact_sums(w_sliced.paral_size[0], _ROWS_LAYER)
-        shape = tuple(getattr(x, "shape", ()))
+        from .sliced import _operand
         self._check_linear_args(w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e)
+        x = _operand(x, "x")  # an exporter without .shape or slicing: a NumPy view
+        shape = tuple(x.shape)
         if len(shape) in (2, 3) and 0 in shape:
             return self._empty_linear(x, shape, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e,
                                       return_dequant)
@@ -665,7 +665,9 @@ class DPETensor:
         sh, sw = _pair(stride, "stride", 1)
         ph, pw = _pair(padding, "padding", 0)
         dh, dw = _pair(dilation, "dilation", 1)
-        shape = tuple(getattr(x, "shape", ()))
+        from .sliced import _operand
+        x = _operand(x, "x")
+        shape = tuple(x.shape)
         if len(shape) != 4:
             raise ValueError("argument 'x': expected a 4-D (N, C, H, W) input, got shape %r" % (shape,))
         K = shape[1] * kh * kw

@@ -61,6 +61,16 @@ def _is_torch_tensor(obj):
     return t.__module__.startswith("torch") and hasattr(obj, "detach") and hasattr(obj, "data_ptr")
 
 
+def _operand(data, name):
+    """A NumPy array or torch tensor as it is; any other operand (an ``__array_interface__``, buffer or
+    DLPack exporter, a pyfastpim.Array, a memoryview) as a float32 NumPy view of it (the kernels read
+    float32), so its shape is known and it slices: no copy when it is float32 and C-contiguous, else the
+    one counted copy asarray makes. Errors (no buffer, unsupported dtype) name the argument ``name``."""
+    if isinstance(data, np.ndarray) or _is_torch_tensor(data):
+        return data
+    return np.asarray(_core._view(data, name))
+
+
 def _out(a):
     """MemIntelli-layout results are torch tensors when torch is importable."""
     torch = _torch()
@@ -406,10 +416,11 @@ class SlicedData:
 
     def slice_data_imp(self, engine, data):
         """Quantize, slice and (for weights) program ``data`` with ``engine``'s device parameters."""
+        data = _operand(data, "data")
         is_torch = _is_torch_tensor(data)
         if is_torch and data.requires_grad:
             data = data.detach()
-        ndim = len(getattr(data, "shape", ()))
+        ndim = len(data.shape)
         if self.is_weight and ndim != 2:
             raise ValueError("argument 'data': weights must be 2-D (rows, cols), got %d dimensions" % ndim)
         g_level = _check_engine(engine)[0] if self.is_weight else None

@@ -75,6 +75,8 @@ size_t pf_array_nbytes(const PfArray *a);
 
 /* The module function pyfastpim._core.asarray(obj, dtype=None, writable=False). */
 PyObject *pf_py_asarray(PyObject *self, PyObject *args, PyObject *kwds);
+/* pyfastpim._core._view(obj, name): asarray(obj, 'float32') whose errors name the argument `name`. */
+PyObject *pf_py_view(PyObject *self, PyObject *args);
 int pf_array_module_init(PyObject *module);
 
 #endif

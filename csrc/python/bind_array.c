@@ -448,36 +448,114 @@ static int refuse_lazy_negation(PyObject *obj, const char *argname)
     return set != 0 ? -1 : 0;
 }
 
+/* The producer's method `what` raised: an Exception (not MemoryError) becomes a TypeError naming the
+ * argument and quoting it; anything else (KeyboardInterrupt, SystemExit, MemoryError) passes through.
+ * Returns NULL. */
+static PyObject *producer_failed(const char *argname, const char *what)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception) || PyErr_ExceptionMatches(PyExc_MemoryError))
+        return NULL;
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    PyErr_Format(PyExc_TypeError, "argument '%s': its %s() failed: %S: %S", argname, what, et ? et : Py_None,
+                 ev ? ev : Py_None);
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    Py_XDECREF(tb);
+    return NULL;
+}
+
+/* Memory a host kernel may read: the CPU's, or CUDA's pinned host memory. */
+static int dl_host_device(long type) { return type == kDLCPU || type == kDLCUDAHost; }
+
+static int refuse_device(long type, const char *argname)
+{
+    PyErr_Format(PyExc_ValueError, "argument '%s': DLPack device type %ld is not host memory; "
+                 "move the tensor to the CPU first", argname, type);
+    return -1;
+}
+
+/* obj.__dlpack_device__() must be a (device_type, device_id) tuple of ints naming host memory.
+ * Returns 0, or -1 with TypeError (not such a tuple) or ValueError (another device, an int out of
+ * range), each naming the argument. */
+static int check_dlpack_device(PyObject *obj, const char *argname)
+{
+    PyObject *dev = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
+    if (!dev) { /* e.g. torch's meta tensors: "Unknown device type meta for Dlpack" */
+        producer_failed(argname, "__dlpack_device__");
+        return -1;
+    }
+    long type = -1;
+    int ok = PyTuple_Check(dev) && PyTuple_GET_SIZE(dev) == 2 && PyIndex_Check(PyTuple_GET_ITEM(dev, 0)) &&
+             PyIndex_Check(PyTuple_GET_ITEM(dev, 1)); /* ints, IntEnums (torch), NumPy integers */
+    if (ok) {
+        PyObject *idx = PyNumber_Index(PyTuple_GET_ITEM(dev, 0));
+        type = idx ? PyLong_AsLong(idx) : -1;
+        Py_XDECREF(idx);
+    }
+    if (!ok || (type == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        PyErr_Format(ok ? PyExc_ValueError : PyExc_TypeError, "argument '%s': __dlpack_device__() returned %R, "
+                     "not a (device_type, device_id) tuple of ints", argname, dev);
+        Py_DECREF(dev);
+        return -1;
+    }
+    Py_DECREF(dev);
+    return dl_host_device(type) ? 0 : refuse_device(type, argname);
+}
+
+/* The consumed tensor's device, shape, strides and data: host memory (whatever __dlpack_device__
+ * said), a shape array when ndim > 0, a data pointer when there are elements, byte strides that fit
+ * in Py_ssize_t. Fills a's shape and strides (a->dtype set); 0, or -1 with ValueError naming the
+ * argument. */
+static int dl_layout(PfArray *a, const DLTensor *t, const char *argname)
+{
+    if (!dl_host_device(t->device.device_type))
+        return refuse_device(t->device.device_type, argname);
+    if (t->ndim > 0 && !t->shape) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': the DLPack tensor has %d dimensions but no shape", argname,
+                     t->ndim);
+        return -1;
+    }
+    int empty = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] < 0) {
+            PyErr_Format(PyExc_ValueError, "argument '%s': negative dimension in the DLPack tensor", argname);
+            return -1;
+        }
+        a->shape[i] = (Py_ssize_t)t->shape[i];
+        empty |= t->shape[i] == 0;
+    }
+    if (!t->data && !empty) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': the DLPack tensor has elements but a NULL data pointer",
+                     argname);
+        return -1;
+    }
+    a->ndim = t->ndim;
+    a->data = (char *)t->data + t->byte_offset;
+    if (!t->strides) {
+        set_c_strides(a);
+        return 0;
+    }
+    for (int i = 0; i < t->ndim; i++)
+        if (__builtin_mul_overflow((Py_ssize_t)t->strides[i], (Py_ssize_t)pf_dtype_size(a->dtype), &a->strides[i])) {
+            PyErr_Format(PyExc_ValueError, "argument '%s': DLPack stride %lld of dimension %d overflows in bytes",
+                         argname, (long long)t->strides[i], i);
+            return -1;
+        }
+    return 0;
+}
+
 static PfArray *view_from_dlpack(PyObject *obj, int writable, const char *argname)
 {
     if (refuse_lazy_negation(obj, argname) < 0)
         return NULL;
-    PyObject *dev = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
-    if (!dev)
+    if (check_dlpack_device(obj, argname) < 0)
         return NULL;
-    int dev_type = 0;
-    if (PyTuple_Check(dev) && PyTuple_GET_SIZE(dev) >= 1)
-        dev_type = (int)PyLong_AsLong(PyTuple_GET_ITEM(dev, 0));
-    Py_DECREF(dev);
-    if (PyErr_Occurred())
-        return NULL;
-    if (dev_type != kDLCPU && dev_type != kDLCUDAHost) {
-        PyErr_Format(PyExc_ValueError, "argument '%s': DLPack device type %d is not host memory; "
-                     "move the tensor to the CPU first", argname, dev_type);
-        return NULL;
-    }
     PyObject *cap = call_dlpack(obj);
-    if (!cap) { /* e.g. torch: "Bool type is not supported by dlpack": say which argument */
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        PyErr_NormalizeException(&et, &ev, &tb);
-        PyErr_Format(PyExc_TypeError, "argument '%s': its __dlpack__() failed: %S: %S", argname,
-                     et ? et : Py_None, ev ? ev : Py_None);
-        Py_XDECREF(et);
-        Py_XDECREF(ev);
-        Py_XDECREF(tb);
-        return NULL;
-    }
+    if (!cap) /* e.g. torch: "Bool type is not supported by dlpack": say which argument */
+        return (PfArray *)producer_failed(argname, "__dlpack__");
     DLManagedTensor *m = NULL;
     DLManagedTensorVersioned *mv = NULL;
     if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
@@ -546,21 +624,9 @@ static PfArray *view_from_dlpack(PyObject *obj, int writable, const char *argnam
         Py_DECREF(a);
         return NULL;
     }
-    a->ndim = t->ndim;
-    a->data = (char *)t->data + t->byte_offset;
-    for (int i = 0; i < t->ndim; i++) {
-        if (t->shape[i] < 0) {
-            PyErr_Format(PyExc_ValueError, "argument '%s': negative dimension in the DLPack tensor", argname);
-            Py_DECREF(a);
-            return NULL;
-        }
-        a->shape[i] = (Py_ssize_t)t->shape[i];
-    }
-    if (t->strides) {
-        for (int i = 0; i < t->ndim; i++)
-            a->strides[i] = (Py_ssize_t)t->strides[i] * (Py_ssize_t)pf_dtype_size(a->dtype);
-    } else {
-        set_c_strides(a);
+    if (dl_layout(a, t, argname) < 0) {
+        Py_DECREF(a);
+        return NULL;
     }
     return a;
 }
@@ -783,12 +849,45 @@ PyObject *pf_py_asarray(PyObject *self, PyObject *args, PyObject *kwds)
     return (PyObject *)pf_array_from_object(obj, dt, writable, "obj");
 }
 
+/* _view(obj, name): obj as a float32 C-contiguous pyfastpim.Array (what the product kernels read), zero-copy
+ * when it already is one, else the one counted copy; errors name the argument `name` (the Python API's
+ * operand entry points). */
+PyObject *pf_py_view(PyObject *self, PyObject *args)
+{
+    PF_UNUSED(self);
+    PyObject *obj;
+    const char *name;
+    if (!PyArg_ParseTuple(args, "Os:_view", &obj, &name))
+        return NULL;
+    return (PyObject *)pf_array_from_object(obj, PF_DT_F32, 0, name);
+}
+
 /* ---- exporting: buffer protocol ---- */
 
+/* Fortran-contiguous too: empty, or at most one dimension longer than 1 (every Array is C-contiguous). */
+static int is_f_contiguous(const PfArray *a)
+{
+    int long_dims = 0;
+    for (int i = 0; i < a->ndim; i++) {
+        if (a->shape[i] == 0)
+            return 1;
+        long_dims += a->shape[i] > 1;
+    }
+    return long_dims <= 1;
+}
+
+/* Every Array is C-contiguous: requests for strides, C or any contiguity get its layout; a
+ * Fortran-contiguous request is refused unless the layout is both. A request without PyBUF_ND gets
+ * no shape and so (as PyBuffer_FillInfo gives) ndim 1 (0 for a 0-d Array): CPython's
+ * PyBuffer_IsContiguous reads shape[] when ndim > 1. */
 static int PfArray_getbuffer(PfArray *a, Py_buffer *view, int flags)
 {
-    if ((flags & PyBUF_WRITABLE) && a->readonly) {
-        PyErr_SetString(PyExc_BufferError, "pyfastpim.Array is read-only");
+    const char *refuse = (flags & PyBUF_WRITABLE) && a->readonly ? "pyfastpim.Array is read-only"
+                         : (flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && !is_f_contiguous(a)
+                             ? "pyfastpim.Array is C-contiguous, not Fortran-contiguous"
+                             : NULL;
+    if (refuse) {
+        PyErr_SetString(PyExc_BufferError, refuse);
         view->obj = NULL;
         return -1;
     }
@@ -800,7 +899,7 @@ static int PfArray_getbuffer(PfArray *a, Py_buffer *view, int flags)
     view->itemsize = (Py_ssize_t)pf_dtype_size(a->dtype);
     static const char *fmtstr[PF_DT_COUNT] = {"f", "d", "B", "b", "h", "H", "i", "q"};
     view->format = (flags & PyBUF_FORMAT) ? (char *)fmtstr[a->dtype] : NULL;
-    view->ndim = a->ndim;
+    view->ndim = (flags & PyBUF_ND) == PyBUF_ND || a->ndim == 0 ? a->ndim : 1;
     view->shape = (flags & PyBUF_ND) == PyBUF_ND ? a->shape : NULL;
     view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? a->strides : NULL;
     view->suboffsets = NULL;

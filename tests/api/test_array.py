@@ -1,5 +1,7 @@
 """Zero-copy array exchange and memory accounting (pyfastpim.asarray / Array / memory)."""
+import ctypes
 import gc
+import hashlib
 import os
 import subprocess
 import sys
@@ -239,3 +241,119 @@ def test_sanitized_runs_use_the_sanitized_build():
     if os.environ.get("PYFASTPIM_SANITIZED") != "1":
         pytest.skip("only meaningful under make sanitize")
     assert "sanitize" in pyfastpim._core.__file__
+
+
+class _InterfaceOnly:
+    """Exposes an array only through __array_interface__ (no .shape, no slicing)."""
+
+    def __init__(self, a):
+        self.a = a
+        self.__array_interface__ = a.__array_interface__
+
+
+class _DLPackOnly:
+    """Exposes an array only through DLPack (a pre-1.0 producer: NumPy 1.24's __dlpack__)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, stream=None):
+        return self.a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+@pytest.mark.parametrize("wrap", [_InterfaceOnly, _DLPackOnly, pyfastpim.asarray], ids=["iface", "dlpack", "Array"])
+def test_operands_without_shape_or_slicing_work_in_every_entry_point_without_copies(wrap, monkeypatch):
+    """asarray takes __array_interface__ and DLPack exporters and pyfastpim.Array, but the product entry
+    points read `x.shape` (AttributeError; weights: 'must be 2-D, got 0 dimensions') and sliced big
+    batches with x[a:b] (TypeError: 'pyfastpim.Array' object is not subscriptable)."""
+    from pyfastpim import DPETensor, SlicedData, dpe
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 8, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 16)).astype(np.float32)
+    img = rng.standard_normal((2, 4, 6, 6)).astype(np.float32)
+    eng = DPETensor(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0)  # calls repeat
+    ref = pyfastpim.dpe_matmul(x, w, eng)
+    with memory.trace() as t:
+        got = pyfastpim.dpe_matmul(wrap(x), wrap(w), eng)
+    assert t.copies == 0 and isinstance(got, np.ndarray)
+    np.testing.assert_array_equal(got, ref)
+    monkeypatch.setattr(dpe, "_CHUNK_CODE_BYTES", 1000)  # the chunked path: one batch item at a time
+    np.testing.assert_array_equal(pyfastpim.dpe_matmul(wrap(x), w, eng), ref)
+    ws = SlicedData([1, 1, 2, 2], is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+    ws.slice_data_imp(eng, wrap(w))
+    assert ws.shape == (64, 16)
+    out, _ = eng.forward_linear(wrap(x), ws, [1, 1, 2, 2])
+    np.testing.assert_array_equal(out, eng.forward_linear(x, ws, [1, 1, 2, 2])[0])
+    wc = SlicedData([1, 1, 2, 2], is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+    wc.slice_data_imp(eng, rng.standard_normal((4 * 9, 16)).astype(np.float32))
+    np.testing.assert_array_equal(eng.forward_conv2d(wrap(img), wc, 3, input_paral_size=(1, 32))[0],
+                                  eng.forward_conv2d(img, wc, 3, input_paral_size=(1, 32))[0])
+    with pytest.raises(TypeError, match="argument 'data': list exposes no buffer"):
+        ws.slice_data_imp(eng, [[1.0]])
+    with pytest.raises(TypeError, match="argument 'x': list exposes no buffer"):
+        eng.forward_linear([[1.0] * 64], ws, [1, 1, 2, 2])
+
+
+class _PyBuffer(ctypes.Structure):
+    _fields_ = [("buf", ctypes.c_void_p), ("obj", ctypes.py_object), ("len", ctypes.c_ssize_t),
+                ("itemsize", ctypes.c_ssize_t), ("readonly", ctypes.c_int), ("ndim", ctypes.c_int),
+                ("format", ctypes.c_char_p), ("shape", ctypes.POINTER(ctypes.c_ssize_t)),
+                ("strides", ctypes.POINTER(ctypes.c_ssize_t)), ("suboffsets", ctypes.c_void_p),
+                ("internal", ctypes.c_void_p)]
+
+
+PyBUF_SIMPLE, PyBUF_ND, PyBUF_STRIDES = 0, 0x8, 0x18
+PyBUF_C_CONTIGUOUS, PyBUF_F_CONTIGUOUS, PyBUF_ANY_CONTIGUOUS = 0x20 | 0x18, 0x40 | 0x18, 0x80 | 0x18
+
+
+def _get_buffer(obj, flags):
+    """(ndim, shape or None, strides or None, len) of obj's buffer for a request with `flags`."""
+    api = ctypes.pythonapi
+    api.PyObject_GetBuffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+    api.PyBuffer_Release.argtypes = [ctypes.POINTER(_PyBuffer)]
+    b = _PyBuffer()
+    api.PyObject_GetBuffer(obj, ctypes.byref(b), flags)  # ctypes.pythonapi raises the exporter's exception
+    try:
+        shape = [b.shape[i] for i in range(b.ndim)] if b.shape else None
+        strides = [b.strides[i] for i in range(b.ndim)] if b.strides else None
+        return b.ndim, shape, strides, b.len
+    finally:
+        api.PyBuffer_Release(ctypes.byref(b))
+
+
+def test_buffer_requests_get_what_they_ask_for():
+    """A PyBUF_SIMPLE request (hashlib, 'y*' arguments) got ndim 2 with no shape, which CPython's
+    PyBuffer_IsContiguous dereferences (segfault) and hashlib refuses ('Buffer must be single
+    dimension'); a Fortran-contiguous request got the C-ordered strides instead of a BufferError."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    a = pyfastpim.asarray(x)
+    ndim, shape, strides, n = _get_buffer(a, PyBUF_SIMPLE)
+    assert (ndim <= 1 or shape is not None) and strides is None and n == x.nbytes
+    assert hashlib.sha256(a).hexdigest() == hashlib.sha256(x.tobytes()).hexdigest()
+    assert _get_buffer(a, PyBUF_ND)[:3] == (2, [2, 3], None)
+    for flags in (PyBUF_STRIDES, PyBUF_C_CONTIGUOUS, PyBUF_ANY_CONTIGUOUS):
+        assert _get_buffer(a, flags)[:3] == (2, [2, 3], [12, 4])
+    with pytest.raises(BufferError, match="Fortran"):
+        _get_buffer(a, PyBUF_F_CONTIGUOUS)
+    for one_d in (pyfastpim.asarray(x[0]), pyfastpim.asarray(x[:, :1]), pyfastpim.asarray(x[:0])):
+        assert _get_buffer(one_d, PyBUF_F_CONTIGUOUS)[1] == list(one_d.shape)  # also Fortran-contiguous
+    assert _get_buffer(pyfastpim.asarray(np.float32(2)), PyBUF_SIMPLE)[:2] == (0, None)
+
+
+def test_a_non_numpy_operand_needing_layout_and_dtype_changes_is_copied_once():
+    """One counted copy (layout and dtype together), as for a NumPy operand: not a layout copy then a
+    dtype conversion."""
+    from pyfastpim import DPETensor
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((64, 8)).T  # float64, Fortran order
+    w = rng.standard_normal((64, 16)).astype(np.float32)
+    eng = DPETensor(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0)
+    with memory.trace() as t:
+        ref = pyfastpim.dpe_matmul(x, w, eng)
+    with memory.trace() as t2:
+        got = pyfastpim.dpe_matmul(_InterfaceOnly(x), w, eng)
+    assert t.copies == t2.copies == 1 and t2.by_kind["dtype_conversion"] == (1, 64 * 8 * 4)
+    np.testing.assert_array_equal(got, ref)

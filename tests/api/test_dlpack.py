@@ -308,3 +308,113 @@ def test_tensors_with_the_negative_bit_are_refused_not_read_as_their_negation():
     np.testing.assert_array_equal(np.asarray(pyfastpim.dpe_matmul(resolved, w, pyfastpim.DPETensor(**quiet))),
                                   np.asarray(pyfastpim.dpe_matmul(resolved.numpy(), w.numpy(),
                                                                   pyfastpim.DPETensor(**quiet))))
+
+
+# ---- malformed producers: refused with the argument's name, the capsule released, never read ----
+
+class Tampered(VersionedProducer):
+    """A VersionedProducer whose capsule is altered after it is built (device, data, shape, strides)."""
+
+    def __init__(self, arr, **change):
+        super().__init__(arr)
+        self.change = change
+
+    def __dlpack__(self, **kw):
+        cap = super().__dlpack__(**kw)
+        t, c = self._managed.dl_tensor, self.change
+        if "device" in c:
+            t.device = DLDevice(c["device"], 0)
+        if "data" in c:
+            t.data = c["data"]
+        if "shape" in c:
+            self._shape = None if c["shape"] is None else (ctypes.c_int64 * len(c["shape"]))(*c["shape"])
+            t.shape = ctypes.cast(self._shape, ctypes.POINTER(ctypes.c_int64))
+        if "strides" in c:
+            self._strides = (ctypes.c_int64 * len(c["strides"]))(*c["strides"])
+            t.strides = self._strides
+        return cap
+
+
+def test_a_capsule_on_another_device_is_refused_even_when_dlpack_device_says_cpu():
+    """__dlpack_device__ said (1, 0) but the capsule's tensor lives on CUDA (2): the device pointer was read
+    as host memory (a segfault for a real device pointer; here host data, silently accepted)."""
+    prod = Tampered(np.arange(6, dtype=np.float32), device=2)
+    with pytest.raises(ValueError, match="argument 'obj': .*device type 2"):
+        pyfastpim.asarray(prod)
+    assert prod.deleted == 1
+    assert pyfastpim.asarray(Tampered(np.arange(6, dtype=np.float32), device=3)).shape == (6,)  # kDLCUDAHost
+
+
+def test_a_capsule_without_data_or_shape_is_refused():
+    """A NULL data pointer with elements, or no shape array for ndim > 0, was dereferenced (segfault)."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for change, word in [(dict(data=None), "NULL data"), (dict(shape=None), "no shape")]:
+        prod = Tampered(x, **change)
+        with pytest.raises(ValueError, match="argument 'obj': .*%s" % word):
+            pyfastpim.asarray(prod)
+        assert prod.deleted == 1
+    empty = pyfastpim.asarray(Tampered(np.zeros((0, 3), np.float32), data=None))  # nothing is read
+    assert empty.shape == (0, 3)
+
+
+@pytest.mark.parametrize("strides", [(2 ** 62, 1), (-2 ** 63, 1), (2 ** 61 + 1, 1)])
+def test_element_strides_whose_byte_size_overflows_are_refused(strides):
+    """Element strides are scaled to bytes: 2**62 * 4 wrapped to 0 (a silent broadcast of row 0)."""
+    prod = Tampered(np.arange(12, dtype=np.float32).reshape(3, 4), strides=strides)
+    with pytest.raises(ValueError, match="argument 'obj': .*stride"):
+        pyfastpim.asarray(prod)
+    assert prod.deleted == 1
+
+
+@pytest.mark.parametrize("device, exc", [("cpu", TypeError), (("a", 0), TypeError), ((1,), TypeError),
+                                         ((2 ** 70, 0), ValueError)])
+def test_a_malformed_dlpack_device_names_the_argument(device, exc):
+    """__dlpack_device__ returning junk gave 'device type 0 is not host memory', or a TypeError /
+    OverflowError from the int conversion naming no argument."""
+    class Junk:
+        def __dlpack_device__(self):
+            return device
+
+        def __dlpack__(self, **kw):
+            raise AssertionError("must not be called")
+    with pytest.raises(exc, match="argument 'obj': __dlpack_device__"):
+        pyfastpim.asarray(Junk())
+
+
+def test_dlpack_device_as_int_enum_or_numpy_ints_is_accepted():
+    import enum
+
+    class Dev(enum.IntEnum):  # torch returns its DLDeviceType IntEnum
+        kDLCPU = 1
+
+    for device in [(Dev.kDLCPU, 0), (np.int64(1), np.int32(0))]:
+        class P(VersionedProducer):
+            def __dlpack_device__(self, device=device):
+                return device
+        x = np.arange(4, dtype=np.float32)
+        assert pyfastpim.asarray(P(x)).data_ptr == x.ctypes.data
+
+
+def test_a_failing_dlpack_device_names_the_argument_and_interrupts_pass_through():
+    """A torch meta tensor's __dlpack_device__ raises ValueError('Unknown device type meta for Dlpack'):
+    it came out naming no argument. Ctrl-C inside a producer must stay a KeyboardInterrupt (it was turned
+    into TypeError when raised by __dlpack__)."""
+    class Fails:
+        def __init__(self, where, exc):
+            self.where, self.exc = where, exc
+
+        def __dlpack_device__(self):
+            if self.where == "device":
+                raise self.exc
+            return (1, 0)
+
+        def __dlpack__(self, **kw):
+            raise self.exc
+    with pytest.raises(TypeError, match="argument 'obj': its __dlpack_device__\\(\\) failed: .*ValueError.*meta"):
+        pyfastpim.asarray(Fails("device", ValueError("Unknown device type meta for Dlpack")))
+    for where in ("device", "dlpack"):
+        with pytest.raises(KeyboardInterrupt):
+            pyfastpim.asarray(Fails(where, KeyboardInterrupt()))
+    if torch is not None:
+        with pytest.raises(TypeError, match="argument 'obj': its __dlpack_device__"):
+            pyfastpim.asarray(torch.empty(3, device="meta"))

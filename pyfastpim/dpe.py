@@ -604,8 +604,14 @@ class DPETensor:
         xq, the dequantized input (for straight-through gradients), only when ``return_dequant``.
         Large batches are sliced and multiplied a chunk at a time (see ``_sliced_product``).
         """
+        return self._linear(x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e, return_dequant, True)
+
+    def _linear(self, x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e, return_dequant,
+                check_sums):
+        """forward_linear; ``check_sums`` False when the caller (dpe_matmul) checked the exact sums,
+        naming its own arguments, before slicing the weights."""
         from .sliced import _operand
-        self._check_linear_args(w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e)
+        self._check_linear_args(w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e, check_sums)
         x = _operand(x, "x")  # an exporter without .shape or slicing: a NumPy view
         shape = tuple(x.shape)
         if len(shape) in (2, 3) and 0 in shape:
@@ -614,9 +620,10 @@ class DPETensor:
         return self._sliced_product(x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e,
                                     return_dequant)
 
-    def _check_linear_args(self, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e):
+    def _check_linear_args(self, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e, check_sums):
         """forward_linear's checks of its arguments other than x, the errors naming them (w_sliced,
-        input_slice, input_paral_size, input_quant_gran, bw_e); empty and non-empty batches alike."""
+        input_slice, input_paral_size, input_quant_gran, bw_e); empty and non-empty batches alike.
+        The exact sums only when ``check_sums``."""
         from .sliced import SlicedData
         if not isinstance(w_sliced, SlicedData):
             raise TypeError("argument 'w_sliced': expected programmed weights (SlicedData(..., is_weight=True)), "
@@ -625,7 +632,8 @@ class DPETensor:
             raise ValueError("argument 'w_sliced': the weights are not sliced yet (call slice_data_imp)")
         if not w_sliced.is_weight:
             raise ValueError("argument 'w_sliced': expected weights (SlicedData(..., is_weight=True))")
-        self._check_exact_sums(w_sliced.paral_size[0], _ROWS_LAYER)
+        if check_sums:
+            self._check_exact_sums(w_sliced.paral_size[0], _ROWS_LAYER)
         paral = _slicing_args("input", input_slice, input_paral_size, input_quant_gran, bw_e)
         _check_crossbar_rows(paral, w_sliced.paral_size[0])
 
@@ -744,7 +752,7 @@ def dpe_matmul(x, w, engine, input_slice=(1, 1, 2, 2), weight_slice=(1, 1, 2, 2)
                                         input_quant_gran, weight_quant_gran, bw_e)
     _slice_as(ws, engine, w, "w")
     # forward_linear: an empty batch gives an empty product after the same checks (docs/semantics.md section 7)
-    return engine.forward_linear(x, ws, input_slice, input_paral_size, input_quant_gran, bw_e)[0]
+    return engine._linear(x, ws, input_slice, input_paral_size, input_quant_gran, bw_e, False, False)[0]
 
 
 def _matmul_args(engine, input_slice, weight_slice, input_paral_size, weight_paral_size, input_quant_gran,

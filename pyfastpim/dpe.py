@@ -26,6 +26,7 @@ number modulo 2**32 (spec section 7's Philox counter word), so every 2**32
 consecutive calls draw distinct noise and call ``c + 2**32`` repeats the noise of
 call ``c``: a RuntimeWarning says so when the counter crosses a multiple of 2**32.
 """
+import contextlib
 import math
 import numbers
 import sys
@@ -58,12 +59,11 @@ READ_VARIATION_MAX = _core.READ_VARIATION_MAX
 NOISE_SIGMA_MAX = _core.NOISE_SIGMA_MAX
 
 
-def _sigma(value, name, maximum):
-    value = _number(value, name, 0)
-    if value > maximum:
-        raise ValueError("argument '%s': must be in [0, %g], got %r (larger sigmas overflow float32)"
-                         % (name, maximum, value))
-    return value
+def _sigma(value, name, read=False):
+    """A noise sigma as the core reads it (csrc/core/contract.c, pf_validate_sigma, through
+    _core.check_sigma): a real number, finite, in [0, READ_VARIATION_MAX] (``read``) or
+    [0, NOISE_SIGMA_MAX]; TypeError / ValueError naming ``name``."""
+    return _core.check_sigma(value, name, read)
 
 
 def _number(value, name, minimum=None, integer=False):
@@ -84,9 +84,9 @@ def _read_variation_dict(value, g_level):
         if set(value.keys()) != set(range(g_level)):
             raise ValueError("argument 'read_variation': a dict needs the keys 0..%d (one sigma per level), got %r"
                              % (g_level - 1, sorted(value.keys())))
-        return {int(k): _sigma(v, "read_variation[%d]" % k, READ_VARIATION_MAX) for k, v in value.items()}
+        return {int(k): _sigma(v, "read_variation[%d]" % k, True) for k, v in value.items()}
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        sigma = _sigma(value, "read_variation", READ_VARIATION_MAX)
+        sigma = _sigma(value, "read_variation", True)
         return {i: sigma for i in range(g_level)}
     raise ValueError("argument 'read_variation': expected a number (one sigma for every level; 0 for no read "
                      "noise) or a dict {level: sigma} for levels 0..%d, got %r" % (g_level - 1, value))
@@ -108,12 +108,6 @@ def _resolution_list(radc):
             raise TypeError("argument 'radc': expected ints (one resolution per weight slice), got %r" % (v,))
         out.append(int(v))
     return out
-
-
-def _check_resolution(value, name):
-    """The core's rule for converter resolutions (csrc/core/contract.c, pf_validate_resolution)."""
-    if not 2 <= value <= 2 ** 24:
-        raise ValueError("argument '%s': converter resolutions must be in 2..2**24, got %d" % (name, value))
 
 
 #: Slice codes of at most this many bytes are made at once by the one-call entry points.
@@ -152,19 +146,12 @@ def _pair(value, name, minimum):
     return a, b
 
 
-def _resolve_granule(rows, cols, paral, quant_gran):
-    """Spec section 2 for the unfolded conv input: the granule rounded up to whole blocks."""
-    if quant_gran is None:
-        q = paral
-    elif isinstance(quant_gran, str):
-        table = {"per-matrix": (rows, cols), "per-row": (1, cols), "per-col": (rows, 1)}
-        if quant_gran not in table:
-            raise ValueError("argument 'input_quant_gran': expected None, 'per-matrix', 'per-row', 'per-col' or a "
-                             "pair of ints, got %r" % (quant_gran,))
-        q = table[quant_gran]
-    else:
-        q = _pair(quant_gran, "input_quant_gran", 1)
-    q = (max(q[0], 1), max(q[1], 1))
+def _resolve_granule(rows, cols, paral, gran):
+    """Spec section 2 for the unfolded conv input: the granule ``gran`` (checked by _slicing_args: a pair
+    of ints or a granularity name) rounded up to whole blocks."""
+    if isinstance(gran, str):
+        gran = {"per-matrix": (rows, cols), "per-row": (1, cols), "per-col": (rows, 1)}[gran]
+    q = (max(gran[0], 1), max(gran[1], 1))
     from .sliced import _check_sizes
     _check_sizes(paral, q, "input_paral_size", "input_quant_gran", 1)
     return (-(-q[0] // paral[0]) * paral[0], -(-q[1] // paral[1]) * paral[1])
@@ -174,14 +161,15 @@ def _slicing_args(prefix, slice_method, paral_size, quant_gran, bw_e):
     """One operand's slicing options checked as SlicedData checks them, in its order, the errors
     naming the caller's arguments (prefix 'input': input_slice, input_paral_size, input_quant_gran;
     'weight': weight_*) where SlicedData would name its own (slice_method, paral_size, quant_gran).
-    Returns paral_size as a pair."""
+    paral_size must be a pair, as SlicedData's (an int is refused: TypeError). Returns (paral_size,
+    quant_gran), both checked: the pair, and a pair or granularity name (None: paral_size)."""
     from .sliced import _bw_e, _check_sizes, _pair as _sizes, _quant_gran, _widths
     _widths(slice_method, prefix + "_slice")
     _bw_e(bw_e)
     paral = _sizes(paral_size, prefix + "_paral_size")
     gran = paral if quant_gran is None else _quant_gran(quant_gran, prefix + "_quant_gran")
     _check_sizes(paral, gran, prefix + "_paral_size", prefix + "_quant_gran")
-    return paral
+    return paral, gran
 
 
 def _check_crossbar_rows(input_paral_size, rows, args="argument 'input_paral_size'",
@@ -194,17 +182,25 @@ def _check_crossbar_rows(input_paral_size, rows, args="argument 'input_paral_siz
                          % (args, input_paral_size[1], rows_name, rows))
 
 
-def _slice_as(sliced, engine, data, name):
-    """``sliced.slice_data_imp(engine, data)``, its errors about the data naming the caller's argument
-    ``name`` (the slicing core names its own parameter, 'data')."""
+@contextlib.contextmanager
+def _renamed(core_name, name):
+    """Inside the block, a TypeError / ValueError naming argument ``core_name`` (the name a callee gives
+    it) is raised naming ``name`` (the caller's argument) instead, with the same type and words."""
     try:
-        sliced.slice_data_imp(engine, data)
+        yield
     except (TypeError, ValueError) as exc:
-        prefix = "argument 'data'"
+        prefix = "argument '%s'" % core_name
         text = str(exc)
         if type(exc) not in (TypeError, ValueError) or not text.startswith(prefix):
             raise
         raise type(exc)("argument '%s'%s" % (name, text[len(prefix):])) from None
+
+
+def _slice_as(sliced, engine, data, name):
+    """``sliced.slice_data_imp(engine, data)``, its errors about the data naming the caller's argument
+    ``name`` (the slicing core names its own parameter, 'data')."""
+    with _renamed("data", name):
+        sliced.slice_data_imp(engine, data)
 
 
 _registered = weakref.WeakKeyDictionary()  # SlicedData -> ids of the OpenCL handles told to forget it
@@ -243,7 +239,8 @@ class DPETensor:
             weights are programmed (docs/physics.md). wire_resistance * HGS (and * the largest
             programmed cell) must be at most pyfastpim.physics.IRDROP_MAX_GR (1e6), else ValueError.
         rdac: DAC resolution (>= 2 levels).
-        radc: ADC resolution, an int or one per weight slice (given most significant slice first).
+        radc: ADC resolution, an int or one per weight slice (given most significant slice first; at most
+            16, the kernels' limit), each in 2..2**24 (rdac too).
         vread: read voltage, in (0, 5.7e31] volts, and (HGS - LGS) * vread * n (the ADC reference
             current) finite in float32 for the tallest crossbar n that rdac and g_level allow; else
             ValueError naming vread. It cancels out of every result (docs/semantics.md section 7).
@@ -267,26 +264,16 @@ class DPETensor:
         self.HGS = _number(HGS, "HGS", 0)
         self.LGS = _number(LGS, "LGS", 0)
         self.g_level = _number(g_level, "g_level", integer=True)
-        self.write_variation = _sigma(write_variation, "write_variation", NOISE_SIGMA_MAX)
-        self.vnoise = _sigma(vnoise, "vnoise", NOISE_SIGMA_MAX)
+        self.write_variation = _sigma(write_variation, "write_variation")
+        self.vnoise = _sigma(vnoise, "vnoise")
         self.wire_resistance = _number(wire_resistance, "wire_resistance", 0)
-        self.rdac = _number(rdac, "rdac", integer=True)
+        self.rdac = _core.check_rdac(rdac)  # an int in 2..2**24 (the core's rule, pf_conv_rdac)
         self.vread = _number(vread, "vread")
         self.rate_stuck_HGS = _number(rate_stuck_HGS, "rate_stuck_HGS", 0)
         self.rate_stuck_LGS = _number(rate_stuck_LGS, "rate_stuck_LGS", 0)
-        if isinstance(radc, (list, tuple, np.ndarray)) or _is_torch(radc):
-            values = _resolution_list(radc)
-            if not values:
-                raise ValueError("argument 'radc': an empty list")
-            for v in values:
-                _check_resolution(v, "radc")
-            self.radc = tuple(values)
-            self.radc_is_list = True
-        else:
-            self.radc = _number(radc, "radc", integer=True)
-            self.radc_is_list = False
-            _check_resolution(self.radc, "radc")
-        _check_resolution(self.rdac, "rdac")
+        # an int, or 1 to 16 ints (one per weight slice), each in 2..2**24: the core's rule (pf_conv_resolutions)
+        self.radc_is_list = isinstance(radc, (list, tuple, np.ndarray)) or _is_torch(radc)
+        self.radc = _core.check_radc(_resolution_list(radc) if self.radc_is_list else radc)
         # the core's rules (csrc/core/contract.c): 2 <= g_level <= 256, 0 <= LGS < HGS <= 1e30, the level
         # spacing a normal float32 of at least HGS * 2**-22 (ValueError naming g_level, HGS or LGS, the
         # message of every entry point)
@@ -509,12 +496,13 @@ class DPETensor:
                             % (type(x).__name__, type(mat).__name__))
         if x._codes is None:
             raise ValueError("argument 'x': the input is not sliced yet (call slice_data_imp)")
-        self._check_operands(x, x.shape, mat, rows)
+        self._check_operands(x.paral_size, x.bw_e, x.shape, mat, rows)
 
-    def _check_operands(self, x, shape, mat, rows=_ROWS_SLICED):
-        """The checks of input x (a SlicedData, perhaps not sliced: its arguments) with data of ``shape``
-        against the weights mat, then mat programmed for this engine; no data is read. ``rows``: the
-        names of _check_exact_sums, None when the caller checked the sums (naming its own arguments)."""
+    def _check_operands(self, x_paral, x_bw_e, shape, mat, rows=_ROWS_SLICED):
+        """The checks of an input sliced in blocks ``x_paral`` with ``x_bw_e`` (its SlicedData's, or
+        forward_linear's checked arguments) with data of ``shape`` against the weights mat, then mat
+        programmed for this engine; no data is read. ``rows``: the names of _check_exact_sums, None when
+        the caller checked the sums (naming its own arguments)."""
         if mat._codes is None and mat._levels is None:
             raise ValueError("argument 'mat': the weights are not sliced yet (call slice_data_imp)")
         if not mat.is_weight:
@@ -523,12 +511,12 @@ class DPETensor:
             raise ValueError("The input data mismatches the shape of weight data: input %s has %d columns, weights "
                              "%s have %d rows (x @ w needs them equal)"
                              % (tuple(shape), shape[-1], tuple(mat.shape), mat.shape[-2]))
-        if x.paral_size[1] != mat.paral_size[0]:
+        if x_paral[1] != mat.paral_size[0]:
             raise ValueError("paral_size mismatch: the input's block columns (%d) must equal the weights' block rows "
-                             "(%d), the crossbar height" % (x.paral_size[1], mat.paral_size[0]))
+                             "(%d), the crossbar height" % (x_paral[1], mat.paral_size[0]))
         if rows is not None:
             self._check_exact_sums(mat.paral_size[0], rows)
-        if bool(x.bw_e) != bool(mat.bw_e):  # bw_e 0 is INT, as None (docs/semantics.md section 4)
+        if bool(x_bw_e) != bool(mat.bw_e):  # bw_e 0 is INT, as None (docs/semantics.md section 4)
             raise ValueError("input and weights must both be INT (bw_e=None) or both BFP")
         self._radc_lsb_first(len(mat))
         if max(2 ** w - 1 for w in mat._widths) > self.g_level - 1:
@@ -559,9 +547,9 @@ class DPETensor:
         """Slice x and multiply, a chunk of batch items at a time when the slice codes of the whole
         batch would be large: peak memory then stays at the output plus one chunk, and the chunks
         draw exactly the noise of one unchunked call (noise indices carry the batch offset). The
-        caller checked the exact sums (_check_exact_sums, naming its arguments)."""
-        from .sliced import SlicedData, _operand
-        x = _operand(x, "x")  # an exporter without .shape or slicing: a NumPy view (pyfastpim.sliced._operand)
+        caller checked the arguments (_check_linear_args, naming them) and made x an operand that
+        slices (pyfastpim.sliced._operand)."""
+        from .sliced import SlicedData
         shape = tuple(x.shape)
 
         def sliced(data):
@@ -611,19 +599,18 @@ class DPETensor:
         """forward_linear; ``check_sums`` False when the caller (dpe_matmul) checked the exact sums,
         naming its own arguments, before slicing the weights."""
         from .sliced import _operand
-        self._check_linear_args(w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e, check_sums)
+        paral = self._check_linear_args(w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e, check_sums)
         x = _operand(x, "x")  # an exporter without .shape or slicing: a NumPy view
         shape = tuple(x.shape)
         if len(shape) in (2, 3) and 0 in shape:
-            return self._empty_linear(x, shape, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e,
-                                      return_dequant)
+            return self._empty_linear(x, shape, w_sliced, paral, bw_e, return_dequant)
         return self._sliced_product(x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e,
                                     return_dequant)
 
     def _check_linear_args(self, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e, check_sums):
         """forward_linear's checks of its arguments other than x, the errors naming them (w_sliced,
         input_slice, input_paral_size, input_quant_gran, bw_e); empty and non-empty batches alike.
-        The exact sums only when ``check_sums``."""
+        The exact sums only when ``check_sums``. Returns input_paral_size as a pair."""
         from .sliced import SlicedData
         if not isinstance(w_sliced, SlicedData):
             raise TypeError("argument 'w_sliced': expected programmed weights (SlicedData(..., is_weight=True)), "
@@ -634,19 +621,15 @@ class DPETensor:
             raise ValueError("argument 'w_sliced': expected weights (SlicedData(..., is_weight=True))")
         if check_sums:
             self._check_exact_sums(w_sliced.paral_size[0], _ROWS_LAYER)
-        paral = _slicing_args("input", input_slice, input_paral_size, input_quant_gran, bw_e)
+        paral = _slicing_args("input", input_slice, input_paral_size, input_quant_gran, bw_e)[0]
         _check_crossbar_rows(paral, w_sliced.paral_size[0])
+        return paral
 
-    def _empty_linear(self, x, shape, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e,
-                      return_dequant):
+    def _empty_linear(self, x, shape, w_sliced, paral, bw_e, return_dequant):
         """forward_linear of an empty batch: empty results (as torch's layers give) on every device,
-        after the argument checks of a non-empty batch, in the same order (no data to slice)."""
-        from .sliced import SlicedData
-        xs = SlicedData(input_slice, bw_e=bw_e, is_weight=False, paral_size=input_paral_size,
-                        quant_gran=input_quant_gran, inference=not return_dequant)
-        if not isinstance(w_sliced, SlicedData):
-            self._check_pair(xs, w_sliced)  # the TypeError of a non-empty batch
-        self._check_operands(xs, shape, w_sliced, None)
+        after the checks of a non-empty batch, in the same order (no data to slice): forward_linear's
+        arguments (_check_linear_args; ``paral`` the checked input_paral_size), then the operands."""
+        self._check_operands(paral, bw_e, shape, w_sliced, None)
         out = np.zeros(shape[:-1] + (w_sliced.shape[1],), np.float32)
         dq = np.zeros(shape, np.float32) if return_dequant else None
         self._reserve_call()
@@ -665,10 +648,11 @@ class DPETensor:
         matrix is never stored. Returns ``(out (N, C_out, H_out, W_out), xq)``, xq the dequantized
         unfolded input only when ``return_dequant`` (training).
         """
-        from .sliced import SlicedData, _bw_e, _widths
+        from .sliced import SlicedData
         if not isinstance(w_sliced, SlicedData) or not w_sliced.is_weight or w_sliced._levels is None:
             raise TypeError("argument 'w_sliced': expected programmed weights (SlicedData(..., is_weight=True))")
-        x_widths, bfp = _widths(input_slice, "input_slice"), bool(_bw_e(bw_e))  # bw_e 0 is INT, as for SlicedData
+        input_paral_size, gran = _slicing_args("input", input_slice, input_paral_size, input_quant_gran, bw_e)
+        x_widths, bfp = _widths_of(input_slice), bool(bw_e)  # bw_e 0 is INT, as for SlicedData
         kh, kw = _pair(kernel_size, "kernel_size", 1)
         sh, sw = _pair(stride, "stride", 1)
         ph, pw = _pair(padding, "padding", 0)
@@ -682,7 +666,6 @@ class DPETensor:
         if K != w_sliced.shape[0]:
             raise ValueError("argument 'x': %d channels x %dx%d kernel = %d patch values, but the weights have %d rows"
                              % (shape[1], kh, kw, K, w_sliced.shape[0]))
-        input_paral_size = _pair(input_paral_size, "input_paral_size", 1)
         _check_crossbar_rows(input_paral_size, w_sliced.paral_size[0])
         self._check_exact_sums(w_sliced.paral_size[0], _ROWS_LAYER)
         if bfp != bool(w_sliced.bw_e):
@@ -691,7 +674,7 @@ class DPETensor:
         self._ensure_programmed(w_sliced)
         ho = (shape[2] + 2 * ph - dh * (kh - 1) - 1) // sh + 1
         wo = (shape[3] + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-        granule = _resolve_granule(max(ho, 1) * max(wo, 1), K, input_paral_size, input_quant_gran)
+        granule = _resolve_granule(max(ho, 1) * max(wo, 1), K, input_paral_size, gran)
         is_torch = _is_torch(x)
         if is_torch and x.requires_grad:
             x = x.detach()
@@ -717,11 +700,12 @@ class DPETensor:
             key = _resident_key(self._cl, w_sliced) if self._cl is not None else None
             if self._cl is None:
                 packed = packed_weights(w_sliced, w_conductance, w_scale, *args[13:20])
-        if self._cl is None:
-            out, dq = _core.dpe_conv2d_packed(packed, *args)
-        else:
-            from .devices import cl_dpe_conv2d  # weights stay resident while (object, version) is unchanged
-            out, dq = cl_dpe_conv2d(self._cl, *args, weights_key=key)
+        with _renamed("input", "x"):  # the kernels name the image 'input'; here it is x (NaN, too small)
+            if self._cl is None:
+                out, dq = _core.dpe_conv2d_packed(packed, *args)
+            else:
+                from .devices import cl_dpe_conv2d  # weights stay resident while (object, version) is unchanged
+                out, dq = cl_dpe_conv2d(self._cl, *args, weights_key=key)
         if is_torch:
             return out.to_torch(), (dq.to_torch() if dq is not None else None)
         return np.asarray(out), (np.asarray(dq) if dq is not None else None)
@@ -759,15 +743,15 @@ def _matmul_args(engine, input_slice, weight_slice, input_paral_size, weight_par
                  weight_quant_gran, bw_e):
     """dpe_matmul's argument checks, before any data is read: (input_paral_size as a pair, the
     weights' SlicedData, not sliced yet)."""
-    from .sliced import SlicedData, _check_sizes
+    from .sliced import SlicedData, _check_sizes, _pair as _sizes, _quant_gran
     if not isinstance(engine, DPETensor):
         raise TypeError("argument 'engine': expected a pyfastpim.DPETensor, got %s" % type(engine).__name__)
-    input_paral_size = _pair(input_paral_size, "input_paral_size", 1)
-    weight_paral_size = _pair(weight_paral_size, "weight_paral_size", 1)
-    _check_sizes(input_paral_size, input_quant_gran if isinstance(input_quant_gran, (str, type(None)))
-                 else _pair(input_quant_gran, "input_quant_gran", 1), "input_paral_size", "input_quant_gran", 1)
-    _check_sizes(weight_paral_size, weight_quant_gran if isinstance(weight_quant_gran, (str, type(None)))
-                 else _pair(weight_quant_gran, "weight_quant_gran", 1), "weight_paral_size", "weight_quant_gran", 0)
+    input_paral_size = _sizes(input_paral_size, "input_paral_size")  # pairs, as SlicedData's (an int: TypeError)
+    weight_paral_size = _sizes(weight_paral_size, "weight_paral_size")
+    _check_sizes(input_paral_size, _quant_gran(input_quant_gran, "input_quant_gran"), "input_paral_size",
+                 "input_quant_gran", 1)
+    _check_sizes(weight_paral_size, _quant_gran(weight_quant_gran, "weight_quant_gran"), "weight_paral_size",
+                 "weight_quant_gran", 0)
     engine._check_exact_sums(weight_paral_size[0], _ROWS_LAYER)
     _slicing_args("weight", weight_slice, weight_paral_size, weight_quant_gran, bw_e)  # errors naming dpe_matmul's
     _slicing_args("input", input_slice, input_paral_size, input_quant_gran, bw_e)      # arguments, not SlicedData's

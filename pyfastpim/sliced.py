@@ -148,10 +148,11 @@ _CROSSBAR_ROWS_MAX = 2 ** 31 - 1
 
 
 def _bw_e(bw_e):
-    """bw_e checked: None or a non-negative int. BFP is selected by a positive value (docs/semantics.md
-    section 4: 0, like None, is INT, as MemIntelli's ``if bw_e:``); test it with bool(bw_e)."""
-    if bw_e is not None and (isinstance(bw_e, bool) or not isinstance(bw_e, (int, np.integer)) or bw_e < 0):
-        raise ValueError("argument 'bw_e': must be None or a non-negative int, got %r" % (bw_e,))
+    """bw_e checked as every entry point reads it (the C converter, _core.check_bw_e): None or an int,
+    TypeError for other types (bool, float, str), ValueError when negative. BFP is selected by a positive
+    value (docs/semantics.md section 4: 0, like None, is INT, as MemIntelli's ``if bw_e:``); test it with
+    bool(bw_e)."""
+    _core.check_bw_e(bw_e)
     return bw_e
 
 

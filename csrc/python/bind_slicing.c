@@ -73,21 +73,6 @@ static int resolve_granule(PyObject *quant_gran, const int64_t paral[2], int64_t
     return 0;
 }
 
-static int parse_bw_e(PyObject *obj, int *bfp)
-{
-    /* None or 0: INT (as MemIntelli's `if bw_e:`); a positive int: BFP, 2**70 included (only the sign
-     * matters) */
-    int64_t v = 0;
-    if (obj != NULL && obj != Py_None && pf_as_int64_clamped(obj, "bw_e", "None or an int", &v) < 0)
-        return -1;
-    if (v < 0) {
-        PyErr_Format(PyExc_ValueError, "argument 'bw_e': must be None or >= 0, got %R", obj);
-        return -1;
-    }
-    *bfp = v > 0;
-    return 0;
-}
-
 void pf_slice_call_clear(pf_slice_call *c)
 {
     Py_CLEAR(c->x);
@@ -115,7 +100,7 @@ int pf_slice_call_parse(PyObject *args, PyObject *kwds, pf_slice_call *c)
     }
     c->sm = method.sm;
     const int64_t *paral = paral_arg.v;
-    if (parse_bw_e(bw_e_obj, &c->bfp) < 0)
+    if (!pf_conv_bw_e(bw_e_obj, &c->bfp))
         return -1;
     if (g_level_obj != Py_None && (!pf_conv_g_level(g_level_obj, &c->g_level) ||
                                    check(pf_validate_levels_fit("g_level", &c->sm, c->g_level)) < 0))

@@ -6,6 +6,9 @@
 #include "core/contract.h"
 #include "core/philox_noise.h"
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
 /* pf_as_int64 and pf_as_int64_clamped: `what` the accepted values in the TypeError, `clamp` whether
  * ints beyond int64 clamp (else ValueError). */
 static int as_int64(PyObject *obj, const char *name, const char *what, int clamp, int64_t *out)
@@ -219,8 +222,8 @@ int pf_conv_resolutions(PyObject *obj, void *arg)
         if (pf_as_int64(obj, a->name, &a->v[0]) < 0)
             return 0;
     } else {
-        if ((n = int_items(obj, a->name, "an int or a sequence of ints (one per weight slice)", a->v,
-                           PF_MAX_SLICES)) < 0)
+        if ((n = int_items(obj, a->name, "an int or a sequence of at most " STR(PF_MAX_SLICES)
+                           " ints (one per weight slice)", a->v, PF_MAX_SLICES)) < 0)
             return 0;
         if (n < 1) {
             PyErr_Format(PyExc_ValueError, "argument '%s': expected at least one resolution", a->name);
@@ -234,6 +237,81 @@ int pf_conv_resolutions(PyObject *obj, void *arg)
     }
     a->count = (int)n;
     return 1;
+}
+
+int pf_conv_bw_e(PyObject *obj, void *out)
+{
+    /* None or 0: INT (as MemIntelli's `if bw_e:`); a positive int: BFP, 2**70 included (only the sign
+     * matters) */
+    int64_t v = 0;
+    if (obj != NULL && obj != Py_None && pf_as_int64_clamped(obj, "bw_e", "None or an int", &v) < 0)
+        return 0;
+    if (v < 0) {
+        PyErr_Format(PyExc_ValueError, "argument 'bw_e': must be None or >= 0, got %R", obj);
+        return 0;
+    }
+    *(int *)out = v > 0;
+    return 1;
+}
+
+/* obj through an int converter: the int it gives (a bool when `as_bool`), or NULL with its exception. */
+static PyObject *checked_int(PyObject *obj, int (*conv)(PyObject *, void *), int as_bool)
+{
+    int v;
+    if (!conv(obj, &v))
+        return NULL;
+    return as_bool ? PyBool_FromLong(v) : PyLong_FromLong(v);
+}
+
+PyObject *pf_py_check_bw_e(PyObject *self, PyObject *obj)
+{
+    PF_UNUSED(self);
+    return checked_int(obj, pf_conv_bw_e, 1);
+}
+
+PyObject *pf_py_check_rdac(PyObject *self, PyObject *obj)
+{
+    PF_UNUSED(self);
+    return checked_int(obj, pf_conv_rdac, 0);
+}
+
+PyObject *pf_py_check_radc(PyObject *self, PyObject *obj)
+{
+    PF_UNUSED(self);
+    pf_resolutions_arg a = {.name = "radc"};
+    if (!pf_conv_resolutions(obj, &a))
+        return NULL;
+    if (!a.count)
+        return PyLong_FromLongLong((long long)a.v[0]);
+    PyObject *out = PyTuple_New(a.count);
+    for (int j = 0; out && j < a.count; j++) {
+        PyObject *v = PyLong_FromLongLong((long long)a.v[j]);
+        if (!v) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyTuple_SET_ITEM(out, j, v);
+    }
+    return out;
+}
+
+PyObject *pf_py_check_sigma(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    PF_UNUSED(self);
+    static char *kwlist[] = {"value", "name", "read", NULL};
+    PyObject *value;
+    const char *name;
+    int read = 0;
+    double v;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Os|p:check_sigma", kwlist, &value, &name, &read) ||
+        pf_as_double(value, name, &v) < 0)
+        return NULL;
+    pf_status st = pf_validate_sigma(name, v, read ? PF_READ_SIGMA_MAX : PF_REL_SIGMA_MAX);
+    if (st != PF_OK) {
+        pf_raise_status(st, NULL);
+        return NULL;
+    }
+    return PyFloat_FromDouble(v);
 }
 
 PyObject *pf_py_check_seed(PyObject *self, PyObject *obj)

@@ -24,6 +24,10 @@ int pf_conv_g_level(PyObject *obj, void *out);
 /* int *: 2 <= rdac <= 2**24 (argument 'rdac'). */
 int pf_conv_rdac(PyObject *obj, void *out);
 
+/* int *: bw_e as every entry point reads it: None or 0 for INT (0), a positive int (any size) for BFP
+ * (1); TypeError for other types (bool, float, str), ValueError for a negative int (argument 'bw_e'). */
+int pf_conv_bw_e(PyObject *obj, void *out);
+
 /* An int in [min, max] under a name. */
 typedef struct {
     const char *name;
@@ -60,6 +64,16 @@ int pf_conv_resolutions(PyObject *obj, void *arg);
 /* _core.check_seed(seed) -> int: the seed every entry point accepts (pf_conv_seed), for Python-level
  * callers that store a seed before any kernel sees it (DPETensor.reset). */
 PyObject *pf_py_check_seed(PyObject *self, PyObject *obj);
+
+/* Python-level callers' checks (DPETensor, SlicedData, the layers), the converters' rules and errors:
+ * check_bw_e(bw_e) -> bool (BFP; pf_conv_bw_e), check_rdac(rdac) -> int (pf_conv_rdac),
+ * check_radc(radc) -> int or tuple of ints (pf_conv_resolutions, argument 'radc': 1..PF_MAX_SLICES values),
+ * check_sigma(value, name, read=False) -> float (pf_validate_sigma: finite, in [0, PF_READ_SIGMA_MAX] for
+ * read noise, else [0, PF_REL_SIGMA_MAX]). */
+PyObject *pf_py_check_bw_e(PyObject *self, PyObject *obj);
+PyObject *pf_py_check_rdac(PyObject *self, PyObject *obj);
+PyObject *pf_py_check_radc(PyObject *self, PyObject *obj);
+PyObject *pf_py_check_sigma(PyObject *self, PyObject *args, PyObject *kwds);
 
 /* The int in obj under a name (no range check): 0, or -1 with TypeError/ValueError naming it. */
 int pf_as_int64(PyObject *obj, const char *name, int64_t *out);

@@ -210,6 +210,18 @@ static PyMethodDef core_methods[] = {
     {"check_seed", pf_py_check_seed, METH_O,
      "check_seed(seed)\n--\n\nThe seed as every entry point reads it: an int in [0, 2**64) (None: DEFAULT_SEED); "
      "TypeError / ValueError naming 'seed' otherwise."},
+    {"check_bw_e", pf_py_check_bw_e, METH_O,
+     "check_bw_e(bw_e)\n--\n\nTrue for BFP (a positive int), False for INT (None or 0), as every entry point reads "
+     "bw_e; TypeError (not None or an int: bool, float, str) or ValueError (negative) naming 'bw_e' otherwise."},
+    {"check_rdac", pf_py_check_rdac, METH_O,
+     "check_rdac(rdac)\n--\n\nThe DAC resolution as every entry point reads it: an int in 2..2**24; TypeError / "
+     "ValueError naming 'rdac' otherwise."},
+    {"check_radc", pf_py_check_radc, METH_O,
+     "check_radc(radc)\n--\n\nThe ADC resolutions as every entry point reads them: an int, or a sequence of 1 to 16 "
+     "ints (a tuple is returned), each in 2..2**24; TypeError / ValueError naming 'radc' otherwise."},
+    {"check_sigma", (PyCFunction)(void (*)(void))pf_py_check_sigma, METH_VARARGS | METH_KEYWORDS,
+     "check_sigma(value, name, read=False)\n--\n\nA noise sigma as the core reads it, as a float: finite and in "
+     "[0, READ_VARIATION_MAX] (read=True) or [0, NOISE_SIGMA_MAX]; TypeError / ValueError naming `name` otherwise."},
     {"cl_library_error", py_cl_library_error, METH_NOARGS,
      "cl_library_error()\n--\n\nNone when the OpenCL ICD loader is loaded (it is loaded here if needed), else why not."},
     {NULL, NULL, 0, NULL},

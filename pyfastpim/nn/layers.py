@@ -144,18 +144,29 @@ def _engine_method(engine, name):
 
 
 def _engine_linear(layer, x, return_dequant):
+    """forward_linear of the layer's input x, its errors about x naming the layer's argument 'input'."""
     fn = _engine_method(layer.engine, "forward_linear")
-    out, xq = fn(x, layer.weight_sliced, layer._input_slice, layer.input_paral_size, layer.input_quant_gran,
-                 bw_e=layer.bw_e, return_dequant=return_dequant)
+    with _as_input():
+        out, xq = fn(x, layer.weight_sliced, layer._input_slice, layer.input_paral_size, layer.input_quant_gran,
+                     bw_e=layer.bw_e, return_dequant=return_dequant)
     return _as_torch(out), _as_torch(xq)
 
 
 def _engine_conv2d(layer, x, return_dequant):
+    """forward_conv2d of the layer's input x, its errors about x naming the layer's argument 'input'."""
     fn = _engine_method(layer.engine, "forward_conv2d")
-    out, xq = fn(x, layer.weight_sliced, layer._kernel2d, layer._stride2d, layer._padding2d, layer._dilation2d,
-                 layer._input_slice, layer.input_paral_size, layer.input_quant_gran, bw_e=layer.bw_e,
-                 return_dequant=return_dequant)
+    with _as_input():
+        out, xq = fn(x, layer.weight_sliced, layer._kernel2d, layer._stride2d, layer._padding2d, layer._dilation2d,
+                     layer._input_slice, layer.input_paral_size, layer.input_quant_gran, bw_e=layer.bw_e,
+                     return_dequant=return_dequant)
     return _as_torch(out), _as_torch(xq)
+
+
+def _as_input():
+    """Errors naming the engine's argument 'x' re-raised naming 'input', the layers' forward argument
+    (pyfastpim.dpe._renamed)."""
+    from ..dpe import _renamed
+    return _renamed("x", "input")
 
 
 def _conv_out_hw(hw, kernel_size, stride, padding, dilation):
@@ -282,7 +293,8 @@ class _MemLayer(nn.Module):
         _check_sizes(self.input_paral_size, self.input_quant_gran, "input_paral_size", "input_quant_gran", 1)
         _check_sizes(self.weight_paral_size, self.weight_quant_gran, "weight_paral_size", "weight_quant_gran", 0)
         # None or 0: INT, a positive int: BFP (docs/semantics.md section 4, MemIntelli's `if bw_e:`), as
-        # SlicedData and the engine read it; ValueError naming bw_e otherwise (negative, bool, not an int)
+        # SlicedData and the engine read it (_core.check_bw_e): TypeError naming bw_e for another type (bool,
+        # float, str), ValueError for a negative int
         self.bw_e = _bw_e(bw_e)
         # MemIntelli keeps the slice methods as tensors on the parameters' device under these names, and
         # its programmed weights' SlicedData holds the weight one as its slice_method (so here too)

@@ -547,3 +547,38 @@ def test_exactness_bound_names_the_users_arguments_and_the_limit(label):
     for part in ("'%s'" % name, "'rdac'", "'g_level'", "(256-1)*(256-1)*512 = 33292800", "2**24 = 16777216",
                  "at most 258 crossbar rows"):
         assert part in msg, (part, msg)
+
+
+# ---------------------------------------------------------------- DPETensor's converter and noise arguments
+
+ENGINE_VS_CORE = [("rdac", v, "mvm") for v in (1, 2 ** 25, 2 ** 70, 2.0, "16", True)] + \
+                 [("radc", v, "mvm") for v in (1, 2 ** 25, [16] * 17, [], [16, 1], "16", True)] + \
+                 [("vnoise", v, "mvm") for v in (-1.0, 1e7, float("nan"))] + \
+                 [("write_variation", v, "program") for v in (-1.0, 1e7, float("nan"))]
+
+
+@pytest.mark.parametrize("name,value,entry", ENGINE_VS_CORE, ids=["%s=%r" % c[:2] for c in ENGINE_VS_CORE])
+def test_engine_refuses_resolutions_and_sigmas_as_the_core(name, value, entry):
+    # DPETensor repeated the core's rules for rdac/radc (pf_validate_resolution) and the sigma maxima
+    # (pf_validate_sigma) in Python, with other words ("must be >= 0", "expected an int, got 2.0"), and
+    # took more than 16 ADC resolutions (the kernels' limit, one per weight slice) that every product
+    # then refused: now the constructor uses the core's checks (_core.check_rdac/check_radc/check_sigma)
+    core = outcome(lambda: run_mvm("cpu", **{name: value}) if entry == "mvm" else
+                   run_program("cpu", **{name: value}))
+    assert core[0] in (TypeError, ValueError) and core[1].startswith("argument '%s'" % name), core
+    assert outcome(lambda: pyfastpim.DPETensor(**{name: value})) == core
+
+
+def test_engine_takes_up_to_16_adc_resolutions():
+    assert pyfastpim.DPETensor(radc=[16] * 16).radc == (16,) * 16
+    with pytest.raises(ValueError, match=r"^argument 'radc': .*at most 16 ints.*got 17 values"):
+        pyfastpim.DPETensor(radc=np.full(17, 16))
+
+
+def test_read_variation_bounds_name_the_level():
+    with pytest.raises(ValueError, match=r"^argument 'read_variation': must be in \[0, 5\]"):
+        pyfastpim.DPETensor(read_variation=5.5)
+    with pytest.raises(ValueError, match=r"^argument 'read_variation\[1\]': must be finite"):
+        pyfastpim.DPETensor(g_level=2, read_variation={0: 0.1, 1: float("inf")})
+    with pytest.raises(TypeError, match=r"^argument 'read_variation\[0\]'"):
+        pyfastpim.DPETensor(g_level=2, read_variation={0: "0.1", 1: 0.1})

@@ -48,8 +48,10 @@ def test_layers_take_bw_e_0_as_int(kind):
     assert not torch.equal(bfp_out, int_out)  # the data tells INT from BFP
     layer = make(0)
     assert layer.bw_e == 0 and not layer.weight_sliced.bw_e
-    for bad in (-1, True, False, 1.5, "8"):
-        with pytest.raises(ValueError, match="argument 'bw_e'"):
+    # one rule with SlicedData, the engine and the C core (_core.check_bw_e): a wrong type is a TypeError (was
+    # ValueError here while slice_quantize raised TypeError), a negative int a ValueError
+    for bad, exc in ((-1, ValueError), (True, TypeError), (False, TypeError), (1.5, TypeError), ("8", TypeError)):
+        with pytest.raises(exc, match="^argument 'bw_e'"):
             make(bad)
 
 
@@ -204,3 +206,74 @@ def test_memintelli_layers_hold_the_device_aware_sliced_data(kind):
         results.append((y.detach(), xg.grad, layer.weight.grad))
     for a, b in zip(*results):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+# ----------------------------------------------------------------------------- 6. one rule per argument (r11s33g)
+
+BAD_BW_E = ["8", 1.5, True, -1, -2 ** 70]
+
+
+@pytest.mark.parametrize("bad", BAD_BW_E, ids=[repr(b) for b in BAD_BW_E])
+def test_bw_e_mistakes_get_one_error_from_every_entry_point(bad):
+    # SlicedData, the layers and the engine's Python checks raised ValueError for every mistake, the C core
+    # (slice_quantize) TypeError for a wrong type: now one rule (_core.check_bw_e), TypeError for a wrong
+    # type, ValueError for a negative int, the same words everywhere
+    eng = engine()
+    conv = Conv2dMem(eng, 3, 4, 3, S8, S8)
+    x, w = np.ones((2, 27), np.float32), np.ones((27, 4), np.float32)
+    calls = {"core": lambda: pyfastpim._core.slice_quantize(x, S8, (1, 32), None, bad),
+             "SlicedData": lambda: pyfastpim.SlicedData(S8, bw_e=bad),
+             "compat SlicedData": lambda: memintelli.SlicedData(S8, bw_e=bad),
+             "forward_linear": lambda: eng.forward_linear(x, conv.weight_sliced, S8, bw_e=bad),
+             "forward_conv2d": lambda: eng.forward_conv2d(np.ones((1, 3, 5, 5), np.float32), conv.weight_sliced, 3,
+                                                          input_slice=S8, bw_e=bad),
+             "dpe_matmul": lambda: pyfastpim.dpe_matmul(x, w, eng, bw_e=bad),
+             "LinearMem": lambda: LinearMem(eng, 27, 4, S8, S8, bw_e=bad),
+             "Conv2dMem": lambda: Conv2dMem(eng, 3, 4, 3, S8, S8, bw_e=bad),
+             "compat LinearMem": lambda: memintelli.LinearMem(eng, 27, 4, S8, S8, bw_e=bad),
+             "compat Conv2dMem": lambda: memintelli.Conv2dMem(eng, 3, 4, 3, S8, S8, bw_e=bad)}
+    got = {label: outcome(fn) for label, fn in calls.items()}
+    expected = (ValueError if isinstance(bad, int) and not isinstance(bad, bool) else TypeError)
+    assert got["core"][0] is expected and got["core"][1].startswith("argument 'bw_e'"), got["core"]
+    assert all(v == got["core"] for v in got.values()), got
+
+
+def test_paral_sizes_are_pairs_in_every_entry_point():
+    # SlicedData (and MemIntelli) take paral_size / quant_gran as pairs and forward_linear refused an int,
+    # while forward_conv2d and dpe_matmul read an int n as (n, n): now all refuse it, naming the argument
+    eng = engine()
+    conv = Conv2dMem(eng, 3, 4, 3, S8, S8)
+    x, w, img = np.ones((2, 27), np.float32), np.ones((27, 4), np.float32), np.ones((1, 3, 5, 5), np.float32)
+    assert outcome(lambda: pyfastpim.SlicedData(S8, paral_size=32))[0] is TypeError
+    calls = {"input_paral_size": [lambda: eng.forward_linear(x, conv.weight_sliced, S8, input_paral_size=32),
+                                  lambda: eng.forward_conv2d(img, conv.weight_sliced, 3, input_slice=S8,
+                                                             input_paral_size=32),
+                                  lambda: pyfastpim.dpe_matmul(x, w, eng, input_paral_size=32)],
+             "input_quant_gran": [lambda: eng.forward_linear(x, conv.weight_sliced, S8, input_quant_gran=32),
+                                  lambda: eng.forward_conv2d(img, conv.weight_sliced, 3, input_slice=S8,
+                                                             input_quant_gran=32),
+                                  lambda: pyfastpim.dpe_matmul(x, w, eng, input_quant_gran=32)],
+             "weight_paral_size": [lambda: pyfastpim.dpe_matmul(x, w, eng, weight_paral_size=32)],
+             "weight_quant_gran": [lambda: pyfastpim.dpe_matmul(x, w, eng, weight_quant_gran=32)]}
+    for name, fns in calls.items():
+        got = [outcome(fn) for fn in fns]
+        assert got[0][0] is TypeError and got[0][1].startswith("argument '%s'" % name), got
+        assert all(g == got[0] for g in got), got
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_layers_name_their_input_argument(grad):
+    # a NaN input to LinearMem (nn and compat) and map_reduce_dot_func was reported as argument 'x' (the
+    # engine's); Conv2dMem said 'input', but forward_conv2d then said 'input' for its argument x
+    eng = engine()
+    nan_vec, nan_img = torch.full((2, 27), float("nan")), torch.full((1, 3, 5, 5), float("nan"))
+    layers = [(LinearMem(eng, 27, 4, S8, S8), nan_vec), (memintelli.LinearMem(eng, 27, 4, S8, S8), nan_vec),
+              (Conv2dMem(eng, 3, 4, 3, S8, S8), nan_img), (memintelli.Conv2dMem(eng, 3, 4, 3, S8, S8), nan_img)]
+    for layer, x in layers:
+        kind, message = outcome(lambda: layer(x.clone().requires_grad_(grad)))
+        assert kind is ValueError and message.startswith("argument 'input': contains NaN"), (layer, message)
+    ws = layers[2][0].weight_sliced
+    kind, message = outcome(lambda: memintelli.map_reduce_dot_func(eng, nan_vec.clone().requires_grad_(grad), S8, ws))
+    assert kind is ValueError and message.startswith("argument 'input': contains NaN"), message
+    with pytest.raises(ValueError, match="^argument 'x': contains NaN"):
+        eng.forward_conv2d(nan_img.numpy(), ws, 3, input_slice=S8)

@@ -9,7 +9,7 @@ argument's device. Every copy is counted in :mod:`pyfastpim.memory`. ``need`` (t
 """
 import torch
 
-from ...nn.layers import _host_quantized
+from ...nn.layers import _as_input, _host_quantized
 from .. import _device
 
 
@@ -22,8 +22,10 @@ class HostLinear(torch.autograd.Function):
     def forward(ctx, x, weight, bias, layer, need):
         dev = x.device
         xh = _device.to_host(x.detach()).to(torch.float32)
-        out, xq = layer.engine.forward_linear(xh, layer.weight_sliced, layer._input_slice, layer.input_paral_size,
-                                              layer.input_quant_gran, bw_e=layer.bw_e, return_dequant=need)
+        with _as_input():  # errors about x name the layer's argument 'input'
+            out, xq = layer.engine.forward_linear(xh, layer.weight_sliced, layer._input_slice,
+                                                  layer.input_paral_size, layer.input_quant_gran, bw_e=layer.bw_e,
+                                                  return_dequant=need)
         out = torch.as_tensor(out)
         if bias is not None:
             out = out + _host_param(bias)
@@ -56,9 +58,10 @@ class HostConv2d(torch.autograd.Function):
         dev = x.device
         xh = _device.to_host(x.detach()).to(torch.float32)
         geom = (layer._kernel2d, layer._stride2d, layer._padding2d, layer._dilation2d)
-        out, xq = layer.engine.forward_conv2d(xh, layer.weight_sliced, *geom, layer._input_slice,
-                                              layer.input_paral_size, layer.input_quant_gran, bw_e=layer.bw_e,
-                                              return_dequant=need)
+        with _as_input():
+            out, xq = layer.engine.forward_conv2d(xh, layer.weight_sliced, *geom, layer._input_slice,
+                                                  layer.input_paral_size, layer.input_quant_gran, bw_e=layer.bw_e,
+                                                  return_dequant=need)
         out = torch.as_tensor(out)
         if bias is not None:
             out = out + _host_param(bias).view(1, -1, 1, 1)

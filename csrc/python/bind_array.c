@@ -849,17 +849,20 @@ PyObject *pf_py_asarray(PyObject *self, PyObject *args, PyObject *kwds)
     return (PyObject *)pf_array_from_object(obj, dt, writable, "obj");
 }
 
-/* _view(obj, name): obj as a float32 C-contiguous pyfastpim.Array (what the product kernels read), zero-copy
- * when it already is one, else the one counted copy; errors name the argument `name` (the Python API's
- * operand entry points). */
+/* _view(obj, name, dtype='float32'): obj as a C-contiguous pyfastpim.Array of dtype (float32: what the
+ * product kernels read; pyfastpim.physics asks float64), zero-copy when it already is one, else the one
+ * counted copy; errors name the argument `name` (the Python API's operand entry points). */
 PyObject *pf_py_view(PyObject *self, PyObject *args)
 {
     PF_UNUSED(self);
-    PyObject *obj;
+    PyObject *obj, *dtype = NULL;
     const char *name;
-    if (!PyArg_ParseTuple(args, "Os:_view", &obj, &name))
+    if (!PyArg_ParseTuple(args, "Os|O:_view", &obj, &name, &dtype))
         return NULL;
-    return (PyObject *)pf_array_from_object(obj, PF_DT_F32, 0, name);
+    pf_dtype dt = PF_DT_F32;
+    if (dtype && pf_dtype_from_object(dtype, "dtype", &dt) < 0)
+        return NULL;
+    return (PyObject *)pf_array_from_object(obj, dt, 0, name);
 }
 
 /* ---- exporting: buffer protocol ---- */

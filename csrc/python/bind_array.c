@@ -1132,6 +1132,13 @@ static PyObject *PfArray_to_numpy(PfArray *a, PyObject *noargs)
 static PyObject *PfArray_to_torch(PfArray *a, PyObject *noargs)
 {
     PF_UNUSED(noargs);
+    if (a->readonly) {
+        /* __dlpack__'s own advice (max_version, copy=True) names arguments to_torch() does not take */
+        PyErr_SetString(PyExc_BufferError, "to_torch(): cannot share a read-only pyfastpim.Array with torch (a torch "
+                        "tensor is always writable); for a copy use torch.from_dlpack(a.__dlpack__(copy=True)), or "
+                        "read it without a copy through a.to_numpy() (read-only)");
+        return NULL;
+    }
     PyObject *tu = PyImport_ImportModule("torch.utils.dlpack");
     if (!tu)
         return NULL;
@@ -1162,7 +1169,8 @@ static PyMethodDef PfArray_methods[] = {
     {"to_numpy", (PyCFunction)PfArray_to_numpy, METH_NOARGS,
      "to_numpy()\n--\n\nA numpy.ndarray sharing this memory (no copy)."},
     {"to_torch", (PyCFunction)PfArray_to_torch, METH_NOARGS,
-     "to_torch()\n--\n\nA CPU torch.Tensor sharing this memory (no copy, through DLPack)."},
+     "to_torch()\n--\n\nA CPU torch.Tensor sharing this memory (no copy, through DLPack); a read-only Array\n"
+     "raises BufferError (torch.from_dlpack(a.__dlpack__(copy=True)) gives a copy)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -133,6 +133,28 @@ static void set_c_strides(PfArray *a)
     }
 }
 
+static PyObject *shape_tuple(const Py_ssize_t *v, int n);
+
+/* A shape is refused, as NumPy refuses it ("array is too big"), when its nonzero dimensions times the
+ * item size overflow Py_ssize_t, even when another dimension is 0 (no element; NumPy could not view
+ * it, and its C strides would overflow). Returns 0 or -1 with ValueError naming the argument. */
+static int check_shape(const PfArray *a, const char *argname)
+{
+    Py_ssize_t n = (Py_ssize_t)pf_dtype_size(a->dtype);
+    for (int i = 0; i < a->ndim; i++) {
+        if (a->shape[i] > 0 && __builtin_mul_overflow(n, a->shape[i], &n)) {
+            PyObject *t = shape_tuple(a->shape, a->ndim);
+            if (t)
+                PyErr_Format(PyExc_ValueError, "argument '%s': shape %R is too big: its nonzero dimensions times "
+                             "the %zu-byte item size overflow the address space (refused as NumPy refuses it, "
+                             "also when a dimension of 0 leaves it empty)", argname, t, pf_dtype_size(a->dtype));
+            Py_XDECREF(t);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int is_c_contiguous(const PfArray *a)
 {
     Py_ssize_t s = (Py_ssize_t)pf_dtype_size(a->dtype);
@@ -527,6 +549,9 @@ static int dl_layout(PfArray *a, const DLTensor *t, const char *argname)
         a->shape[i] = (Py_ssize_t)t->shape[i];
         empty |= t->shape[i] == 0;
     }
+    a->ndim = t->ndim;
+    if (check_shape(a, argname) < 0) /* before its strides are scaled to bytes */
+        return -1;
     if (!t->data && !empty) {
         PyErr_Format(PyExc_ValueError, "argument '%s': the DLPack tensor has elements but a NULL data pointer",
                      argname);
@@ -774,6 +799,8 @@ static PfArray *view_any(PyObject *obj, int writable, const char *argname)
  * would otherwise send the copy loops far outside the buffer). Returns 0 or -1 with ValueError. */
 static int check_extent(const PfArray *a, const char *argname)
 {
+    if (check_shape(a, argname) < 0)
+        return -1;
     Py_ssize_t span = (Py_ssize_t)pf_dtype_size(a->dtype), n = 1;
     for (int i = 0; i < a->ndim; i++) {
         if (a->shape[i] == 0)
@@ -801,6 +828,8 @@ PfArray *pf_array_from_object(PyObject *obj, pf_dtype dt, int writable, const ch
         Py_DECREF(v);
         return NULL;
     }
+    if (pf_array_size(v) == 0 && (PyObject *)v != obj)
+        set_c_strides(v); /* empty: no element to copy, whatever the exporter's strides (NumPy's C strides) */
     int need_convert = dt != PF_DT_ANY && dt != v->dtype;
     /* kernels read elements with aligned loads (and vector code assumes element
      * alignment): data at an address that is not a multiple of the element

@@ -357,3 +357,59 @@ def test_a_non_numpy_operand_needing_layout_and_dtype_changes_is_copied_once():
         got = pyfastpim.dpe_matmul(_InterfaceOnly(x), w, eng)
     assert t.copies == t2.copies == 1 and t2.by_kind["dtype_conversion"] == (1, 64 * 8 * 4)
     np.testing.assert_array_equal(got, ref)
+
+
+class _Interface:
+    """An __array_interface__ of any shape and strides over no memory (data pointer 0)."""
+
+    def __init__(self, shape, strides=None, readonly=False):
+        self.__array_interface__ = dict(shape=shape, typestr="<f4", data=(0, readonly), strides=strides, version=3)
+
+
+_HUGE_EMPTY = ((2 ** 62, 0, 2 ** 62), (0, 2 ** 62))
+
+
+def _buffer_of(shape, strides=None):
+    """A buffer-protocol exporter of any shape (CPython's _testbuffer: neither NumPy nor memoryview
+    builds a huge empty shape)."""
+    tb = pytest.importorskip("_testbuffer")
+    return tb.ndarray([1.0], shape=shape, format="f", **({} if strides is None else dict(strides=strides)))
+
+
+@pytest.mark.parametrize("shape", _HUGE_EMPTY)
+def test_a_huge_empty_shape_is_refused_as_numpy_refuses_it(shape):
+    """NumPy refuses a shape whose nonzero dimensions overflow the address space even when a 0 leaves it
+    empty; (2**62, 0, 2**62) was refused with a message about strides ("overflow the address space
+    (dimension 0: size ..., stride 9223372036854775807)", saturated C strides), (0, 2**62) was taken
+    with a saturated stride NumPy could not view."""
+    with pytest.raises(ValueError, match="too big"):
+        np.empty(shape, np.float32)
+    msg = r"argument 'obj': shape \(%s\) is too big: its nonzero dimensions" % ", ".join(map(str, shape))
+    for producer in (_Interface(shape), _buffer_of(shape)):
+        with pytest.raises(ValueError, match=msg):
+            pyfastpim.asarray(producer)
+
+
+@pytest.mark.parametrize("shape", _HUGE_EMPTY)
+def test_a_huge_empty_torch_shape_is_refused_as_numpy_refuses_it(shape):
+    """torch makes such a tensor (strides (2**62, 2**62, 1)): DLPack import said "DLPack stride ... of
+    dimension 0 overflows in bytes", or took (0, 2**62) with strides NumPy could not view."""
+    t = torch.empty(shape)
+    with pytest.raises(ValueError, match=r"argument 'obj': shape \(.*\) is too big"):
+        pyfastpim.asarray(t)
+
+
+def test_an_empty_array_is_viewed_whatever_its_strides():
+    """Any empty array is C-contiguous (NumPy says so too): a permuted empty torch tensor or an empty
+    buffer with zero strides cost a counted copy (of 0 bytes), and the copy dropped the read-only flag;
+    a big empty shape NumPy takes is taken, with C strides NumPy can view."""
+    producers = [(_buffer_of((2, 0, 3), strides=(0, 0, 0)), True), (_Interface((2, 0, 3), (0, 0, 0)), False),
+                 (_Interface((0, 2 ** 61 - 1), (2 ** 62, 4), readonly=True), True),
+                 (torch.empty((3, 0, 2)).permute(2, 1, 0), False)]
+    for producer, readonly in producers:
+        with memory.trace() as t:
+            a = pyfastpim.asarray(producer)
+        assert t.copies == 0 and not a.owns_data and a.readonly == readonly, (producer, t.by_kind)
+        ref = np.empty(a.shape, np.float32)
+        assert a.strides == pyfastpim.asarray(ref).strides and a.size == 0  # C strides, as NumPy exports them
+        assert np.asarray(a).shape == ref.shape

@@ -1188,7 +1188,74 @@ static PyObject *PfArray_to_torch(PfArray *a, PyObject *noargs)
     return r;
 }
 
+/* Pickling (and copy.copy / deepcopy): the elements as bytes, rebuilt by Array._rebuild into an Array
+ * owning a copy of the same dtype, shape and read-only flag. Both copies are counted (host_copy). */
+static PyObject *PfArray_reduce(PfArray *a, PyObject *noargs)
+{
+    PF_UNUSED(noargs);
+    PyObject *rebuild = PyObject_GetAttrString((PyObject *)Py_TYPE(a), "_rebuild");
+    PyObject *shape = PfArray_get_shape(a, NULL);
+    PyObject *data = PyBytes_FromStringAndSize(a->data, (Py_ssize_t)pf_array_nbytes(a));
+    PyObject *r = NULL;
+    if (rebuild && shape && data) {
+        pf_record_copy(PF_COPY_HOST, pf_array_nbytes(a));
+        r = Py_BuildValue("O(OsOO)", rebuild, data, pf_dtype_name(a->dtype), shape, a->readonly ? Py_True : Py_False);
+    }
+    Py_XDECREF(rebuild);
+    Py_XDECREF(shape);
+    Py_XDECREF(data);
+    return r;
+}
+
+/* Array._rebuild(data, dtype, shape, readonly): what __reduce__ gives; data must hold exactly the elements. */
+static PyObject *PfArray_rebuild(PyObject *cls, PyObject *args)
+{
+    PF_UNUSED(cls);
+    Py_buffer data;
+    PyObject *dtype, *shape;
+    int readonly;
+    if (!PyArg_ParseTuple(args, "y*OO!p:_rebuild", &data, &dtype, &PyTuple_Type, &shape, &readonly))
+        return NULL;
+    PfArray *a = NULL;
+    pf_dtype dt;
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape), dims[PF_MAXDIM];
+    if (pf_dtype_from_object(dtype, "dtype", &dt) < 0 || dt == PF_DT_ANY || nd > PF_MAXDIM) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, dt == PF_DT_ANY ? "argument 'dtype': an Array's dtype is required"
+                         : "argument 'shape': at most %d dimensions are supported", PF_MAXDIM);
+        goto done;
+    }
+    PfArray probe = {.dtype = dt, .ndim = (int)nd};
+    for (Py_ssize_t i = 0; i < nd; i++) {
+        probe.shape[i] = dims[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        if (dims[i] < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "argument 'shape': negative dimension");
+            goto done;
+        }
+    }
+    if (check_shape(&probe, "shape") < 0)
+        goto done;
+    if ((size_t)data.len != pf_array_nbytes(&probe)) {
+        PyErr_Format(PyExc_ValueError, "argument 'data': %zd bytes for shape %R of %s", data.len, shape,
+                     pf_dtype_name(dt));
+        goto done;
+    }
+    if (!(a = pf_array_new(dt, (int)nd, dims)))
+        goto done;
+    memcpy(a->data, data.buf, (size_t)data.len);
+    pf_record_copy(PF_COPY_HOST, (size_t)data.len);
+    a->readonly = readonly;
+done:
+    PyBuffer_Release(&data);
+    return (PyObject *)a;
+}
+
 static PyMethodDef PfArray_methods[] = {
+    {"__reduce__", (PyCFunction)PfArray_reduce, METH_NOARGS,
+     "Pickle support: the elements as bytes (a counted copy), rebuilt as an Array owning them."},
+    {"_rebuild", (PyCFunction)PfArray_rebuild, METH_VARARGS | METH_CLASS,
+     "_rebuild(data, dtype, shape, readonly)\n--\n\nThe Array a pickle holds (see __reduce__)."},
     {"__dlpack__", (PyCFunction)(void (*)(void))PfArray_dlpack, METH_VARARGS | METH_KEYWORDS,
      "__dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None)\n--\n\n"
      "Export as a DLPack capsule sharing this memory: versioned (DLPack 1.0, read-only flag) when\n"

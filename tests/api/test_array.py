@@ -413,3 +413,38 @@ def test_an_empty_array_is_viewed_whatever_its_strides():
         ref = np.empty(a.shape, np.float32)
         assert a.strides == pyfastpim.asarray(ref).strides and a.size == 0  # C strides, as NumPy exports them
         assert np.asarray(a).shape == ref.shape
+
+
+def test_arrays_pickle_and_copy_with_counted_copies():
+    """pickle, copy.copy and copy.deepcopy of a pyfastpim.Array raised "cannot pickle 'pyfastpim.Array'
+    object" (NumPy arrays and torch tensors pickle). Now an Array owning a copy of the elements, with the
+    same dtype, shape and read-only flag; the copy out and the copy back are counted."""
+    import copy
+    import pickle
+    for dt in (np.float32, np.float64, np.uint8, np.int8, np.int16, np.uint16, np.int32, np.int64):
+        x = np.arange(12, dtype=dt).reshape(3, 4)
+        for readonly in (False, True):
+            x.flags.writeable = not readonly
+            a = pyfastpim.asarray(x)
+            for proto in range(pickle.HIGHEST_PROTOCOL + 1):
+                with memory.trace() as t:
+                    b = pickle.loads(pickle.dumps(a, protocol=proto))
+                assert t.by_kind["host_copy"] == (2, 2 * x.nbytes) and t.copies == 2
+                assert (b.shape, b.dtype, b.readonly) == (a.shape, a.dtype, readonly) and b.owns_data
+                assert b.data_ptr != a.data_ptr
+                np.testing.assert_array_equal(np.asarray(b), x)
+            for c in (copy.copy(a), copy.deepcopy(a)):
+                assert c.data_ptr != a.data_ptr and c.readonly == readonly
+                np.testing.assert_array_equal(np.asarray(c), x)
+    for shape in ((), (0,), (2, 0, 3)):
+        b = pickle.loads(pickle.dumps(pyfastpim.asarray(np.zeros(shape, np.float32))))
+        assert b.shape == shape and b.dtype == "float32"
+    # what a pickle holds is checked (no read past the data, no bad shape)
+    with pytest.raises(ValueError, match="argument 'data': 1 bytes for shape"):
+        pyfastpim.Array._rebuild(b"x", "float32", (1,), False)
+    with pytest.raises(ValueError, match="argument 'shape'"):
+        pyfastpim.Array._rebuild(b"", "float32", (-1,), False)
+    with pytest.raises(ValueError, match="argument 'shape'"):
+        pyfastpim.Array._rebuild(b"", "float32", (2 ** 62, 0, 2 ** 62), False)
+    with pytest.raises(TypeError, match="argument 'dtype'"):
+        pyfastpim.Array._rebuild(b"", "float16", (0,), False)

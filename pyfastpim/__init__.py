@@ -67,11 +67,17 @@ def asarray(obj, dtype=None, writable=False):
     :mod:`pyfastpim.memory` (as a dtype conversion or a host copy).
 
     ``writable=True`` requires a writable buffer that can be shared as is
-    (ValueError otherwise: a copy would not write back).
+    (ValueError otherwise: a copy would not write back). A torch tensor that
+    requires grad is read through ``obj.detach()``; with ``writable=True`` it is
+    refused (ValueError: writes would bypass autograd, as torch refuses in-place
+    changes of such a leaf and out= tensors that require grad).
     Raises TypeError for unsupported dtypes or objects without a buffer, and
     ValueError for non-native byte order.
     """
     if _is_torch_tensor(obj) and obj.requires_grad:
+        if writable:
+            raise ValueError("argument 'obj': the tensor requires grad, and writes through a writable view would "
+                             "bypass autograd; pass writable=False, or obj.detach() (under torch.no_grad())")
         obj = obj.detach()
     return _core.asarray(obj, _dtype_arg(dtype), bool(writable))
 

@@ -51,6 +51,19 @@ def test_torch_input_is_viewed_through_dlpack():
     np.testing.assert_array_equal(np.asarray(arr), x.detach().numpy())
 
 
+def test_a_tensor_that_requires_grad_is_not_viewed_writable():
+    """asarray(x, writable=True) detached a leaf that requires grad and handed back a writable view:
+    writes through it changed x behind autograd (torch refuses in-place changes of such a leaf)."""
+    x = torch.randn(5, 7, requires_grad=True)
+    with pytest.raises(ValueError, match="argument 'obj': the tensor requires grad"):
+        pyfastpim.asarray(x, writable=True)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        x.add_(1.0)  # what torch says to the same write
+    w = pyfastpim.asarray(x.detach(), writable=True)  # the explicit way still works, zero-copy
+    assert w.data_ptr == x.data_ptr() and not w.readonly
+    assert pyfastpim.asarray(x).data_ptr == x.data_ptr()  # reading needs no detach
+
+
 def test_float64_input_counts_exactly_one_conversion():
     a = np.random.default_rng(0).standard_normal((8, 9))
     with memory.trace() as t:

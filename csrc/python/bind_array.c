@@ -58,55 +58,84 @@ static float bf16_to_float(uint16_t h)
     return f;
 }
 
+static int dtype_by_name(PyObject *name, pf_dtype *out)
+{
+    const char *c = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    for (int i = 0; c && i < PF_DT_COUNT; i++) {
+        if (strcmp(c, g_dtypes[i].name) == 0) {
+            *out = (pf_dtype)i;
+            return 1;
+        }
+    }
+    PyErr_Clear();
+    return 0;
+}
+
+/* NumPy's reading of obj as a dtype ('f4', 'double', float, numpy.dtype('<f4')): 1 with *out set when
+ * it is a supported dtype, 0 when NumPy is absent, does not read obj or reads another dtype, -1 with
+ * ValueError naming the argument for a byte-swapped dtype (numpy.dtype('>f4') is named 'float32'). */
+static int dtype_by_numpy(PyObject *obj, const char *argname, pf_dtype *out)
+{
+    PyObject *np = PyImport_ImportModule("numpy");
+    PyObject *dt = np ? PyObject_CallMethod(np, "dtype", "O", obj) : NULL;
+    Py_XDECREF(np);
+    if (!dt) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return -1; /* KeyboardInterrupt and the like pass through */
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *native = PyObject_GetAttrString(dt, "isnative");
+    int swapped = native ? PyObject_Not(native) : -1;
+    Py_XDECREF(native);
+    PyObject *name = swapped == 0 ? PyObject_GetAttrString(dt, "name") : NULL;
+    Py_DECREF(dt);
+    if (swapped == 1)
+        PyErr_Format(PyExc_ValueError, "argument '%s': non-native (byte-swapped) dtype %R is not supported; pass "
+                     "its native spelling", argname, obj);
+    int found = swapped == 0 && dtype_by_name(name, out);
+    Py_XDECREF(name);
+    return swapped == 1 ? -1 : found;
+}
+
+/* dtype: None (any), a name ('float32'), a NumPy spelling ('f4', 'double', float, numpy.float32,
+ * numpy.dtype), or a torch dtype; 0, or -1 with TypeError naming the argument (ValueError for a
+ * byte-swapped NumPy dtype). */
 int pf_dtype_from_object(PyObject *obj, const char *argname, pf_dtype *out)
 {
     if (obj == NULL || obj == Py_None) {
         *out = PF_DT_ANY;
         return 0;
     }
-    PyObject *name = NULL;
-    if (PyUnicode_Check(obj)) {
-        name = obj;
-        Py_INCREF(name);
-    } else {
-        /* numpy.dtype and numpy scalar types have .name / dtype; torch dtypes
-         * print as "torch.float32". */
-        PyObject *s = PyObject_Str(obj);
-        if (!s)
-            return -1;
-        const char *c = PyUnicode_AsUTF8(s);
-        if (c && strncmp(c, "torch.", 6) == 0) {
-            name = PyUnicode_FromString(c + 6);
-        } else if (PyObject_HasAttrString(obj, "name")) {
-            name = PyObject_GetAttrString(obj, "name");
-        } else if (PyType_Check(obj) && PyObject_HasAttrString(obj, "__name__")) {
-            name = PyObject_GetAttrString(obj, "__name__");
-        }
-        Py_DECREF(s);
-        if (!name || !PyUnicode_Check(name)) {
-            Py_XDECREF(name);
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "argument '%s': cannot interpret %R as a dtype", argname, obj);
-            return -1;
-        }
-    }
-    const char *c = PyUnicode_AsUTF8(name);
-    if (!c) {
-        Py_DECREF(name);
+    if (PyUnicode_Check(obj) && dtype_by_name(obj, out))
+        return 0;
+    PyObject *s = PyObject_Str(obj);
+    if (!s)
         return -1;
+    const char *c = PyUnicode_AsUTF8(s);
+    int is_torch = !PyUnicode_Check(obj) && c && strncmp(c, "torch.", 6) == 0;
+    int found = is_torch ? 0 : dtype_by_numpy(obj, argname, out);
+    PyObject *name = NULL; /* the name an error quotes: the caller's */
+    if (found == 0) {
+        if (PyUnicode_Check(obj) || is_torch)
+            name = PyUnicode_FromString(c + (is_torch ? 6 : 0));
+        else if (PyObject_HasAttrString(obj, "name")) /* numpy.dtype and scalar types */
+            name = PyObject_GetAttrString(obj, "name");
+        else if (PyType_Check(obj) && PyObject_HasAttrString(obj, "__name__"))
+            name = PyObject_GetAttrString(obj, "__name__");
+        found = dtype_by_name(name, out);
     }
-    for (int i = 0; i < PF_DT_COUNT; i++) {
-        if (strcmp(c, g_dtypes[i].name) == 0) {
-            *out = (pf_dtype)i;
-            Py_DECREF(name);
-            return 0;
-        }
+    Py_DECREF(s);
+    if (found != 0) {
+        Py_XDECREF(name);
+        return found > 0 ? 0 : -1;
     }
-    PyErr_Format(PyExc_TypeError,
-                 "argument '%s': unsupported dtype '%s' (supported: float32, float64, uint8, int8, "
-                 "int16, uint16, int32, int64)",
-                 argname, c);
-    Py_DECREF(name);
+    if (!name || !PyUnicode_Check(name))
+        PyErr_Format(PyExc_TypeError, "argument '%s': cannot interpret %R as a dtype", argname, obj);
+    else
+        PyErr_Format(PyExc_TypeError, "argument '%s': unsupported dtype '%U' (supported: float32, float64, uint8, "
+                     "int8, int16, uint16, int32, int64)", argname, name);
+    Py_XDECREF(name);
     return -1;
 }
 

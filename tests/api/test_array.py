@@ -461,3 +461,25 @@ def test_arrays_pickle_and_copy_with_counted_copies():
         pyfastpim.Array._rebuild(b"", "float32", (2 ** 62, 0, 2 ** 62), False)
     with pytest.raises(TypeError, match="argument 'dtype'"):
         pyfastpim.Array._rebuild(b"", "float16", (0,), False)
+
+
+def test_dtype_takes_numpy_spellings_and_refuses_a_byte_swapped_one():
+    """dtype='f4', 'float', 'double', 'single' raised "unsupported dtype" though NumPy (and dtype=float,
+    np.dtype('f4')) read them; numpy.dtype('>f4') (named 'float32') was taken as native float32, so
+    the caller asking for big-endian bytes got little-endian ones without a word."""
+    x = np.arange(4, dtype=np.float64)
+    for spelling, name in (("f4", "float32"), ("<f4", "float32"), ("single", "float32"), ("float", "float64"),
+                           ("double", "float64"), ("=f8", "float64"), ("i4", "int32"), ("u1", "uint8")):
+        src = x if name.startswith("float") else x.astype(np.int64)
+        a = pyfastpim.asarray(src, dtype=spelling)
+        assert a.dtype == name and np.asarray(a).dtype == np.dtype(spelling)
+        np.testing.assert_array_equal(np.asarray(a), src.astype(spelling))
+    for swapped in (">f4", np.dtype(">f4"), np.dtype(">f8")):
+        with pytest.raises(ValueError, match="argument 'dtype': non-native"):
+            pyfastpim.asarray(x, dtype=swapped)
+        with pytest.raises(ValueError, match="argument 'dtype': non-native"):
+            pyfastpim.Array(x, dtype=swapped)
+    # unsupported ones still name the caller's spelling
+    for bad, shown in (("bool", "bool"), ("U5", "U5"), ("float16", "float16"), ("uint64", "uint64")):
+        with pytest.raises(TypeError, match="argument 'dtype': unsupported dtype '%s'" % shown):
+            pyfastpim.asarray(x, dtype=bad)

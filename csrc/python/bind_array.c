@@ -1225,15 +1225,15 @@ static PyObject *PfArray_reduce(PfArray *a, PyObject *noargs)
     PyObject *rebuild = PyObject_GetAttrString((PyObject *)Py_TYPE(a), "_rebuild");
     PyObject *shape = PfArray_get_shape(a, NULL);
     PyObject *data = PyBytes_FromStringAndSize(a->data, (Py_ssize_t)pf_array_nbytes(a));
-    PyObject *r = NULL;
-    if (rebuild && shape && data) {
-        pf_record_copy(PF_COPY_HOST, pf_array_nbytes(a));
-        r = Py_BuildValue("O(OsOO)", rebuild, data, pf_dtype_name(a->dtype), shape, a->readonly ? Py_True : Py_False);
+    if (!rebuild || !shape || !data) {
+        Py_XDECREF(rebuild);
+        Py_XDECREF(shape);
+        Py_XDECREF(data);
+        return NULL;
     }
-    Py_XDECREF(rebuild);
-    Py_XDECREF(shape);
-    Py_XDECREF(data);
-    return r;
+    pf_record_copy(PF_COPY_HOST, pf_array_nbytes(a));
+    /* "N" hands the three references over (released by Py_BuildValue on failure too) */
+    return Py_BuildValue("N(NsNO)", rebuild, data, pf_dtype_name(a->dtype), shape, a->readonly ? Py_True : Py_False);
 }
 
 /* Array._rebuild(data, dtype, shape, readonly): what __reduce__ gives; data must hold exactly the elements. */

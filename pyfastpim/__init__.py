@@ -40,22 +40,6 @@ from . import memory
 __version__ = "0.1.0"
 
 
-def _dtype_arg(dtype):
-    if dtype is None or isinstance(dtype, str):
-        return dtype
-    name = getattr(dtype, "name", None)  # numpy dtype
-    if name is None:
-        s = str(dtype)
-        if s.startswith("torch."):
-            return s[6:]
-        try:  # numpy scalar type such as numpy.float32
-            import numpy
-            return numpy.dtype(dtype).name
-        except TypeError:
-            return dtype
-    return name
-
-
 def asarray(obj, dtype=None, writable=False):
     """View ``obj`` as a C-contiguous :class:`pyfastpim.Array`, without copying when possible.
 
@@ -66,14 +50,22 @@ def asarray(obj, dtype=None, writable=False):
     C-contiguous; otherwise exactly one copy is made and counted in
     :mod:`pyfastpim.memory` (as a dtype conversion or a host copy).
 
+    ``dtype``: None, a name ('float32'), anything NumPy reads as a dtype ('f4', 'double',
+    float, numpy.float32, a numpy.dtype; a byte-swapped one raises ValueError) or a torch dtype.
     ``writable=True`` requires a writable buffer that can be shared as is
-    (ValueError otherwise: a copy would not write back).
+    (ValueError otherwise: a copy would not write back). A torch tensor that
+    requires grad is read through ``obj.detach()``; with ``writable=True`` it is
+    refused (ValueError: writes would bypass autograd, as torch refuses in-place
+    changes of such a leaf and out= tensors that require grad).
     Raises TypeError for unsupported dtypes or objects without a buffer, and
     ValueError for non-native byte order.
     """
     if _is_torch_tensor(obj) and obj.requires_grad:
+        if writable:
+            raise ValueError("argument 'obj': the tensor requires grad, and writes through a writable view would "
+                             "bypass autograd; pass writable=False, or obj.detach() (under torch.no_grad())")
         obj = obj.detach()
-    return _core.asarray(obj, _dtype_arg(dtype), bool(writable))
+    return _core.asarray(obj, dtype, bool(writable))
 
 
 def _is_torch_tensor(obj):

@@ -31,6 +31,17 @@ def _positive(value, name):
     return float(value)
 
 
+def _host(a, name, dtype):
+    """``a`` as a C-contiguous NumPy array of ``dtype`` through the core's counted conversion (the one the
+    product entry points use): no copy when it already is one, else one copy counted in
+    :mod:`pyfastpim.memory`. Lists, tuples and numbers become a NumPy array first (built from Python
+    objects, no array is copied). Errors (no buffer; bool or complex data, which hold no conductance)
+    name the argument ``name``."""
+    if isinstance(a, (list, tuple, numbers.Number)):
+        a = np.asarray(a)
+    return np.asarray(_core._view(a, name, dtype))
+
+
 def effective_conductance(G, wire_resistance):
     """Effective conductance matrix (float64, same shape) of one crossbar block.
 
@@ -40,15 +51,15 @@ def effective_conductance(G, wire_resistance):
     at their bottom end (docs/physics.md). Column currents are ``V @ G_eff`` for row voltages V.
     A cell below 0 S conducts nothing (an open cell).
     """
-    G = np.ascontiguousarray(G, dtype=np.float64)
+    G = _host(G, "G", "float64")
     return np.asarray(_core.irdrop_block(G, wire_resistance, r_wire_name="wire_resistance"))
 
 
 def column_currents(G, V, wire_resistance):
     """Column currents in amperes of block G (rows, cols) for row voltages V (rows,) or (k, rows)."""
-    V = np.asarray(V, dtype=np.float64)
+    V = _host(V, "V", "float64")
     if wire_resistance == 0:
-        return V @ np.asarray(G, dtype=np.float64)
+        return V @ _host(G, "G", "float64")
     return V @ effective_conductance(G, wire_resistance)
 
 
@@ -62,7 +73,7 @@ def drift_conductance(G, t_seconds, t0=1.0, nu_mean=0.05, nu_std=0.01, seed=_cor
     ``return_nu=True`` the pair ``(G(t), nu)``, both such arrays (no copies: views of the
     core's results).
     """
-    out = _core.drift(np.ascontiguousarray(G, dtype=np.float32), seed, float(t_seconds), float(t0),
+    out = _core.drift(_host(G, "G", "float32"), seed, float(t_seconds), float(t0),
                       float(nu_mean), float(nu_std), bool(return_nu))
     return tuple(np.asarray(a) for a in out) if return_nu else np.asarray(out)
 

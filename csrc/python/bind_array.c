@@ -58,55 +58,84 @@ static float bf16_to_float(uint16_t h)
     return f;
 }
 
+static int dtype_by_name(PyObject *name, pf_dtype *out)
+{
+    const char *c = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    for (int i = 0; c && i < PF_DT_COUNT; i++) {
+        if (strcmp(c, g_dtypes[i].name) == 0) {
+            *out = (pf_dtype)i;
+            return 1;
+        }
+    }
+    PyErr_Clear();
+    return 0;
+}
+
+/* NumPy's reading of obj as a dtype ('f4', 'double', float, numpy.dtype('<f4')): 1 with *out set when
+ * it is a supported dtype, 0 when NumPy is absent, does not read obj or reads another dtype, -1 with
+ * ValueError naming the argument for a byte-swapped dtype (numpy.dtype('>f4') is named 'float32'). */
+static int dtype_by_numpy(PyObject *obj, const char *argname, pf_dtype *out)
+{
+    PyObject *np = PyImport_ImportModule("numpy");
+    PyObject *dt = np ? PyObject_CallMethod(np, "dtype", "O", obj) : NULL;
+    Py_XDECREF(np);
+    if (!dt) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return -1; /* KeyboardInterrupt and the like pass through */
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *native = PyObject_GetAttrString(dt, "isnative");
+    int swapped = native ? PyObject_Not(native) : -1;
+    Py_XDECREF(native);
+    PyObject *name = swapped == 0 ? PyObject_GetAttrString(dt, "name") : NULL;
+    Py_DECREF(dt);
+    if (swapped == 1)
+        PyErr_Format(PyExc_ValueError, "argument '%s': non-native (byte-swapped) dtype %R is not supported; pass "
+                     "its native spelling", argname, obj);
+    int found = swapped == 0 && dtype_by_name(name, out);
+    Py_XDECREF(name);
+    return swapped == 1 ? -1 : found;
+}
+
+/* dtype: None (any), a name ('float32'), a NumPy spelling ('f4', 'double', float, numpy.float32,
+ * numpy.dtype), or a torch dtype; 0, or -1 with TypeError naming the argument (ValueError for a
+ * byte-swapped NumPy dtype). */
 int pf_dtype_from_object(PyObject *obj, const char *argname, pf_dtype *out)
 {
     if (obj == NULL || obj == Py_None) {
         *out = PF_DT_ANY;
         return 0;
     }
-    PyObject *name = NULL;
-    if (PyUnicode_Check(obj)) {
-        name = obj;
-        Py_INCREF(name);
-    } else {
-        /* numpy.dtype and numpy scalar types have .name / dtype; torch dtypes
-         * print as "torch.float32". */
-        PyObject *s = PyObject_Str(obj);
-        if (!s)
-            return -1;
-        const char *c = PyUnicode_AsUTF8(s);
-        if (c && strncmp(c, "torch.", 6) == 0) {
-            name = PyUnicode_FromString(c + 6);
-        } else if (PyObject_HasAttrString(obj, "name")) {
-            name = PyObject_GetAttrString(obj, "name");
-        } else if (PyType_Check(obj) && PyObject_HasAttrString(obj, "__name__")) {
-            name = PyObject_GetAttrString(obj, "__name__");
-        }
-        Py_DECREF(s);
-        if (!name || !PyUnicode_Check(name)) {
-            Py_XDECREF(name);
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "argument '%s': cannot interpret %R as a dtype", argname, obj);
-            return -1;
-        }
-    }
-    const char *c = PyUnicode_AsUTF8(name);
-    if (!c) {
-        Py_DECREF(name);
+    if (PyUnicode_Check(obj) && dtype_by_name(obj, out))
+        return 0;
+    PyObject *s = PyObject_Str(obj);
+    if (!s)
         return -1;
+    const char *c = PyUnicode_AsUTF8(s);
+    int is_torch = !PyUnicode_Check(obj) && c && strncmp(c, "torch.", 6) == 0;
+    int found = is_torch ? 0 : dtype_by_numpy(obj, argname, out);
+    PyObject *name = NULL; /* the name an error quotes: the caller's */
+    if (found == 0) {
+        if (PyUnicode_Check(obj) || is_torch)
+            name = PyUnicode_FromString(c + (is_torch ? 6 : 0));
+        else if (PyObject_HasAttrString(obj, "name")) /* numpy.dtype and scalar types */
+            name = PyObject_GetAttrString(obj, "name");
+        else if (PyType_Check(obj) && PyObject_HasAttrString(obj, "__name__"))
+            name = PyObject_GetAttrString(obj, "__name__");
+        found = dtype_by_name(name, out);
     }
-    for (int i = 0; i < PF_DT_COUNT; i++) {
-        if (strcmp(c, g_dtypes[i].name) == 0) {
-            *out = (pf_dtype)i;
-            Py_DECREF(name);
-            return 0;
-        }
+    Py_DECREF(s);
+    if (found != 0) {
+        Py_XDECREF(name);
+        return found > 0 ? 0 : -1;
     }
-    PyErr_Format(PyExc_TypeError,
-                 "argument '%s': unsupported dtype '%s' (supported: float32, float64, uint8, int8, "
-                 "int16, uint16, int32, int64)",
-                 argname, c);
-    Py_DECREF(name);
+    if (!name || !PyUnicode_Check(name))
+        PyErr_Format(PyExc_TypeError, "argument '%s': cannot interpret %R as a dtype", argname, obj);
+    else
+        PyErr_Format(PyExc_TypeError, "argument '%s': unsupported dtype '%U' (supported: float32, float64, uint8, "
+                     "int8, int16, uint16, int32, int64)", argname, name);
+    Py_XDECREF(name);
     return -1;
 }
 
@@ -131,6 +160,28 @@ static void set_c_strides(PfArray *a)
         if (__builtin_mul_overflow(s, a->shape[i] > 0 ? a->shape[i] : 1, &s))
             s = PY_SSIZE_T_MAX;
     }
+}
+
+static PyObject *shape_tuple(const Py_ssize_t *v, int n);
+
+/* A shape is refused, as NumPy refuses it ("array is too big"), when its nonzero dimensions times the
+ * item size overflow Py_ssize_t, even when another dimension is 0 (no element; NumPy could not view
+ * it, and its C strides would overflow). Returns 0 or -1 with ValueError naming the argument. */
+static int check_shape(const PfArray *a, const char *argname)
+{
+    Py_ssize_t n = (Py_ssize_t)pf_dtype_size(a->dtype);
+    for (int i = 0; i < a->ndim; i++) {
+        if (a->shape[i] > 0 && __builtin_mul_overflow(n, a->shape[i], &n)) {
+            PyObject *t = shape_tuple(a->shape, a->ndim);
+            if (t)
+                PyErr_Format(PyExc_ValueError, "argument '%s': shape %R is too big: its nonzero dimensions times "
+                             "the %zu-byte item size overflow the address space (refused as NumPy refuses it, "
+                             "also when a dimension of 0 leaves it empty)", argname, t, pf_dtype_size(a->dtype));
+            Py_XDECREF(t);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 static int is_c_contiguous(const PfArray *a)
@@ -527,6 +578,9 @@ static int dl_layout(PfArray *a, const DLTensor *t, const char *argname)
         a->shape[i] = (Py_ssize_t)t->shape[i];
         empty |= t->shape[i] == 0;
     }
+    a->ndim = t->ndim;
+    if (check_shape(a, argname) < 0) /* before its strides are scaled to bytes */
+        return -1;
     if (!t->data && !empty) {
         PyErr_Format(PyExc_ValueError, "argument '%s': the DLPack tensor has elements but a NULL data pointer",
                      argname);
@@ -774,6 +828,8 @@ static PfArray *view_any(PyObject *obj, int writable, const char *argname)
  * would otherwise send the copy loops far outside the buffer). Returns 0 or -1 with ValueError. */
 static int check_extent(const PfArray *a, const char *argname)
 {
+    if (check_shape(a, argname) < 0)
+        return -1;
     Py_ssize_t span = (Py_ssize_t)pf_dtype_size(a->dtype), n = 1;
     for (int i = 0; i < a->ndim; i++) {
         if (a->shape[i] == 0)
@@ -801,6 +857,8 @@ PfArray *pf_array_from_object(PyObject *obj, pf_dtype dt, int writable, const ch
         Py_DECREF(v);
         return NULL;
     }
+    if (pf_array_size(v) == 0 && (PyObject *)v != obj)
+        set_c_strides(v); /* empty: no element to copy, whatever the exporter's strides (NumPy's C strides) */
     int need_convert = dt != PF_DT_ANY && dt != v->dtype;
     /* kernels read elements with aligned loads (and vector code assumes element
      * alignment): data at an address that is not a multiple of the element
@@ -849,17 +907,20 @@ PyObject *pf_py_asarray(PyObject *self, PyObject *args, PyObject *kwds)
     return (PyObject *)pf_array_from_object(obj, dt, writable, "obj");
 }
 
-/* _view(obj, name): obj as a float32 C-contiguous pyfastpim.Array (what the product kernels read), zero-copy
- * when it already is one, else the one counted copy; errors name the argument `name` (the Python API's
- * operand entry points). */
+/* _view(obj, name, dtype='float32'): obj as a C-contiguous pyfastpim.Array of dtype (float32: what the
+ * product kernels read; pyfastpim.physics asks float64), zero-copy when it already is one, else the one
+ * counted copy; errors name the argument `name` (the Python API's operand entry points). */
 PyObject *pf_py_view(PyObject *self, PyObject *args)
 {
     PF_UNUSED(self);
-    PyObject *obj;
+    PyObject *obj, *dtype = NULL;
     const char *name;
-    if (!PyArg_ParseTuple(args, "Os:_view", &obj, &name))
+    if (!PyArg_ParseTuple(args, "Os|O:_view", &obj, &name, &dtype))
         return NULL;
-    return (PyObject *)pf_array_from_object(obj, PF_DT_F32, 0, name);
+    pf_dtype dt = PF_DT_F32;
+    if (dtype && pf_dtype_from_object(dtype, "dtype", &dt) < 0)
+        return NULL;
+    return (PyObject *)pf_array_from_object(obj, dt, 0, name);
 }
 
 /* ---- exporting: buffer protocol ---- */
@@ -1129,6 +1190,13 @@ static PyObject *PfArray_to_numpy(PfArray *a, PyObject *noargs)
 static PyObject *PfArray_to_torch(PfArray *a, PyObject *noargs)
 {
     PF_UNUSED(noargs);
+    if (a->readonly) {
+        /* __dlpack__'s own advice (max_version, copy=True) names arguments to_torch() does not take */
+        PyErr_SetString(PyExc_BufferError, "to_torch(): cannot share a read-only pyfastpim.Array with torch (a torch "
+                        "tensor is always writable); for a copy use torch.from_dlpack(a.__dlpack__(copy=True)), or "
+                        "read it without a copy through a.to_numpy() (read-only)");
+        return NULL;
+    }
     PyObject *tu = PyImport_ImportModule("torch.utils.dlpack");
     if (!tu)
         return NULL;
@@ -1149,7 +1217,74 @@ static PyObject *PfArray_to_torch(PfArray *a, PyObject *noargs)
     return r;
 }
 
+/* Pickling (and copy.copy / deepcopy): the elements as bytes, rebuilt by Array._rebuild into an Array
+ * owning a copy of the same dtype, shape and read-only flag. Both copies are counted (host_copy). */
+static PyObject *PfArray_reduce(PfArray *a, PyObject *noargs)
+{
+    PF_UNUSED(noargs);
+    PyObject *rebuild = PyObject_GetAttrString((PyObject *)Py_TYPE(a), "_rebuild");
+    PyObject *shape = PfArray_get_shape(a, NULL);
+    PyObject *data = PyBytes_FromStringAndSize(a->data, (Py_ssize_t)pf_array_nbytes(a));
+    if (!rebuild || !shape || !data) {
+        Py_XDECREF(rebuild);
+        Py_XDECREF(shape);
+        Py_XDECREF(data);
+        return NULL;
+    }
+    pf_record_copy(PF_COPY_HOST, pf_array_nbytes(a));
+    /* "N" hands the three references over (released by Py_BuildValue on failure too) */
+    return Py_BuildValue("N(NsNO)", rebuild, data, pf_dtype_name(a->dtype), shape, a->readonly ? Py_True : Py_False);
+}
+
+/* Array._rebuild(data, dtype, shape, readonly): what __reduce__ gives; data must hold exactly the elements. */
+static PyObject *PfArray_rebuild(PyObject *cls, PyObject *args)
+{
+    PF_UNUSED(cls);
+    Py_buffer data;
+    PyObject *dtype, *shape;
+    int readonly;
+    if (!PyArg_ParseTuple(args, "y*OO!p:_rebuild", &data, &dtype, &PyTuple_Type, &shape, &readonly))
+        return NULL;
+    PfArray *a = NULL;
+    pf_dtype dt;
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape), dims[PF_MAXDIM];
+    if (pf_dtype_from_object(dtype, "dtype", &dt) < 0 || dt == PF_DT_ANY || nd > PF_MAXDIM) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, dt == PF_DT_ANY ? "argument 'dtype': an Array's dtype is required"
+                         : "argument 'shape': at most %d dimensions are supported", PF_MAXDIM);
+        goto done;
+    }
+    PfArray probe = {.dtype = dt, .ndim = (int)nd};
+    for (Py_ssize_t i = 0; i < nd; i++) {
+        probe.shape[i] = dims[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        if (dims[i] < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "argument 'shape': negative dimension");
+            goto done;
+        }
+    }
+    if (check_shape(&probe, "shape") < 0)
+        goto done;
+    if ((size_t)data.len != pf_array_nbytes(&probe)) {
+        PyErr_Format(PyExc_ValueError, "argument 'data': %zd bytes for shape %R of %s", data.len, shape,
+                     pf_dtype_name(dt));
+        goto done;
+    }
+    if (!(a = pf_array_new(dt, (int)nd, dims)))
+        goto done;
+    memcpy(a->data, data.buf, (size_t)data.len);
+    pf_record_copy(PF_COPY_HOST, (size_t)data.len);
+    a->readonly = readonly;
+done:
+    PyBuffer_Release(&data);
+    return (PyObject *)a;
+}
+
 static PyMethodDef PfArray_methods[] = {
+    {"__reduce__", (PyCFunction)PfArray_reduce, METH_NOARGS,
+     "Pickle support: the elements as bytes (a counted copy), rebuilt as an Array owning them."},
+    {"_rebuild", (PyCFunction)PfArray_rebuild, METH_VARARGS | METH_CLASS,
+     "_rebuild(data, dtype, shape, readonly)\n--\n\nThe Array a pickle holds (see __reduce__)."},
     {"__dlpack__", (PyCFunction)(void (*)(void))PfArray_dlpack, METH_VARARGS | METH_KEYWORDS,
      "__dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None)\n--\n\n"
      "Export as a DLPack capsule sharing this memory: versioned (DLPack 1.0, read-only flag) when\n"
@@ -1159,7 +1294,8 @@ static PyMethodDef PfArray_methods[] = {
     {"to_numpy", (PyCFunction)PfArray_to_numpy, METH_NOARGS,
      "to_numpy()\n--\n\nA numpy.ndarray sharing this memory (no copy)."},
     {"to_torch", (PyCFunction)PfArray_to_torch, METH_NOARGS,
-     "to_torch()\n--\n\nA CPU torch.Tensor sharing this memory (no copy, through DLPack)."},
+     "to_torch()\n--\n\nA CPU torch.Tensor sharing this memory (no copy, through DLPack); a read-only Array\n"
+     "raises BufferError (torch.from_dlpack(a.__dlpack__(copy=True)) gives a copy)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -184,7 +184,7 @@ static PyMethodDef core_methods[] = {
     {"asarray", (PyCFunction)(void (*)(void))pf_py_asarray, METH_VARARGS | METH_KEYWORDS,
      "asarray(obj, dtype=None, writable=False)\n--\n\nView obj as a C-contiguous pyfastpim.Array."},
     {"_view", pf_py_view, METH_VARARGS,
-     "_view(obj, name)\n--\n\nasarray(obj, 'float32') with errors naming `name`."},
+     "_view(obj, name, dtype='float32')\n--\n\nasarray(obj, dtype) with errors naming `name`."},
     {"memory_stats", py_memory_stats, METH_NOARGS, "Counters of the core's allocations and copies."},
     {"memory_reset_peak", py_memory_reset_peak, METH_NOARGS, "Set the peak counter to the current bytes."},
     {"set_num_threads", py_set_num_threads, METH_O,

@@ -51,6 +51,19 @@ def test_torch_input_is_viewed_through_dlpack():
     np.testing.assert_array_equal(np.asarray(arr), x.detach().numpy())
 
 
+def test_a_tensor_that_requires_grad_is_not_viewed_writable():
+    """asarray(x, writable=True) detached a leaf that requires grad and handed back a writable view:
+    writes through it changed x behind autograd (torch refuses in-place changes of such a leaf)."""
+    x = torch.randn(5, 7, requires_grad=True)
+    with pytest.raises(ValueError, match="argument 'obj': the tensor requires grad"):
+        pyfastpim.asarray(x, writable=True)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        x.add_(1.0)  # what torch says to the same write
+    w = pyfastpim.asarray(x.detach(), writable=True)  # the explicit way still works, zero-copy
+    assert w.data_ptr == x.data_ptr() and not w.readonly
+    assert pyfastpim.asarray(x).data_ptr == x.data_ptr()  # reading needs no detach
+
+
 def test_float64_input_counts_exactly_one_conversion():
     a = np.random.default_rng(0).standard_normal((8, 9))
     with memory.trace() as t:
@@ -357,3 +370,116 @@ def test_a_non_numpy_operand_needing_layout_and_dtype_changes_is_copied_once():
         got = pyfastpim.dpe_matmul(_InterfaceOnly(x), w, eng)
     assert t.copies == t2.copies == 1 and t2.by_kind["dtype_conversion"] == (1, 64 * 8 * 4)
     np.testing.assert_array_equal(got, ref)
+
+
+class _Interface:
+    """An __array_interface__ of any shape and strides over no memory (data pointer 0)."""
+
+    def __init__(self, shape, strides=None, readonly=False):
+        self.__array_interface__ = dict(shape=shape, typestr="<f4", data=(0, readonly), strides=strides, version=3)
+
+
+_HUGE_EMPTY = ((2 ** 62, 0, 2 ** 62), (0, 2 ** 62))
+
+
+def _buffer_of(shape, strides=None):
+    """A buffer-protocol exporter of any shape (CPython's _testbuffer: neither NumPy nor memoryview
+    builds a huge empty shape)."""
+    tb = pytest.importorskip("_testbuffer")
+    return tb.ndarray([1.0], shape=shape, format="f", **({} if strides is None else dict(strides=strides)))
+
+
+@pytest.mark.parametrize("shape", _HUGE_EMPTY)
+def test_a_huge_empty_shape_is_refused_as_numpy_refuses_it(shape):
+    """NumPy refuses a shape whose nonzero dimensions overflow the address space even when a 0 leaves it
+    empty; (2**62, 0, 2**62) was refused with a message about strides ("overflow the address space
+    (dimension 0: size ..., stride 9223372036854775807)", saturated C strides), (0, 2**62) was taken
+    with a saturated stride NumPy could not view."""
+    with pytest.raises(ValueError, match="too big"):
+        np.empty(shape, np.float32)
+    msg = r"argument 'obj': shape \(%s\) is too big: its nonzero dimensions" % ", ".join(map(str, shape))
+    for producer in (_Interface(shape), _buffer_of(shape)):
+        with pytest.raises(ValueError, match=msg):
+            pyfastpim.asarray(producer)
+
+
+@pytest.mark.parametrize("shape", _HUGE_EMPTY)
+def test_a_huge_empty_torch_shape_is_refused_as_numpy_refuses_it(shape):
+    """torch makes such a tensor (strides (2**62, 2**62, 1)): DLPack import said "DLPack stride ... of
+    dimension 0 overflows in bytes", or took (0, 2**62) with strides NumPy could not view."""
+    t = torch.empty(shape)
+    with pytest.raises(ValueError, match=r"argument 'obj': shape \(.*\) is too big"):
+        pyfastpim.asarray(t)
+
+
+def test_an_empty_array_is_viewed_whatever_its_strides():
+    """Any empty array is C-contiguous (NumPy says so too): a permuted empty torch tensor or an empty
+    buffer with zero strides cost a counted copy (of 0 bytes), and the copy dropped the read-only flag;
+    a big empty shape NumPy takes is taken, with C strides NumPy can view."""
+    producers = [(_buffer_of((2, 0, 3), strides=(0, 0, 0)), True), (_Interface((2, 0, 3), (0, 0, 0)), False),
+                 (_Interface((0, 2 ** 61 - 1), (2 ** 62, 4), readonly=True), True),
+                 (torch.empty((3, 0, 2)).permute(2, 1, 0), False)]
+    for producer, readonly in producers:
+        with memory.trace() as t:
+            a = pyfastpim.asarray(producer)
+        assert t.copies == 0 and not a.owns_data and a.readonly == readonly, (producer, t.by_kind)
+        ref = np.empty(a.shape, np.float32)
+        assert a.strides == pyfastpim.asarray(ref).strides and a.size == 0  # C strides, as NumPy exports them
+        assert np.asarray(a).shape == ref.shape
+
+
+def test_arrays_pickle_and_copy_with_counted_copies():
+    """pickle, copy.copy and copy.deepcopy of a pyfastpim.Array raised "cannot pickle 'pyfastpim.Array'
+    object" (NumPy arrays and torch tensors pickle). Now an Array owning a copy of the elements, with the
+    same dtype, shape and read-only flag; the copy out and the copy back are counted."""
+    import copy
+    import pickle
+    for dt in (np.float32, np.float64, np.uint8, np.int8, np.int16, np.uint16, np.int32, np.int64):
+        x = np.arange(12, dtype=dt).reshape(3, 4)
+        for readonly in (False, True):
+            x.flags.writeable = not readonly
+            a = pyfastpim.asarray(x)
+            for proto in range(pickle.HIGHEST_PROTOCOL + 1):
+                with memory.trace() as t:
+                    b = pickle.loads(pickle.dumps(a, protocol=proto))
+                assert t.by_kind["host_copy"] == (2, 2 * x.nbytes) and t.copies == 2
+                assert (b.shape, b.dtype, b.readonly) == (a.shape, a.dtype, readonly) and b.owns_data
+                assert b.data_ptr != a.data_ptr
+                np.testing.assert_array_equal(np.asarray(b), x)
+            for c in (copy.copy(a), copy.deepcopy(a)):
+                assert c.data_ptr != a.data_ptr and c.readonly == readonly
+                np.testing.assert_array_equal(np.asarray(c), x)
+    for shape in ((), (0,), (2, 0, 3)):
+        b = pickle.loads(pickle.dumps(pyfastpim.asarray(np.zeros(shape, np.float32))))
+        assert b.shape == shape and b.dtype == "float32"
+    # what a pickle holds is checked (no read past the data, no bad shape)
+    with pytest.raises(ValueError, match="argument 'data': 1 bytes for shape"):
+        pyfastpim.Array._rebuild(b"x", "float32", (1,), False)
+    with pytest.raises(ValueError, match="argument 'shape'"):
+        pyfastpim.Array._rebuild(b"", "float32", (-1,), False)
+    with pytest.raises(ValueError, match="argument 'shape'"):
+        pyfastpim.Array._rebuild(b"", "float32", (2 ** 62, 0, 2 ** 62), False)
+    with pytest.raises(TypeError, match="argument 'dtype'"):
+        pyfastpim.Array._rebuild(b"", "float16", (0,), False)
+
+
+def test_dtype_takes_numpy_spellings_and_refuses_a_byte_swapped_one():
+    """dtype='f4', 'float', 'double', 'single' raised "unsupported dtype" though NumPy (and dtype=float,
+    np.dtype('f4')) read them; numpy.dtype('>f4') (named 'float32') was taken as native float32, so
+    the caller asking for big-endian bytes got little-endian ones without a word."""
+    x = np.arange(4, dtype=np.float64)
+    for spelling, name in (("f4", "float32"), ("<f4", "float32"), ("single", "float32"), ("float", "float64"),
+                           ("double", "float64"), ("=f8", "float64"), ("i4", "int32"), ("u1", "uint8")):
+        src = x if name.startswith("float") else x.astype(np.int64)
+        a = pyfastpim.asarray(src, dtype=spelling)
+        assert a.dtype == name and np.asarray(a).dtype == np.dtype(spelling)
+        np.testing.assert_array_equal(np.asarray(a), src.astype(spelling))
+    for swapped in (">f4", np.dtype(">f4"), np.dtype(">f8")):
+        with pytest.raises(ValueError, match="argument 'dtype': non-native"):
+            pyfastpim.asarray(x, dtype=swapped)
+        with pytest.raises(ValueError, match="argument 'dtype': non-native"):
+            pyfastpim.Array(x, dtype=swapped)
+    # unsupported ones still name the caller's spelling
+    for bad, shown in (("bool", "bool"), ("U5", "U5"), ("float16", "float16"), ("uint64", "uint64")):
+        with pytest.raises(TypeError, match="argument 'dtype': unsupported dtype '%s'" % shown):
+            pyfastpim.asarray(x, dtype=bad)

@@ -134,6 +134,25 @@ def test_export_read_only_needs_a_versioned_capsule_and_flags_it():
     assert capsule_name(cap) == "dltensor" and t.by_kind["host_copy"] == (1, x.nbytes)
 
 
+def test_to_torch_of_a_read_only_array_gives_advice_that_works():
+    # the refusal repeated __dlpack__'s "pass max_version=(1, 0), or copy=True": to_torch() takes neither
+    x = np.arange(6, dtype=np.float32)
+    x.flags.writeable = False
+    a = pyfastpim.asarray(x)
+    with pytest.raises(BufferError, match="to_torch") as err:
+        a.to_torch()
+    msg = str(err.value)
+    assert "read-only" in msg and "max_version" not in msg
+    assert "torch.from_dlpack(a.__dlpack__(copy=True))" in msg and "a.to_numpy()" in msg
+    # the advice: a copy through torch, or a read-only NumPy view
+    with memory.trace() as t:
+        copied = torch.from_dlpack(a.__dlpack__(copy=True))
+    assert t.copies == 1 and copied.data_ptr() != x.ctypes.data
+    np.testing.assert_array_equal(copied.numpy(), x)
+    view = a.to_numpy()
+    assert view.ctypes.data == x.ctypes.data and not view.flags.writeable
+
+
 def test_export_copy_and_dl_device():
     x = np.arange(6, dtype=np.int32)
     a = pyfastpim.asarray(x)

@@ -540,3 +540,37 @@ def test_ir_drop_network_counts_cells_below_zero_siemens_as_open():
         eff = physics.effective_conductance(G, 1.0)
         assert (eff >= 0).all()
         np.testing.assert_array_equal(eff, physics.effective_conductance(np.maximum(G, 0.0), 1.0))
+
+
+def test_physics_conversions_are_counted_copies():
+    # effective_conductance / drift_conductance / column_currents converted G with np.ascontiguousarray
+    # (uncounted copies in pyfastpim.memory); now through the core's counted conversion, as the product
+    # entry points: one counted copy for a float32 / Fortran-order input, none for the dtype they read
+    from pyfastpim import memory
+    G = random_block(np.random.default_rng(12), 6, 5)
+    V = np.linspace(0.0, 0.2, 6)
+    cases = [(lambda g: physics.effective_conductance(g, 2.0), np.float64),
+             (lambda g: physics.column_currents(g, V, 0.0), np.float64),
+             (lambda g: physics.drift_conductance(g, 10.0), np.float32)]
+    for fn, native in cases:
+        ref = fn(G.astype(native))
+        other = np.float32 if native == np.float64 else np.float64
+        for g, kind in ((G.astype(native), None), (G.astype(other), "dtype_conversion"),
+                        (np.asfortranarray(G.astype(native)), "host_copy")):
+            with memory.trace() as t:
+                got = fn(g)
+            if kind is None:
+                assert t.copies == 0, t.by_kind
+            else:
+                assert t.copies == 1 and t.by_kind[kind][0] == 1, (kind, t.by_kind)
+            np.testing.assert_allclose(got, ref, rtol=1e-6)
+    np.testing.assert_array_equal(physics.effective_conductance(G.tolist(), 2.0), physics.effective_conductance(G, 2.0))
+    # data that holds no conductance is refused naming the argument (complex was cast with a warning,
+    # dropping the imaginary part)
+    for bad in (G.astype(complex), G > 0):
+        with pytest.raises(TypeError, match="argument 'G'"):
+            physics.effective_conductance(bad, 2.0)
+        with pytest.raises(TypeError, match="argument 'G'"):
+            physics.drift_conductance(bad, 10.0)
+    with pytest.raises(TypeError, match="argument 'V'"):
+        physics.column_currents(G, V.astype(complex), 2.0)

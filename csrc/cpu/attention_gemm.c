@@ -16,6 +16,8 @@
 #define NR 16   /* columns of a micro-tile (two AVX2 vectors) */
 #define MC 72   /* rows of an A block: 12 micro-panels, 72 KB of one K block (L2) */
 #define KC 256  /* terms per K block: a B micro-panel's K block is 16 KB (L1) */
+#define CHUNK 4 /* row panels a thread takes at a time (24 rows) */
+#define PF_GEMM_FLOPS_PER_THREAD 33554432.0 /* 2^25 multiply-adds (about 1 ms of one core) per thread */
 
 /* c (MR x NR, row stride ldc) continues its sums with kc terms: term p of row
  * r is a[r][p * acs] (A read in place: rows of an edge tile repeat a valid
@@ -135,7 +137,7 @@ static void run_tile(kern_fn kern, int64_t kc, pf_gemm_operand a, const float *b
         kern(kc, rows, a.cs, bp, c, ldc, first);
         return;
     }
-    float tile[MR * NR];
+    float tile[MR * NR] = {0};
     for (int64_t r = 0; r < mv && !first; r++)
         memcpy(tile + r * NR, c + r * ldc, (size_t)nv * sizeof(float));
     kern(kc, rows, a.cs, bp, tile, NR, first);
@@ -145,7 +147,7 @@ static void run_tile(kern_fn kern, int64_t kc, pf_gemm_operand a, const float *b
 
 typedef struct {
     pf_gemm_operand a;
-    const float *bpack; /* every B panel, k * NR floats each */
+    float *bpack; /* every B panel, k * NR floats each */
     float *c;
     int64_t ldc, m, n, k;
     kern_fn kern;
@@ -171,6 +173,43 @@ static void gemm_region(const gemm_job *g, int64_t i0, int64_t i1, int64_t j0, i
     }
 }
 
+/* B's panels, shared by the team (inside its parallel region); dynamic: a descheduled thread
+ * (a busy machine) leaves its panels to the others. */
+static void pack_b_shared(const gemm_job *g, pf_gemm_operand b, int64_t np)
+{
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t jp = 0; jp < np; jp++)
+        pack_b_panel(g->bpack + jp * g->k * NR, b, jp * NR, g->n - jp * NR < NR ? g->n - jp * NR : NR, g->k);
+}
+
+/* Many row panels: whole-width chunks of CHUNK row panels handed out one at a time, so the
+ * team finishes together (within a chunk) even when a thread loses its core for a while. */
+static void gemm_rows_dynamic(const gemm_job *g, int nth, pf_gemm_operand b, int64_t rp, int64_t np)
+{
+#pragma omp parallel num_threads(nth) if (nth > 1)
+    {
+        pack_b_shared(g, b, np);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t q = 0; q < rp; q += CHUNK)
+            gemm_region(g, q * MR, (q + CHUNK) * MR < g->m ? (q + CHUNK) * MR : g->m, 0, np);
+    }
+}
+
+/* Few row panels (a short batch): a grid of tr row ranges x tc column-panel ranges. */
+static void gemm_grid(const gemm_job *g, int64_t nth, pf_gemm_operand b, int64_t rp, int64_t np)
+{
+    const int64_t tr = nth < rp ? nth : rp, tc = nth / tr < np ? nth / tr : np, team = tr * tc;
+#pragma omp parallel num_threads((int)team) if (team > 1)
+    {
+        pack_b_shared(g, b, np);
+        /* every region runs even when the runtime gives fewer threads than asked */
+        for (int64_t t = omp_get_thread_num(); t < team; t += omp_get_num_threads()) {
+            const int64_t ri = t / tc, ci = t % tc, i0 = ri * rp / tr * MR, i1 = (ri + 1) * rp / tr * MR;
+            gemm_region(g, i0, i1 < g->m ? i1 : g->m, ci * np / tc, (ci + 1) * np / tc);
+        }
+    }
+}
+
 int pf_attn_gemm(pf_scratch *pack, pf_gemm_operand a, pf_gemm_operand b, float *c, int64_t ldc, int64_t m,
                  int64_t n, int64_t k)
 {
@@ -181,27 +220,22 @@ int pf_attn_gemm(pf_scratch *pack, pf_gemm_operand a, pf_gemm_operand b, float *
             memset(c + i * ldc, 0, (size_t)n * sizeof(float));
         return PF_OK;
     }
-    /* threads: a grid of tr row ranges (whole micro-panels) x tc column-panel ranges */
-    const int64_t rp = (m + MR - 1) / MR, np = (n + NR - 1) / NR, nth = pf_get_num_threads();
-    const int64_t tr = nth < rp ? nth : rp, tc = nth / tr < np ? nth / tr : np, team = tr * tc;
+    /* threads: at most one per PF_GEMM_FLOPS_PER_THREAD multiply-adds (a small product, such as
+     * the update's covariance or a one-row apply, runs on the calling thread: no OpenMP region to
+     * wake, nor workers left spinning where NumPy's OpenBLAS threads run next) */
+    const int64_t rp = (m + MR - 1) / MR, np = (n + NR - 1) / NR;
+    const double work = (double)m * (double)n * (double)k / PF_GEMM_FLOPS_PER_THREAD;
+    const int64_t nth = work < (double)pf_get_num_threads() ? (int64_t)work + 1 : pf_get_num_threads();
     size_t bfloats, bytes;
     if (pf_mul_size((size_t)np * NR, (size_t)k, &bfloats) || pf_mul_size(bfloats, sizeof(float), &bytes))
         return PF_EOVERFLOW;
     int st = pf_scratch_reserve(pack, bytes);
     if (st)
         return st;
-    float *bpack = pack->p;
-    const gemm_job g = {a, bpack, c, ldc, m, n, k, pick_kernel()};
-#pragma omp parallel num_threads((int)team) if (team > 1)
-    {
-#pragma omp for schedule(static)
-        for (int64_t jp = 0; jp < np; jp++)
-            pack_b_panel(bpack + jp * k * NR, b, jp * NR, n - jp * NR < NR ? n - jp * NR : NR, k);
-        /* every region runs even when the runtime gives fewer threads than asked */
-        for (int64_t t = omp_get_thread_num(); t < team; t += omp_get_num_threads()) {
-            const int64_t ri = t / tc, ci = t % tc, i0 = ri * rp / tr * MR, i1 = (ri + 1) * rp / tr * MR;
-            gemm_region(&g, i0, i1 < m ? i1 : m, ci * np / tc, (ci + 1) * np / tc);
-        }
-    }
+    const gemm_job g = {a, pack->p, c, ldc, m, n, k, pick_kernel()};
+    if (rp >= 2 * CHUNK * nth)
+        gemm_rows_dynamic(&g, (int)nth, b, rp, np);
+    else
+        gemm_grid(&g, nth, b, rp, np);
     return PF_OK;
 }

@@ -2,9 +2,9 @@
  * csrc/core/attention.h: pf_attn_update, pf_attn_apply). The elementwise parts
  * transcribe csrc/cpu/attention.c operation by operation (non-finite values read
  * as 0, the sample's column statistics in the CPU's order, the same Cephes
- * tanh), so they are bit-identical given the same inputs; the products
- * (covariance, x @ w) are plain ordered sums where the CPU calls OpenBLAS's
- * sgemm, so results agree to float32 rounding (~1e-6 relative), not bits. */
+ * tanh), and the products (covariance, x @ w) are the CPU's
+ * (cpu/attention_gemm.h): each element one fma chain in k order from +0 (fma
+ * is correctly rounded in OpenCL C), so results are bit-identical. */
 #pragma OPENCL FP_CONTRACT OFF
 
 inline float pf_fin(float v) { return (as_uint(v) & 0x7fffffffu) < 0x7f800000u ? v : 0.0f; }
@@ -80,7 +80,7 @@ kernel void pf_attn_update(global float *o, global const float *xs, global const
         return;
     float cov = 0.0f;
     for (ulong k = 0; k < n; k++)
-        cov += xs[k * d + i] * ys[k * d + j];
+        cov = fma(xs[k * d + i], ys[k * d + j], cov);
     const float den = ny[j] * nx[i];
     const float r = cov / den;
     const float rs = den > 1e-12f && (as_uint(r) & 0x7fffffffu) < 0x7f800000u ? r : 0.0f;
@@ -88,7 +88,7 @@ kernel void pf_attn_update(global float *o, global const float *xs, global const
     o[at] = o[at] * keep + pf_attn_tanhf(rs) * rate;
 }
 
-/* prod (t x d) = fin(x) @ w, ordered sums: global (d, t). */
+/* prod (t x d) = fin(x) @ w, fma chains in k order: global (d, t). */
 kernel void pf_attn_matmul(global const float *x, global const float *w, global float *prod, ulong t, ulong d)
 {
     const ulong j = get_global_id(0), i = get_global_id(1);
@@ -97,7 +97,7 @@ kernel void pf_attn_matmul(global const float *x, global const float *w, global 
     global const float *xr = x + i * d;
     float acc = 0.0f;
     for (ulong k = 0; k < d; k++)
-        acc += pf_fin(xr[k]) * w[k * d + j];
+        acc = fma(pf_fin(xr[k]), w[k * d + j], acc);
     prod[i * d + j] = acc;
 }
 

@@ -3,7 +3,7 @@ and diffusion blocks share between layers.
 
 The context's state (rate, strength, embed_dim, the incoming / outgoing matrices), its guard
 and the argument flow live here; the arithmetic runs in the stateless kernels of
-``csrc/cpu/attention.c`` (OpenBLAS sgemm for the products, a vectorized tanh), bound thinly
+``csrc/cpu/attention.c`` (a fixed-order GEMM for the products, a vectorized tanh), bound thinly
 as ``_core._attn_*`` on arrays already converted here. Each context owns a
 ``_core.AttentionWorkspace`` reused from call to call, so calls after the first with the same
 shapes allocate nothing.

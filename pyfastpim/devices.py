@@ -37,8 +37,8 @@ Ops on a device handle (each the contract of the CPU op, kernels in kernels/*.cl
 - :func:`cl_attention_update` / :func:`cl_attention_apply`: an ``AttentionContext``'s update and
   apply on the device (the context's matrices shared in place) through
   ``_core._attn_update(..., device=handle)`` / ``_core._attn_apply(..., device=handle)``
-  (``_core._attention_tanh(x, device=handle)`` is the update's tanh); equal to the CPU within
-  float32 rounding (its products are OpenBLAS sgemm), the tanh bit-identical. The step update
+  (``_core._attention_tanh(x, device=handle)`` is the update's tanh); bit-identical to the CPU
+  (the products' fixed fma order, docs/semantics.md section 9). The step update
   (``update_outgoing_step``) has no device kernel: it runs on the CPU.
 """
 import os
@@ -231,8 +231,8 @@ def cl_attention_update(handle, ctx, x, y):
     The CPU method's argument flow and rules (rows of x and y, D = min(columns, embed_dim),
     outgoing created as zeros or required to be D x D, rate <= 0 a no-op, the context's guard held
     while the device updates outgoing in place), then ``_core._attn_update(..., device=handle)``.
-    outgoing is shared with the device (zero copies) on host-memory devices. Results equal the CPU
-    within float32 rounding (the CPU's covariance is an OpenBLAS sgemm; the tanh is bit-identical).
+    outgoing is shared with the device (zero copies) on host-memory devices. Results are
+    bit-identical to the CPU's (the covariance in the fixed fma order of docs/semantics.md section 9).
     """
     _check_handle(handle)
     return ctx._update_rows(x, y, handle)
@@ -242,8 +242,8 @@ def cl_attention_apply(handle, ctx, x, out=None):
     """``ctx.apply(x, out)`` (no engine) on the OpenCL device ``handle``: x + (s/D) * (x @ incoming),
     non-finite terms as 0; x returned unchanged (or copied into out) when the context has no
     incoming matrix or strength 0. The CPU method's argument flow, guard and result type (torch
-    for torch x, NumPy otherwise, or out), then ``_core._attn_apply(..., device=handle)``. Equal to
-    the CPU within float32 rounding (its product is sgemm)."""
+    for torch x, NumPy otherwise, or out), then ``_core._attn_apply(..., device=handle)``.
+    Bit-identical to the CPU (the product in the fixed fma order of docs/semantics.md section 9)."""
     _check_handle(handle)
     return ctx._apply(x, out, None, {}, False, device=handle)
 

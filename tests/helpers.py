@@ -29,15 +29,18 @@ PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(pyfastpim.__file__)))
 CHILD_TIMEOUT = 300  # generous: a loaded machine under the sanitizers; a hang is forever
 
 
-def run_script(body, what="the script"):
-    """stdout of `body` (dedented) run in a fresh interpreter that imports the package under test;
-    fails the test on a hang (CHILD_TIMEOUT) or a non-zero exit."""
+def run_script(body, what="the script", env=None):
+    """stdout of `body` (dedented) run in a fresh interpreter that imports the package under test,
+    with the variables in `env` added to the environment; fails the test on a hang (CHILD_TIMEOUT)
+    or a non-zero exit."""
     import subprocess
     import sys
     import textwrap
     script = "import sys; sys.path.insert(0, %r)\n" % PKG_ROOT + textwrap.dedent(body)
+    child_env = dict(os.environ, **env) if env else None
     try:
-        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=CHILD_TIMEOUT,
+                           env=child_env)
     except subprocess.TimeoutExpired:
         pytest.fail("%s hung (no answer in %d s)" % (what, CHILD_TIMEOUT))
     assert r.returncode == 0, r.stdout + r.stderr

@@ -9,10 +9,11 @@
  * denominator and an output matrix per call).
  *
  * Non-finite rule: every value read from x, y, g and every product x @ W,
- * g @ W^T is replaced by 0 when it is NaN or +-inf. Results do not depend on
- * pyfastpim's thread count or the SIMD level: only OpenBLAS's sgemm runs
- * threads (its results follow OpenBLAS's own thread count), reductions run in a
- * fixed order, and no FMA contraction is used. */
+ * g @ W^T is replaced by 0 when it is NaN or +-inf. Results are bit-identical
+ * for any thread count (pyfastpim's or OpenBLAS's, which is not used) and SIMD
+ * level: each product element is one fused multiply-add chain in k order
+ * (cpu/attention_gemm.h), threads split only the output, the other reductions
+ * run in a fixed order, and the elementwise passes use no FMA contraction. */
 #ifndef PF_ATTENTION_H
 #define PF_ATTENTION_H
 
@@ -35,6 +36,7 @@ typedef struct {
     pf_scratch in;     /* apply/gradients: sanitized copy of x or g (only if non-finite) */
     pf_scratch prod;   /* apply/gradients: t x d product when it cannot go to the output */
     pf_scratch rows;   /* gradients: per-row float64 partial sums of grad_strength */
+    pf_scratch pack;   /* products: packed operand panels (cpu/attention_gemm.h) */
 } pf_attn_ws;
 
 void pf_attn_ws_free(pf_attn_ws *ws);

@@ -1,24 +1,21 @@
 /* Attention-context kernels (spec section 9); see attention.h for the contract. */
 #include "core/attention.h"
 
+#include "cpu/attention_gemm.h"
 #include "cpu/cpu_features.h"
 #include "core/memory.h"
 #include "core/pf_common.h"
 
-#include <cblas.h>
 #include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <string.h>
 
-/* Threads: every loop here runs on the calling thread; only OpenBLAS's sgemm is
- * multi-threaded. An OpenMP region next to an sgemm leaves libgomp workers
- * spin-waiting on the cores OpenBLAS's threads need: on 2 cores apply ran
- * 1.8x-10x slower than the bare sgemm, and the update (D x D tanh rows with 2
- * OpenMP threads) went from 1.6 ms to 16 ms when the machine was busy, against
- * 1.8 ms single-threaded. The elementwise passes are SIMD (8 lanes) and cost
- * less than the products or the NumPy they replace. Results therefore depend on
- * no thread count of ours; sgemm's depend on OpenBLAS's own thread count. */
+/* Threads: only the products (pf_attn_gemm, on pyfastpim's thread count) are
+ * multi-threaded; the elementwise passes run on the calling thread, SIMD (8
+ * lanes), and cost less than the products or the NumPy they replace. The
+ * products once were OpenBLAS sgemm calls, whose sums follow OpenBLAS's thread
+ * count: results now depend on no thread count. */
 
 /* ---- workspace ---- */
 
@@ -49,11 +46,12 @@ void pf_attn_ws_free(pf_attn_ws *ws)
     scratch_free(&ws->in);
     scratch_free(&ws->prod);
     scratch_free(&ws->rows);
+    scratch_free(&ws->pack);
 }
 
 size_t pf_attn_ws_bytes(const pf_attn_ws *ws)
 {
-    return ws->sample.cap + ws->cov.cap + ws->in.cap + ws->prod.cap + ws->rows.cap;
+    return ws->sample.cap + ws->cov.cap + ws->in.cap + ws->prod.cap + ws->rows.cap + ws->pack.cap;
 }
 
 /* ---- elementwise building blocks ----
@@ -266,18 +264,11 @@ void pf_attn_tanh(float *out, const float *x, size_t n)
 
 /* ---- products ---- */
 
-/* c (t x d) = a (t x d) @ (trans_w ? w^T : w), w (d x d); rows in chunks that fit blasint. */
-static int gemm_rows(const float *a, const float *w, float *c, int64_t t, int64_t d, int trans_w)
+/* c (t x d) = a (t x d) @ (trans_w ? w^T : w), w (d x d) */
+static int gemm_rows(pf_attn_ws *ws, const float *a, const float *w, float *c, int64_t t, int64_t d, int trans_w)
 {
-    if (d > INT_MAX)
-        return PF_EOVERFLOW;
-    for (int64_t r = 0; r < t; r += INT_MAX) {
-        int64_t m = t - r < INT_MAX ? t - r : INT_MAX;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_w ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)d,
-                    (blasint)d, 1.0f, a + (size_t)r * (size_t)d, (blasint)d, w, (blasint)d, 0.0f,
-                    c + (size_t)r * (size_t)d, (blasint)d);
-    }
-    return PF_OK;
+    pf_gemm_operand ao = {a, d, 1}, wo = {w, trans_w ? 1 : d, trans_w ? d : 1};
+    return pf_attn_gemm(&ws->pack, ao, wo, c, d, t, d, d);
 }
 
 /* ---- update ---- */
@@ -341,8 +332,9 @@ int pf_attn_update(pf_attn_ws *ws, float *outgoing, int64_t d, const float *x, i
     centre_columns(ys, my, ny, n, d);
 
     /* cov = Xc^T Yc: (d x n) @ (n x d) */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)d, (blasint)d, (blasint)n, 1.0f, xs, (blasint)d,
-                ys, (blasint)d, 0.0f, cov, (blasint)d);
+    pf_gemm_operand xt = {xs, 1, d}, yo = {ys, d, 1};
+    if ((st = pf_attn_gemm(&ws->pack, xt, yo, cov, d, d, d, n)))
+        return st;
 
     float keep = (float)(1.0 - rate), r = (float)rate;
     int avx2 = use_avx2();
@@ -430,7 +422,7 @@ int pf_attn_apply(pf_attn_ws *ws, float *out, const float *x, const float *w, in
             return st;
         xw = ws->prod.p;
     }
-    if ((st = gemm_rows(xs, w, xw, t, d, 0)))
+    if ((st = gemm_rows(ws, xs, w, xw, t, d, 0)))
         return st;
     pf_attn_epilogue(out, x, xw, n, (float)(s / (double)d));
     return PF_OK;
@@ -472,7 +464,7 @@ int pf_attn_gradients(pf_attn_ws *ws, float *grad_x, double *grad_s, const float
     double *rows = ws->rows.p;
 
     const float *xs;
-    if ((st = finite_input(ws, x, n, &xs)) || (st = gemm_rows(xs, w, prod, t, d, 0)))
+    if ((st = finite_input(ws, x, n, &xs)) || (st = gemm_rows(ws, xs, w, prod, t, d, 0)))
         return st;
     for (int64_t i = 0; i < t; i++)
         rows[i] = dot_row(g + (size_t)i * d, prod + (size_t)i * d, d);
@@ -490,7 +482,7 @@ int pf_attn_gradients(pf_attn_ws *ws, float *grad_x, double *grad_s, const float
     }
     /* x and x @ w are no longer needed: ws->in and prod are free for g */
     const float *gs;
-    if ((st = finite_input(ws, g, n, &gs)) || (st = gemm_rows(gs, w, prod, t, d, 1)))
+    if ((st = finite_input(ws, g, n, &gs)) || (st = gemm_rows(ws, gs, w, prod, t, d, 1)))
         return st;
     pf_attn_epilogue(grad_x, g, prod, n, (float)(s / (double)d));
     return PF_OK;

@@ -133,8 +133,8 @@ pf_status pf_cl_program_conductance(pf_cl_device *dev, const uint8_t *levels, in
 
 /* Attention context (contract of attention.h): pf_attn_update (outgoing d x d
  * updated in place) and pf_attn_apply (out may be x itself, else must not
- * overlap x or w); the elementwise parts and the tanh bit-identical to the CPU,
- * the products ordered sums (the CPU uses OpenBLAS sgemm). pf_cl_attn_tanh:
+ * overlap x or w); bit-identical to the CPU, the products' fma chains in k
+ * order included (cpu/attention_gemm.h). pf_cl_attn_tanh:
  * the update's tanh, elementwise (non-finite inputs as 0). */
 pf_status pf_cl_attn_update(pf_cl_device *dev, float *outgoing, int64_t d, const float *x, int64_t ldx,
                             const float *y, int64_t ldy, int64_t t, double rate);

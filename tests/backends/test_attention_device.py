@@ -4,9 +4,9 @@
 ``device=`` as every other op: None or 'cpu' runs csrc/cpu/attention.c, an OpenCLDevice runs
 csrc/opencl/attention.c (kernels/attention.cl). Each case runs on both backends (the `backend`
 fixture; OpenCL skips with a reason when there is none) and is compared with the NumPy
-transcription of the spec (tests/reference/attention_ref.py) and with the CPU binding: the tanh
-bit for bit, the update and apply within float32 rounding (the CPU's products are OpenBLAS sgemm,
-the device's ordered sums). Bad arguments raise the same exception with the same message on both
+transcription of the spec (tests/reference/attention_ref.py) and with the CPU binding bit for bit:
+the tanh, and the update and apply, whose products are fma chains in k order on both devices
+(they once were OpenBLAS sgemm calls on the CPU, equal only within float32 rounding). Bad arguments raise the same exception with the same message on both
 devices: the checks are one code path, run before the device is called.
 """
 import multiprocessing as mp
@@ -72,7 +72,7 @@ def test_update_matches_the_reference_and_the_cpu(backend, T, D, ex, ey, extra_r
     got = update(backend, o0, x, y, T, D, rate)  # the first T rows and D columns; T = 1 included
     close(got, ref.update(o0, x[:T, :D], y[:T, :D], rate))
     if backend.dev is not None:
-        close(got, update(CPU, o0, x, y, T, D, rate))
+        np.testing.assert_array_equal(got, update(CPU, o0, x, y, T, D, rate))
     # a second update blends into the first one's result, as a context's repeated updates do
     close(update(backend, got, x, y, T, D, rate), ref.update(ref.update(o0, x[:T, :D], y[:T, :D], rate),
                                                              x[:T, :D], y[:T, :D], rate))
@@ -103,7 +103,7 @@ def test_apply_matches_the_reference_and_the_cpu(backend, shape, nonfinite):
         close(got, want)
         assert np.isfinite(got).all()
         if backend.dev is not None:
-            close(got, apply(CPU, x, w, s))
+            np.testing.assert_array_equal(got, apply(CPU, x, w, s))
         inplace = x.copy()
         apply(backend, inplace, w, s, out=inplace)  # out=x itself, as on the CPU
         close(inplace, want)

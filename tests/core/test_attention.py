@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 
 import pyfastpim
 from pyfastpim import memory
-from helpers import at_isa, outcome
+from helpers import at_isa, available_isas, outcome, run_script
 from reference import attention_ref as ref
 
 F32 = np.float32
@@ -508,9 +508,9 @@ def _run_all(seed):
 
 
 def test_results_identical_for_1_and_2_threads_and_every_isa(isa):
-    # pyfastpim.threads sets the kernels' OpenMP threads; the products are OpenBLAS
-    # sgemm calls, run with OpenBLAS's own (unchanged) thread count. (OpenBLAS 0.3.21
-    # rounds some edge tiles differently for different counts of its own threads.)
+    # pyfastpim.threads sets the kernels' OpenMP threads, the products' included
+    # (test_results_bit_identical_for_any_openblas_or_pyfastpim_thread_count_and_isa
+    # varies OPENBLAS_NUM_THREADS too).
     results = []
     for n in (1, 2, 1):  # under the `isa` fixture's limit
         with pyfastpim.threads(n):
@@ -524,6 +524,81 @@ def test_results_identical_for_1_and_2_threads_and_every_isa(isa):
         for a, b in zip(first[:3], other[:3]):
             np.testing.assert_array_equal(a, b)
         assert first[3] == other[3]
+
+
+# the benchmark's shape (T=512, D=768: OpenBLAS's sgemm once gave other bits for another count of
+# its own threads), one below the micro-tile (6 x 16) and odd ones with edge tiles on both sides
+BIT_SHAPES = ((512, 768), (5, 7), (37, 101), (301, 130))
+
+
+# run here and in the child interpreters of the bit-identity test
+_BIT_CASE = """
+import numpy as np
+import pyfastpim
+
+def bit_case(t, d):
+    \"\"\"(update, apply, gradients) inputs of one shape; a NaN and an inf in x.\"\"\"
+    rng = np.random.default_rng(1000 * t + d)
+    x, y, g = (rng.standard_normal((3, t, d)) * [[[1.0]], [[2.0]], [[1.0]]]).astype(np.float32)
+    x[t // 2, d // 3] = np.nan
+    x[t - 1, d - 1] = np.inf
+    return x, y, g, (rng.standard_normal((d, d)) * 0.05).astype(np.float32)
+
+def bit_results(t, d):
+    x, y, g, w = bit_case(t, d)
+    c = pyfastpim.AttentionContext(update_rate=0.3, strength=0.9)
+    c.update_outgoing(x, y)
+    c.update_outgoing(y, x)
+    c.incoming = w
+    out = c.apply(x)
+    gx, ds = c.gradients(x, g)
+    return c.outgoing.copy(), out, gx, ds
+"""
+_bit = {}
+exec(_BIT_CASE, _bit)
+
+_DIGESTS = """
+    import hashlib, json
+    BIT_SHAPES = %r
+    exec(%r)
+    digests = {}
+    for isa in %r:
+        assert pyfastpim.set_isa_limit(isa) == isa
+        for n in (1, 2):
+            with pyfastpim.threads(n):
+                for t, d in BIT_SHAPES:
+                    outgoing, out, gx, ds = bit_results(t, d)
+                    h = hashlib.sha256(outgoing.tobytes() + out.tobytes() + gx.tobytes() + np.float64(ds).tobytes())
+                    digests["%%s/%%d/%%dx%%d" %% (isa, n, t, d)] = h.hexdigest()
+    print(json.dumps(digests))
+"""
+
+
+def test_results_bit_identical_for_any_openblas_or_pyfastpim_thread_count_and_isa():
+    # The products once were OpenBLAS sgemm calls, whose sums follow OPENBLAS_NUM_THREADS (at
+    # T=512, D=768 outgoing differed in the last bits). Each output element is now one FMA
+    # chain in k order: the same bits for every ISA, pyfastpim thread count and OpenBLAS setting.
+    import json
+    script = _DIGESTS % (BIT_SHAPES, _BIT_CASE, available_isas())
+    runs = [json.loads(run_script(script, "the attention digests", env={"OPENBLAS_NUM_THREADS": n}))
+            for n in ("1", "2")]
+    for t, d in BIT_SHAPES:
+        seen = {"%s/%s" % (k, run): v for run, digests in enumerate(runs) for k, v in digests.items()
+                if k.endswith("/%dx%d" % (t, d))}
+        assert len(seen) == 2 * 2 * len(available_isas())
+        assert len(set(seen.values())) == 1, (t, d, seen)
+
+
+@pytest.mark.parametrize("t, d", BIT_SHAPES)
+def test_bit_identity_shapes_match_reference(t, d):
+    x, y, g, w = _bit["bit_case"](t, d)
+    outgoing, out, gx, ds = _bit["bit_results"](t, d)
+    want = ref.update(ref.update(None, x, y, 0.3), y, x, 0.3)
+    assert_update_close(outgoing, want)
+    np.testing.assert_allclose(out, ref.apply(x, w, 0.9), rtol=1e-5, atol=1e-5)
+    want_gx, want_ds = ref.gradients(x, g, w, 0.9)
+    np.testing.assert_allclose(gx, want_gx, rtol=1e-5, atol=1e-5)
+    assert ds == pytest.approx(want_ds, rel=1e-6, abs=1e-9)
 
 
 # ---------------------------------------------------------------- engine= (DPE product)

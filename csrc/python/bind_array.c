@@ -1072,12 +1072,13 @@ static PyObject *PfArray_dlpack(PfArray *a, PyObject *args, PyObject *kwds)
             return NULL;
         }
     }
-    int copy = 0;
-    if (copy_obj != Py_None) {
-        copy = PyObject_IsTrue(copy_obj);
-        if (copy < 0)
-            return NULL;
+    /* the array API's copy is Optional[bool]: copy='no' or copy=0 would read as a wish it is not */
+    if (copy_obj != Py_None && !PyBool_Check(copy_obj)) {
+        PyErr_Format(PyExc_TypeError, "argument 'copy': expected None, True or False, got %s",
+                     Py_TYPE(copy_obj)->tp_name);
+        return NULL;
     }
+    const int copy = copy_obj == Py_True;
     if (a->readonly && !versioned && !copy) {
         PyErr_SetString(PyExc_BufferError, "cannot export a read-only pyfastpim.Array through an unversioned DLPack "
                         "capsule (it cannot signal read-only memory): pass max_version=(1, 0), or copy=True");

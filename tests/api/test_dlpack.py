@@ -174,6 +174,11 @@ def test_export_copy_and_dl_device():
         a.__dlpack__(max_version=1)
     with pytest.raises(ValueError, match="stream"):
         a.__dlpack__(stream=1)
+    # copy is Optional[bool] (array API): 'no' was truthy and made a copy, 0 and 1 read as flags
+    for bad in ("no", 0, 1, np.True_):
+        with memory.trace() as t, pytest.raises(TypeError, match="^argument 'copy': expected None, True or False"):
+            a.__dlpack__(max_version=(1, 0), copy=bad)
+        assert t.copies == 0
 
 
 def test_numpy_consumes_our_capsules():

@@ -16,6 +16,7 @@ import numbers
 import numpy as np
 
 from . import _core
+from .dpe import _renamed
 
 __all__ = ["effective_conductance", "column_currents", "drift_conductance", "DriftSettings"]
 
@@ -25,8 +26,18 @@ __all__ = ["effective_conductance", "column_currents", "drift_conductance", "Dri
 IRDROP_MAX_GR = _core.IRDROP_MAX_GR
 
 
+def _finite(value, name):
+    """A finite real number as a float: TypeError naming ``name`` for anything else (a bool is a flag, a
+    str is no quantity), ValueError for NaN / inf."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError("argument '%s': expected a real number, got %s" % (name, type(value).__name__))
+    if not math.isfinite(value):
+        raise ValueError("argument '%s': expected a finite number, got %r" % (name, value))
+    return float(value)
+
+
 def _positive(value, name):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
+    if _finite(value, name) <= 0:
         raise ValueError("argument '%s': must be a finite number > 0, got %r" % (name, value))
     return float(value)
 
@@ -52,14 +63,20 @@ def effective_conductance(G, wire_resistance):
     A cell below 0 S conducts nothing (an open cell).
     """
     G = _host(G, "G", "float64")
-    return np.asarray(_core.irdrop_block(G, wire_resistance, r_wire_name="wire_resistance"))
+    with _renamed("g", "G"):  # the solver names its own parameter
+        return np.asarray(_core.irdrop_block(G, wire_resistance, r_wire_name="wire_resistance"))
 
 
 def column_currents(G, V, wire_resistance):
     """Column currents in amperes of block G (rows, cols) for row voltages V (rows,) or (k, rows)."""
-    V = _host(V, "V", "float64")
-    if wire_resistance == 0:
-        return V @ _host(G, "G", "float64")
+    G, V = _host(G, "G", "float64"), _host(V, "V", "float64")
+    if G.ndim != 2:
+        raise ValueError("argument 'G': expected a 2-D (rows, cols) block, got shape %r" % (G.shape,))
+    if V.ndim not in (1, 2) or V.shape[-1] != G.shape[0]:
+        raise ValueError("argument 'V': expected (rows,) or (k, rows) row voltages for a block of %d rows, got "
+                         "shape %r" % (G.shape[0], V.shape))
+    if wire_resistance == 0 and not isinstance(wire_resistance, bool):  # no wires; False is no resistance
+        return V @ G
     return V @ effective_conductance(G, wire_resistance)
 
 
@@ -73,8 +90,9 @@ def drift_conductance(G, t_seconds, t0=1.0, nu_mean=0.05, nu_std=0.01, seed=_cor
     ``return_nu=True`` the pair ``(G(t), nu)``, both such arrays (no copies: views of the
     core's results).
     """
-    out = _core.drift(_host(G, "G", "float32"), seed, float(t_seconds), float(t0),
-                      float(nu_mean), float(nu_std), bool(return_nu))
+    d = DriftSettings(t_seconds, t0, nu_mean, nu_std, False)  # the engine's rules and messages
+    with _renamed("g", "G"):  # the core names its own parameter
+        out = _core.drift(_host(G, "G", "float32"), seed, d.t, d.t0, d.nu_mean, d.nu_std, bool(return_nu))
     return tuple(np.asarray(a) for a in out) if return_nu else np.asarray(out)
 
 
@@ -85,17 +103,12 @@ class DriftSettings:
 
     def __init__(self, t_seconds, t0, nu_mean, nu_std, compensation):
         self.t0 = _positive(t0, "t0")
-        if isinstance(t_seconds, bool) or not isinstance(t_seconds, numbers.Real) or not math.isfinite(t_seconds):
-            raise ValueError("argument 't_seconds': expected a finite number, got %r" % (t_seconds,))
-        if t_seconds < self.t0:
+        self.t = _finite(t_seconds, "t_seconds")
+        if self.t < self.t0:
             raise ValueError("argument 't_seconds': must be >= t0 (%g), got %r" % (self.t0, t_seconds))
-        self.t = float(t_seconds)
-        for name, v in (("nu_mean", nu_mean), ("nu_std", nu_std)):
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
-                raise ValueError("argument '%s': expected a finite number, got %r" % (name, v))
-        if nu_std < 0:
+        self.nu_mean, self.nu_std = _finite(nu_mean, "nu_mean"), _finite(nu_std, "nu_std")
+        if self.nu_std < 0:
             raise ValueError("argument 'nu_std': must be >= 0, got %r" % (nu_std,))
-        self.nu_mean, self.nu_std = float(nu_mean), float(nu_std)
         self.compensation = bool(compensation)
 
     def key(self):

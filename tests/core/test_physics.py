@@ -197,9 +197,9 @@ def test_the_programming_solve_makes_no_full_layer_temporary():
 
 
 def test_drift_refuses_non_finite_conductances():
-    # NaN / inf cells were drifted into NaN / inf without an error
+    # NaN / inf cells were drifted into NaN / inf without an error (the error names the public argument G)
     for bad in (np.nan, np.inf):
-        with pytest.raises(ValueError, match="argument 'g': conductances must be finite"):
+        with pytest.raises(ValueError, match="argument 'G': conductances must be finite"):
             physics.drift_conductance(np.array([1e-6, bad], np.float32), 10.0)
 
 
@@ -441,6 +441,31 @@ def test_drift_arguments_are_validated():
     with pytest.raises(ValueError, match="t_seconds"):
         _core.drift(np.ones(3, np.float32), 1, 0.5, 1.0, 0.05, 0.0)
     assert eng.drift(None) is eng and eng._drift is None
+
+
+def test_public_physics_errors_name_the_users_arguments():
+    # the core names its parameter 'g' and NumPy's matmul or float() named nothing: the public
+    # functions' errors name their own arguments (G, V, t_seconds, ...), a wrong type is a TypeError
+    G = np.full((2, 2), 1e-4)
+    cases = [
+        (lambda: physics.drift_conductance(np.full((2, 2), np.nan), 10.0), ValueError, "G"),
+        (lambda: physics.effective_conductance(np.ones((2, 2, 2)), 1.0), ValueError, "G"),
+        (lambda: physics.effective_conductance(np.full((2, 2), np.nan), 1.0), ValueError, "G"),
+        (lambda: physics.column_currents(np.ones((2, 2, 2)), np.ones(2), 1.0), ValueError, "G"),
+        (lambda: physics.column_currents(G, np.ones(3), 1.0), ValueError, "V"),
+        (lambda: physics.column_currents(G, np.ones((2, 2, 2)), 0.0), ValueError, "V"),
+        (lambda: physics.column_currents(G, np.ones(2), False), TypeError, "wire_resistance"),
+        (lambda: physics.drift_conductance(G, "10"), TypeError, "t_seconds"),
+        (lambda: physics.drift_conductance(G, None), TypeError, "t_seconds"),
+        (lambda: physics.drift_conductance(G, 10.0, t0="1"), TypeError, "t0"),
+        (lambda: physics.drift_conductance(G, 10.0, nu_mean=True), TypeError, "nu_mean"),
+        (lambda: physics.drift_conductance(G, 10.0, nu_std=float("inf")), ValueError, "nu_std"),
+        (lambda: DPETensor().drift("10"), TypeError, "t_seconds"),
+    ]
+    for call, kind, name in cases:
+        with pytest.raises(kind, match="^argument '%s': " % name):
+            call()
+    np.testing.assert_array_equal(physics.column_currents(G, np.ones(2), 0.0), np.ones(2) @ G)
 
 
 def readout(geff, ws, g_level):

@@ -1215,6 +1215,16 @@ static PyObject *PfArray_to_torch(PfArray *a, PyObject *noargs)
     PyObject *r = PyObject_CallMethod(tu, "from_dlpack", "O", cap);
     Py_DECREF(cap);
     Py_DECREF(tu);
+    if (!r && PyErr_ExceptionMatches(PyExc_RuntimeError)) {
+        /* torch's own words name no argument (torch 1.13: "Unsupported kUInt bits 16") */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_Format(PyExc_TypeError, "to_torch(): this torch has no tensor type for the Array's dtype %s (%S); "
+                     "read it through a.to_numpy() instead", pf_dtype_name(a->dtype), value ? value : Py_None);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+    }
     return r;
 }
 

@@ -134,6 +134,17 @@ def test_export_read_only_needs_a_versioned_capsule_and_flags_it():
     assert capsule_name(cap) == "dltensor" and t.by_kind["host_copy"] == (1, x.nbytes)
 
 
+def test_to_torch_of_a_dtype_torch_lacks_names_it():
+    # torch 1.13 has no uint16 tensor: its RuntimeError 'Unsupported kUInt bits 16' named nothing
+    a = pyfastpim.asarray(np.arange(3, dtype=np.uint16))
+    if hasattr(torch, "uint16"):  # a torch that has one takes it
+        np.testing.assert_array_equal(a.to_torch().numpy(), np.arange(3))
+        return
+    with pytest.raises(TypeError, match=r"^to_torch\(\): .*dtype uint16 .*a\.to_numpy\(\)"):
+        a.to_torch()
+    np.testing.assert_array_equal(a.to_numpy(), np.arange(3))
+
+
 def test_to_torch_of_a_read_only_array_gives_advice_that_works():
     # the refusal repeated __dlpack__'s "pass max_version=(1, 0), or copy=True": to_torch() takes neither
     x = np.arange(6, dtype=np.float32)

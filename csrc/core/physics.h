@@ -35,8 +35,8 @@
  * in the row voltages: I_j = sum_i geff[i * ldo + j] * V_i.
  * Requires r_wire >= DBL_MIN (1 / r_wire finite) and |g| * r_wire <=
  * PF_IRDROP_MAX_GR for every cell (PF_EINVAL naming "r_wire"); the result is
- * checked: every geff finite, and >= 0 when every g >= 0 (all node voltages
- * lie between 0 and the drive), else PF_EINVAL naming "r_wire".
+ * checked: every geff finite and >= 0 (a cell below 0 S counts as open, so
+ * all node voltages lie between 0 and the drive), else PF_EINVAL naming "r_wire".
  *
  * Returns PF_OK, PF_EINVAL (bad sizes/values, a singular network),
  * PF_ENONFINITE, PF_EOVERFLOW, PF_ENOMEM. */

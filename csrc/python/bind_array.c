@@ -586,7 +586,6 @@ static int dl_layout(PfArray *a, const DLTensor *t, const char *argname)
                      argname);
         return -1;
     }
-    a->ndim = t->ndim;
     a->data = (char *)t->data + t->byte_offset;
     if (!t->strides) {
         set_c_strides(a);
@@ -1216,11 +1215,12 @@ static PyObject *PfArray_to_torch(PfArray *a, PyObject *noargs)
     Py_DECREF(cap);
     Py_DECREF(tu);
     if (!r && PyErr_ExceptionMatches(PyExc_RuntimeError)) {
-        /* torch's own words name no argument (torch 1.13: "Unsupported kUInt bits 16") */
+        /* torch's own words name neither the call nor the dtype (torch 1.13: "Unsupported kUInt bits 16") */
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
-        PyErr_Format(PyExc_TypeError, "to_torch(): this torch has no tensor type for the Array's dtype %s (%S); "
-                     "read it through a.to_numpy() instead", pf_dtype_name(a->dtype), value ? value : Py_None);
+        PyErr_Format(PyExc_TypeError, "to_torch(): torch refused the Array of dtype %s (%S; torch 1.13 has no "
+                     "uint16 tensor); read it through a.to_numpy() instead", pf_dtype_name(a->dtype),
+                     value ? value : Py_None);
         Py_XDECREF(type);
         Py_XDECREF(value);
         Py_XDECREF(tb);

@@ -188,14 +188,6 @@ typedef struct {
     pf_cl_consts c;
     cl_mem x, xs, img, gmax, wl, wc, ws, sig, fp, dac, tab, ti, out;
     cl_mem sA, sRS, sB, sCS, sZ, sZW;
-    /* a paired packing's level flag: made in the call's set (mvm_pack_slot) and read back with
-     * its outputs, so the packing costs no synchronisation of its own; bp_content: SCR_BP's tag,
-     * recorded once the flag is known (mvm_once) */
-    pf_cl_set *set;
-    cl_int *bad;
-    cl_mem flag;
-    int bp_packed;
-    uint64_t bp_content[3];
 } mvm_call;
 
 /* The largest output buffer: CL_DEVICE_MAX_MEM_ALLOC_SIZE, or less when the
@@ -338,9 +330,8 @@ static int mvm_pair_shift(const pf_cl_device *dev, const pf_dpe_args *a, const p
 }
 
 /* B (m->sB): the weights' levels (or conductances) with read noise, in the tile kernel's
- * layout, m->pair_shift slices paired; a paired packing sets m->flag where it meets a level
- * above g_level-1 (unpaired: sZW stands in, never written). */
-static pf_status mvm_pack_b(pf_cl_device *dev, const mvm_call *m, size_t total)
+ * layout, m->pair_shift slices paired. *bad: a paired packing met a level above g_level-1. */
+static pf_status mvm_pack_b(pf_cl_device *dev, const mvm_call *m, size_t total, int *bad)
 {
     const pf_dpe_args *a = m->a;
     pf_status st = PF_OK;
@@ -354,21 +345,30 @@ static pf_status mvm_pack_b(pf_cl_device *dev, const mvm_call *m, size_t total)
     pf_cl_range rw = {2, {dev->b_panel ? rows : groups, dev->b_panel ? groups : rows}, {0, 0}, NULL, 0, 0};
     rw.cancel = a->cancel;
     rw.pieces = total / PF_CL_PIECE_ELEMS + 1;
-    return PF_CL_LAUNCH(dev, K_PACK_W, &rw, ARG_MEM(m->wl), ARG_MEM(m->wc), ARG_MEM(m->sig), ARG_MEM(m->sB),
+    cl_int flag = 0;
+    pf_cl_set fs; /* a paired packing's level flag, read back (unpaired: sZW stands in, never written) */
+    pf_cl_set_init(&fs, dev);
+    cl_mem mflag = m->sZW;
+    if (m->pair_shift) {
+        mflag = pf_cl_set_out(&fs, &flag, sizeof flag, "flag");
+        pf_cl_set_zero(&fs, mflag, sizeof flag, "flag");
+    }
+    PF_CL_SET_LAUNCH(&fs, K_PACK_W, &rw, ARG_MEM(m->wl), ARG_MEM(m->wc), ARG_MEM(m->sig), ARG_MEM(m->sB),
                      ARG_U64(m->K), ARG_U64(m->P), ARG_U64(m->Kp), ARG_U64(m->Pp), ARG_U64(m->n), ARG_U64(total),
                      ARG_I32(m->c.noise_w), ARG_I32(a->w_conductance != NULL), ARG_I32(a->read_sigma != NULL),
                      ARG_F32(QG), ARG_F32(lgs), ARG_U32(a->g_level - 1), ARG_MEM(m->sZW), ARG_I32(m->pair_shift),
-                     ARG_MEM(m->pair_shift ? m->flag : m->sZW));
+                     ARG_MEM(mflag));
+    st = m->pair_shift ? pf_cl_set_done(&fs) : pf_cl_set_close(&fs);
+    *bad = flag != 0;
+    return st;
 }
 
 /* The packed weights of this call in their scratch slot (SCR_BP paired, else SCR_B), packed
  * unless the slot's content tag says it holds them: resident weights without read noise or
  * programmed conductances are a function of the levels, n and the pairing alone. A paired
- * packing's level flag is read back with the call's outputs (mvm_once: a packing that met a
- * level above g_level-1 is marked unusable, bp_levels_ok, and the call runs again with one
- * slice per float); a slot tagged unusable gives one slice per float (m->pair_shift = 0) at
- * once. Two slots, so that calls alternating between noise-free and voltage-noise products
- * keep both packings. */
+ * packing that meets a level above g_level-1 is marked unusable (bp_levels_ok) and the call
+ * takes one slice per float (m->pair_shift = 0). Two slots, so that calls alternating
+ * between noise-free and voltage-noise products keep both packings. */
 static pf_status mvm_pack_slot(pf_cl_device *dev, mvm_call *m, size_t total)
 {
     const int slot = m->pair_shift ? SCR_BP : SCR_B;
@@ -382,20 +382,13 @@ static pf_status mvm_pack_slot(pf_cl_device *dev, mvm_call *m, size_t total)
     if (content[0] == 0 || memcmp(sc->content, content, sizeof content) != 0) {
         /* the padding's positions: the crossbar size n with the padded sizes */
         const uint64_t sig[4] = {m->sb * 0x100000000ull + m->n, m->Kp, m->Pp, m->K * 0x100000000ull + m->P};
+        int bad = 0;
         memset(sc->content, 0, sizeof sc->content); /* unknown until the packing succeeds */
-        if (m->pair_shift) {
-            m->flag = pf_cl_set_out(m->set, m->bad, sizeof *m->bad, "flag");
-            pf_cl_set_zero(m->set, m->flag, sizeof *m->bad, "flag");
-            if ((st = m->set->st) != PF_OK)
-                return st;
-        }
-        if ((st = pf_cl_scratch_zero(dev, slot, sig)) != PF_OK || (st = mvm_pack_b(dev, m, total)) != PF_OK)
+        if ((st = pf_cl_scratch_zero(dev, slot, sig)) != PF_OK || (st = mvm_pack_b(dev, m, total, &bad)) != PF_OK)
             return st;
-        if (!m->pair_shift)
-            memcpy(sc->content, content, sizeof content);
-        else /* tagged by mvm_once, once the flag is read */
-            memcpy(m->bp_content, content, sizeof content), m->bp_packed = 1;
-        return PF_OK;
+        memcpy(sc->content, content, sizeof content);
+        if (m->pair_shift)
+            dev->bp_levels_ok = !bad;
     }
     if (m->pair_shift && !dev->bp_levels_ok) {
         m->pair_shift = 0;
@@ -528,25 +521,6 @@ static pf_status mvm_run(pf_cl_device *dev, mvm_call *m)
     return st;
 }
 
-/* One run of the call: its buffers, the kernels, the outputs read back; then a paired packing's
- * level flag (read back with the outputs) tags SCR_BP and says whether it is usable. */
-static pf_status mvm_once(pf_cl_device *dev, mvm_call *m, const pf_cl_weights *w)
-{
-    cl_int bad = 0;
-    pf_cl_set s;
-    pf_cl_set_init(&s, dev);
-    m->set = &s, m->bad = &bad, m->flag = NULL, m->bp_packed = 0;
-    if (pf_cl_set_status(&s, mvm_buffers(dev, m, w, &s)) == PF_OK)
-        pf_cl_set_status(&s, mvm_run(dev, m));
-    const pf_status st = pf_cl_set_done(&s);
-    m->set = NULL, m->bad = NULL;
-    if (st == PF_OK && m->bp_packed) {
-        memcpy(dev->scratch[SCR_BP].content, m->bp_content, sizeof m->bp_content);
-        dev->bp_levels_ok = bad == 0;
-    }
-    return st;
-}
-
 pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_weights *w)
 {
     pf_status st = mvm_validate(a, w);
@@ -575,13 +549,11 @@ pf_status pf_cl_dpe_mvm(pf_cl_device *dev, const pf_dpe_args *a, const pf_cl_wei
         (st = consts_init(a, &m.c)) != PF_OK)
         return st;
     m.pair_shift = mvm_pair_shift(dev, a, &m.c);
-    st = mvm_once(dev, &m, w);
-    if (st == PF_OK && m.pair_shift && !dev->bp_levels_ok) {
-        /* this call's paired packing met a level above g_level-1: its sums may carry, so again
-         * with one slice per float (levels no programming makes: the rare case pays twice) */
-        m.pair_shift = 0;
-        st = mvm_once(dev, &m, w);
-    }
+    pf_cl_set s;
+    pf_cl_set_init(&s, dev);
+    if (pf_cl_set_status(&s, mvm_buffers(dev, &m, w, &s)) == PF_OK)
+        pf_cl_set_status(&s, mvm_run(dev, &m));
+    st = pf_cl_set_done(&s);
     if (st == PF_OK && m.pair_shift)
         dev->paired_calls++;
     consts_free(&m.c);

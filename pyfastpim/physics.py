@@ -57,10 +57,10 @@ def effective_conductance(G, wire_resistance):
     """Effective conductance matrix (float64, same shape) of one crossbar block.
 
     G: cell conductances in siemens, (rows, cols); wire_resistance: ohms per wire segment
-    (> 0, ``wire_resistance * max|G| <= IRDROP_MAX_GR``, else the solver's ValueError naming
+    (> 0, ``wire_resistance * max(G) <= IRDROP_MAX_GR``, else the solver's ValueError naming
     'wire_resistance'). Rows are driven at their left end, columns read by a virtual-ground ADC
     at their bottom end (docs/physics.md). Column currents are ``V @ G_eff`` for row voltages V.
-    A cell below 0 S conducts nothing (an open cell).
+    A cell below 0 S conducts nothing (an open cell), however negative: the bound counts it as 0 S.
     """
     G = _host(G, "G", "float64")
     with _renamed("g", "G"):  # the solver names its own parameter

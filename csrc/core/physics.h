@@ -16,7 +16,7 @@
  * new noise families added there do not collide with it. */
 #define PF_STREAM_DRIFT 64u
 #define PF_IRDROP_MAX_BLOCK (1 << 14) /* rows or columns of one crossbar block */
-/* Largest |g| * r_wire (a cell's conductance over a wire segment's): the solve's error grows
+/* Largest g * r_wire (a cell's conductance over a wire segment's): the solve's error grows
  * as ~1e-16 * g r relative to the block's largest G_eff (measured against 80-digit solves:
  * 1e-10 at 1e6, 1e-4 at 1e13; wrong-signed and NaN entries at 1e95), so 1e6 keeps it far
  * below float32 rounding. Physical crossbars have g r ~ 1e-4 to 1e-2. */
@@ -26,17 +26,18 @@
  *
  * g: cell conductances in siemens, n rows x m columns, element (i, j) at
  * g[i * ldg + j]; every g >= 0 is physical (a negative value, possible with
- * large write variation, is accepted: the network is then solved by banded
- * LU with pivoting instead of Cholesky). r_wire: resistance in ohms of one
+ * large write variation, is accepted as an open cell: the network conducts
+ * max(g, 0)). r_wire: resistance in ohms of one
  * wire segment, > 0. Network: row i is driven by an ideal source at its left
  * end, one segment before cell (i, 0) and one between adjacent cells; column j
  * is read by a virtual-ground ADC at its bottom end, one segment after cell
  * (n-1, j) and one between adjacent cells. The column current is then linear
  * in the row voltages: I_j = sum_i geff[i * ldo + j] * V_i.
- * Requires r_wire >= DBL_MIN (1 / r_wire finite) and |g| * r_wire <=
- * PF_IRDROP_MAX_GR for every cell (PF_EINVAL naming "r_wire"); the result is
- * checked: every geff finite and >= 0 (a cell below 0 S counts as open, so
- * all node voltages lie between 0 and the drive), else PF_EINVAL naming "r_wire".
+ * Requires r_wire >= DBL_MIN (1 / r_wire finite) and max(g, 0) * r_wire <=
+ * PF_IRDROP_MAX_GR for every cell (PF_EINVAL naming "r_wire"; an open cell
+ * passes, however negative its g); the result is checked: every geff finite
+ * and >= 0 (the network's cells are >= 0, so all node voltages lie between 0
+ * and the drive), else PF_EINVAL naming "r_wire".
  *
  * Returns PF_OK, PF_EINVAL (bad sizes/values, a singular network),
  * PF_ENONFINITE, PF_EOVERFLOW, PF_ENOMEM. */

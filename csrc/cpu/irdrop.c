@@ -334,7 +334,8 @@ out:
 }
 
 /* The one wire-resistance rule (docs/physics.md "Limits"): 1 / r_wire finite, and g_max * r_wire <=
- * PF_IRDROP_MAX_GR for the largest |conductance| g_max (0: r_wire alone). PF_EINVAL naming "r_wire". */
+ * PF_IRDROP_MAX_GR for the largest conductance g_max the network conducts (0: r_wire alone). PF_EINVAL
+ * naming "r_wire". */
 static pf_status check_wire(double r_wire, double g_max)
 {
     if (!(r_wire >= DBL_MIN) || !isfinite(r_wire))
@@ -346,7 +347,8 @@ static pf_status check_wire(double r_wire, double g_max)
     return PF_OK;
 }
 
-/* The inputs of one block: finite g with |g| r_wire <= PF_IRDROP_MAX_GR. */
+/* The inputs of one block: finite g with max(g, 0) r_wire <= PF_IRDROP_MAX_GR. The bound is on the
+ * conductance the network uses: a cell below 0 S is open (0 S), however negative. */
 static pf_status check_block(const double *g, int64_t n, int64_t m, int64_t ldg, double r_wire)
 {
     double gmax = 0.0;
@@ -355,7 +357,7 @@ static pf_status check_block(const double *g, int64_t n, int64_t m, int64_t ldg,
             const double v = g[i * ldg + j];
             if (!isfinite(v))
                 return pf_fail(PF_ENONFINITE, "g", "conductances must be finite and the network solvable");
-            gmax = fabs(v) > gmax ? fabs(v) : gmax;
+            gmax = v > gmax ? v : gmax;
         }
     return check_wire(r_wire, gmax);
 }

@@ -2,7 +2,7 @@
  *
  *   irdrop_block(g, r_wire, *, r_wire_name=None) -> geff
  *       g float64 (n, m) siemens; geff float64 (n, m): I_j = sum_i geff[i, j] V_i.
- *       |g| * r_wire <= IRDROP_MAX_GR (physics.h), else ValueError naming 'r_wire', or r_wire_name
+ *       max(g, 0) * r_wire <= IRDROP_MAX_GR (physics.h), else ValueError naming 'r_wire', or r_wire_name
  *       when given (the caller's own argument: pyfastpim.physics passes 'wire_resistance').
  *   irdrop_layer(g, r_wire, block_rows, block_cols, pad_g, *, r_wire_name=None) -> geff
  *       g float32 (S, K, P) programmed conductances; geff float32 (S, K, P).

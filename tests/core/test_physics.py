@@ -57,6 +57,30 @@ def test_negative_conductance_is_an_open_cell(shape, h):
     np.testing.assert_allclose(physics.column_currents(G, V, 5.0), ref, rtol=1e-9, atol=1e-12 * np.abs(ref).max())
 
 
+def test_wire_bound_counts_a_hugely_negative_cell_as_open():
+    # the network conducts max(G, 0), but the R * G bound took |G|: a cell at -1e4 S (open) tripped it at
+    # 1e3 ohm (|G| R = 1e7 > 1e6) though every conducting cell has G R <= 1e-2, and the solve raised
+    rng = np.random.default_rng(13)
+    r = 1e3
+    for shape in ((6, 9), (9, 6)):
+        G = random_block(rng, *shape)
+        G[2, 3] = -1e4
+        assert np.abs(G).max() * r > physics.IRDROP_MAX_GR >= np.maximum(G, 0).max() * r
+        V = rng.uniform(0, 0.2, (3, shape[0]))
+        ref = irdrop_currents(G, V, r)
+        np.testing.assert_allclose(physics.column_currents(G, V, r), ref, rtol=1e-9, atol=1e-12 * np.abs(ref).max())
+        geff = physics.effective_conductance(G, r)
+        np.testing.assert_array_equal(geff, physics.effective_conductance(np.maximum(G, 0.0), r))
+        # the programming path: the layer solve of 4 x 4 blocks, one of them holding the open cell
+        layer = _core.irdrop_layer(G[None].astype(np.float32), r, 4, 4, LGS)
+        want = _core.irdrop_layer(np.maximum(G, 0.0)[None].astype(np.float32), r, 4, 4, LGS)
+        np.testing.assert_array_equal(np.asarray(layer), np.asarray(want))
+    # a conducting cell beyond the bound still raises, however negative the others
+    G[0, 0] = 1e4
+    with pytest.raises(ValueError, match="argument 'wire_resistance'.*largest conductance G = 10000 S"):
+        physics.effective_conductance(G, r)
+
+
 def test_small_wire_resistance_tends_to_the_ideal_crossbar():
     rng = np.random.default_rng(6)
     G = random_block(rng, 16, 16)

@@ -2,7 +2,7 @@
 
 - ``irdrop_currents``: the resistive crossbar network solved densely by nodal analysis
   (an independent formulation: explicit node list, conductance stamps, Dirichlet nodes
-  eliminated), returning column currents for given row voltages.
+  eliminated), returning column currents for given row voltages; cells below 0 S are open.
 - ``philox4x32_10`` / ``pf_normal``: Philox4x32-10 and the engine's Box-Muller normals.
 - ``drift``: G(t) = G(t0) (t / t0)^(-nu), per-cell nu = max(0, nu_mean + nu_std z).
 """
@@ -10,8 +10,10 @@ import numpy as np
 
 
 def irdrop_currents(G, V, r_wire):
-    """Column currents (A) of block G (n, m) siemens under row voltages V (n,) or (k, n)."""
-    G = np.asarray(G, dtype=np.float64)
+    """Column currents (A) of block G (n, m) siemens under row voltages V (n,) or (k, n).
+
+    A cell below 0 S is an open cell (docs/physics.md): the network conducts ``max(G, 0)``."""
+    G = np.maximum(np.asarray(G, dtype=np.float64), 0.0)
     n, m = G.shape
     V = np.atleast_2d(np.asarray(V, dtype=np.float64))
     # unknown nodes: row nodes R[i, j], column nodes C[i, j]; fixed: driver i (V_i), ground (0)

@@ -63,8 +63,8 @@ def effective_conductance(G, wire_resistance):
     A cell below 0 S conducts nothing (an open cell), however negative: the bound counts it as 0 S.
     """
     G = _host(G, "G", "float64")
-    with _renamed("g", "G"):  # the solver names its own parameter
-        return np.asarray(_core.irdrop_block(G, wire_resistance, r_wire_name="wire_resistance"))
+    with _renamed("g", "G"), _renamed("r_wire", "wire_resistance"):  # the solver names its own parameters
+        return np.asarray(_core.irdrop_block(G, wire_resistance))
 
 
 def column_currents(G, V, wire_resistance):
@@ -180,7 +180,10 @@ def solve_physics(work):
     pr, pc = work["paral"]
 
     def ir(a):  # the solver checks wire_resistance against every block's cells (ValueError naming it)
-        return a if r == 0 else np.asarray(_core.irdrop_layer(a, r, pr, pc, LGS, r_wire_name="wire_resistance"))
+        if r == 0:
+            return a
+        with _renamed("r_wire", "wire_resistance"):  # the solver names its own parameter
+            return np.asarray(_core.irdrop_layer(a, r, pr, pc, LGS))
     geff = ir(g)
     if drift is not None and drift.compensation:
         q_g = (HGS - LGS) / (g_level - 1)

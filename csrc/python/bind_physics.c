@@ -1,10 +1,10 @@
 /* Python bindings of the device physics kernels (physics.h):
  *
- *   irdrop_block(g, r_wire, *, r_wire_name=None) -> geff
+ *   irdrop_block(g, r_wire) -> geff
  *       g float64 (n, m) siemens; geff float64 (n, m): I_j = sum_i geff[i, j] V_i.
- *       max(g, 0) * r_wire <= IRDROP_MAX_GR (physics.h), else ValueError naming 'r_wire', or r_wire_name
- *       when given (the caller's own argument: pyfastpim.physics passes 'wire_resistance').
- *   irdrop_layer(g, r_wire, block_rows, block_cols, pad_g, *, r_wire_name=None) -> geff
+ *       max(g, 0) * r_wire <= IRDROP_MAX_GR (physics.h), else ValueError naming 'r_wire' (pyfastpim.physics
+ *       renames it to its own 'wire_resistance' with pyfastpim.dpe._renamed).
+ *   irdrop_layer(g, r_wire, block_rows, block_cols, pad_g) -> geff
  *       g float32 (S, K, P) programmed conductances; geff float32 (S, K, P).
  *   drift(g, seed, t, t0, nu_mean, nu_std, return_nu=False) -> out or (out, nu)
  *       g float32 (any shape); out, nu float32 of the same shape.
@@ -26,35 +26,27 @@ static PfArray *output_like(PfArray *g, pf_dtype dt)
     return out;
 }
 
-/* The result of a physics kernel: out, or NULL with the core's error (naming the argument; the
- * core's "r_wire" as r_wire_name when not NULL). */
-static PyObject *physics_result(pf_status st, PfArray *out, const char *what, const char *r_wire_name)
+/* The result of a physics kernel: out, or NULL with the core's error (naming the argument). */
+static PyObject *physics_result(pf_status st, PfArray *out, const char *what)
 {
     if (st == PF_OK)
         return (PyObject *)out;
     Py_DECREF(out);
-    return pf_raise_status_as(st, what, "r_wire", r_wire_name);
-}
-
-/* The r_wire argument as a double, a TypeError naming it (r_wire_name, else 'r_wire') otherwise. */
-static int wire_arg(PyObject *obj, const char *r_wire_name, double *r_wire)
-{
-    return pf_as_double(obj, r_wire_name ? r_wire_name : "r_wire", r_wire);
+    return pf_raise_status(st, what);
 }
 
 static PyObject *py_irdrop_block(PyObject *self, PyObject *args, PyObject *kwds)
 {
     PF_UNUSED(self);
-    static char *kwlist[] = {"g", "r_wire", "r_wire_name", NULL};
-    static const char fmt[] = "OO|$z:irdrop_block";
+    static char *kwlist[] = {"g", "r_wire", NULL};
+    static const char fmt[] = "OO:irdrop_block";
     PyObject *g_obj, *r_obj;
-    const char *r_wire_name = NULL;
     double r_wire;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &g_obj, &r_obj, &r_wire_name)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &g_obj, &r_obj)) {
         pf_name_parse_error(args, kwds, fmt, kwlist);
         return NULL;
     }
-    if (wire_arg(r_obj, r_wire_name, &r_wire) < 0)
+    if (pf_as_double(r_obj, "r_wire", &r_wire) < 0)
         return NULL;
     PfArray *g = pf_array_from_object(g_obj, PF_DT_F64, 0, "g");
     if (!g)
@@ -73,23 +65,22 @@ static PyObject *py_irdrop_block(PyObject *self, PyObject *args, PyObject *kwds)
     st = pf_irdrop_block((const double *)g->data, n, m, m, r_wire, (double *)out->data, m);
     Py_END_ALLOW_THREADS
     Py_DECREF(g);
-    return physics_result(st, out, "irdrop_block", r_wire_name);
+    return physics_result(st, out, "irdrop_block");
 }
 
 static PyObject *py_irdrop_layer(PyObject *self, PyObject *args, PyObject *kwds)
 {
     PF_UNUSED(self);
-    static char *kwlist[] = {"g", "r_wire", "block_rows", "block_cols", "pad_g", "r_wire_name", NULL};
-    static const char fmt[] = "OOLLd|$z:irdrop_layer";
+    static char *kwlist[] = {"g", "r_wire", "block_rows", "block_cols", "pad_g", NULL};
+    static const char fmt[] = "OOLLd:irdrop_layer";
     PyObject *g_obj, *r_obj;
-    const char *r_wire_name = NULL;
     double r_wire, pad_g;
     long long br, bc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &g_obj, &r_obj, &br, &bc, &pad_g, &r_wire_name)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &g_obj, &r_obj, &br, &bc, &pad_g)) {
         pf_name_parse_error(args, kwds, fmt, kwlist);
         return NULL;
     }
-    if (wire_arg(r_obj, r_wire_name, &r_wire) < 0)
+    if (pf_as_double(r_obj, "r_wire", &r_wire) < 0)
         return NULL;
     PfArray *g = pf_array_from_object(g_obj, PF_DT_F32, 0, "g");
     if (!g)
@@ -112,7 +103,7 @@ static PyObject *py_irdrop_layer(PyObject *self, PyObject *args, PyObject *kwds)
         Py_END_ALLOW_THREADS
     } while (pf_sigint_end(&guard, st == PF_EINTR) > 0);
     Py_DECREF(g);
-    return physics_result(st, out, "irdrop_layer", r_wire_name);
+    return physics_result(st, out, "irdrop_layer");
 }
 
 static PyObject *py_drift(PyObject *self, PyObject *args, PyObject *kwds)
@@ -150,7 +141,7 @@ static PyObject *py_drift(PyObject *self, PyObject *args, PyObject *kwds)
     Py_DECREF(g);
     if (st != PF_OK)
         Py_XDECREF(nu);
-    PyObject *res = physics_result(st, out, "drift", NULL);
+    PyObject *res = physics_result(st, out, "drift");
     if (!res || !return_nu)
         return res;
     PyObject *pair = PyTuple_Pack(2, res, (PyObject *)nu);
@@ -161,11 +152,10 @@ static PyObject *py_drift(PyObject *self, PyObject *args, PyObject *kwds)
 
 static PyMethodDef physics_methods[] = {
     {"irdrop_block", (PyCFunction)(void (*)(void))py_irdrop_block, METH_VARARGS | METH_KEYWORDS,
-     "irdrop_block(g, r_wire, *, r_wire_name=None)\n--\n\nEffective conductance (float64) of one crossbar block with "
-     "wire resistance. Errors about r_wire name r_wire_name when given (the caller's argument)."},
+     "irdrop_block(g, r_wire)\n--\n\nEffective conductance (float64) of one crossbar block with wire resistance."},
     {"irdrop_layer", (PyCFunction)(void (*)(void))py_irdrop_layer, METH_VARARGS | METH_KEYWORDS,
-     "irdrop_layer(g, r_wire, block_rows, block_cols, pad_g, *, r_wire_name=None)\n--\n\nEffective conductances "
-     "of every block of a programmed layer (S, K, P), float32. Errors about r_wire name r_wire_name when given."},
+     "irdrop_layer(g, r_wire, block_rows, block_cols, pad_g)\n--\n\nEffective conductances of every block of a "
+     "programmed layer (S, K, P), float32."},
     {"drift", (PyCFunction)(void (*)(void))py_drift, METH_VARARGS | METH_KEYWORDS,
      "drift(g, seed, t, t0, nu_mean, nu_std, return_nu=False)\n--\n\nConductances after drift to time t."},
     {NULL, NULL, 0, NULL},

@@ -39,8 +39,5 @@ static inline const char *pf_fmt_double(char *buf, size_t size, double v)
 PyObject *pf_raise_status(pf_status st, const char *what);
 PyObject *pf_raise_status_text(pf_status st, const char *what, const char *text);
 PyObject *pf_raise_last_error(const char *what);
-/* pf_raise_status, the record's argument core_arg named `name` instead (the caller's own argument,
- * e.g. the Python API's 'wire_resistance' for the core's "r_wire"); name NULL: as pf_raise_status. */
-PyObject *pf_raise_status_as(pf_status st, const char *what, const char *core_arg, const char *name);
 
 #endif

@@ -6,8 +6,6 @@
  *   PF_EINTR                               -> the pending exception (a signal handler's), else KeyboardInterrupt
  * The message names the argument recorded by pf_fail ("argument 'g_level': must be ..."); without a
  * record for this status it names the operation and, when given, the backend's own text. */
-#include <string.h>
-
 #include "python/bindings.h"
 #include "core/pf_common.h"
 
@@ -63,14 +61,3 @@ PyObject *pf_raise_status_text(pf_status st, const char *what, const char *text)
 PyObject *pf_raise_status(pf_status st, const char *what) { return pf_raise_status_text(st, what, NULL); }
 
 PyObject *pf_raise_last_error(const char *what) { return pf_raise_status_text(PF_OK, what, NULL); }
-
-PyObject *pf_raise_status_as(pf_status st, const char *what, const char *core_arg, const char *name)
-{
-    const pf_error *rec = pf_last_error();
-    if (name && rec->status == st && strcmp(rec->arg, core_arg) == 0) {
-        char message[sizeof rec->message];
-        memcpy(message, rec->message, sizeof message); /* pf_fail rewrites the record it reads */
-        pf_fail(st, name, "%s", message);
-    }
-    return pf_raise_status_text(st, what, NULL);
-}

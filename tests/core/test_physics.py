@@ -159,17 +159,24 @@ def test_engine_refuses_cells_beyond_the_solver_range_naming_wire_resistance():
 
 
 def test_the_solver_names_the_callers_argument():
-    # the bound lives in the core alone: its error names the caller's argument when told it (before,
-    # pyfastpim.physics repeated the check in Python only to name 'wire_resistance' instead of 'r_wire')
+    # the bound lives in the core alone: its error names the caller's argument (before, pyfastpim.physics
+    # repeated the check in Python only to name 'wire_resistance' instead of 'r_wire'); the core binding
+    # names its own 'r_wire', pyfastpim renames it for effective_conductance and the programming solve
     G = random_block(np.random.default_rng(10), 8, 8)
+    x, w = engine_case(np.random.default_rng(10))
     for bad, kind, words in ((1e12, ValueError, "1e\\+12 ohm .* above 1e\\+06"), (0.0, ValueError, "must be >= 2.2"),
                              ("1", TypeError, "expected a real number")):
         with pytest.raises(kind, match="^argument 'wire_resistance': " + words):
-            _core.irdrop_block(G, bad, r_wire_name="wire_resistance")
+            physics.effective_conductance(G, bad)
+        # the layer solve of programmed weights (0 ohm is no IR drop there: a subnormal breaks the same rule)
+        eng = DPETensor(**NOISE_OFF)
+        eng.wire_resistance = 1e-320 if bad == 0.0 else bad
         with pytest.raises(kind, match="^argument 'wire_resistance': "):
-            _core.irdrop_layer(G[None].astype(np.float32), bad, 4, 4, LGS, r_wire_name="wire_resistance")
-        with pytest.raises(kind, match="^argument 'r_wire': "):
+            sliced_pair(eng, x, w)
+        with pytest.raises(kind, match="^argument 'r_wire': " + words):
             _core.irdrop_block(G, bad)
+        with pytest.raises(kind, match="^argument 'r_wire': "):
+            _core.irdrop_layer(G[None].astype(np.float32), bad, 4, 4, LGS)
 
 
 def test_a_bool_wire_resistance_is_refused():
@@ -186,8 +193,15 @@ def test_a_bool_wire_resistance_is_refused():
 
 def test_layer_error_names_the_first_failing_block_at_any_thread_count():
     import pyfastpim
-    g = np.full((2, 12, 12), HGS, np.float32)
-    g[1, 5, 9] = g[1, 9, 1] = 1.0  # r * G = 1e8: blocks (1, 2) and (2, 0) of slice 1 (4 x 4 blocks)
+    eng = DPETensor(HGS=HGS, LGS=LGS, wire_resistance=1e8, **NOISE_OFF)  # r * HGS = 1e3: programmable
+    rng = np.random.default_rng(14)
+    ws = SlicedData((1, 1, 2, 2), is_weight=True, paral_size=(4, 4), quant_gran=(4, 4))
+    ws.slice_data_imp(eng, rng.standard_normal((12, 12)).astype(np.float32))
+    xs = SlicedData((1, 1, 2, 2), is_weight=False, paral_size=(1, 4), quant_gran=(1, 4))
+    xs.slice_data_imp(eng, rng.standard_normal((3, 12)).astype(np.float32))
+    G = np.array(ws.G)  # (K / 4, P / 4, slices, 4, 4)
+    G[1, 2, 1, 1, 1] = G[2, 0, 1, 1, 1] = 1.0  # r * G = 1e8: blocks (1, 2) and (2, 0) of slice 1
+    ws.G = G
     old = pyfastpim.get_num_threads()
     try:
         for threads in (1, 2, 3):
@@ -195,9 +209,13 @@ def test_layer_error_names_the_first_failing_block_at_any_thread_count():
             with pytest.raises(ValueError, match=re.escape("argument 'wire_resistance': slice 1, block (1, 2) of "
                                                            "the programmed cells: 1e+08 ohm times the largest "
                                                            "conductance G = 1 S")):
-                _core.irdrop_layer(g, 1e8, 4, 4, LGS, r_wire_name="wire_resistance")
+                eng(xs, ws)
     finally:
         pyfastpim.set_num_threads(old)
+    g = np.full((2, 12, 12), HGS, np.float32)  # the core binding itself names its own argument
+    g[1, 5, 9] = g[1, 9, 1] = 1.0
+    with pytest.raises(ValueError, match=re.escape("argument 'r_wire': slice 1, block (1, 2) of the programmed")):
+        _core.irdrop_layer(g, 1e8, 4, 4, LGS)
 
 
 def test_the_programming_solve_makes_no_full_layer_temporary():

@@ -163,13 +163,21 @@ def _slicing_args(prefix, slice_method, paral_size, quant_gran, bw_e):
     'weight': weight_*) where SlicedData would name its own (slice_method, paral_size, quant_gran).
     paral_size must be a pair, as SlicedData's (an int is refused: TypeError). Returns (paral_size,
     quant_gran), both checked: the pair, and a pair or granularity name (None: paral_size)."""
-    from .sliced import _bw_e, _check_sizes, _pair as _sizes, _quant_gran, _widths
+    from .sliced import _bw_e, _pair as _sizes, _widths
     _widths(slice_method, prefix + "_slice")
     _bw_e(bw_e)
     paral = _sizes(paral_size, prefix + "_paral_size")
+    return paral, _granule_arg(prefix, paral, quant_gran)
+
+
+def _granule_arg(prefix, paral, quant_gran, crossbar_rows=None):
+    """``prefix``_quant_gran checked against the checked pair ``paral`` (``prefix``_paral_size: sizes rounded
+    up to whole blocks within int64, and, where ``crossbar_rows`` is given, the crossbar height
+    paral[crossbar_rows] within int32). Returns the granule: a pair or a granularity name (None: paral)."""
+    from .sliced import _check_sizes, _quant_gran
     gran = paral if quant_gran is None else _quant_gran(quant_gran, prefix + "_quant_gran")
-    _check_sizes(paral, gran, prefix + "_paral_size", prefix + "_quant_gran")
-    return paral, gran
+    _check_sizes(paral, gran, prefix + "_paral_size", prefix + "_quant_gran", crossbar_rows)
+    return gran
 
 
 def _check_crossbar_rows(input_paral_size, rows, args="argument 'input_paral_size'",
@@ -592,14 +600,15 @@ class DPETensor:
         xq, the dequantized input (for straight-through gradients), only when ``return_dequant``.
         Large batches are sliced and multiplied a chunk at a time (see ``_sliced_product``).
         """
-        return self._linear(x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e, return_dequant, True)
+        return self._linear(x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e, return_dequant, False)
 
-    def _linear(self, x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e, return_dequant,
-                check_sums):
-        """forward_linear; ``check_sums`` False when the caller (dpe_matmul) checked the exact sums,
-        naming its own arguments, before slicing the weights."""
+    def _linear(self, x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e, return_dequant, checked):
+        """forward_linear; ``checked`` when the caller (dpe_matmul, _matmul_args) checked the arguments
+        other than x, naming its own, before slicing the weights: input_paral_size is then the checked pair
+        and w_sliced the caller's own programmed weights."""
         from .sliced import _operand
-        paral = self._check_linear_args(w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e, check_sums)
+        paral = input_paral_size if checked else \
+            self._check_linear_args(w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e)
         x = _operand(x, "x")  # an exporter without .shape or slicing: a NumPy view
         shape = tuple(x.shape)
         if len(shape) in (2, 3) and 0 in shape:
@@ -607,10 +616,10 @@ class DPETensor:
         return self._sliced_product(x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e,
                                     return_dequant)
 
-    def _check_linear_args(self, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e, check_sums):
+    def _check_linear_args(self, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e):
         """forward_linear's checks of its arguments other than x, the errors naming them (w_sliced,
         input_slice, input_paral_size, input_quant_gran, bw_e); empty and non-empty batches alike.
-        The exact sums only when ``check_sums``. Returns input_paral_size as a pair."""
+        Returns input_paral_size as a pair."""
         from .sliced import SlicedData
         if not isinstance(w_sliced, SlicedData):
             raise TypeError("argument 'w_sliced': expected programmed weights (SlicedData(..., is_weight=True)), "
@@ -619,8 +628,7 @@ class DPETensor:
             raise ValueError("argument 'w_sliced': the weights are not sliced yet (call slice_data_imp)")
         if not w_sliced.is_weight:
             raise ValueError("argument 'w_sliced': expected weights (SlicedData(..., is_weight=True))")
-        if check_sums:
-            self._check_exact_sums(w_sliced.paral_size[0], _ROWS_LAYER)
+        self._check_exact_sums(w_sliced.paral_size[0], _ROWS_LAYER)
         paral = _slicing_args("input", input_slice, input_paral_size, input_quant_gran, bw_e)[0]
         _check_crossbar_rows(paral, w_sliced.paral_size[0])
         return paral
@@ -736,25 +744,24 @@ def dpe_matmul(x, w, engine, input_slice=(1, 1, 2, 2), weight_slice=(1, 1, 2, 2)
                                         input_quant_gran, weight_quant_gran, bw_e)
     _slice_as(ws, engine, w, "w")
     # forward_linear: an empty batch gives an empty product after the same checks (docs/semantics.md section 7)
-    return engine._linear(x, ws, input_slice, input_paral_size, input_quant_gran, bw_e, False, False)[0]
+    return engine._linear(x, ws, input_slice, input_paral_size, input_quant_gran, bw_e, False, True)[0]
 
 
 def _matmul_args(engine, input_slice, weight_slice, input_paral_size, weight_paral_size, input_quant_gran,
                  weight_quant_gran, bw_e):
-    """dpe_matmul's argument checks, before any data is read: (input_paral_size as a pair, the
-    weights' SlicedData, not sliced yet)."""
-    from .sliced import SlicedData, _check_sizes, _pair as _sizes, _quant_gran
+    """dpe_matmul's argument checks, each once, before any data is read, the errors naming dpe_matmul's
+    arguments (not SlicedData's): (input_paral_size as a pair, the weights' SlicedData, not sliced yet)."""
+    from .sliced import SlicedData, _bw_e, _pair as _sizes, _widths
     if not isinstance(engine, DPETensor):
         raise TypeError("argument 'engine': expected a pyfastpim.DPETensor, got %s" % type(engine).__name__)
     input_paral_size = _sizes(input_paral_size, "input_paral_size")  # pairs, as SlicedData's (an int: TypeError)
     weight_paral_size = _sizes(weight_paral_size, "weight_paral_size")
-    _check_sizes(input_paral_size, _quant_gran(input_quant_gran, "input_quant_gran"), "input_paral_size",
-                 "input_quant_gran", 1)
-    _check_sizes(weight_paral_size, _quant_gran(weight_quant_gran, "weight_quant_gran"), "weight_paral_size",
-                 "weight_quant_gran", 0)
+    _granule_arg("input", input_paral_size, input_quant_gran, 1)
+    _granule_arg("weight", weight_paral_size, weight_quant_gran, 0)
     engine._check_exact_sums(weight_paral_size[0], _ROWS_LAYER)
-    _slicing_args("weight", weight_slice, weight_paral_size, weight_quant_gran, bw_e)  # errors naming dpe_matmul's
-    _slicing_args("input", input_slice, input_paral_size, input_quant_gran, bw_e)      # arguments, not SlicedData's
+    _widths(weight_slice, "weight_slice")
+    _bw_e(bw_e)
+    _widths(input_slice, "input_slice")
     _check_crossbar_rows(input_paral_size, weight_paral_size[0], "arguments 'input_paral_size', 'weight_paral_size'",
                          "weight_paral_size[0]")
     ws = SlicedData(weight_slice, bw_e=bw_e, is_weight=True, paral_size=weight_paral_size,

@@ -582,3 +582,32 @@ def test_read_variation_bounds_name_the_level():
         pyfastpim.DPETensor(g_level=2, read_variation={0: 0.1, 1: float("inf")})
     with pytest.raises(TypeError, match=r"^argument 'read_variation\[0\]'"):
         pyfastpim.DPETensor(g_level=2, read_variation={0: "0.1", 1: 0.1})
+
+
+def test_dpe_matmul_checks_each_slicing_argument_once(monkeypatch):
+    # dpe_matmul's argument checks (_matmul_args) parsed the paral sizes and granules, checked their int64 /
+    # crossbar-height limits, then checked every slicing argument again through _slicing_args, and the
+    # input's a third time in forward_linear's body: now each is parsed and checked once (the errors and
+    # their order unchanged), on the checks-only path of callers that skip a product too
+    from pyfastpim import dpe, sliced
+    calls = []
+
+    def counting(fn, name_at):
+        def wrapper(*args, **kw):
+            calls.append((fn.__name__, args[name_at] if len(args) > name_at else None))
+            return fn(*args, **kw)
+        return wrapper
+    for fn, name_at in ((sliced._pair, 1), (sliced._quant_gran, 1), (sliced._widths, 1), (sliced._check_sizes, 2)):
+        monkeypatch.setattr(sliced, fn.__name__, counting(fn, name_at))
+    eng = pyfastpim.DPETensor(write_variation=0.0, read_variation=0.0, vnoise=0.0)
+    w = np.ones((32, 8), np.float32)
+    for call in (lambda: pyfastpim.dpe_matmul(np.ones((3, 32), np.float32), w, eng),
+                 lambda: pyfastpim.dpe_matmul(np.ones((0, 32), np.float32), w, eng),
+                 lambda: dpe._check_matmul_args(eng)):
+        calls.clear()
+        call()
+        for prefix in ("input", "weight"):
+            assert calls.count(("_pair", prefix + "_paral_size")) == 1, calls
+            assert calls.count(("_quant_gran", prefix + "_quant_gran")) == 1, calls
+            assert calls.count(("_check_sizes", prefix + "_paral_size")) == 1, calls
+            assert calls.count(("_widths", prefix + "_slice")) == 1, calls

@@ -579,7 +579,7 @@ static int dl_layout(PfArray *a, const DLTensor *t, const char *argname)
         empty |= t->shape[i] == 0;
     }
     a->ndim = t->ndim;
-    if (check_shape(a, argname) < 0) /* before its strides are scaled to bytes */
+    if (check_shape(a, argname) < 0) /* before its strides are scaled to bytes (check_extent relies on it) */
         return -1;
     if (!t->data && !empty) {
         PyErr_Format(PyExc_ValueError, "argument '%s': the DLPack tensor has elements but a NULL data pointer",
@@ -824,10 +824,12 @@ static PfArray *view_any(PyObject *obj, int writable, const char *argname)
 
 /* The exporter's shape and strides must describe a byte range whose size and every offset fit in
  * Py_ssize_t (an exporter can claim anything: a lying __array_interface__ with strides of 2**62
- * would otherwise send the copy loops far outside the buffer). Returns 0 or -1 with ValueError. */
+ * would otherwise send the copy loops far outside the buffer). The shape first (check_shape), except
+ * for a DLPack import, whose shape dl_layout checked before scaling its strides to bytes. Returns 0 or
+ * -1 with ValueError. */
 static int check_extent(const PfArray *a, const char *argname)
 {
-    if (check_shape(a, argname) < 0)
+    if (!a->dl && !a->dlv && check_shape(a, argname) < 0)
         return -1;
     Py_ssize_t span = (Py_ssize_t)pf_dtype_size(a->dtype), n = 1;
     for (int i = 0; i < a->ndim; i++) {

@@ -23,6 +23,7 @@ Matrices replaced by a setter are dropped only after the guard is released.
 Both types can be copied (``copy.deepcopy``) and pickled: the matrices, rates and strength
 travel; an OpenCL device is re-opened by its device string on load.
 """
+import numbers
 import os
 import threading
 import weakref
@@ -60,14 +61,10 @@ _PARAM_MAX = float(np.finfo(np.float32).max)
 
 def _finite(v, name):
     """A context parameter (strength, update_rate) as a float, finite also in float32; bool is not a number."""
-    if isinstance(v, (str, bytes, bytearray, bool)):
-        raise TypeError("argument '%s': expected a real number, got %s" % (name, type(v).__name__))
-    try:
-        d = float(v)
-    except OverflowError:  # an int beyond float64
-        d = float("inf")
-    except (TypeError, ValueError):
-        raise TypeError("argument '%s': expected a real number, got %s" % (name, type(v).__name__)) from None
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool) and abs(int(v)) > _PARAM_MAX:
+        d = float("inf")  # an int beyond float32 (or float64)
+    else:
+        d = _core.check_number(v, name)  # the type rule of every entry point (csrc/python/convert.c)
     if not abs(d) <= _PARAM_MAX:  # NaN, inf, or inf once rounded to float32
         got = repr(v)
         raise ValueError("argument '%s': must be finite (|value| <= %.7g, float32's range), got %s"
@@ -154,8 +151,8 @@ class _ContextCore:
         r = _finite(update_rate, "update_rate")
         s = _finite(strength, "strength")
         if embed_dim is not None:
-            if isinstance(embed_dim, bool) or not isinstance(embed_dim, int):
-                raise TypeError("argument 'embed_dim': expected an int or None, got %s" % type(embed_dim).__name__)
+            # None or an int (a NumPy integer too; not a bool): the type rule of every entry point
+            embed_dim = _core.check_number(embed_dim, "embed_dim", True)
             if embed_dim < 1:
                 raise ValueError("argument 'embed_dim': must be >= 1 or None, got %d" % embed_dim)
         guard = self.__dict__.get("_guard")

@@ -67,15 +67,14 @@ def _sigma(value, name, read=False):
 
 
 def _number(value, name, minimum=None, integer=False):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError("argument '%s': expected %s, got %r" % (name, "an int" if integer else "a number", value))
-    if integer and not isinstance(value, numbers.Integral):
-        raise TypeError("argument '%s': expected an int, got %r" % (name, value))
+    # the type rule of every entry point's scalars (_core.check_number, csrc/python/convert.c): a real
+    # number (an int with ``integer``), not a bool, a str or a container; TypeError naming ``name``
+    value = _core.check_number(value, name, integer)
     if not math.isfinite(value):
         raise ValueError("argument '%s': must be finite, got %r" % (name, value))
     if minimum is not None and value < minimum:
         raise ValueError("argument '%s': must be >= %s, got %r" % (name, minimum, value))
-    return int(value) if integer else float(value)
+    return value
 
 
 def _read_variation_dict(value, g_level):
@@ -85,9 +84,11 @@ def _read_variation_dict(value, g_level):
             raise ValueError("argument 'read_variation': a dict needs the keys 0..%d (one sigma per level), got %r"
                              % (g_level - 1, sorted(value.keys())))
         return {int(k): _sigma(v, "read_variation[%d]" % k, True) for k, v in value.items()}
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        sigma = _sigma(value, "read_variation", True)
+    try:  # one sigma: the type rule of every entry point (_core.check_number: a 0-d array too, not a bool)
+        sigma = _sigma(_core.check_number(value, "read_variation"), "read_variation", True)
         return {i: sigma for i in range(g_level)}
+    except TypeError:
+        pass
     raise ValueError("argument 'read_variation': expected a number (one sigma for every level; 0 for no read "
                      "noise) or a dict {level: sigma} for levels 0..%d, got %r" % (g_level - 1, value))
 

@@ -29,11 +29,10 @@ IRDROP_MAX_GR = _core.IRDROP_MAX_GR
 def _finite(value, name):
     """A finite real number as a float: TypeError naming ``name`` for anything else (a bool is a flag, a
     str is no quantity), ValueError for NaN / inf."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError("argument '%s': expected a real number, got %s" % (name, type(value).__name__))
+    value = _core.check_number(value, name)  # the type rule of every entry point (csrc/python/convert.c)
     if not math.isfinite(value):
         raise ValueError("argument '%s': expected a finite number, got %r" % (name, value))
-    return float(value)
+    return value
 
 
 def _positive(value, name):
@@ -75,7 +74,8 @@ def column_currents(G, V, wire_resistance):
     if V.ndim not in (1, 2) or V.shape[-1] != G.shape[0]:
         raise ValueError("argument 'V': expected (rows,) or (k, rows) row voltages for a block of %d rows, got "
                          "shape %r" % (G.shape[0], V.shape))
-    if wire_resistance == 0 and not isinstance(wire_resistance, bool):  # no wires; False is no resistance
+    # no wires; a bool (Python's or NumPy's) is no resistance: the type rule of every entry point first
+    if _core.check_number(wire_resistance, "wire_resistance") == 0:
         return V @ G
     return V @ effective_conductance(G, wire_resistance)
 

@@ -257,8 +257,9 @@ def program_weights(codes, slice_method, g_level, HGS=1e-5, LGS=1e-7, write_vari
     if codes.ndim != 3:
         raise ValueError("argument 'codes': expected (slices, rows, cols), got shape %r" % (codes.shape,))
     levels = np.asarray(_core.program_levels(codes, widths, g_level))
-    g = np.asarray(_core.program_conductance(levels, g_level, float(HGS), float(LGS), float(write_variation),
-                                             float(rate_stuck_HGS), float(rate_stuck_LGS), seed))
+    # the scalars as the core reads them (csrc/python/convert.c): float() took True as 1 S and named nothing
+    g = np.asarray(_core.program_conductance(levels, g_level, HGS, LGS, write_variation, rate_stuck_HGS,
+                                             rate_stuck_LGS, seed))
     return levels, g
 
 

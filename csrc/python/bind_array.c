@@ -305,42 +305,66 @@ static int64_t load_i(const char *p, pf_dtype dt)
     }
 }
 
-static void store(char *p, pf_dtype dt, const char *src, pf_dtype sdt)
+/* Whether the integer v is a value of the integer dtype dt. */
+static int int_fits(int64_t v, pf_dtype dt)
+{
+    switch (dt) {
+    case PF_DT_U8: return v >= 0 && v <= UINT8_MAX;
+    case PF_DT_I8: return v >= INT8_MIN && v <= INT8_MAX;
+    case PF_DT_I16: return v >= INT16_MIN && v <= INT16_MAX;
+    case PF_DT_U16: return v >= 0 && v <= UINT16_MAX;
+    case PF_DT_I32: return v >= INT32_MIN && v <= INT32_MAX;
+    default: return 1;
+    }
+}
+
+/* One element converted into dt: 0, or -1 (nothing stored, *bad the value) for an integer that dt
+ * cannot hold. Integer conversions are exact (codes, levels: a wrapped 256 would read as code 0). */
+static int store(char *p, pf_dtype dt, const char *src, pf_dtype sdt, int64_t *bad)
 {
     if (dtype_is_float(dt)) {
         double v = dtype_is_float(sdt) ? load_f(src, sdt) : (double)load_i(src, sdt);
         if (dt == PF_DT_F32) { float f = (float)v; memcpy(p, &f, 4); }
         else memcpy(p, &v, 8);
-        return;
+        return 0;
     }
-    /* integer target from integer source: two's complement wrap, as numpy's
-     * astype(casting='unsafe') does */
-    uint64_t u = (uint64_t)load_i(src, sdt);
+    int64_t v = load_i(src, sdt);
+    if (!int_fits(v, dt)) {
+        *bad = v;
+        return -1;
+    }
     switch (dt) {
-    case PF_DT_U8: *(uint8_t *)p = (uint8_t)u; break;
-    case PF_DT_I8: *(int8_t *)p = (int8_t)(uint8_t)u; break;
-    case PF_DT_I16: case PF_DT_U16: { uint16_t v = (uint16_t)u; memcpy(p, &v, 2); break; }
-    case PF_DT_I32: { uint32_t v = (uint32_t)u; memcpy(p, &v, 4); break; }
-    case PF_DT_I64: memcpy(p, &u, 8); break;
+    case PF_DT_U8: *(uint8_t *)p = (uint8_t)v; break;
+    case PF_DT_I8: *(int8_t *)p = (int8_t)v; break;
+    case PF_DT_I16: { int16_t w = (int16_t)v; memcpy(p, &w, 2); break; }
+    case PF_DT_U16: { uint16_t w = (uint16_t)v; memcpy(p, &w, 2); break; }
+    case PF_DT_I32: { int32_t w = (int32_t)v; memcpy(p, &w, 4); break; }
+    case PF_DT_I64: memcpy(p, &v, 8); break;
     default: break;
     }
+    return 0;
 }
 
-/* Copies the strided source into the C-contiguous destination, converting. */
-static void copy_strided(char *dst, pf_dtype ddt, const PfArray *src)
+/* Copies the strided source into the C-contiguous destination, converting: 0, or -1 with a ValueError
+ * naming argname for an integer the destination dtype cannot hold. */
+static int copy_strided(char *dst, pf_dtype ddt, const PfArray *src, const char *argname)
 {
     size_t n = pf_array_size(src);
     if (n == 0)
-        return;
+        return 0;
     size_t isz = pf_dtype_size(ddt);
     Py_ssize_t idx[PF_MAXDIM] = {0};
     const char *p = src->data;
     int same = ddt == src->dtype;
+    int64_t bad;
     for (size_t k = 0; k < n; k++) {
         if (same)
             memcpy(dst + k * isz, p, isz);
-        else
-            store(dst + k * isz, ddt, p, src->dtype);
+        else if (store(dst + k * isz, ddt, p, src->dtype, &bad) < 0) {
+            PyErr_Format(PyExc_ValueError, "argument '%s': value %lld (element %zu) does not fit %s; integer "
+                         "conversions are exact, not wrapped", argname, (long long)bad, k, pf_dtype_name(ddt));
+            return -1;
+        }
         for (int d = src->ndim - 1; d >= 0; d--) {
             if (++idx[d] < src->shape[d]) {
                 p += src->strides[d];
@@ -350,6 +374,7 @@ static void copy_strided(char *dst, pf_dtype ddt, const PfArray *src)
             idx[d] = 0;
         }
     }
+    return 0;
 }
 
 /* ---- importing ---- */
@@ -888,9 +913,13 @@ PfArray *pf_array_from_object(PyObject *obj, pf_dtype dt, int writable, const ch
         Py_DECREF(v);
         return NULL;
     }
-    copy_strided(c->data, target, v);
-    pf_record_copy(need_convert ? PF_COPY_CONVERT : PF_COPY_HOST, pf_array_nbytes(c));
+    int rc = copy_strided(c->data, target, v, argname);
     Py_DECREF(v);
+    if (rc < 0) {
+        Py_DECREF(c);
+        return NULL;
+    }
+    pf_record_copy(need_convert ? PF_COPY_CONVERT : PF_COPY_HOST, pf_array_nbytes(c));
     return c;
 }
 
@@ -1090,7 +1119,7 @@ static PyObject *PfArray_dlpack(PfArray *a, PyObject *args, PyObject *kwds)
         src = pf_array_new(a->dtype, a->ndim, a->shape);
         if (!src)
             return NULL;
-        copy_strided(src->data, src->dtype, a);
+        (void)copy_strided(src->data, src->dtype, a, "self"); /* same dtype: cannot fail */
         pf_record_copy(PF_COPY_HOST, pf_array_nbytes(src));
     } else {
         Py_INCREF(src);

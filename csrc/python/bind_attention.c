@@ -298,16 +298,19 @@ static PyObject *py_update(PyObject *self, PyObject *args, PyObject *kwds)
     PF_UNUSED(self);
     PyObject *wso, *ret = NULL;
     PfArray *o, *x, *y;
-    Py_ssize_t t, d;
-    double rate;
+    pf_int_arg ta = {.name = "t", .min = 0, .max = PY_SSIZE_T_MAX}, da = {.name = "d", .min = 0, .max = PY_SSIZE_T_MAX};
+    pf_real_arg ra = {"rate"};
     int step, st;
     pf_device dv;
     ws_use u;
     if (attn_device(kwds, "_attn_update", &dv) < 0)
         return NULL;
-    if (!PyArg_ParseTuple(args, "OO!O!O!nndp:_attn_update", &wso, &PfArray_Type, &o, &PfArray_Type, &x,
-                          &PfArray_Type, &y, &t, &d, &rate, &step) ||
-        ws_check(wso) < 0 || update_check(o, x, y, t, d, rate, step) < 0)
+    if (!PyArg_ParseTuple(args, "OO!O!O!O&O&O&p:_attn_update", &wso, &PfArray_Type, &o, &PfArray_Type, &x,
+                          &PfArray_Type, &y, pf_conv_int, &ta, pf_conv_int, &da, pf_conv_real, &ra, &step))
+        goto done;
+    const Py_ssize_t t = (Py_ssize_t)ta.value, d = (Py_ssize_t)da.value;
+    const double rate = ra.value;
+    if (ws_check(wso) < 0 || update_check(o, x, y, t, d, rate, step) < 0)
         goto done;
     if (step && !dv.be->attn_update_step) {
         PyErr_Format(PyExc_NotImplementedError, "argument 'device': the %s backend has no step update "
@@ -337,17 +340,18 @@ static PyObject *py_apply(PyObject *self, PyObject *args, PyObject *kwds)
     PF_UNUSED(self);
     PyObject *wso, *ret = NULL;
     PfArray *out, *x, *m;
-    double s;
+    pf_real_arg sa = {"strength"};
     const char *xname;
     int st;
     pf_device dv;
     ws_use u;
     if (attn_device(kwds, "_attn_apply", &dv) < 0)
         return NULL;
-    if (!PyArg_ParseTuple(args, "OO!O!O!ds:_attn_apply", &wso, &PfArray_Type, &out, &PfArray_Type, &x,
-                          &PfArray_Type, &m, &s, &xname) ||
+    if (!PyArg_ParseTuple(args, "OO!O!O!O&s:_attn_apply", &wso, &PfArray_Type, &out, &PfArray_Type, &x,
+                          &PfArray_Type, &m, pf_conv_real, &sa, &xname) ||
         ws_check(wso) < 0)
         goto done;
+    const double s = sa.value;
     Py_ssize_t d = square(m, "incoming", 0);
     Py_ssize_t t = d < 0 || f32(x, xname, 0) < 0 ? -1 : rows_of(x, d, xname);
     if (t < 0 || f32(out, "out", 1) < 0 || same_size(out, x, "out") < 0)
@@ -379,10 +383,12 @@ static PyObject *py_gradients(PyObject *self, PyObject *args)
     PfAttnWs *w;
     PyObject *outo;
     PfArray *x, *g, *m, *out = NULL;
-    double s, ds = 0.0;
-    if (!PyArg_ParseTuple(args, "O!OO!O!O!d:_attn_gradients", &PfAttnWs_Type, &w, &outo, &PfArray_Type, &x,
-                          &PfArray_Type, &g, &PfArray_Type, &m, &s))
+    double ds = 0.0;
+    pf_real_arg sa = {"strength"};
+    if (!PyArg_ParseTuple(args, "O!OO!O!O!O&:_attn_gradients", &PfAttnWs_Type, &w, &outo, &PfArray_Type, &x,
+                          &PfArray_Type, &g, &PfArray_Type, &m, pf_conv_real, &sa))
         return NULL;
+    const double s = sa.value;
     if (outo != Py_None) {
         if (!PfArray_Check(outo))
             return PyErr_Format(PyExc_TypeError, "argument 'out': expected a pyfastpim.Array or None");
@@ -434,10 +440,11 @@ static PyObject *py_epilogue(PyObject *self, PyObject *args)
 {
     PF_UNUSED(self);
     PfArray *out, *x, *xw;
-    double scale;
-    if (!PyArg_ParseTuple(args, "O!O!O!d:_attn_epilogue", &PfArray_Type, &out, &PfArray_Type, &x, &PfArray_Type,
-                          &xw, &scale))
+    pf_real_arg sc = {"scale"};
+    if (!PyArg_ParseTuple(args, "O!O!O!O&:_attn_epilogue", &PfArray_Type, &out, &PfArray_Type, &x, &PfArray_Type,
+                          &xw, pf_conv_real, &sc))
         return NULL;
+    const double scale = sc.value;
     if (f32(out, "out", 1) < 0 || f32(x, "x", 0) < 0 || f32(xw, "dpe_matmul result", 0) < 0 ||
         same_size(out, x, "out") < 0 || pf_array_size(xw) != pf_array_size(x))
         return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "dpe_matmul result: size does not match x");

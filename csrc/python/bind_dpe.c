@@ -50,6 +50,10 @@ void pf_dpe_device_init(pf_dpe_device_args *d)
     d->w_widths.name = "w_widths";
     d->w_widths.min_total_bits = 1;
     d->radc.name = "radc";
+    d->n = (pf_int_arg){.name = "n", .min = INT64_MIN, .max = INT64_MAX}; /* its range: pf_validate_dpe_args */
+    d->HGS.name = "HGS";
+    d->LGS.name = "LGS";
+    d->vnoise.name = "vnoise";
 }
 
 /* Weights and device arguments shared by every entry point; a->inner must be
@@ -68,12 +72,12 @@ int pf_dpe_parse_weights_and_device(pf_dpe_args *a, pf_dpe_refs *refs, const pf_
         a->radc[j] = d->radc.v[d->radc.count ? j : 0];
     a->rdac = d->rdac;
     a->g_level = d->g_level;
-    a->HGS = d->HGS;
-    a->LGS = d->LGS;
-    a->vnoise = d->vnoise;
+    a->HGS = d->HGS.value;
+    a->LGS = d->LGS.value;
+    a->vnoise = d->vnoise.value;
     a->seed = d->seed;
     a->call = (uint32_t)d->call;
-    a->n = d->n;
+    a->n = d->n.value;
     /* the scalar contract first (before any array conversion), the read sigmas below */
     pf_status st = pf_validate_dpe_args(a);
     if (st != PF_OK)
@@ -155,9 +159,9 @@ int pf_dpe_parse_mvm(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs
         memcpy(kwlist_cpu, kwlist, sizeof kwlist);
         kwlist_cpu[sizeof kwlist / sizeof kwlist[0] - 2] = NULL;
     }
-    static const char fmt[] = "OOO&O&OOOO&O&LO&O&O&ddOdO&O&|OLO:dpe_mvm";
+    static const char fmt[] = "OOO&O&OOOO&O&O&O&O&O&O&O&OO&O&O&|OO&O:dpe_mvm";
     PyObject *ox, *oxs, *oout = Py_None, *okey = Py_None;
-    long long item0 = 0;
+    pf_int_arg item0 = {.name = "item0", .min = INT64_MIN, .max = INT64_MAX}; /* its range: the core's */
     pf_pair_arg xg = {.name = "x_granule", .min = 1};
     pf_method_arg xw = {.name = "x_widths", .min_total_bits = 1};
     pf_dpe_device_args d;
@@ -168,9 +172,10 @@ int pf_dpe_parse_mvm(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs
         memmove(strrchr(fmt_cpu, ':') - 1, strrchr(fmt_cpu, ':'), strlen(strrchr(fmt_cpu, ':')) + 1);
     if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt_cpu, key ? kwlist : kwlist_cpu, &ox, &oxs, pf_conv_pair, &xg,
                                      pf_conv_slice_method, &xw, &d.owl, &d.owc, &d.ows, pf_conv_pair, &d.w_granule,
-                                     pf_conv_slice_method, &d.w_widths, &d.n, pf_conv_rdac, &d.rdac, pf_conv_g_level,
-                                     &d.g_level, pf_conv_resolutions, &d.radc, &d.HGS, &d.LGS, &d.osig, &d.vnoise,
-                                     pf_conv_seed, &d.seed, pf_conv_call, &d.call, &oout, &item0, &okey)) {
+                                     pf_conv_slice_method, &d.w_widths, pf_conv_int, &d.n, pf_conv_rdac, &d.rdac,
+                                     pf_conv_g_level, &d.g_level, pf_conv_resolutions, &d.radc, pf_conv_real, &d.HGS,
+                                     pf_conv_real, &d.LGS, &d.osig, pf_conv_real, &d.vnoise, pf_conv_seed, &d.seed,
+                                     pf_conv_call, &d.call, &oout, pf_conv_int, &item0, &okey)) {
         pf_name_parse_error(args, kwds, fmt, kwlist);
         return -1;
     }
@@ -178,7 +183,7 @@ int pf_dpe_parse_mvm(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs
         *key = okey;
     memset(a, 0, sizeof *a);
     a->x_kind = PF_DPE_X_CODES;
-    a->x_item0 = item0;
+    a->x_item0 = item0.value;
     a->sx = method_slices(&xw.sm, a->x_max, a->x_weight);
     a->x_qr = xg.v[0];
     a->x_qc = xg.v[1];
@@ -300,7 +305,7 @@ int pf_dpe_parse_conv2d(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_r
         memcpy(kwlist_cpu, kwlist, sizeof kwlist);
         kwlist_cpu[sizeof kwlist / sizeof kwlist[0] - 2] = NULL;
     }
-    static const char fmt[] = "OO&O&O&O&O&O&pOOOO&O&LO&O&O&ddOdO&O&|pO:dpe_conv2d";
+    static const char fmt[] = "OO&O&O&O&O&O&pOOOO&O&O&O&O&O&O&O&OO&O&O&|pO:dpe_conv2d";
     PyObject *oimg, *okey = Py_None;
     int bfp;
     pf_pair_arg ks = {.name = "kernel_size", .min = 1, .max = INT32_MAX};
@@ -319,9 +324,10 @@ int pf_dpe_parse_conv2d(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_r
     if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt_cpu, key ? kwlist : kwlist_cpu, &oimg, pf_conv_pair, &ks,
                                      pf_conv_pair, &st, pf_conv_pair, &pad, pf_conv_pair, &dil, pf_conv_pair, &xg,
                                      pf_conv_slice_method, &xw, &bfp, &d.owl, &d.owc, &d.ows, pf_conv_pair,
-                                     &d.w_granule, pf_conv_slice_method, &d.w_widths, &d.n, pf_conv_rdac, &d.rdac,
-                                     pf_conv_g_level, &d.g_level, pf_conv_resolutions, &d.radc, &d.HGS, &d.LGS,
-                                     &d.osig, &d.vnoise, pf_conv_seed, &d.seed, pf_conv_call, &d.call, want_dq, &okey)) {
+                                     &d.w_granule, pf_conv_slice_method, &d.w_widths, pf_conv_int, &d.n, pf_conv_rdac,
+                                     &d.rdac, pf_conv_g_level, &d.g_level, pf_conv_resolutions, &d.radc, pf_conv_real,
+                                     &d.HGS, pf_conv_real, &d.LGS, &d.osig, pf_conv_real, &d.vnoise, pf_conv_seed,
+                                     &d.seed, pf_conv_call, &d.call, want_dq, &okey)) {
         pf_name_parse_error(args, kwds, fmt, kwlist);
         return -1;
     }
@@ -393,16 +399,21 @@ PyObject *pf_dpe_conv2d_call(PyObject *args, PyObject *kwds, pf_dpe_packed *pack
 int pf_normals_parse(PyObject *args, pf_normals_call *c)
 {
     static char *kwlist[] = {"seed", "stream", "call", "idx0", "count", NULL};
-    static const char fmt[] = "O&IIKn:normals";
+    static const char fmt[] = "O&O&O&OO&:normals";
+    PyObject *oidx0;
+    pf_int_arg stream = {.name = "stream", .min = 0, .max = UINT32_MAX};
+    pf_int_arg call = {.name = "call", .min = 0, .max = UINT32_MAX};
+    pf_int_arg count = {.name = "count", .min = 0, .max = (int64_t)(PY_SSIZE_T_MAX / sizeof(float))};
     memset(c, 0, sizeof *c);
-    if (!PyArg_ParseTuple(args, fmt, pf_conv_seed, &c->seed, &c->stream, &c->call, &c->idx0, &c->count)) {
+    if (!PyArg_ParseTuple(args, fmt, pf_conv_seed, &c->seed, pf_conv_int, &stream, pf_conv_int, &call, &oidx0,
+                          pf_conv_int, &count) ||
+        pf_as_uint64(oidx0, "idx0", &c->idx0) < 0) {
         pf_name_parse_error(args, NULL, fmt, kwlist);
         return -1;
     }
-    if (c->count < 0 || (size_t)c->count > PY_SSIZE_T_MAX / sizeof(float)) {
-        PyErr_SetString(PyExc_ValueError, "argument 'count': must be in 0..PY_SSIZE_T_MAX/4");
-        return -1;
-    }
+    c->stream = (unsigned int)stream.value;
+    c->call = (unsigned int)call.value;
+    c->count = (Py_ssize_t)count.value;
     c->out = pf_array_new(PF_DT_F32, 1, &c->count);
     return c->out ? 0 : -1;
 }

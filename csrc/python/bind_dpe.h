@@ -22,10 +22,10 @@ typedef struct {
     PyObject *owl, *owc, *ows, *osig; /* w_levels, w_conductance, w_scale, read_sigma */
     pf_pair_arg w_granule;
     pf_method_arg w_widths;
-    long long n;
+    pf_int_arg n;
     int rdac, g_level;
     pf_resolutions_arg radc;
-    double HGS, LGS, vnoise;
+    pf_real_arg HGS, LGS, vnoise;
     uint64_t seed;
     uint64_t call;
 } pf_dpe_device_args;
@@ -41,7 +41,7 @@ int pf_dpe_parse_weights_and_device(pf_dpe_args *a, pf_dpe_refs *refs, const pf_
 typedef struct {
     uint64_t seed;
     unsigned int stream, call;
-    unsigned long long idx0;
+    uint64_t idx0;
     Py_ssize_t count;
     PfArray *out;
 } pf_normals_call;

@@ -275,9 +275,13 @@ static int cache_forget_pending(PfCLDevice *self)
 static PyObject *PfCLDevice_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"platform", "device", "zero_copy", NULL};
-    int platform, device, zero_copy = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "ii|p:OpenCLDevice", kwlist, &platform, &device, &zero_copy))
+    pf_int_arg pa = {.name = "platform", .min = INT_MIN, .max = INT_MAX};
+    pf_int_arg da = {.name = "device", .min = INT_MIN, .max = INT_MAX};
+    int zero_copy = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&O&|p:OpenCLDevice", kwlist, pf_conv_int, &pa, pf_conv_int, &da,
+                                     &zero_copy))
         return NULL;
+    const int platform = (int)pa.value, device = (int)da.value;
     if (fork_check("opening the OpenCL device") < 0)
         return NULL;
     PfCLDevice *self = (PfCLDevice *)type->tp_alloc(type, 0);
@@ -388,8 +392,8 @@ static int PfCLDevice_set_mvm_kernel(PfCLDevice *self, PyObject *value, void *cl
 
 static PyObject *PfCLDevice_mvm_uses_tiled(PfCLDevice *self, PyObject *arg)
 {
-    const long long n = PyLong_AsLongLong(arg);
-    if (n == -1 && PyErr_Occurred())
+    int64_t n;
+    if (pf_as_int64(arg, "n", &n) < 0)
         return NULL;
     if (n < 1) {
         PyErr_SetString(PyExc_ValueError, "argument 'n': must be >= 1");
@@ -519,17 +523,10 @@ static int PfCLDevice_set_budget(PfCLDevice *self, PyObject *value, void *closur
         PyErr_SetString(PyExc_TypeError, "resident_budget cannot be deleted");
         return -1;
     }
-    if (!PyLong_Check(value) || PyBool_Check(value)) {
-        PyErr_Format(PyExc_TypeError, "resident_budget: expected an int number of bytes, got %s",
-                     Py_TYPE(value)->tp_name);
+    uint64_t u; /* an int (a NumPy integer too), not a bool */
+    if (pf_as_uint64(value, "resident_budget", &u) < 0)
         return -1;
-    }
-    size_t v = PyLong_AsSize_t(value);
-    if (v == (size_t)-1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_SetString(PyExc_ValueError, "resident_budget: expected a number of bytes >= 0");
-        return -1;
-    }
+    size_t v = u > SIZE_MAX ? SIZE_MAX : (size_t)u;
     if (lock_device(self) < 0)
         return -1;
     self->budget = v;

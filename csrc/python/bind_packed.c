@@ -64,12 +64,13 @@ static PyObject *py_dpe_pack(PyObject *self, PyObject *args, PyObject *kwds)
     (void)self;
     static char *kwlist[] = {"w_levels", "w_conductance", "w_scale", "w_granule", "w_widths", "n", "rdac",
                              "g_level", "radc", "HGS", "LGS", "read_sigma", NULL};
-    static const char fmt[] = "OOOO&O&LO&O&O&ddO:dpe_pack"; /* the converters of dpe_mvm (convert.h) */
+    static const char fmt[] = "OOOO&O&O&O&O&O&O&O&O:dpe_pack"; /* the converters of dpe_mvm (convert.h) */
     pf_dpe_device_args d;
     pf_dpe_device_init(&d);
     if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &d.owl, &d.owc, &d.ows, pf_conv_pair, &d.w_granule,
-                                     pf_conv_slice_method, &d.w_widths, &d.n, pf_conv_rdac, &d.rdac, pf_conv_g_level,
-                                     &d.g_level, pf_conv_resolutions, &d.radc, &d.HGS, &d.LGS, &d.osig)) {
+                                     pf_conv_slice_method, &d.w_widths, pf_conv_int, &d.n, pf_conv_rdac, &d.rdac,
+                                     pf_conv_g_level, &d.g_level, pf_conv_resolutions, &d.radc, pf_conv_real, &d.HGS,
+                                     pf_conv_real, &d.LGS, &d.osig)) {
         pf_name_parse_error(args, kwds, fmt, kwlist);
         return NULL;
     }
@@ -90,7 +91,7 @@ static PyObject *py_dpe_pack(PyObject *self, PyObject *args, PyObject *kwds)
     a.x_max[0] = 1;
     a.x_weight[0] = 1;
     a.x_qr = 1;
-    a.x_qc = d.n > 0 ? d.n : 1;
+    a.x_qc = d.n.value > 0 ? d.n.value : 1;
     pf_dpe_refs refs = {0};
     PackedWeights *obj = NULL;
     if (pf_dpe_parse_weights_and_device(&a, &refs, &d) == 0 &&

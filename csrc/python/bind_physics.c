@@ -72,11 +72,15 @@ static PyObject *py_irdrop_layer(PyObject *self, PyObject *args, PyObject *kwds)
 {
     PF_UNUSED(self);
     static char *kwlist[] = {"g", "r_wire", "block_rows", "block_cols", "pad_g", NULL};
-    static const char fmt[] = "OOLLd:irdrop_layer";
+    static const char fmt[] = "OOO&O&O&:irdrop_layer";
     PyObject *g_obj, *r_obj;
-    double r_wire, pad_g;
-    long long br, bc;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &g_obj, &r_obj, &br, &bc, &pad_g)) {
+    double r_wire;
+    /* ranges: pf_irdrop_layer's */
+    pf_int_arg br = {.name = "block_rows", .min = INT64_MIN, .max = INT64_MAX};
+    pf_int_arg bc = {.name = "block_cols", .min = INT64_MIN, .max = INT64_MAX};
+    pf_real_arg pad_g = {"pad_g"};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &g_obj, &r_obj, pf_conv_int, &br, pf_conv_int, &bc,
+                                     pf_conv_real, &pad_g)) {
         pf_name_parse_error(args, kwds, fmt, kwlist);
         return NULL;
     }
@@ -98,7 +102,8 @@ static PyObject *py_irdrop_layer(PyObject *self, PyObject *args, PyObject *kwds)
     do {
         pf_cancel *cancel = pf_sigint_begin(&guard);
         Py_BEGIN_ALLOW_THREADS
-        st = pf_irdrop_layer((const float *)g->data, g->shape[0], g->shape[1], g->shape[2], br, bc, r_wire, pad_g,
+        st = pf_irdrop_layer((const float *)g->data, g->shape[0], g->shape[1], g->shape[2], br.value, bc.value, r_wire,
+                             pad_g.value,
                              (float *)out->data, cancel);
         Py_END_ALLOW_THREADS
     } while (pf_sigint_end(&guard, st == PF_EINTR) > 0);
@@ -110,13 +115,13 @@ static PyObject *py_drift(PyObject *self, PyObject *args, PyObject *kwds)
 {
     PF_UNUSED(self);
     static char *kwlist[] = {"g", "seed", "t", "t0", "nu_mean", "nu_std", "return_nu", NULL};
-    static const char fmt[] = "OO&dddd|p:drift";
+    static const char fmt[] = "OO&O&O&O&O&|p:drift";
     PyObject *g_obj;
     uint64_t seed;
-    double t, t0, nu_mean, nu_std;
+    pf_real_arg t = {"t"}, t0 = {"t0"}, nu_mean = {"nu_mean"}, nu_std = {"nu_std"}; /* ranges: pf_drift's */
     int return_nu = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &g_obj, pf_conv_seed, &seed, &t, &t0, &nu_mean,
-                                     &nu_std, &return_nu)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &g_obj, pf_conv_seed, &seed, pf_conv_real, &t,
+                                     pf_conv_real, &t0, pf_conv_real, &nu_mean, pf_conv_real, &nu_std, &return_nu)) {
         pf_name_parse_error(args, kwds, fmt, kwlist);
         return NULL;
     }
@@ -135,7 +140,7 @@ static PyObject *py_drift(PyObject *self, PyObject *args, PyObject *kwds)
     pf_status st;
     const int64_t count = (int64_t)pf_array_size(g);
     Py_BEGIN_ALLOW_THREADS
-    st = pf_drift((const float *)g->data, count, 0, seed, t, t0, nu_mean, nu_std, (float *)out->data,
+    st = pf_drift((const float *)g->data, count, 0, seed, t.value, t0.value, nu_mean.value, nu_std.value, (float *)out->data,
                   nu ? (float *)nu->data : NULL);
     Py_END_ALLOW_THREADS
     Py_DECREF(g);

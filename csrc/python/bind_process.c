@@ -101,16 +101,9 @@ static PyObject *py_set_noise_stream(PyObject *self, PyObject *arg)
         atomic_store(&g_stream_on, 0);
         Py_RETURN_NONE;
     }
-    if (!PyLong_Check(arg) || PyBool_Check(arg)) {
-        PyErr_Format(PyExc_TypeError, "argument 'stream': expected an int or None, got %s", Py_TYPE(arg)->tp_name);
+    uint64_t v; /* the seed's rule (convert.h): a NumPy integer too, not a bool */
+    if (pf_as_uint64(arg, "stream", &v) < 0)
         return NULL;
-    }
-    unsigned long long v = PyLong_AsUnsignedLongLong(arg);
-    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_SetString(PyExc_ValueError, "argument 'stream': expected an int in [0, 2**64) or None");
-        return NULL;
-    }
     atomic_store(&g_stream, (uint64_t)v);
     atomic_store(&g_stream_on, 1);
     Py_RETURN_NONE;
@@ -189,18 +182,7 @@ typedef struct {
 
 static int counter_value_from(PyObject *obj, uint64_t *out)
 {
-    if (!PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "argument 'calls': expected an int, got %s", Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    unsigned long long v = PyLong_AsUnsignedLongLong(obj);
-    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_SetString(PyExc_ValueError, "argument 'calls': expected an int in [0, 2**64)");
-        return -1;
-    }
-    *out = (uint64_t)v;
-    return 0;
+    return pf_as_uint64(obj, "calls", out); /* a NumPy integer too, not a bool (convert.h) */
 }
 
 static PyObject *PfCallCounter_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -258,12 +240,9 @@ static PyObject *PfCallCounter_get_inherited(PfCallCounter *self, void *closure)
 
 static PyObject *PfCallCounter_noise_key(PfCallCounter *self, PyObject *oseed)
 {
-    unsigned long long seed = PyLong_Check(oseed) ? PyLong_AsUnsignedLongLong(oseed) : (unsigned long long)-1;
-    if (!PyLong_Check(oseed) || (seed == (unsigned long long)-1 && PyErr_Occurred())) {
-        PyErr_Clear();
-        PyErr_SetString(PyExc_ValueError, "argument 'seed': expected an int in [0, 2**64)");
+    uint64_t seed;
+    if (pf_as_uint64(oseed, "seed", &seed) < 0)
         return NULL;
-    }
     if (!counter_inherited(self) || !atomic_load(&g_stream_on))
         return PyLong_FromUnsignedLongLong(seed);
     /* a distinct Philox key per (seed, stream), below 2**63 like any seed the kernels take */

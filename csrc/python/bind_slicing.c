@@ -253,17 +253,21 @@ int pf_program_call_parse(PyObject *args, PyObject *kwds, PfArray **levels_out, 
 {
     static char *kwlist[] = {"levels", "g_level", "HGS", "LGS", "write_variation", "rate_stuck_HGS",
                              "rate_stuck_LGS", "seed", NULL};
-    static const char fmt[] = "OO&dd|dddO&:program_conductance";
+    static const char fmt[] = "OO&O&O&|O&O&O&O&:program_conductance";
     PyObject *levels_obj;
     pf_program_params p = {0};
+    pf_real_arg hgs = {"HGS"}, lgs = {"LGS"}, wv = {"write_variation"}, rh = {"rate_stuck_HGS"},
+                rl = {"rate_stuck_LGS"}; /* defaults 0 */
     p.seed = PF_DEFAULT_SEED;
     *levels_out = *out = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &levels_obj, pf_conv_g_level, &p.g_level, &p.hgs,
-                                     &p.lgs, &p.write_variation, &p.rate_stuck_hgs, &p.rate_stuck_lgs, pf_conv_seed,
-                                     &p.seed)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &levels_obj, pf_conv_g_level, &p.g_level, pf_conv_real,
+                                     &hgs, pf_conv_real, &lgs, pf_conv_real, &wv, pf_conv_real, &rh, pf_conv_real, &rl,
+                                     pf_conv_seed, &p.seed)) {
         pf_name_parse_error(args, kwds, fmt, kwlist);
         return -1;
     }
+    p.hgs = hgs.value, p.lgs = lgs.value, p.write_variation = wv.value;
+    p.rate_stuck_hgs = rh.value, p.rate_stuck_lgs = rl.value;
     if (check(pf_validate_program_params(&p)) < 0)
         return -1;
     PfArray *levels = pf_array_from_object(levels_obj, PF_DT_U8, 0, "levels");
@@ -313,14 +317,15 @@ static PyObject *py_check_conductance_range(PyObject *self, PyObject *args, PyOb
 {
     PF_UNUSED(self);
     static char *kwlist[] = {"HGS", "LGS", "g_level", NULL};
-    static const char fmt[] = "ddO&:check_conductance_range";
-    double hgs, lgs;
+    static const char fmt[] = "O&O&O&:check_conductance_range";
+    pf_real_arg hgs = {"HGS"}, lgs = {"LGS"};
     int g_level;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &hgs, &lgs, pf_conv_g_level, &g_level)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, pf_conv_real, &hgs, pf_conv_real, &lgs,
+                                     pf_conv_g_level, &g_level)) {
         pf_name_parse_error(args, kwds, fmt, kwlist);
         return NULL;
     }
-    if (check(pf_validate_conductance_range(hgs, lgs, g_level)) < 0)
+    if (check(pf_validate_conductance_range(hgs.value, lgs.value, g_level)) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -330,14 +335,17 @@ static PyObject *py_check_vread(PyObject *self, PyObject *args, PyObject *kwds)
 {
     PF_UNUSED(self);
     static char *kwlist[] = {"vread", "HGS", "LGS", "g_level", "rdac", NULL};
-    static const char fmt[] = "dddLL:check_vread";
-    double vread, hgs, lgs;
-    long long g_level, rdac;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &vread, &hgs, &lgs, &g_level, &rdac)) {
+    static const char fmt[] = "O&O&O&O&O&:check_vread";
+    pf_real_arg vread = {"vread"}, hgs = {"HGS"}, lgs = {"LGS"};
+    int g_level, rdac;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, pf_conv_real, &vread, pf_conv_real, &hgs, pf_conv_real,
+                                     &lgs, pf_conv_g_level, &g_level, pf_conv_rdac, &rdac)) {
         pf_name_parse_error(args, kwds, fmt, kwlist);
         return NULL;
     }
-    if (check(pf_validate_vread(vread, hgs, lgs, g_level, rdac)) < 0)
+    /* the reference current needs a valid range (a NaN or infinite HGS made it NaN / inf unnoticed) */
+    if (check(pf_validate_conductance_range(hgs.value, lgs.value, g_level)) < 0 ||
+        check(pf_validate_vread(vread.value, hgs.value, lgs.value, g_level, rdac)) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -360,7 +368,8 @@ static PyMethodDef slicing_methods[] = {
      "g_level) unless 0 <= LGS < HGS <= CONDUCTANCE_MAX and the level spacing (HGS - LGS) / (g_level - 1) is a "
      "normal float32 of at least HGS * 2**-22 (csrc/core/contract.c)."},
     {"check_vread", (PyCFunction)(void (*)(void))py_check_vread, METH_VARARGS | METH_KEYWORDS,
-     "check_vread(vread, HGS, LGS, g_level, rdac)\n--\n\nRaises the contract's ValueError naming vread unless "
+     "check_vread(vread, HGS, LGS, g_level, rdac)\n--\n\nRaises check_conductance_range's ValueError for HGS, "
+     "LGS or g_level, and the contract's ValueError naming vread unless "
      "0 < vread <= VREAD_MAX and the ADC reference current (HGS - LGS) * vread * n of the tallest crossbar the "
      "exactness bound allows is a finite float32 (csrc/core/contract.c)."},
     {NULL, NULL, 0, NULL},

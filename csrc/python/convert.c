@@ -1,5 +1,6 @@
 /* Shared argument converters (convert.h); the range rules are core/contract.h's. */
 #include <math.h>
+#include <string.h>
 
 #include "python/bindings.h"
 #include "python/convert.h"
@@ -9,13 +10,27 @@
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
+/* A bool is a flag, not a quantity (True would read as 1 level, 1 ohm or 1 sigma): Python's bool and
+ * NumPy's bool scalar (which still has __index__ and __float__), found by type name without NumPy. */
+static int is_bool(PyObject *obj)
+{
+    if (PyBool_Check(obj))
+        return 1;
+    const char *tn = Py_TYPE(obj)->tp_name;
+    return strcmp(tn, "numpy.bool_") == 0 || strcmp(tn, "numpy.bool") == 0;
+}
+
+/* Whether a TypeError (or nothing) is pending: anything else raised by an object's own __index__ /
+ * __float__ (a ZeroDivisionError, a KeyboardInterrupt) propagates as it is. */
+static int only_type_error(void) { return !PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError); }
+
 /* pf_as_int64 and pf_as_int64_clamped: `what` the accepted values in the TypeError, `clamp` whether
  * ints beyond int64 clamp (else ValueError). */
 static int as_int64(PyObject *obj, const char *name, const char *what, int clamp, int64_t *out)
 {
-    PyObject *idx = PyBool_Check(obj) || PyFloat_Check(obj) || !PyIndex_Check(obj) ? NULL : PyNumber_Index(obj);
+    PyObject *idx = is_bool(obj) || PyFloat_Check(obj) || !PyIndex_Check(obj) ? NULL : PyNumber_Index(obj);
     if (!idx) { /* e.g. a NumPy array or tensor of several elements: __index__ refuses it */
-        if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_TypeError))
+        if (!only_type_error())
             return -1;
         PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "argument '%s': expected %s, got %s", name, what, Py_TYPE(obj)->tp_name);
@@ -41,21 +56,49 @@ int pf_as_int64_clamped(PyObject *obj, const char *name, const char *what, int64
     return as_int64(obj, name, what, 1, out);
 }
 
+/* Whether obj has a length (a list, a 1-D array, a tensor of one element): a container, not a number,
+ * even where its __float__ would unwrap one element (NumPy deprecates that). A 0-d array or tensor
+ * (len() refuses it) is a number. */
+static int is_sized(PyObject *obj)
+{
+    if (!PySequence_Check(obj) && !PyMapping_Check(obj))
+        return 0;
+    Py_ssize_t n = PyObject_Size(obj);
+    if (n < 0)
+        PyErr_Clear();
+    return n >= 0;
+}
+
 int pf_as_double(PyObject *obj, const char *name, double *out)
 {
     double v = -1.0;
-    /* a bool is a flag, not a quantity (True would read as 1 ohm or 1 sigma) */
-    if (!PyUnicode_Check(obj) && !PyBool_Check(obj) && (PyFloat_Check(obj) || PyIndex_Check(obj) || PyNumber_Check(obj)))
+    if (PyFloat_Check(obj))
+        v = PyFloat_AS_DOUBLE(obj);
+    else if (!PyUnicode_Check(obj) && !PyBytes_Check(obj) && !is_bool(obj) && !is_sized(obj) &&
+             (PyIndex_Check(obj) || PyNumber_Check(obj)))
         v = PyFloat_AsDouble(obj);
     else
         PyErr_SetNone(PyExc_TypeError);
     if (v == -1.0 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) { /* an int beyond float64 */
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "argument '%s': must be finite, got an int beyond float64's range", name);
+            return -1;
+        }
+        if (!only_type_error())
+            return -1;
         PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "argument '%s': expected a real number, got %s", name, Py_TYPE(obj)->tp_name);
         return -1;
     }
     *out = v;
     return 0;
+}
+
+int pf_conv_real(PyObject *obj, void *arg)
+{
+    pf_real_arg *a = arg;
+    return pf_as_double(obj, a->name, &a->value) == 0;
 }
 
 /* Raises the pf_fail record of a failed core validator; 0 for the converters' convention. */
@@ -67,7 +110,7 @@ static int fail_converter(pf_status st)
 
 static int as_uint64(PyObject *obj, const char *name, uint64_t *out)
 {
-    if (PyBool_Check(obj) || PyFloat_Check(obj) || !PyIndex_Check(obj)) {
+    if (is_bool(obj) || PyFloat_Check(obj) || !PyIndex_Check(obj)) {
         PyErr_Format(PyExc_TypeError, "argument '%s': expected an int in [0, 2**64), got %s", name,
                      Py_TYPE(obj)->tp_name);
         return 0;
@@ -91,6 +134,8 @@ static int as_uint64(PyObject *obj, const char *name, uint64_t *out)
     *out = (uint64_t)v;
     return 1;
 }
+
+int pf_as_uint64(PyObject *obj, const char *name, uint64_t *out) { return as_uint64(obj, name, out) ? 0 : -1; }
 
 int pf_conv_seed(PyObject *obj, void *out)
 {
@@ -321,4 +366,21 @@ PyObject *pf_py_check_seed(PyObject *self, PyObject *obj)
     if (!pf_conv_seed(obj, &seed))
         return NULL;
     return PyLong_FromUnsignedLongLong(seed);
+}
+
+PyObject *pf_py_check_number(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    PF_UNUSED(self);
+    static char *kwlist[] = {"value", "name", "integer", NULL};
+    PyObject *value;
+    const char *name;
+    int integer = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Os|p:check_number", kwlist, &value, &name, &integer))
+        return NULL;
+    if (integer) {
+        int64_t v;
+        return pf_as_int64(value, name, &v) < 0 ? NULL : PyLong_FromLongLong((long long)v);
+    }
+    double d;
+    return pf_as_double(value, name, &d) < 0 ? NULL : PyFloat_FromDouble(d);
 }

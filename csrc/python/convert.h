@@ -36,6 +36,13 @@ typedef struct {
 } pf_int_arg;
 int pf_conv_int(PyObject *obj, void *arg);
 
+/* A real number under a name (pf_as_double: no range check, the core validators give the ranges). */
+typedef struct {
+    const char *name;
+    double value;
+} pf_real_arg;
+int pf_conv_real(PyObject *obj, void *arg);
+
 /* A pair of ints >= min (granules, paral sizes: min 1; padding: min 0), each <= max (0: INT64_MAX). */
 typedef struct {
     const char *name;
@@ -74,14 +81,22 @@ PyObject *pf_py_check_bw_e(PyObject *self, PyObject *obj);
 PyObject *pf_py_check_rdac(PyObject *self, PyObject *obj);
 PyObject *pf_py_check_radc(PyObject *self, PyObject *obj);
 PyObject *pf_py_check_sigma(PyObject *self, PyObject *args, PyObject *kwds);
+/* check_number(value, name, integer=False) -> float (pf_as_double) or int (pf_as_int64): the type rule
+ * of every scalar argument, for Python-level callers (DPETensor, pyfastpim.physics, attention). */
+PyObject *pf_py_check_number(PyObject *self, PyObject *args, PyObject *kwds);
 
+/* Ints and reals: bool (Python's or NumPy's) is refused as a TypeError (a flag, not a quantity); an
+ * exception other than TypeError raised by the object's own __index__ / __float__ propagates. */
 /* The int in obj under a name (no range check): 0, or -1 with TypeError/ValueError naming it. */
 int pf_as_int64(PyObject *obj, const char *name, int64_t *out);
 /* pf_as_int64, ints beyond int64 clamped to INT64_MIN / INT64_MAX (where only the sign or a bound
  * matters); `what` names the accepted values in the TypeError ("an int", "None or an int"). */
 int pf_as_int64_clamped(PyObject *obj, const char *name, const char *what, int64_t *out);
-/* The real number in obj (a float, an int or an object with __float__; not a str) under a name: 0, or
- * -1 with TypeError naming it (no range check). */
+/* uint64_t: an int in [0, 2**64) under a name (the seed's rule): 0, or -1 with TypeError/ValueError. */
+int pf_as_uint64(PyObject *obj, const char *name, uint64_t *out);
+/* The real number in obj (a float, an int or an object with __float__, a 0-d array; not a str, a bool,
+ * nor anything with a length such as a 1-element array) under a name: 0, or -1 with TypeError naming
+ * it (ValueError for an int beyond float64). No range check. */
 int pf_as_double(PyObject *obj, const char *name, double *out);
 
 #endif

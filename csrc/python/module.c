@@ -222,6 +222,10 @@ static PyMethodDef core_methods[] = {
     {"check_sigma", (PyCFunction)(void (*)(void))pf_py_check_sigma, METH_VARARGS | METH_KEYWORDS,
      "check_sigma(value, name, read=False)\n--\n\nA noise sigma as the core reads it, as a float: finite and in "
      "[0, READ_VARIATION_MAX] (read=True) or [0, NOISE_SIGMA_MAX]; TypeError / ValueError naming `name` otherwise."},
+    {"check_number", (PyCFunction)(void (*)(void))pf_py_check_number, METH_VARARGS | METH_KEYWORDS,
+     "check_number(value, name, integer=False)\n--\n\nA scalar argument as every entry point reads it, as a float "
+     "(a real number: not a bool, a str or a container) or, with integer=True, an int (not a bool or a float); "
+     "TypeError naming `name` otherwise (no range check)."},
     {"cl_library_error", py_cl_library_error, METH_NOARGS,
      "cl_library_error()\n--\n\nNone when the OpenCL ICD loader is loaded (it is loaded here if needed), else why not."},
     {NULL, NULL, 0, NULL},

@@ -39,6 +39,8 @@ import numbers
 import torch
 import torch.nn as nn
 
+from .. import _core
+
 __all__ = ["LinearMem", "Conv2dMem"]
 
 
@@ -175,6 +177,15 @@ def _conv_out_hw(hw, kernel_size, stride, padding, dilation):
 
 
 # ----------------------------------------------------------------------------- autograd functions
+
+
+def _positive_int(v, name):
+    """A layer size: an int (a NumPy integer too; not a bool or a float: _core.check_number, the type rule
+    of every entry point) >= 1; TypeError / ValueError naming the argument."""
+    v = _core.check_number(v, name, True)
+    if v < 1:
+        raise ValueError("argument '%s': must be a positive int, got %d" % (name, v))
+    return v
 
 class _LinearMemFunction(torch.autograd.Function):
     """y = engine(x, W) + b; straight-through backward with Wq and xq (docs/semantics.md section 8)."""
@@ -422,11 +433,8 @@ class LinearMem(_MemLayer):
                  dtype=torch.float32, bw_e=None, input_paral_size=(1, 32), weight_paral_size=(32, 32),
                  input_quant_gran=(1, 32), weight_quant_gran=(32, 32)):
         super().__init__()
-        for name, v in (("in_features", in_features), ("out_features", out_features)):
-            if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 1:
-                raise ValueError("%s must be a positive int, got %r" % (name, v))
-        self.in_features = int(in_features)
-        self.out_features = int(out_features)
+        self.in_features = _positive_int(in_features, "in_features")
+        self.out_features = _positive_int(out_features, "out_features")
         self._init_params((self.out_features, self.in_features), bias, device, dtype)
         self._init_mem(engine, input_slice, weight_slice, bw_e, input_paral_size, weight_paral_size,
                        input_quant_gran, weight_quant_gran, device)
@@ -479,11 +487,8 @@ class Conv2dMem(_MemLayer):
                  padding=0, dilation=1, bias=True, device=None, dtype=None, bw_e=None, input_paral_size=(1, 32),
                  weight_paral_size=(32, 32), input_quant_gran=(1, 32), weight_quant_gran=(32, 32)):
         super().__init__()
-        for name, v in (("in_channels", in_channels), ("out_channels", out_channels)):
-            if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 1:
-                raise ValueError("%s must be a positive int, got %r" % (name, v))
-        self.in_channels = int(in_channels)
-        self.out_channels = int(out_channels)
+        self.in_channels = _positive_int(in_channels, "in_channels")
+        self.out_channels = _positive_int(out_channels, "out_channels")
         self.kernel_size = _pair(kernel_size, "kernel_size", minimum=1, maximum=_GEOMETRY_MAX)
         self.stride = _pair(stride, "stride", minimum=1, maximum=_GEOMETRY_MAX)
         self.padding = _pair(padding, "padding", minimum=0, maximum=_GEOMETRY_MAX)

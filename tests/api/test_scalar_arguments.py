@@ -1,0 +1,241 @@
+"""Scalar arguments (issue 10's contract, continued): every float and int parameter of every _core entry
+point goes through the converters of csrc/python/convert.c, the public API's own, so a bool, a str, None, a
+container or NaN is refused with the public API's words naming the argument; an integer that does not fit
+is refused, never wrapped (a count, a noise stream, slice codes converted to uint8); an exception raised by
+an argument's own __float__ / __index__ propagates; a sweep over the public constructors and functions.
+"""
+import numpy as np
+import pytest
+
+import pyfastpim
+import pyfastpim.nn as pnn
+import pyfastpim.physics as physics
+from pyfastpim import _core
+from helpers import outcome
+from test_argument_contract import conv_args, mvm_args, program_args
+
+HGS, LGS = 1e-5, 1e-7
+
+
+class RaisingNumber:
+    """A number whose conversions raise: the error must reach the caller as it is."""
+
+    def __float__(self):
+        raise ZeroDivisionError("from __float__")
+
+    def __index__(self):
+        raise ZeroDivisionError("from __index__")
+
+
+class FloatSub(float):
+    pass
+
+
+def _pack(**over):
+    args = {k: v for k, v in mvm_args().items() if k in ("w_levels", "w_conductance", "w_scale", "w_granule",
+                                                         "w_widths", "n", "rdac", "g_level", "radc", "HGS", "LGS",
+                                                         "read_sigma")}
+    return _core.dpe_pack(**dict(args, **over))
+
+
+def _call(fn, base):
+    return lambda **over: fn(**dict(base, **over))
+
+
+G3 = np.full((1, 4, 4), 1e-5, np.float32)
+ENTRY = {
+    "dpe_mvm": lambda **o: _core.dpe_mvm(**mvm_args(**o)),
+    "dpe_conv2d": lambda **o: _core.dpe_conv2d(**conv_args(**o)),
+    "dpe_pack": _pack,
+    "program_conductance": lambda **o: _core.program_conductance(**program_args(**o)),
+    "check_conductance_range": _call(_core.check_conductance_range, dict(HGS=HGS, LGS=LGS, g_level=16)),
+    "check_vread": _call(_core.check_vread, dict(vread=0.2, HGS=HGS, LGS=LGS, g_level=16, rdac=16)),
+    "drift": _call(_core.drift, dict(g=np.ones(3, np.float32), seed=1, t=2.0, t0=1.0, nu_mean=0.05, nu_std=0.0)),
+    "irdrop_layer": _call(_core.irdrop_layer, dict(g=G3, r_wire=1.0, block_rows=2, block_cols=2, pad_g=1e-7)),
+    "irdrop_block": _call(_core.irdrop_block, dict(g=np.full((3, 3), 1e-5), r_wire=1.0)),
+    "normals": lambda **o: _core.normals(*dict(dict(seed=1, stream=0, call=0, idx0=0, count=4), **o).values()),
+}
+RAW_FLOATS = [("dpe_mvm", p) for p in ("HGS", "LGS", "vnoise")] + \
+             [("dpe_conv2d", p) for p in ("HGS", "LGS", "vnoise")] + [("dpe_pack", p) for p in ("HGS", "LGS")] + \
+             [("program_conductance", p) for p in ("HGS", "LGS", "write_variation", "rate_stuck_HGS",
+                                                   "rate_stuck_LGS")] + \
+             [("check_conductance_range", p) for p in ("HGS", "LGS")] + \
+             [("check_vread", p) for p in ("vread", "HGS", "LGS")] + \
+             [("drift", p) for p in ("t", "t0", "nu_mean", "nu_std")] + \
+             [("irdrop_layer", p) for p in ("r_wire", "pad_g")] + [("irdrop_block", "r_wire")]
+NOT_REAL = [True, False, np.bool_(True), "0.1", None, np.array([0.1]), [0.1]]
+
+
+def _type_name(v):
+    return type(v).__module__ + "." + type(v).__name__ if type(v).__module__ == "numpy" else type(v).__name__
+
+
+@pytest.mark.parametrize("value", NOT_REAL, ids=repr)
+@pytest.mark.parametrize("entry,name", RAW_FLOATS, ids=["%s-%s" % c for c in RAW_FLOATS])
+def test_raw_float_parameters_refuse_non_numbers_in_the_public_words(entry, name, value):
+    # dpe_mvm / dpe_conv2d / program_conductance parsed these with PyArg "d": vnoise=True or
+    # write_variation=True ran as sigma 1.0, a 1-element array was unwrapped, and a str got
+    # "must be real number, not str" where the public API says "expected a real number, got str"
+    exc, msg = outcome(lambda: ENTRY[entry](**{name: value}))
+    assert (exc, msg) == (TypeError, "argument '%s': expected a real number, got %s" % (name, _type_name(value)))
+    if name in ("HGS", "LGS", "vnoise", "write_variation", "vread", "rate_stuck_HGS", "rate_stuck_LGS"):
+        assert outcome(lambda: pyfastpim.DPETensor(**{name: value})) == (exc, msg)
+
+
+@pytest.mark.parametrize("entry,name", RAW_FLOATS, ids=["%s-%s" % c for c in RAW_FLOATS])
+def test_raw_float_parameters_nan_and_raising_conversions(entry, name):
+    exc, msg = outcome(lambda: ENTRY[entry](**{name: float("nan")}))
+    assert exc is ValueError and name in msg, msg
+    with pytest.raises(ZeroDivisionError, match="from __float__"):
+        ENTRY[entry](**{name: RaisingNumber()})
+    # a float subclass, a NumPy scalar and a 0-d array are numbers: the same outcome as the float
+    ref = outcome(lambda: ENTRY[entry](**{name: 0.5}))
+    for v in (FloatSub(0.5), np.float32(0.5), np.float64(0.5), np.array(0.5)):
+        assert outcome(lambda: ENTRY[entry](**{name: v})) == ref, v
+
+
+RAW_INTS = [("dpe_mvm", "n"), ("dpe_mvm", "item0"), ("dpe_conv2d", "n"), ("dpe_pack", "n"),
+            ("irdrop_layer", "block_rows"), ("irdrop_layer", "block_cols"), ("check_vread", "g_level"),
+            ("check_vread", "rdac"), ("normals", "stream"), ("normals", "call"), ("normals", "idx0"),
+            ("normals", "count")]
+NOT_INT = [(True, TypeError), (np.bool_(True), TypeError), (3.7, TypeError), (FloatSub(2.0), TypeError),
+           ("3", TypeError), (None, TypeError), (2 ** 64, ValueError), (-2 ** 63 - 1, ValueError)]
+
+
+@pytest.mark.parametrize("value,exc", NOT_INT, ids=[repr(v) for v, _ in NOT_INT])
+@pytest.mark.parametrize("entry,name", RAW_INTS, ids=["%s-%s" % c for c in RAW_INTS])
+def test_raw_int_parameters_refuse_bools_floats_and_out_of_range(entry, name, value, exc):
+    # n and item0 ("L") took True as 1 and answered 2**64 with an OverflowError; normals' stream and call
+    # ("I") and idx0 ("K") wrapped silently (stream 2**32 was stream 0, idx0 -1 was 2**64 - 1)
+    got = outcome(lambda: ENTRY[entry](**{name: value}))
+    assert got[0] is exc and got[1].startswith("argument '%s'" % name), got
+    with pytest.raises(ZeroDivisionError, match="from __index__"):
+        ENTRY[entry](**{name: RaisingNumber()})
+
+
+def test_normals_stream_call_and_index_do_not_wrap():
+    ref = np.asarray(_core.normals(1, 0, 0, 0, 4))
+    for args, name in (((1, 2 ** 32, 0, 0, 4), "stream"), ((1, 0, 2 ** 32, 0, 4), "call"),
+                       ((1, 0, 0, -1, 4), "idx0")):
+        with pytest.raises(ValueError, match="argument '%s'" % name):
+            _core.normals(*args)
+    np.testing.assert_array_equal(np.asarray(_core.normals(1, np.int64(0), np.uint32(0), np.uint64(0), 4)), ref)
+    top = np.asarray(_core.normals(1, 2 ** 32 - 1, 2 ** 32 - 1, 2 ** 64 - 4, 4))
+    assert np.isfinite(top).all()
+
+
+@pytest.mark.parametrize("name", ["HGS", "LGS", "vnoise", "write_variation", "read_variation", "vread",
+                                  "wire_resistance", "rate_stuck_HGS", "rate_stuck_LGS", "g_level", "rdac"])
+def test_engine_lets_a_raising_conversion_propagate(name):
+    # check_sigma turned any failure of __float__ into "expected a real number" and DPETensor's own check
+    # refused such objects before calling them: the object's own error is the caller's to see
+    with pytest.raises(ZeroDivisionError):
+        pyfastpim.DPETensor(**{name: RaisingNumber()})
+
+
+@pytest.mark.parametrize("name", ["vnoise", "read_variation", "HGS"])
+def test_engine_takes_a_0d_array_as_its_number(name):
+    # read_variation refused a 0-d array that vnoise took, HGS refused it too
+    a = pyfastpim.DPETensor(**{name: np.array(0.05 if name != "HGS" else 2e-5)})
+    b = pyfastpim.DPETensor(**{name: 0.05 if name != "HGS" else 2e-5})
+    assert (a.read_variation, a.vnoise, a.HGS) == (b.read_variation, b.vnoise, b.HGS)
+
+
+# ---------------------------------------------------------------- integer conversions are exact
+
+@pytest.mark.parametrize("src,dst,bad", [(np.int64, "uint8", 256), (np.int64, "uint8", -1), (np.int16, "int8", 128),
+                                         (np.int32, "uint16", 70000), (np.int64, "int32", 2 ** 31),
+                                         (np.uint16, "int8", 200), (np.int8, "uint8", -5)])
+def test_asarray_refuses_integers_the_dtype_cannot_hold(src, dst, bad):
+    # asarray(int64 data, dtype='uint8') wrapped 256 to 0 and -1 to 255
+    data = np.array([1, bad, 2], src)
+    with pytest.raises(ValueError, match=r"^argument 'obj': value %d \(element 1\) does not fit %s" % (bad, dst)):
+        pyfastpim.asarray(data, dtype=dst)
+    ok = np.array([0, 1, 2], src)
+    np.testing.assert_array_equal(np.asarray(pyfastpim.asarray(ok, dtype=dst)), ok.astype(dst))
+
+
+def test_codes_and_levels_from_wide_integers_are_not_wrapped():
+    # int64 codes of 256 read as code 0 (and 257 as 1): a wrong product or programming, no error
+    codes = np.zeros((3, 2, 2), np.int64)
+    codes[2, 1, 1] = 256
+    with pytest.raises(ValueError, match="argument 'codes'"):
+        _core.program_levels(codes, (1, 1, 2), 16)
+    levels = np.zeros((2, 3, 3), np.int64)
+    levels[0, 0, 0] = 256 + 3
+    with pytest.raises(ValueError, match="argument 'levels'"):
+        _core.program_conductance(**program_args(levels=levels))
+    x = mvm_args()["x_codes"].astype(np.int64)
+    x[0, 0, 0, 0] = 256
+    with pytest.raises(ValueError, match="argument 'x_codes'"):
+        _core.dpe_mvm(**mvm_args(x_codes=x))
+    w = mvm_args()["w_levels"].astype(np.int64)
+    w[1, 2, 3] = -255
+    with pytest.raises(ValueError, match="argument 'w_levels'"):
+        _core.dpe_mvm(**mvm_args(w_levels=w))
+    # values that fit convert exactly
+    ref = np.asarray(_core.dpe_mvm(**mvm_args()))
+    np.testing.assert_array_equal(np.asarray(_core.dpe_mvm(**mvm_args(x_codes=mvm_args()["x_codes"].astype(np.int64)))),
+                                  ref)
+
+
+# ---------------------------------------------------------------- the public API, swept
+
+ENGINE = pyfastpim.DPETensor()
+CODES = np.zeros((3, 2, 2), np.uint8)
+XS = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+GM = np.full((4, 4), 1e-5)
+S2 = (1, 1, 2)
+PUBLIC = {
+    "DPETensor": (pyfastpim.DPETensor, {}, dict(
+        real=["HGS", "LGS", "write_variation", "vnoise", "wire_resistance", "vread", "rate_stuck_HGS",
+              "rate_stuck_LGS"], int=["g_level", "rdac", "radc", "seed"])),
+    "program_weights": (pyfastpim.program_weights, dict(codes=CODES, slice_method=S2, g_level=16), dict(
+        real=["HGS", "LGS", "write_variation", "rate_stuck_HGS", "rate_stuck_LGS"], int=["g_level", "seed"])),
+    "AttentionContext": (pyfastpim.AttentionContext, {}, dict(real=["update_rate", "strength"], int=["embed_dim"])),
+    "LinearMem": (pnn.LinearMem, dict(engine=ENGINE, in_features=8, out_features=4, input_slice=S2, weight_slice=S2),
+                  dict(int=["in_features", "out_features", "bw_e"])),
+    "Conv2dMem": (pnn.Conv2dMem, dict(engine=ENGINE, in_channels=2, out_channels=4, kernel_size=3, input_slice=S2,
+                                      weight_slice=S2),
+                  dict(int=["in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation"])),
+    "drift_conductance": (physics.drift_conductance, dict(G=GM, t_seconds=10.0),
+                          dict(real=["t_seconds", "t0", "nu_mean", "nu_std"], int=["seed"])),
+    "effective_conductance": (physics.effective_conductance, dict(G=GM), dict(real=["wire_resistance"])),
+    "column_currents": (physics.column_currents, dict(G=GM, V=np.ones(4)), dict(real=["wire_resistance"])),
+    "slice_quantize": (pyfastpim.slice_quantize, dict(data=XS, slice_method=S2, paral_size=(2, 2)),
+                       dict(int=["g_level", "bw_e"])),
+    "SlicedData": (pyfastpim.SlicedData, dict(slice_method=S2), dict(int=["bw_e"])),
+    "set_noise_stream": (lambda stream: (pyfastpim.set_noise_stream(stream), pyfastpim.set_noise_stream(None)), {},
+                         dict(int=["stream"])),
+    "set_num_threads": (lambda n: (pyfastpim.set_num_threads(n), pyfastpim.set_num_threads(2)), {},
+                        dict(int=["n"])),
+    "CallCounter": (_core.CallCounter, {}, dict(int=["value"])),
+}
+SWEEP = [(label, kind, name) for label, (_, _, kinds) in PUBLIC.items() for kind, names in kinds.items()
+         for name in names]
+SCALARS = [np.bool_(False), True, np.float32(0.5), np.float64(2.0), np.int64(2), np.array(0.5), np.array([0.5]),
+           -0.0, float("nan"), float("inf"), -float("inf"), 2 ** 63, 2 ** 64, -2 ** 63 - 1, "x", None,
+           RaisingNumber(), FloatSub(0.25), 3.7]
+NONE_MEANS_DEFAULT = {"seed", "embed_dim", "bw_e", "stream", "g_level"}
+
+
+@pytest.mark.parametrize("label,kind,name", SWEEP, ids=["%s-%s" % (c[0], c[2]) for c in SWEEP])
+def test_public_scalar_sweep(label, kind, name):
+    """Every scalar is accepted (consistently with its value) or refused with a TypeError / ValueError naming
+    the argument, or the number's own error; never a crash, SystemError, OverflowError or an int that took a
+    float (3.7 as 3) or a bool (True as 1)."""
+    fn, base, _ = PUBLIC[label]
+    for value in SCALARS:
+        got = outcome(lambda: fn(**dict(base, **{name: value})))
+        if got[0] == "ok":
+            is_bool = isinstance(value, (bool, np.bool_))
+            assert not is_bool, (value, got)
+            assert value is not None or name in NONE_MEANS_DEFAULT, (value, got)
+            if kind == "int":
+                assert value is None or isinstance(value, (int, np.integer)), (value, got)
+            assert not isinstance(value, (str, RaisingNumber)) and not (isinstance(value, np.ndarray) and value.ndim)
+            continue
+        if isinstance(value, RaisingNumber) and got[0] is ZeroDivisionError:
+            continue  # the number's own error
+        assert got[0] in (TypeError, ValueError), (value, got)
+        assert {"value": "calls"}.get(name, name) in got[1], (value, got)  # CallCounter's value: the calls

@@ -15,7 +15,8 @@ from hypothesis import strategies as st  # noqa: E402
 
 import pyfastpim  # noqa: E402
 from pyfastpim import _core  # noqa: E402
-from reference.dpe_ref import conductance_levels, slice_constants  # noqa: E402
+from reference.dpe_ref import conductance_levels, mvm_exact, slice_constants  # noqa: E402
+from reference.spec import program_levels_reference, quantize_reference, slice_reference  # noqa: E402
 
 # ---- environment ----------------------------------------------------------------------------------
 
@@ -154,6 +155,20 @@ def config_case(c):
     xs, xsc, wl, wsc = make_case(rng, c["N"], c["R"], c["K"], c["P"], c["n"], c["xw"], c["ww"], c["xg"], c["wg"],
                                  c["g_level"])
     return (xs, xsc, c["xg"], c["xw"], wl, wsc, c["wg"], c["ww"], c["n"], c["rdac"], c["g_level"], c["radc"]), rng
+
+
+def reference_product(x, w, engine, xw, ww, xp, wp, xg, wg, bw_e=None):
+    """Quantize/slice/program with the spec transcription, then the exact MVM transcription."""
+    x3 = x if x.ndim == 3 else x[None]
+    qx = quantize_reference(x3, xp, xg, xw, bw_e)
+    qw = quantize_reference(w, wp, wg, ww, bw_e)
+    xs = slice_reference(qx["q"], xw)
+    wsl = slice_reference(qw["q"], ww)[:, 0]
+    L = program_levels_reference(wsl, ww, engine.g_level)
+    radc = list(reversed(engine.radc)) if engine.radc_is_list else [engine.radc] * len(ww)
+    out = mvm_exact(xs, qx["gran_scale"], qx["granule"], xw, L, qw["gran_scale"][0], qw["granule"], ww, xp[1],
+                    engine.rdac, engine.g_level, radc)
+    return out if x.ndim == 3 else out[0]
 
 
 # ---- backends -------------------------------------------------------------------------------------

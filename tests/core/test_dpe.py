@@ -9,24 +9,11 @@ from hypothesis import given, strategies as st
 
 import pyfastpim
 from pyfastpim import DPETensor, SlicedData, dpe_matmul
-from reference.dpe_ref import mvm_exact, mvm_noisy
+from helpers import reference_product
+from reference.dpe_ref import mvm_noisy
 from reference.spec import program_levels_reference, quantize_reference, slice_reference
 
 NOISE_OFF = dict(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
-
-
-def reference_product(x, w, engine, xw, ww, xp, wp, xg, wg, bw_e=None):
-    """Quantize/slice/program with the spec transcription, then the exact MVM transcription."""
-    x3 = x if x.ndim == 3 else x[None]
-    qx = quantize_reference(x3, xp, xg, xw, bw_e)
-    qw = quantize_reference(w, wp, wg, ww, bw_e)
-    xs = slice_reference(qx["q"], xw)
-    wsl = slice_reference(qw["q"], ww)[:, 0]
-    L = program_levels_reference(wsl, ww, engine.g_level)
-    radc = list(reversed(engine.radc)) if engine.radc_is_list else [engine.radc] * len(ww)
-    out = mvm_exact(xs, qx["gran_scale"], qx["granule"], xw, L, qw["gran_scale"][0], qw["granule"], ww, xp[1],
-                    engine.rdac, engine.g_level, radc)
-    return out if x.ndim == 3 else out[0]
 
 
 gran = st.sampled_from(["per-row", "per-col", "per-matrix", None, (1, 16), (3, 8), (5, 40)])

@@ -693,6 +693,33 @@ def test_names_memintelli_scripts_import_from_its_modules():
     assert (NN_layers.DPETensor, NN_layers.SlicedData, NN_layers.SNR) == (DPETensor, SlicedData, pimpy.SNR)
 
 
+def test_names_memintellis_layer_and_zoo_modules_carry():
+    """The rest of those names: NN_layers.linear / convolution / functions import the engine, the
+    autograd functions and SlicedData, and NN_models star-imports its modules without __all__, so
+    ``memintelli.NN_models`` (and ``memintelli``) carry the layers, DeiT's parts and the URL tables,
+    ``model_urls`` being Mobilnetv2's (the last module imported that defines one)."""
+    from pyfastpim.memintelli import NN_layers, NN_models, pimpy
+    from pyfastpim.memintelli.NN_layers import convolution, functions, linear
+    DeiT, Mobilnetv2, resnet_cifar, vgg_cifar = (importlib.import_module("pyfastpim.memintelli.NN_models." + m)
+                                                 for m in ("DeiT", "Mobilnetv2", "resnet_cifar", "vgg_cifar"))
+    assert (linear.DPETensor, linear.SNR, linear.linear_mem_func) == (
+        DPETensor, pimpy.SNR, NN_layers.linear_mem_func)
+    assert (convolution.DPETensor, convolution.conv1d_mem_func, convolution.conv2d_mem_func,
+            convolution.is_tuple_2) == (DPETensor, NN_layers.conv1d_mem_func, NN_layers.conv2d_mem_func,
+                                        NN_layers.is_tuple_2)
+    assert functions.SlicedData is SlicedData
+    assert (NN_models.LinearMem, NN_models.Conv2dMem) == (LinearMem, Conv2dMem)
+    for module in (NN_models, mi):
+        assert (module.Attention, module.Block, module.Mlp, module.PatchEmbed) == (
+            DeiT.Attention, DeiT.Block, DeiT.Mlp, DeiT.PatchEmbed)
+        assert (module.cfgs, module.cifar_pretrained_urls) == (vgg_cifar.cfgs, vgg_cifar.cifar_pretrained_urls)
+        assert module.resnet_pretrained_urls is resnet_cifar.resnet_pretrained_urls
+        assert module.model_urls is Mobilnetv2.model_urls
+    star = {}
+    exec("from pyfastpim.memintelli.NN_models import *", star)
+    assert {"LinearMem", "Conv2dMem", "Attention", "model_urls", "cfgs"} <= set(star)
+
+
 # ----------------------------------------------------------------------------- the zoo's initialisation
 
 def _uniform_std(fan_in):

@@ -293,7 +293,7 @@ class _MemLayer(nn.Module):
 
     def _init_mem(self, engine, input_slice, weight_slice, bw_e, input_paral_size, weight_paral_size,
                   input_quant_gran, weight_quant_gran, device):
-        self._input_slice = _slice_tuple(input_slice, "input_slice")
+        input_widths = _slice_tuple(input_slice, "input_slice")
         self._weight_slice = _slice_tuple(weight_slice, "weight_slice")
         self.input_paral_size = _paral(input_paral_size, "input_paral_size")
         self.weight_paral_size = _paral(weight_paral_size, "weight_paral_size")
@@ -308,8 +308,9 @@ class _MemLayer(nn.Module):
         # float, str), ValueError for a negative int
         self.bw_e = _bw_e(bw_e)
         # MemIntelli keeps the slice methods as tensors on the parameters' device under these names, and
-        # its programmed weights' SlicedData holds the weight one as its slice_method (so here too)
-        self.input_slice_method = torch.tensor(self._input_slice).to(self.weight.device)
+        # its programmed weights' SlicedData holds the weight one as its slice_method (so here too); the
+        # input is sliced with input_slice_method as it is at each call (see _input_slice)
+        self.input_slice_method = torch.tensor(input_widths).to(self.weight.device)
         self.weight_slice_method = self._weight_slice_tensor = torch.tensor(self._weight_slice).to(self.weight.device)
         self.engine = engine
         self._weight_sliced = None
@@ -328,18 +329,38 @@ class _MemLayer(nn.Module):
         return (w._version, w.data_ptr(), tuple(w.shape), w.dtype, id(self.engine))
 
     def update_weight(self):
-        """Re-slice and re-program this layer's weight into the crossbars (after changing it)."""
+        """Re-slice and re-program this layer's weight into the crossbars (after changing it), with the
+        settings of the SlicedData in ``weight_sliced`` (as MemIntelli, which re-slices into that object):
+        one assigned there, or its ``bw_e`` / ``paral_size`` / ``quant_gran`` edited, is programmed so."""
         if self.engine is None:
             raise RuntimeError("%s has no engine: set layer.engine to a pyfastpim.DPETensor first"
                                % type(self).__name__)
+        self._adopt_weight_sliced_settings()
         sliced_type = self._weight_sliced_type or _pyfastpim_attr("SlicedData")
         sliced = sliced_type(self._weight_slice, bw_e=self.bw_e, is_weight=True, paral_size=self.weight_paral_size,
-                             quant_gran=self.weight_quant_gran)
+                             quant_gran=self.weight_quant_gran,
+                             inference=getattr(self.__dict__.get("_weight_sliced"), "inference", False))
         # its slice_method attribute is the layer's weight_slice_method tensor, as in MemIntelli (layers
         # pickled before that keep the tuple); the slicing reads the widths checked at construction
         sliced.slice_method = getattr(self, "_weight_slice_tensor", self._weight_slice)
         sliced.slice_data_imp(self.engine, self._weight_matrix())
         self._set_programmed(sliced)
+
+    def _adopt_weight_sliced_settings(self):
+        """The layer's weight settings (weight_slice, bw_e, weight_paral_size, weight_quant_gran) taken
+        from the SlicedData held in weight_sliced, checked as the constructor checks them."""
+        from ..sliced import SlicedData, _bw_e, _check_sizes
+        current = self.__dict__.get("_weight_sliced")
+        if not isinstance(current, SlicedData):
+            return
+        paral = _paral(current.paral_size, "weight_sliced.paral_size")
+        gran = _quant_gran(current.quant_gran, "weight_sliced.quant_gran")
+        _check_sizes(paral, gran, "weight_sliced.paral_size", "weight_sliced.quant_gran", 0)
+        self.bw_e = _bw_e(current.bw_e)
+        self.weight_paral_size, self.weight_quant_gran = paral, gran
+        if current._widths != self._weight_slice:  # a SlicedData of another slice method was assigned
+            self._weight_slice = current._widths
+            self.weight_slice_method = self._weight_slice_tensor = torch.tensor(current._widths).to(self.weight.device)
 
     def _set_programmed(self, sliced):
         self._weight_sliced = sliced
@@ -364,6 +385,13 @@ class _MemLayer(nn.Module):
     @weight_sliced.setter
     def weight_sliced(self, value):
         self._set_programmed(value)
+
+    @property
+    def _input_slice(self):
+        """The input's slice widths, read from ``input_slice_method`` at each call: MemIntelli's layers
+        slice every input with that attribute, so assigning it (or editing the tensor) takes effect at
+        the next forward; an invalid one is a ValueError / TypeError naming it."""
+        return _slice_tuple(self.input_slice_method, "input_slice_method")
 
     @property
     def input_slice(self):

@@ -693,6 +693,33 @@ def test_names_memintelli_scripts_import_from_its_modules():
     assert (NN_layers.DPETensor, NN_layers.SlicedData, NN_layers.SNR) == (DPETensor, SlicedData, pimpy.SNR)
 
 
+def test_names_memintellis_layer_and_zoo_modules_carry():
+    """The rest of those names: NN_layers.linear / convolution / functions import the engine, the
+    autograd functions and SlicedData, and NN_models star-imports its modules without __all__, so
+    ``memintelli.NN_models`` (and ``memintelli``) carry the layers, DeiT's parts and the URL tables,
+    ``model_urls`` being Mobilnetv2's (the last module imported that defines one)."""
+    from pyfastpim.memintelli import NN_layers, NN_models, pimpy
+    from pyfastpim.memintelli.NN_layers import convolution, functions, linear
+    DeiT, Mobilnetv2, resnet_cifar, vgg_cifar = (importlib.import_module("pyfastpim.memintelli.NN_models." + m)
+                                                 for m in ("DeiT", "Mobilnetv2", "resnet_cifar", "vgg_cifar"))
+    assert (linear.DPETensor, linear.SNR, linear.linear_mem_func) == (
+        DPETensor, pimpy.SNR, NN_layers.linear_mem_func)
+    assert (convolution.DPETensor, convolution.conv1d_mem_func, convolution.conv2d_mem_func,
+            convolution.is_tuple_2) == (DPETensor, NN_layers.conv1d_mem_func, NN_layers.conv2d_mem_func,
+                                        NN_layers.is_tuple_2)
+    assert functions.SlicedData is SlicedData
+    assert (NN_models.LinearMem, NN_models.Conv2dMem) == (LinearMem, Conv2dMem)
+    for module in (NN_models, mi):
+        assert (module.Attention, module.Block, module.Mlp, module.PatchEmbed) == (
+            DeiT.Attention, DeiT.Block, DeiT.Mlp, DeiT.PatchEmbed)
+        assert (module.cfgs, module.cifar_pretrained_urls) == (vgg_cifar.cfgs, vgg_cifar.cifar_pretrained_urls)
+        assert module.resnet_pretrained_urls is resnet_cifar.resnet_pretrained_urls
+        assert module.model_urls is Mobilnetv2.model_urls
+    star = {}
+    exec("from pyfastpim.memintelli.NN_models import *", star)
+    assert {"LinearMem", "Conv2dMem", "Attention", "model_urls", "cfgs"} <= set(star)
+
+
 # ----------------------------------------------------------------------------- the zoo's initialisation
 
 def _uniform_std(fan_in):
@@ -817,3 +844,69 @@ def test_engine_conductance_levels_and_radc_as_memintelli():
                             radc=[2 ** 6, 2 ** 8, 2 ** 10, 2 ** 12])
     assert not torch.equal(y, torch.as_tensor(flipped(*_sliced_pair(flipped, x, w))))  # the order matters
     assert isinstance(_quiet_engine().radc, int) and not _quiet_engine().radc_is_list
+
+
+# ----------------------------------------------------------------------------- settings changed after construction
+
+def _twin_output(make, layer, x, **kw):
+    """The output of a layer made with ``kw`` and ``layer``'s parameters (same engine, replayed noise)."""
+    twin = make(**kw)
+    twin.load_state_dict(layer.state_dict())
+    with torch.no_grad():
+        layer.engine.reset(1)
+        got = layer(x)
+        layer.engine.reset(1)
+        return got, twin(x)
+
+
+@pytest.mark.parametrize("kind", ["linear", "conv2d", "nn linear", "nn conv2d"])
+def test_input_slice_method_is_read_at_each_call(kind):
+    """MemIntelli's layers slice every input with ``self.input_slice_method``: assigning it (an input
+    precision sweep) or editing the tensor changes the next call. It was read once at construction
+    (the assignment was silently ignored); a bad one is an error naming input_slice_method."""
+    engine = _quiet_engine()
+    lin, conv = (pyfastpim.nn.LinearMem, pyfastpim.nn.Conv2dMem) if kind.startswith("nn") else (LinearMem, Conv2dMem)
+    if kind.endswith("linear"):
+        make, x = (lambda input_slice=(1, 1, 2, 4): lin(engine, 40, 7, input_slice, [1, 1, 2, 4])), torch.randn(4, 40)
+    else:
+        make, x = (lambda input_slice=(1, 1, 2, 4): conv(engine, 3, 5, 3, input_slice, [1, 1, 2, 4])), torch.randn(2, 3, 9, 9)
+    torch.manual_seed(0)
+    layer = make()
+    layer.input_slice_method = torch.tensor([1, 1, 2])
+    got, want = _twin_output(make, layer, x, input_slice=(1, 1, 2))
+    assert torch.equal(got, want) and layer.input_slice == (1, 1, 2)
+    layer.input_slice_method[2] = 4  # in place: MemIntelli builds the input's SlicedData from the tensor
+    got, want = _twin_output(make, layer, x, input_slice=(1, 1, 4))
+    assert torch.equal(got, want)
+    layer.input_slice_method = torch.tensor([2, 2])
+    with pytest.raises(ValueError, match="input_slice_method"):
+        layer(x)
+
+
+@pytest.mark.parametrize("nn_layers", [False, True])
+def test_update_weight_programs_with_the_weight_sliced_settings(nn_layers):
+    """MemIntelli's update_weight() re-slices into ``self.weight_sliced``: a SlicedData of another slice
+    method assigned there, or its bw_e edited, is what the weights are programmed with (the input
+    follows weight_sliced.bw_e), as a layer made with those settings. Both were silently dropped:
+    update_weight() rebuilt the constructor's settings."""
+    engine = _quiet_engine()
+    lin, sliced = (pyfastpim.nn.LinearMem, pyfastpim.SlicedData) if nn_layers else (LinearMem, SlicedData)
+    x = torch.randn(4, 40)
+
+    def make(weight_slice=(1, 1, 2, 4), bw_e=None):
+        return lin(engine, 40, 7, [1, 1, 2, 4], weight_slice, bw_e=bw_e)
+
+    torch.manual_seed(0)
+    layer = make()
+    layer.weight_sliced = sliced(torch.tensor([1, 1, 2]), is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+    layer.update_weight()
+    got, want = _twin_output(make, layer, x, weight_slice=(1, 1, 2))
+    assert torch.equal(got, want) and layer.weight_slice == (1, 1, 2)
+    assert layer.weight_sliced.slice_method.tolist() == [1, 1, 2] and layer.weight_sliced.shape == (40, 7)
+    layer.weight_sliced.bw_e = 8
+    layer.update_weight()
+    got, want = _twin_output(make, layer, x, weight_slice=(1, 1, 2), bw_e=8)
+    assert torch.equal(got, want) and layer.bw_e == 8 and layer.weight_sliced.bw_e == 8
+    layer.weight_sliced.bw_e = -1
+    with pytest.raises(ValueError, match="bw_e"):
+        layer.update_weight()

@@ -127,3 +127,9 @@ class Conv1dMem(_layers._MemLayer):
         return "%d, %d, kernel_size=%s, stride=%s, padding=%s, bias=%s, %s" % (
             self.in_channels, self.out_channels, self.kernel_size, self.stride, self.padding,
             self.bias is not None, self._mem_extra_repr())
+
+
+# Names MemIntelli's scripts import from this module (it imports them for its own use); not in __all__.
+from ..pimpy import DPETensor  # noqa: E402,F401
+from .functions import conv1d_mem_func, conv2d_mem_func, is_tuple_2  # noqa: E402,F401
+_REEXPORTED = (DPETensor, conv1d_mem_func, conv2d_mem_func, is_tuple_2)  # (referenced so that linters see them used)

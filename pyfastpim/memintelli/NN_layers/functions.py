@@ -216,3 +216,8 @@ def conv1d_mem_func(engine, input, weight, input_slice, weight_slice, bias=None,
     """``conv1d(input, weight, bias, stride, padding, dilation)`` on the crossbar from the sliced operands,
     with straight-through gradients (:class:`Conv1dMemRunc`)."""
     return Conv1dMemRunc.apply(engine, input, weight, input_slice, weight_slice, bias, stride, padding, dilation)
+
+
+# Names MemIntelli's scripts import from this module (it imports them for its own use); not in __all__.
+from ..pimpy.data_formats import SlicedData  # noqa: E402,F401
+_REEXPORTED = (SlicedData,)  # (referenced so that linters see them used)

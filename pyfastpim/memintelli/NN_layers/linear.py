@@ -50,3 +50,9 @@ class LinearMem(_layers.LinearMem):
         out = HostLinear.apply(x, self.weight, self.bias, self,
                                _layers._needs_grad(input, self.weight, self.bias))  # on the input's device
         return out.reshape(shape[:-1] + (self.out_features,))
+
+
+# Names MemIntelli's scripts import from this module (it imports them for its own use); not in __all__.
+from ..pimpy import SNR, DPETensor  # noqa: E402,F401
+from .functions import linear_mem_func  # noqa: E402,F401
+_REEXPORTED = (SNR, DPETensor, linear_mem_func)  # (referenced so that linters see them used)

@@ -6,19 +6,24 @@
  * one fused multiply-add per term, in k order, starting from +0. Threads split
  * only the output (rows, then column panels), never k; K blocks continue the
  * same chain through the stored partial sums (a float stored and reloaded is
- * the same float). The AVX2 micro-kernel (used from the AVX2 tier up) and the
- * portable one (the FMA instruction where the CPU has it, else libm's correctly
- * rounded fmaf) therefore give identical bits. Our own rather than OpenBLAS's
- * sgemm, which the context used before: its blocking, hence each element's
- * summation order, changes with OPENBLAS_NUM_THREADS (outgoing differed up to
- * 5e-4 relative between 1 and 2 threads at T=512, D=768), and no OpenCL device
- * can reproduce its order. */
+ * the same float). The micro-kernel is one template (attention_gemm_simd.h)
+ * instantiated per ISA and chosen at run time (cpu/kernels.h): the AVX-512,
+ * AVX2 and portable instances (the FMA instruction where the CPU has it, else
+ * libm's correctly rounded fmaf) therefore give identical bits. Our own rather
+ * than OpenBLAS's sgemm, which the context used before: its blocking, hence
+ * each element's summation order, changes with OPENBLAS_NUM_THREADS (outgoing
+ * differed up to 5e-4 relative between 1 and 2 threads at T=512, D=768), and
+ * no OpenCL device can reproduce its order. */
 #ifndef PF_ATTENTION_GEMM_H
 #define PF_ATTENTION_GEMM_H
 
 #include "core/attention.h"
+#include "cpu/cpu_features.h"
 
 #include <stdint.h>
+
+/* rows of a micro-tile (its columns: the active instance's nr, cpu/kernels.h) */
+#define PF_ATTN_MR 6
 
 /* A read-only m x k (or k x n) operand: element (r, c) at p[r * rs + c * cs]. */
 typedef struct {
@@ -32,5 +37,9 @@ typedef struct {
  * PF_EOVERFLOW. */
 int pf_attn_gemm(pf_scratch *pack, pf_gemm_operand a, pf_gemm_operand b, float *c, int64_t ldc, int64_t m,
                  int64_t n, int64_t k);
+
+/* Test hook: calls of pf_attn_gemm that chose the micro-kernel of `isa` (a product of k == 0
+ * or an empty output chooses none), process-wide. */
+uint64_t pf_attn_gemm_calls(pf_isa isa);
 
 #endif

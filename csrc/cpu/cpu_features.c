@@ -74,13 +74,15 @@ static const pf_cpu_kernels k_avx512 = {.isa = PF_ISA_AVX512,
                                         .noisy = SIMD_TILES(avx512),
                                         .normal_groups = pf_normal_groups_avx512,
                                         .exp_inplace = pf_exp_inplace_avx512,
-                                        .read_noise_values = pf_read_noise_values_avx2};
+                                        .read_noise_values = pf_read_noise_values_avx2,
+                                        .attn_gemm = {pf_attn_kern_avx512, 32}};
 static const pf_cpu_kernels k_avx2 = {.isa = PF_ISA_AVX2,
                                       .exact = SIMD_TILES(avx2),
                                       .noisy = SIMD_TILES(avx2),
                                       .normal_groups = pf_normal_groups_avx2,
                                       .exp_inplace = pf_exp_inplace_avx2,
-                                      .read_noise_values = pf_read_noise_values_avx2};
+                                      .read_noise_values = pf_read_noise_values_avx2,
+                                      .attn_gemm = {pf_attn_kern_avx2, 16}};
 /* portable: integer operands need no fusing; noisy ones fuse as the SIMD kernels do. No short
  * instances: the reference-shaped tile stays one function. */
 static const pf_cpu_kernels k_generic = {.isa = PF_ISA_GENERIC,

@@ -34,6 +34,15 @@ typedef struct {
     pf_dpe_tile_fn full, short_rows[PF_SHORT_TILES];
 } pf_dpe_tile_set;
 
+/* The attention GEMM's micro-kernel (cpu/attention_gemm_simd.h: PF_ATTN_MR rows x nr columns of
+ * packed B) and nr; fn NULL: the portable instance (attention_gemm.c). */
+typedef void (*pf_attn_kern_fn)(int64_t kc, const float *const *a, int64_t acs, const float *b, float *c,
+                                int64_t ldc, int first);
+typedef struct {
+    pf_attn_kern_fn fn;
+    int nr;
+} pf_attn_kernel;
+
 typedef struct {
     pf_isa isa;
     /* DPE micro-kernel for integer-valued (noise-free) operands, and for
@@ -50,6 +59,7 @@ typedef struct {
      * bits of the portable passes in dpe_packed.c. NULL: those passes. */
     void (*read_noise_values)(const pf_read_noise *r, uint64_t cell0, int64_t w, const uint8_t *L, const float *G,
                               float *val);
+    pf_attn_kernel attn_gemm;
 } pf_cpu_kernels;
 
 /* The table of the active ISA. */
@@ -77,5 +87,10 @@ void pf_sleef_fma8_mismatches_avx2(int64_t counts[3]);
 void pf_normal_groups_avx512(uint64_t seed, uint32_t stream, uint32_t call, uint64_t group0, int64_t ngroups,
                              float *out);
 void pf_exp_inplace_avx512(float *v, int64_t count);
+/* attention_gemm_avx2.c, attention_gemm_avx512.c */
+void pf_attn_kern_avx2(int64_t kc, const float *const *a, int64_t acs, const float *b, float *c, int64_t ldc,
+                       int first);
+void pf_attn_kern_avx512(int64_t kc, const float *const *a, int64_t acs, const float *b, float *c, int64_t ldc,
+                         int first);
 
 #endif

@@ -4,6 +4,7 @@
 #include "python/bindings.h"
 #include "python/convert.h"
 #include "opencl/cl_loader.h"
+#include "cpu/attention_gemm.h"
 #include "cpu/cpu_features.h"
 #include "cpu/dpe_int.h"
 #include "cpu/kernels.h"
@@ -167,6 +168,16 @@ static PyObject *py_dpe_short_tiles(PyObject *self, PyObject *noargs)
     return out;
 }
 
+static PyObject *py_attention_gemm_calls(PyObject *self, PyObject *noargs)
+{
+    PF_UNUSED(self);
+    PF_UNUSED(noargs);
+    return Py_BuildValue("{s:K,s:K,s:K}", pf_isa_name(PF_ISA_GENERIC),
+                         (unsigned long long)pf_attn_gemm_calls(PF_ISA_GENERIC), pf_isa_name(PF_ISA_AVX2),
+                         (unsigned long long)pf_attn_gemm_calls(PF_ISA_AVX2), pf_isa_name(PF_ISA_AVX512),
+                         (unsigned long long)pf_attn_gemm_calls(PF_ISA_AVX512));
+}
+
 static PyObject *py_cl_library_error(PyObject *self, PyObject *noargs)
 {
     PF_UNUSED(self);
@@ -207,6 +218,9 @@ static PyMethodDef core_methods[] = {
      "dpe_short_tiles()\n--\n\nTest hook: {'float': {rows: tiles}, 'int': {rows: tiles}}, process-wide counts of the "
      "tiles each DPE path computed with its micro-kernel's short instance for that many rows (panels of few valid "
      "rows, such as a small batch's last one)."},
+    {"attention_gemm_calls", py_attention_gemm_calls, METH_NOARGS,
+     "attention_gemm_calls()\n--\n\nTest hook: {isa: calls}, process-wide counts of the attention context's "
+     "products that ran that ISA's GEMM micro-kernel."},
     {"check_seed", pf_py_check_seed, METH_O,
      "check_seed(seed)\n--\n\nThe seed as every entry point reads it: an int in [0, 2**64) (None: DEFAULT_SEED); "
      "TypeError / ValueError naming 'seed' otherwise."},

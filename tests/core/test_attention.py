@@ -527,8 +527,12 @@ def test_results_identical_for_1_and_2_threads_and_every_isa(isa):
 
 
 # the benchmark's shape (T=512, D=768: OpenBLAS's sgemm once gave other bits for another count of
-# its own threads), one below the micro-tile (6 x 16) and odd ones with edge tiles on both sides
-BIT_SHAPES = ((512, 768), (5, 7), (37, 101), (301, 130))
+# its own threads), one below the micro-tile (6 x 16) and odd ones with edge tiles on both sides;
+# then (T, D) one off and on the instances' blocking (cpu/attention_gemm.c: 6-row tiles, 72-row
+# blocks, 16 columns (AVX2, portable) or 32 (AVX-512), K blocks of 256 or 128 terms; apply's k is D)
+BIT_SHAPES = ((512, 768), (1, 1), (5, 7), (37, 101), (301, 130),
+              (47, 31), (48, 32), (49, 33), (71, 15), (72, 16), (73, 17),
+              (11, 127), (13, 129), (7, 255), (6, 256), (5, 257))
 
 
 # run here and in the child interpreters of the bit-identity test
@@ -587,6 +591,22 @@ def test_results_bit_identical_for_any_openblas_or_pyfastpim_thread_count_and_is
                 if k.endswith("/%dx%d" % (t, d))}
         assert len(seen) == 2 * 2 * len(available_isas())
         assert len(set(seen.values())) == 1, (t, d, seen)
+
+
+def test_products_run_the_gemm_micro_kernel_of_the_active_isa(isa):
+    # One template, an instance per ISA (cpu/attention_gemm_simd.h), chosen through the kernel
+    # table: under each limit its own instance runs, so the digests above compare them all.
+    from pyfastpim import _core
+    rng = np.random.default_rng(3)
+    c = pyfastpim.AttentionContext(update_rate=0.3, strength=0.9)
+    x, y = rand(rng, 40, 24), rand(rng, 40, 24)
+    before = _core.attention_gemm_calls()
+    c.update_outgoing(x, y)
+    c.incoming = c.outgoing
+    c.apply(x)
+    c.gradients(x, y)
+    after = _core.attention_gemm_calls()
+    assert {k: after[k] - before[k] for k in after} == {k: 4 if k == isa else 0 for k in after}
 
 
 @pytest.mark.parametrize("t, d", BIT_SHAPES)

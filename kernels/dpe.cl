@@ -4,21 +4,26 @@
  * noisy outputs equal to it up to the ulp error of log/sin/cos/exp.
  *
  * Packed layouts (zero padded), as the CPU's (dpe.h) micro-panels:
- *   A  [Gc/TM][nb][Sx][n][TM]  DAC voltages of the Gc rows of one row chunk
+ *   A  [Gc/TM][nb][Sx][nk_b][TM]  DAC voltages of the Gc rows of one row chunk
  *   RS [nb][Gc]                input block scales of those rows
- *   B  [Pp/TN][nb][Sb][n][TN]  conductances in units of Q_G above LGS
+ *   B  [Pp/TN][nb][Sb][nk_b][TN]  conductances in units of Q_G above LGS
  *      (PF_B_PANEL = 1, CPUs: each work-item streams one contiguous panel)
  *   or [Sb][Kp][Pp]            (PF_B_PANEL = 0, GPUs: neighbouring work-items
  *                               read neighbouring columns, coalesced)
  *      Sb = Sw, or ceil(Sw / 2) with two weight slices per float (pair_shift,
  *      pf_dpe_pack_w and pf_adc_slice; noise-free products only)
  *   CS [nb][Pp]                weight block scales
- * with Kp = nb * n (crossbar blocks), Gc a multiple of PF_TM * local size y,
- * Pp a multiple of PF_TN * local size x.
+ * with Kp = K: block b (of nb = ceil(K / n) crossbar blocks) stores only the
+ * nk_b = min(n, Kp - b * n) rows present (pf_block_rows), not n: the missing
+ * rows of a crossbar hold zero inputs and add exactly nothing to a sum, and n
+ * itself enters only the ADC constants (adcRef, computed by the host), so a
+ * tall crossbar with few rows costs no memory or loop trips for its empty
+ * rows (as the CPU, whose single block stores only K rows). Gc a multiple of
+ * PF_TM * local size y, Pp a multiple of PF_TN * local size x.
  *
  * Tile kernel: each work-item owns PF_TM rows x PF_TN columns and, exactly as
  * pf_dpe_tile_avx2, computes per block b and slice pair (i, j)
- *   acc = fma(A, B, acc) over the n rows of the crossbar in order,
+ *   acc = fma(A, B, acc) over the nk_b rows of the block in order,
  *   code = rint(acc * alpha_j) (or the exact table), tb = tb + code * coef_ij,
  * then out = out + tb * (rs * cs); with two weight slices per B slice the
  * accumulation runs once per pair of slices and pf_adc_slice splits its
@@ -35,16 +40,24 @@
 #define PF_B_PANEL 0
 #endif
 
-/* element (i, k, gc) of A and (j, k, p) of B, k = b * n + kk */
-inline ulong pf_a_index(ulong i, ulong k, ulong gc, ulong n, ulong nb, ulong sx)
+/* Rows stored for crossbar block b: those present, min(n, Kp - b * n). */
+inline ulong pf_block_rows(ulong b, ulong n, ulong Kp)
 {
-    return ((((gc / PF_TM) * nb + k / n) * sx + i) * n + k % n) * PF_TM + gc % PF_TM;
+    return min(n, Kp - b * n);
 }
 
-inline ulong pf_b_index(ulong j, ulong k, ulong p, ulong n, ulong nb, ulong sw, ulong Kp, ulong Pp)
+/* Offset, in panel rows, of slice s of block b in a panel of ns slices of Kp rows:
+ * the blocks before b hold ns * n rows each, the slices before s of block b nk_b each. */
+inline ulong pf_panel_row(ulong b, ulong s, ulong ns, ulong n, ulong Kp)
+{
+    return b * n * ns + s * pf_block_rows(b, n, Kp);
+}
+
+/* element (j, k, p) of B, k = b * n + kk */
+inline ulong pf_b_index(ulong j, ulong k, ulong p, ulong n, ulong sw, ulong Kp, ulong Pp)
 {
 #if PF_B_PANEL
-    return ((((p / PF_TN) * nb + k / n) * sw + j) * n + k % n) * PF_TN + p % PF_TN;
+    return ((p / PF_TN) * sw * Kp + pf_panel_row(k / n, j, sw, n, Kp) + k % n) * PF_TN + p % PF_TN;
 #else
     return (j * Kp + k) * Pp + p;
 #endif
@@ -142,17 +155,18 @@ kernel void pf_im2col_dequant(global const float *img, long16 geo, global const 
 }
 
 /* Columns k0 .. k0 + nk - 1 (nk <= 4) of the A micro-panel holding rows gc0..: each column's
- * crossbar block kq and row kr in it, and the A offset of (slice 0, row gc0), pf_a_index stepped
- * from one division (slice i is i * n * PF_TM further on). */
+ * crossbar block kq and row kr in it, the A offset of (slice 0, row gc0) stepped from one
+ * division, and a_step, how much further on each next slice is (nk_b * PF_TM). */
 inline void pf_a_columns(ulong gc0, ulong k0, uint nk, ulong n, ulong Kp, ulong sx, ulong kq[4], ulong kr[4],
-                         ulong a_col[4])
+                         ulong a_col[4], ulong a_step[4])
 {
-    const ulong a_panel = (gc0 / PF_TM) * (Kp / n);
+    const ulong a_panel = (gc0 / PF_TM) * sx * Kp;
     ulong q = k0 / n, rr = k0 % n;
     for (uint l = 0; l < nk; l++) {
         kq[l] = q;
         kr[l] = rr;
-        a_col[l] = ((a_panel + q) * sx * n + rr) * PF_TM;
+        a_col[l] = (a_panel + pf_panel_row(q, 0, sx, n, Kp) + rr) * PF_TM;
+        a_step[l] = pf_block_rows(q, n, Kp) * PF_TM;
         if (++rr == n) {
             rr = 0;
             q++;
@@ -190,9 +204,8 @@ kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale
     if (gc0 >= rows || k0 >= K)
         return;
     const uint nr = (uint)min((ulong)PF_TM, rows - gc0), nk = (uint)min((ulong)4, K - k0);
-    const ulong a_slice = n * PF_TM;
-    ulong kq[4], kr[4], a_col[4];
-    pf_a_columns(gc0, k0, nk, n, Kp, sx, kq, kr, a_col);
+    ulong kq[4], kr[4], a_col[4], a_step[4];
+    pf_a_columns(gc0, k0, nk, n, Kp, sx, kq, kr, a_col, a_step);
     for (uint l = 0; l < nk; l++) {
         if (kr[l] != 0)
             continue;
@@ -204,7 +217,7 @@ kernel void pf_dpe_pack_x(global const uchar *codes, global const float *x_scale
     for (ulong i = 0; i < sx; i++)
         for (uint l = 0; l < nk; l++) {
             global const uchar *c = codes + (i * G + g0 + gc0) * K + k0 + l;
-            global float *dst = A + a_col[l] + i * a_slice; /* rows gc0.. of the panel: consecutive */
+            global float *dst = A + a_col[l] + i * a_step[l]; /* rows gc0.. of the panel: consecutive */
             for (uint r = 0; r < nr; r++) {
                 float V = dac[i * 256 + c[(ulong)r * K]];
                 if (noise_x)
@@ -240,9 +253,8 @@ kernel void pf_dpe_pack_x_im2col(global const float *dac, global float *A, globa
         return;
     const uint nr = (uint)min((ulong)PF_TM, rows - gc0), nk = (uint)min((ulong)4, K - k0);
     const uint qc = (uint)min(x_qc, K), qr = (uint)min(x_qr, R);
-    const ulong a_slice = n * PF_TM;
-    ulong kq[4], kr[4], a_col[4];
-    pf_a_columns(gc0, k0, nk, n, Kp, sx, kq, kr, a_col);
+    ulong kq[4], kr[4], a_col[4], a_step[4];
+    pf_a_columns(gc0, k0, nk, n, Kp, sx, kq, kr, a_col, a_step);
     /* per column: channel, patch offsets and granule column */
     uint gcol[4];
     long ci[4], dih[4], diw[4];
@@ -276,7 +288,7 @@ kernel void pf_dpe_pack_x_im2col(global const float *dac, global float *A, globa
     }
     for (uint i = 0; i < (uint)sx; i++)
         for (uint l = 0; l < nk; l++) {
-            global float *dst = A + a_col[l] + i * a_slice; /* rows gc0.. of the panel: consecutive */
+            global float *dst = A + a_col[l] + i * a_step[l]; /* rows gc0.. of the panel: consecutive */
             for (uint r = 0; r < nr; r++) {
                 float V = dac[i * 256 + pf_slice_code_packed(u[r][l], offs, (int)i, (int)sx, total_bits)];
                 if (noise_x)
@@ -344,7 +356,7 @@ kernel void pf_dpe_pack_w(global const uchar *levels, global const float *cond, 
 #else
     const ulong row = get_global_id(1), p0 = get_global_id(0) * 16;
 #endif
-    const ulong sw = total / (K * P), nb = Kp / n, sb = pair_shift ? (sw + 1) / 2 : sw;
+    const ulong sw = total / (K * P), sb = pair_shift ? (sw + 1) / 2 : sw;
     if (row >= sb * K || p0 >= P)
         return;
     const ulong j = row / K, k = row % K, tail = P & ~(ulong)7, p1 = min(p0 + 16, P);
@@ -364,12 +376,12 @@ kernel void pf_dpe_pack_w(global const uchar *levels, global const float *cond, 
                 v = pf_pack_w_run8(idx, levels, cond, sigma, Z, noise_w, has_cond, has_sigma, QG, lgs, top);
             }
 #if !PF_B_PANEL || PF_TN % 8 == 0
-            vstore8(v, 0, B + pf_b_index(j, k, p, n, nb, sb, Kp, Pp)); /* 8 consecutive floats of B */
+            vstore8(v, 0, B + pf_b_index(j, k, p, n, sb, Kp, Pp)); /* 8 consecutive floats of B */
 #else
             float t[8];
             vstore8(v, 0, t);
             for (uint l = 0; l < 8; l++)
-                B[pf_b_index(j, k, p + l, n, nb, sb, Kp, Pp)] = t[l];
+                B[pf_b_index(j, k, p + l, n, sb, Kp, Pp)] = t[l];
 #endif
             continue;
         }
@@ -384,7 +396,7 @@ kernel void pf_dpe_pack_w(global const uchar *levels, global const float *cond, 
             } else {
                 v = pf_pack_w_cell(L0, lrow * P + q, cond, sigma, Z, noise_w, has_cond, has_sigma, QG, lgs, top);
             }
-            B[pf_b_index(j, k, q, n, nb, sb, Kp, Pp)] = v;
+            B[pf_b_index(j, k, q, n, sb, Kp, Pp)] = v;
         }
     }
 }
@@ -419,13 +431,14 @@ kernel void pf_dpe_mvm(global const float *A, global const float *B, global cons
     for (int r = 0; r < PF_TM; r++)
         o[r] = (pf_vec)(0.0f);
     for (int b = 0; b < nb; b++) {
+        const int nk = (int)pf_block_rows((ulong)b, (ulong)n, Kp); /* the rows present */
         for (int r = 0; r < PF_TM; r++)
             tb[r] = (pf_vec)(0.0f);
         for (int i = 0; i < sx; i++) {
-            global const float *Ab = A + (((rb / PF_TM) * nb + b) * sx + i) * (ulong)n * PF_TM;
+            global const float *Ab = A + ((rb / PF_TM) * sx * Kp + pf_panel_row(b, i, sx, n, Kp)) * PF_TM;
             for (int j = 0; j < swb; j++) {
 #if PF_B_PANEL
-                global const float *Bb = B + (((cb / PF_TN) * nb + b) * swb + j) * (ulong)n * PF_TN;
+                global const float *Bb = B + ((cb / PF_TN) * swb * Kp + pf_panel_row(b, j, swb, n, Kp)) * PF_TN;
                 const ulong bstride = PF_TN;
 #else
                 global const float *Bb = B + ((ulong)j * Kp + (ulong)b * n) * Pp + cb;
@@ -433,7 +446,7 @@ kernel void pf_dpe_mvm(global const float *A, global const float *B, global cons
 #endif
                 for (int r = 0; r < PF_TM; r++)
                     acc[r] = (pf_vec)(0.0f);
-                for (int k = 0; k < n; k++) {
+                for (int k = 0; k < nk; k++) {
                     const pf_vec bv = PF_VLOAD(Bb + (ulong)k * bstride);
                     global const float *ak = Ab + (ulong)k * PF_TM;
 #pragma unroll

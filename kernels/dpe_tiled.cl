@@ -8,7 +8,7 @@
  * products alike.
  *
  * What changes is where the operands come from: for each block b and slice
- * pair (i, j), the work-group walks the n crossbar rows in chunks of kt and
+ * pair (i, j), the work-group walks the block's rows present (nk_b, dpe.cl) in chunks of kt and
  * first copies the chunk's inputs of its TM*ly rows (lA: [kt][TM*ly]) and
  * weights of its TN*lx columns (lB: [kt][TN*lx]) into local memory, all work-
  * items together (coalesced reads: each row panel's chunk and each weight row
@@ -48,22 +48,24 @@ kernel void pf_dpe_mvm_tiled(global const float *A, global const float *B, globa
     for (int r = 0; r < PF_TM; r++)
         o[r] = (pf_vec)(0.0f);
     for (int b = 0; b < nb; b++) {
+        const int nk = (int)pf_block_rows((ulong)b, (ulong)n, Kp); /* the rows present (dpe.cl) */
         for (int r = 0; r < PF_TM; r++)
             tb[r] = (pf_vec)(0.0f);
         for (int i = 0; i < sx; i++) {
             for (int j = 0; j < swb; j++) {
                 for (int r = 0; r < PF_TM; r++)
                     acc[r] = (pf_vec)(0.0f);
-                for (int k0 = 0; k0 < n; k0 += kt) {
-                    const uint kc = (uint)min(kt, n - k0);
+                for (int k0 = 0; k0 < nk; k0 += kt) {
+                    const uint kc = (uint)min(kt, nk - k0);
                     /* inputs: for each row panel pl of the group, rows k0 .. k0+kc of block b,
-                     * slice i: kc * PF_TM contiguous floats at A[(((p0+pl)*nb + b)*sx + i)*n*TM + k0*TM]
+                     * slice i: kc * PF_TM contiguous floats at
+                     * A[((p0+pl)*sx*Kp + pf_panel_row(b, i, sx, n, Kp) + k0)*TM]
                      * (divisions by the compile-time PF_TM only) */
                     for (uint pl = 0; pl < ly; pl++) {
                         const ulong p = p0 + pl;
                         if (p * PF_TM >= Gc)
                             break; /* never with the host's sizes: Gc is a multiple of TM*ly */
-                        global const float *src = A + (((p * nb + b) * sx + i) * (ulong)n + k0) * PF_TM;
+                        global const float *src = A + (p * sx * Kp + pf_panel_row(b, i, sx, n, Kp) + k0) * PF_TM;
                         for (uint e = lid; e < kc * PF_TM; e += nthreads)
                             lA[(e / PF_TM) * wa + pl * PF_TM + e % PF_TM] = src[e];
                     }
@@ -74,8 +76,8 @@ kernel void pf_dpe_mvm_tiled(global const float *A, global const float *B, globa
                         while (kk < kc) {
                             const ulong col = cb0 + c;
 #if PF_B_PANEL
-                            const ulong src = ((((col / PF_TN) * nb + b) * swb + j) * (ulong)n + k0 + kk) * PF_TN +
-                                              col % PF_TN;
+                            const ulong src = ((col / PF_TN) * swb * Kp + pf_panel_row(b, j, swb, n, Kp) + k0 + kk) *
+                                              PF_TN + col % PF_TN;
 #else
                             const ulong src = ((ulong)j * Kp + (ulong)b * n + k0 + kk) * Pp + col;
 #endif

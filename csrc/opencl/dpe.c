@@ -214,7 +214,8 @@ static pf_status mvm_sizes(const pf_cl_device *dev, mvm_call *m)
     m->n = (size_t)a->n, m->sx = (size_t)a->sx, m->sw = (size_t)a->sw;
     m->K = (size_t)a->inner, m->P = (size_t)a->cols, m->R = (size_t)a->rows;
     m->nb = (m->K + m->n - 1) / m->n;
-    if (pf_mul_size(m->nb, m->n, &m->Kp) || pf_mul_size((size_t)a->batch, m->R, &m->G) || m->nb > INT32_MAX ||
+    m->Kp = m->K; /* rows packed: only those present, min(n, K - b*n) in block b (kernels/dpe.cl) */
+    if (pf_mul_size((size_t)a->batch, m->R, &m->G) || m->nb > INT32_MAX ||
         pf_mul_size((size_t)a->x_item0, m->R, &m->nbase) || pf_add_size(m->nbase, m->G, &t2) ||
         pf_mul_size(t2, m->sx * m->K, &t2) || /* noise indices must fit too */
         pf_add_size(m->P, unit_c, &t1) || pf_add_size(m->G, unit_r, &t1) ||
@@ -302,8 +303,8 @@ static pf_status mvm_buffers(pf_cl_device *dev, mvm_call *m, const pf_cl_weights
         (st = pf_cl_scratch_get(dev, SCR_RS, m->b_RS, "input scales", &m->sRS)) != PF_OK ||
         (st = pf_cl_scratch_get(dev, SCR_CS, m->b_CS, "weight scales", &m->sCS)) != PF_OK)
         return st;
-    /* the padding's positions: the crossbar size n with the padded sizes (n = 8 and n = 4 both pad
-     * K = 39 to 40, with the padding in other places); B's where it is packed (mvm_pack_b) */
+    /* the padding's positions: the crossbar size n with the padded sizes (the block boundaries,
+     * at multiples of n, place each slice's rows); B's where it is packed (mvm_pack_b) */
     const uint64_t sig_a[4] = {sx * 0x100000000ull + m->n, m->Kp, m->Gc, m->K};
     return pf_cl_scratch_zero(dev, SCR_A, sig_a);
 }

@@ -8,6 +8,8 @@ import pytest
 
 import pyfastpim as pf
 from pyfastpim import _core, memory
+from pyfastpim.devices import cl_dpe_mvm
+from helpers import make_case, mvm_args
 
 NPLAT, _ = _core.cl_devices()
 pytestmark = pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform")
@@ -68,3 +70,21 @@ def test_convolution_output_above_the_limit_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("PYFASTPIM_CL_OUTPUT_LIMIT", "1024")
     with pytest.raises(ValueError, match="CL_DEVICE_MAX_MEM_ALLOC_SIZE"):
         e.forward_conv2d(x, w, 3, padding=1)
+
+
+def test_a_tall_crossbar_whose_padded_weights_exceed_the_largest_buffer_computes(dev):
+    # Crossbars of n = 2**24 - 1 rows (the most a 1-level DAC and 2-level cells allow) holding K = 100
+    # inputs. Every block used to be padded to n rows on OpenCL, so the packed weights (Sw x n x Pp
+    # floats) needed a buffer above CL_DEVICE_MAX_MEM_ALLOC_SIZE and the call failed ("packed weights
+    # needs a buffer of ... bytes") where the CPU computes it; only the rows present are packed now.
+    n, sw = 2 ** 24 - 1, 4
+    cols = max(16, -(-dev.info["max_alloc_bytes"] // (sw * n * 4)) + 16)  # the padded weights: above the limit
+    if cols > 4096:
+        pytest.skip("the device's largest buffer (%d bytes) takes the padded weights" % dev.info["max_alloc_bytes"])
+    widths, xg, wg = (1,) * sw, (1, n), (n, cols)
+    xs, xsc, wl, wsc = make_case(np.random.default_rng(3), 1, 5, 100, cols, n, widths, widths, xg, wg, 2)
+    args = mvm_args(xs, xsc, xg, widths, wl, wsc, wg, widths, n, 2, 2, [2 ** 24] * sw)
+    cl = np.asarray(cl_dpe_mvm(dev, *args))
+    cpu = np.asarray(_core.dpe_mvm(*args))
+    assert np.count_nonzero(cpu) > 0
+    np.testing.assert_array_equal(cl, cpu)

@@ -191,3 +191,48 @@ def test_environment_chooses_the_kernel_at_open(monkeypatch):
     monkeypatch.setenv("PYFASTPIM_CL_MVM", "turbo")
     with pytest.raises(ValueError, match="PYFASTPIM_CL_MVM"):
         _core.OpenCLDevice(p, i)
+
+
+# Tall crossbars: n far above the rows present. Block b stores only its min(n, K - b*n) rows (K here,
+# one block), as the CPU packs them: before, every block was padded to n rows, so the packed weights
+# (Sw x n x Pp floats) and inputs took hundreds of MB here, and the kernels looped over the empty rows.
+# n still sets the ADC reference (codes at a 24-bit ADC change with it), so the outputs must stay
+# bit-identical to the CPU's; the scratch must stay below one padded crossbar column (n floats).
+TALL_N = 2 ** 18
+
+
+@pytest.mark.parametrize("kernel", ["tiled", "untiled"])
+def test_a_tall_crossbar_packs_and_loops_over_the_rows_present_only(dev, kernel):
+    rng = np.random.default_rng(41)
+    N, R, K, P, n = 2, 9, 50, 21, TALL_N
+    xw, ww, xg, wg = (1, 1, 2, 2), (1, 1, 2), (1, n), (n, 8)
+    xs, xsc, wl, wsc = make_case(rng, N, R, K, P, n, xw, ww, xg, wg, 4)
+    radc = [2 ** 24, 2 ** 20, 4096]
+    args = mvm_args(xs, xsc, xg, xw, wl, wsc, wg, ww, n, 4, 4, radc)
+    dev.release()  # the scratch grows to the largest call: start from none
+    out = run(dev, kernel, args)
+    assert dev.scratch_bytes < 4 * n
+    cpu = np.asarray(_core.dpe_mvm(*args))
+    assert np.count_nonzero(cpu) > 0
+    np.testing.assert_array_equal(cpu, mvm_exact(xs, xsc, xg, xw, wl, wsc, wg, ww, n, 4, 4, radc))
+    np.testing.assert_array_equal(out, cpu)
+    # n enters the ADC reference: the same product on n / 2 rows gives other codes
+    half = list(args)
+    half[9] = n // 2
+    assert not np.array_equal(np.asarray(_core.dpe_mvm(*half)), cpu)
+
+
+def test_a_tall_crossbar_convolution_packs_the_rows_present_only(dev):
+    rng = np.random.default_rng(43)
+    img = rng.standard_normal((2, 3, 9, 7)).astype(np.float32)
+    K, P, n = 27, 11, TALL_N
+    wl = np.stack([rng.integers(0, m + 1, (K, P)) for m in (3, 3, 1, 1)]).astype(np.uint8)
+    wsc = rng.random((1, 3)).astype(np.float32)
+    args = (img, (3, 3), (1, 1), (1, 1), (1, 1), (1, n), (1, 1, 2, 2), False, wl, None, wsc, (n, 4), (1, 1, 2, 2),
+            n, 4, 4, [2 ** 24] * 4, HGS, LGS, None, 0.0, 7, 3, False)
+    dev.release()
+    out = np.asarray(cl_dpe_conv2d(dev, *args)[0])
+    assert dev.scratch_bytes < 4 * n
+    cpu = np.asarray(_core.dpe_conv2d(*args)[0])
+    assert out.shape == (2, P, 9, 7) and np.count_nonzero(cpu) > 0
+    np.testing.assert_array_equal(out, cpu)

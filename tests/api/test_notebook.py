@@ -103,7 +103,7 @@ def test_layer_repr_shows_every_setting_and_the_engines():
     # MemIntelli's layers print "LinearMem()" / "Conv2dMem()"; pyfastpim's printed the features and slicing
     # but not the quantization granularities nor the engine the layer computes on, so two layers differing
     # only in those (or in g_level, the converters or noise) printed alike
-    torch = pytest.importorskip("torch", reason="layers are torch modules")
+    pytest.importorskip("torch", reason="layers are torch modules")
     from pyfastpim.nn import Conv2dMem, LinearMem
     eng = DPETensor(g_level=8, rdac=8, radc=[64, 128, 256], write_variation=0.0, read_variation=0.0, vnoise=0.0,
                     rate_stuck_HGS=0.0)

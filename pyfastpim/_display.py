@@ -34,6 +34,16 @@ def engine_fields(e):
             ("seed", "%d" % e.seed), ("calls", "%d" % e.calls)]
 
 
+def engine_brief(e):
+    """The settings of engine ``e`` that decide a layer's numbers, for the layer's one-line repr:
+    ``g_level=16, rdac=16, radc=256, noise=on`` (the engine's own repr has them all)."""
+    try:
+        noise = "off" if e.noise_free else "on"
+        return "g_level=%d, rdac=%d, radc=%s, noise=%s" % (e.g_level, e.rdac, _radc(e._radc_msb_first()), noise)
+    except (AttributeError, TypeError, ValueError):  # not a DPETensor (an object assigned by hand)
+        return type(e).__name__
+
+
 def engine_repr(e):
     return "DPETensor(%s)" % ", ".join("%s=%s" % (k, v if k != "device" else repr(v)) for k, v in engine_fields(e))
 

@@ -122,11 +122,6 @@ _ROWS_SLICED = ("paral_size", "the weights' paral_size[0] (= the input's paral_s
 _ROWS_LAYER = ("weight_paral_size", "weight_paral_size[0] (= input_paral_size[1])")
 
 
-def _widths_of(slice_method):
-    from .sliced import _widths
-    return _widths(slice_method)
-
-
 def _is_torch(obj):
     # an object is a tensor only once torch is imported: never import it (seconds) to ask
     t = sys.modules.get("torch")
@@ -149,26 +144,30 @@ def _pair(value, name, minimum):
 
 def _resolve_granule(rows, cols, paral, gran):
     """Spec section 2 for the unfolded conv input: the granule ``gran`` (checked by _slicing_args: a pair
-    of ints or a granularity name) rounded up to whole blocks."""
-    if isinstance(gran, str):
-        gran = {"per-matrix": (rows, cols), "per-row": (1, cols), "per-col": (rows, 1)}[gran]
-    q = (max(gran[0], 1), max(gran[1], 1))
+    of ints or a granularity name) rounded up to whole blocks. Checked here: the crossbar height paral[1]
+    (within int32) and a name's granule, known only here (rounded up within int64); a pair's was checked
+    there, so is not again."""
     from .sliced import _check_sizes
-    _check_sizes(paral, q, "input_paral_size", "input_quant_gran", 1)
-    return (-(-q[0] // paral[0]) * paral[0], -(-q[1] // paral[1]) * paral[1])
+    named = isinstance(gran, str)
+    if named:
+        gran = {"per-matrix": (rows, cols), "per-row": (1, cols), "per-col": (rows, 1)}[gran]
+        gran = (max(gran[0], 1), max(gran[1], 1))
+    _check_sizes(paral, gran if named else None, "input_paral_size", "input_quant_gran", 1)
+    return (-(-gran[0] // paral[0]) * paral[0], -(-gran[1] // paral[1]) * paral[1])
 
 
 def _slicing_args(prefix, slice_method, paral_size, quant_gran, bw_e):
     """One operand's slicing options checked as SlicedData checks them, in its order, the errors
     naming the caller's arguments (prefix 'input': input_slice, input_paral_size, input_quant_gran;
     'weight': weight_*) where SlicedData would name its own (slice_method, paral_size, quant_gran).
-    paral_size must be a pair, as SlicedData's (an int is refused: TypeError). Returns (paral_size,
-    quant_gran), both checked: the pair, and a pair or granularity name (None: paral_size)."""
+    paral_size must be a pair, as SlicedData's (an int is refused: TypeError). Returns (widths,
+    paral_size, quant_gran), all checked: the widths as a tuple, the pair, and a pair or granularity
+    name (None: paral_size), as SlicedData._checked takes them."""
     from .sliced import _bw_e, _pair as _sizes, _widths
-    _widths(slice_method, prefix + "_slice")
+    widths = _widths(slice_method, prefix + "_slice")
     _bw_e(bw_e)
     paral = _sizes(paral_size, prefix + "_paral_size")
-    return paral, _granule_arg(prefix, paral, quant_gran)
+    return widths, paral, _granule_arg(prefix, paral, quant_gran)
 
 
 def _granule_arg(prefix, paral, quant_gran, crossbar_rows=None):
@@ -552,21 +551,22 @@ class DPETensor:
         from .devices import cl_dpe_mvm  # weights stay resident while (object, version) is unchanged
         return cl_dpe_mvm(self._cl, *args, weights_key=key)
 
-    def _sliced_product(self, x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e, return_dequant):
+    def _sliced_product(self, x, w_sliced, input_slice, checked, bw_e, return_dequant):
         """Slice x and multiply, a chunk of batch items at a time when the slice codes of the whole
         batch would be large: peak memory then stays at the output plus one chunk, and the chunks
         draw exactly the noise of one unchunked call (noise indices carry the batch offset). The
-        caller checked the arguments (_check_linear_args, naming them) and made x an operand that
-        slices (pyfastpim.sliced._operand)."""
+        caller checked the arguments (_check_linear_args or _matmul_args, naming them; ``checked``: the
+        input's (widths, paral_size, quant_gran) so checked) and made x an operand that slices
+        (pyfastpim.sliced._operand)."""
         from .sliced import SlicedData
         shape = tuple(x.shape)
+        widths, paral, gran = checked
 
         def sliced(data):
-            xs = SlicedData(input_slice, bw_e=bw_e, is_weight=False, paral_size=input_paral_size,
-                            quant_gran=input_quant_gran, inference=not return_dequant)
+            xs = SlicedData._checked(input_slice, widths, bw_e, False, paral, gran, inference=not return_dequant)
             _slice_as(xs, self, data, "x")
             return xs
-        per_item = int(np.prod(shape[1:], dtype=np.int64)) * len(_widths_of(input_slice)) if len(shape) == 3 else 0
+        per_item = int(np.prod(shape[1:], dtype=np.int64)) * len(widths) if len(shape) == 3 else 0
         chunk = max(1, _CHUNK_CODE_BYTES // per_item) if per_item else 0
         if len(shape) != 3 or not per_item or chunk >= shape[0]:
             xs = sliced(x)
@@ -601,26 +601,24 @@ class DPETensor:
         xq, the dequantized input (for straight-through gradients), only when ``return_dequant``.
         Large batches are sliced and multiplied a chunk at a time (see ``_sliced_product``).
         """
-        return self._linear(x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e, return_dequant, False)
+        checked = self._check_linear_args(w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e)
+        return self._linear(x, w_sliced, input_slice, checked, bw_e, return_dequant)
 
-    def _linear(self, x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e, return_dequant, checked):
-        """forward_linear; ``checked`` when the caller (dpe_matmul, _matmul_args) checked the arguments
-        other than x, naming its own, before slicing the weights: input_paral_size is then the checked pair
-        and w_sliced the caller's own programmed weights."""
+    def _linear(self, x, w_sliced, input_slice, checked, bw_e, return_dequant):
+        """forward_linear once its arguments other than x are checked, naming the caller's (forward_linear:
+        _check_linear_args; dpe_matmul: _matmul_args, before slicing its own weights w_sliced): ``checked``
+        the input's (widths, paral_size, quant_gran) as _slicing_args returns them."""
         from .sliced import _operand
-        paral = input_paral_size if checked else \
-            self._check_linear_args(w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e)
         x = _operand(x, "x")  # an exporter without .shape or slicing: a NumPy view
         shape = tuple(x.shape)
         if len(shape) in (2, 3) and 0 in shape:
-            return self._empty_linear(x, shape, w_sliced, paral, bw_e, return_dequant)
-        return self._sliced_product(x, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e,
-                                    return_dequant)
+            return self._empty_linear(x, shape, w_sliced, checked[1], bw_e, return_dequant)
+        return self._sliced_product(x, w_sliced, input_slice, checked, bw_e, return_dequant)
 
     def _check_linear_args(self, w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e):
         """forward_linear's checks of its arguments other than x, the errors naming them (w_sliced,
         input_slice, input_paral_size, input_quant_gran, bw_e); empty and non-empty batches alike.
-        Returns input_paral_size as a pair."""
+        Returns the input's (widths, paral_size, quant_gran) checked (_slicing_args)."""
         from .sliced import SlicedData
         if not isinstance(w_sliced, SlicedData):
             raise TypeError("argument 'w_sliced': expected programmed weights (SlicedData(..., is_weight=True)), "
@@ -630,9 +628,9 @@ class DPETensor:
         if not w_sliced.is_weight:
             raise ValueError("argument 'w_sliced': expected weights (SlicedData(..., is_weight=True))")
         self._check_exact_sums(w_sliced.paral_size[0], _ROWS_LAYER)
-        paral = _slicing_args("input", input_slice, input_paral_size, input_quant_gran, bw_e)[0]
-        _check_crossbar_rows(paral, w_sliced.paral_size[0])
-        return paral
+        checked = _slicing_args("input", input_slice, input_paral_size, input_quant_gran, bw_e)
+        _check_crossbar_rows(checked[1], w_sliced.paral_size[0])
+        return checked
 
     def _empty_linear(self, x, shape, w_sliced, paral, bw_e, return_dequant):
         """forward_linear of an empty batch: empty results (as torch's layers give) on every device,
@@ -660,8 +658,9 @@ class DPETensor:
         from .sliced import SlicedData
         if not isinstance(w_sliced, SlicedData) or not w_sliced.is_weight or w_sliced._levels is None:
             raise TypeError("argument 'w_sliced': expected programmed weights (SlicedData(..., is_weight=True))")
-        input_paral_size, gran = _slicing_args("input", input_slice, input_paral_size, input_quant_gran, bw_e)
-        x_widths, bfp = _widths_of(input_slice), bool(bw_e)  # bw_e 0 is INT, as for SlicedData
+        x_widths, input_paral_size, gran = _slicing_args("input", input_slice, input_paral_size, input_quant_gran,
+                                                         bw_e)
+        bfp = bool(bw_e)  # bw_e 0 is INT, as for SlicedData
         kh, kw = _pair(kernel_size, "kernel_size", 1)
         sh, sw = _pair(stride, "stride", 1)
         ph, pw = _pair(padding, "padding", 0)
@@ -741,33 +740,33 @@ def dpe_matmul(x, w, engine, input_slice=(1, 1, 2, 2), weight_slice=(1, 1, 2, 2)
 
     NumPy or torch inputs (zero-copy for float32); returns NumPy float32, or torch when x is torch.
     """
-    input_paral_size, ws = _matmul_args(engine, input_slice, weight_slice, input_paral_size, weight_paral_size,
-                                        input_quant_gran, weight_quant_gran, bw_e)
+    checked, ws = _matmul_args(engine, input_slice, weight_slice, input_paral_size, weight_paral_size,
+                               input_quant_gran, weight_quant_gran, bw_e)
     _slice_as(ws, engine, w, "w")
     # forward_linear: an empty batch gives an empty product after the same checks (docs/semantics.md section 7)
-    return engine._linear(x, ws, input_slice, input_paral_size, input_quant_gran, bw_e, False, True)[0]
+    return engine._linear(x, ws, input_slice, checked, bw_e, False)[0]
 
 
 def _matmul_args(engine, input_slice, weight_slice, input_paral_size, weight_paral_size, input_quant_gran,
                  weight_quant_gran, bw_e):
     """dpe_matmul's argument checks, each once, before any data is read, the errors naming dpe_matmul's
-    arguments (not SlicedData's): (input_paral_size as a pair, the weights' SlicedData, not sliced yet)."""
+    arguments (not SlicedData's): (the input's (widths, paral_size, quant_gran) checked, as _slicing_args
+    returns them; the weights' SlicedData, not sliced yet, made without checking its arguments again)."""
     from .sliced import SlicedData, _bw_e, _pair as _sizes, _widths
     if not isinstance(engine, DPETensor):
         raise TypeError("argument 'engine': expected a pyfastpim.DPETensor, got %s" % type(engine).__name__)
     input_paral_size = _sizes(input_paral_size, "input_paral_size")  # pairs, as SlicedData's (an int: TypeError)
     weight_paral_size = _sizes(weight_paral_size, "weight_paral_size")
-    _granule_arg("input", input_paral_size, input_quant_gran, 1)
-    _granule_arg("weight", weight_paral_size, weight_quant_gran, 0)
+    input_gran = _granule_arg("input", input_paral_size, input_quant_gran, 1)
+    weight_gran = _granule_arg("weight", weight_paral_size, weight_quant_gran, 0)
     engine._check_exact_sums(weight_paral_size[0], _ROWS_LAYER)
-    _widths(weight_slice, "weight_slice")
+    weight_widths = _widths(weight_slice, "weight_slice")
     _bw_e(bw_e)
-    _widths(input_slice, "input_slice")
+    input_widths = _widths(input_slice, "input_slice")
     _check_crossbar_rows(input_paral_size, weight_paral_size[0], "arguments 'input_paral_size', 'weight_paral_size'",
                          "weight_paral_size[0]")
-    ws = SlicedData(weight_slice, bw_e=bw_e, is_weight=True, paral_size=weight_paral_size,
-                    quant_gran=weight_quant_gran, inference=True)
-    return input_paral_size, ws
+    ws = SlicedData._checked(weight_slice, weight_widths, bw_e, True, weight_paral_size, weight_gran, inference=True)
+    return (input_widths, input_paral_size, input_gran), ws
 
 
 def _check_matmul_args(engine, **options):

@@ -358,13 +358,29 @@ class SlicedData:
 
     def __init__(self, slice_method, bw_e=None, is_weight=False, paral_size=(64, 64), quant_gran=None, device=None,
                  inference=False):
-        self._widths = _widths(slice_method)
+        widths = _widths(slice_method)
+        _bw_e(bw_e)
+        paral = _pair(paral_size, "paral_size")
+        gran = paral if quant_gran is None else _quant_gran(quant_gran)
+        _check_sizes(paral, gran, "paral_size", "quant_gran")
+        self._setup(slice_method, widths, bw_e, is_weight, paral, gran, device, inference)
+
+    @classmethod
+    def _checked(cls, slice_method, widths, bw_e, is_weight, paral_size, quant_gran, inference):
+        """A SlicedData of arguments its caller checked as __init__ checks them, naming its own arguments
+        (pyfastpim.dpe's entry points): ``widths`` the checked slice_method, ``paral_size`` the checked
+        pair, ``quant_gran`` the checked pair or granularity name (paral_size for None). No check runs again."""
+        self = cls.__new__(cls)
+        self._setup(slice_method, widths, bw_e, is_weight, paral_size, quant_gran, None, inference)
+        return self
+
+    def _setup(self, slice_method, widths, bw_e, is_weight, paral_size, quant_gran, device, inference):
+        self._widths = widths
         self.slice_method = slice_method
-        self.bw_e = _bw_e(bw_e)
+        self.bw_e = bw_e
         self.is_weight = bool(is_weight)
-        self.paral_size = _pair(paral_size, "paral_size")
-        self.quant_gran = self.paral_size if quant_gran is None else _quant_gran(quant_gran)
-        _check_sizes(self.paral_size, self.quant_gran, "paral_size", "quant_gran")
+        self.paral_size = paral_size
+        self.quant_gran = quant_gran
         if device is not None:  # else torch.device("cpu"), made on first access (see __getattr__)
             self.device = device
         self.inference = bool(inference)

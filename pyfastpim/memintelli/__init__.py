@@ -23,3 +23,8 @@ from .NN_layers import *  # noqa: F401,F403
 from .NN_models import *  # noqa: F401,F403
 from .pimpy import *  # noqa: F401,F403
 from . import pimpy, NN_layers, NN_models  # noqa: F401
+
+# MemIntelli's package star-imports NN_layers and NN_models, which have no __all__ there, so it also
+# carries their submodules (``from memintelli import lenet5``); ResNet and DeiT are the classes.
+from .NN_layers import convolution, functions, linear  # noqa: E402,F401
+from .NN_models import Mobilnetv2, lenet5, resnet_cifar, vgg_cifar  # noqa: E402,F401

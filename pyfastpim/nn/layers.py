@@ -426,8 +426,11 @@ class _MemLayer(nn.Module):
         return new
 
     def _mem_extra_repr(self):
-        return ("input_slice=%s, weight_slice=%s, bw_e=%s, input_paral_size=%s, weight_paral_size=%s, device=%s, %s"
+        from .._display import engine_brief
+        return ("input_slice=%s, weight_slice=%s, bw_e=%s, input_paral_size=%s, weight_paral_size=%s, "
+                "input_quant_gran=%s, weight_quant_gran=%s, engine=(%s), device=%s, %s"
                 % (self._input_slice, self._weight_slice, self.bw_e, self.input_paral_size, self.weight_paral_size,
+                   self.input_quant_gran, self.weight_quant_gran, engine_brief(self.engine),
                    getattr(self.engine, "device", "cpu"),
                    "programmed" if self._programmed_key is not None and self._programmed_key == self._weight_key()
                    else "re-programs on next forward"))

@@ -597,11 +597,13 @@ def test_dpe_matmul_checks_each_slicing_argument_once(monkeypatch):
             calls.append((fn.__name__, args[name_at] if len(args) > name_at else None))
             return fn(*args, **kw)
         return wrapper
-    for fn, name_at in ((sliced._pair, 1), (sliced._quant_gran, 1), (sliced._widths, 1), (sliced._check_sizes, 2)):
+    for fn, name_at in ((sliced._pair, 1), (sliced._quant_gran, 1), (sliced._widths, 1), (sliced._check_sizes, 2),
+                        (sliced._bw_e, 1)):
         monkeypatch.setattr(sliced, fn.__name__, counting(fn, name_at))
     eng = pyfastpim.DPETensor(write_variation=0.0, read_variation=0.0, vnoise=0.0)
     w = np.ones((32, 8), np.float32)
     for call in (lambda: pyfastpim.dpe_matmul(np.ones((3, 32), np.float32), w, eng),
+                 lambda: pyfastpim.dpe_matmul(np.ones((2, 3, 32), np.float32), w, eng),
                  lambda: pyfastpim.dpe_matmul(np.ones((0, 32), np.float32), w, eng),
                  lambda: dpe._check_matmul_args(eng)):
         calls.clear()
@@ -611,3 +613,37 @@ def test_dpe_matmul_checks_each_slicing_argument_once(monkeypatch):
             assert calls.count(("_quant_gran", prefix + "_quant_gran")) == 1, calls
             assert calls.count(("_check_sizes", prefix + "_paral_size")) == 1, calls
             assert calls.count(("_widths", prefix + "_slice")) == 1, calls
+        # and nothing else: the SlicedData made for the weights and for the input's slicing checked their
+        # arguments again (naming SlicedData's own), and the C converter of bw_e ran once per SlicedData more
+        assert calls.count(("_bw_e", None)) == 1 and len(calls) == len(set(calls)), calls
+        assert all(fn == "_bw_e" or name.startswith(("input_", "weight_")) for fn, name in calls), calls
+    # forward_linear, on the layers' path: its input arguments once each, the input's SlicedData no more
+    ws = pyfastpim.SlicedData((1, 1, 2, 2), is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+    ws.slice_data_imp(eng, w)
+    calls.clear()
+    eng.forward_linear(np.ones((3, 32), np.float32), ws, (1, 1, 2, 2))
+    assert sorted(calls) == [("_bw_e", None), ("_check_sizes", "input_paral_size"), ("_pair", "input_paral_size"),
+                             ("_pair", "input_quant_gran"), ("_quant_gran", "input_quant_gran"),
+                             ("_widths", "input_slice")], calls
+
+
+@pytest.mark.parametrize("gran, resolved", [((1, 8), None), ("per-row", (1, 8)), ("per-matrix", (4, 8))])
+def test_forward_conv2d_checks_the_input_granule_once(monkeypatch, gran, resolved):
+    # forward_conv2d checked a pair input_quant_gran (rounded up within int64) in _slicing_args and again,
+    # unchanged, when resolving the unfolded input's granule: now a pair is checked there only, a granularity
+    # name's granule (known only once the output size is) when resolved, with the crossbar height, once
+    from pyfastpim import sliced
+    seen = []
+    check = sliced._check_sizes
+
+    def counting(paral, gran, paral_name, gran_name, crossbar_rows=None):
+        seen.append((paral_name, None if gran is None or isinstance(gran, str) else tuple(gran), crossbar_rows))
+        return check(paral, gran, paral_name, gran_name, crossbar_rows)
+    monkeypatch.setattr(sliced, "_check_sizes", counting)
+    eng = pyfastpim.DPETensor(write_variation=0.0, read_variation=0.0, vnoise=0.0)
+    ws = pyfastpim.SlicedData((1, 1, 2, 2), is_weight=True, paral_size=(8, 4), quant_gran=(8, 4))
+    ws.slice_data_imp(eng, np.ones((8, 4), np.float32))
+    seen.clear()
+    eng.forward_conv2d(np.ones((1, 2, 3, 3), np.float32), ws, 2, input_paral_size=(1, 8), input_quant_gran=gran)
+    first = (1, 8) if resolved is None else None  # _slicing_args: the pair, or a name (nothing to round yet)
+    assert seen == [("input_paral_size", first, None), ("input_paral_size", resolved, 1)], seen

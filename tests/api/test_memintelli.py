@@ -720,6 +720,52 @@ def test_names_memintellis_layer_and_zoo_modules_carry():
     assert {"LinearMem", "Conv2dMem", "Attention", "model_urls", "cfgs"} <= set(star)
 
 
+# The crossbar layers each zoo module of MemIntelli imports (``from memintelli.NN_layers import ...``).
+ZOO_LAYERS = {"lenet5": ("Conv2dMem", "LinearMem"), "vgg_cifar": ("Conv2dMem", "LinearMem"),
+              "ResNet": ("Conv2dMem", "LinearMem"), "DeiT": ("LinearMem",),
+              "resnet_cifar": ("Conv2dMem", "LinearMem"), "Mobilnetv2": ("Conv2dMem", "LinearMem")}
+
+
+@pytest.mark.parametrize("module", sorted(ZOO_LAYERS))
+def test_names_each_zoo_module_carries_the_layers_it_imports(module):
+    """``from memintelli.NN_models.lenet5 import LinearMem`` (and the like) works in MemIntelli because
+    the module imports the layer; here each zoo module gives pyfastpim's layer under the same names.
+    Before, only ``NN_models`` itself carried them (ImportError from lenet5, vgg_cifar, ...)."""
+    from pyfastpim.memintelli import NN_layers
+    zoo = importlib.import_module("pyfastpim.memintelli.NN_models." + module)
+    for name in ZOO_LAYERS[module]:
+        assert getattr(zoo, name) is getattr(NN_layers, name), (module, name)
+        assert name not in zoo.__all__  # imported for the module's use, as MemIntelli's: not re-exported
+
+
+def test_names_memintelli_package_carries_the_submodules_its_star_imports_bind():
+    """MemIntelli's package star-imports NN_layers and NN_models (no __all__ there), so ``memintelli``
+    carries their submodules: ``from memintelli import lenet5`` gives the zoo module. ``ResNet`` and
+    ``DeiT`` are the classes there (the star import rebinds the names), as here."""
+    from pyfastpim.memintelli import NN_layers, NN_models
+    for name in ("linear", "convolution", "functions"):
+        assert getattr(mi, name) is importlib.import_module("pyfastpim.memintelli.NN_layers." + name)
+        assert getattr(NN_layers, name) is getattr(mi, name)
+    for name in ("lenet5", "vgg_cifar", "resnet_cifar", "Mobilnetv2"):
+        assert getattr(mi, name) is importlib.import_module("pyfastpim.memintelli.NN_models." + name)
+        assert getattr(NN_models, name) is getattr(mi, name)
+    assert mi.ResNet is NN_models.ResNet and isinstance(mi.ResNet, type)
+    assert mi.DeiT is NN_models.DeiT and isinstance(mi.DeiT, type)
+
+
+def test_names_wire_resistance_stub_imports_and_does_nothing():
+    """MemIntelli's pimpy.memmat_tensor defines ``wire_resistance(x, y, wire_resistance)`` as an empty
+    function (pimpy carries it through its star import); importing it works here too and calling it
+    returns None without touching its arguments. IR drop is DPETensor(wire_resistance=R)."""
+    from pyfastpim.memintelli import pimpy
+    from pyfastpim.memintelli.pimpy.memmat_tensor import wire_resistance
+    assert pimpy.wire_resistance is wire_resistance
+    x, y = torch.ones(2, 3), torch.ones(3, 4)
+    assert wire_resistance(x, y, 1.0) is None
+    assert torch.equal(x, torch.ones(2, 3)) and torch.equal(y, torch.ones(3, 4))
+    assert "wire_resistance" not in pimpy.__all__ and not hasattr(mi, "wire_resistance")  # as MemIntelli's
+
+
 # ----------------------------------------------------------------------------- the zoo's initialisation
 
 def _uniform_std(fan_in):

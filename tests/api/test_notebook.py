@@ -99,6 +99,32 @@ def test_layer_repr_shows_device_and_programming():
     assert repr(layer).endswith("device=cpu, programmed)")
 
 
+def test_layer_repr_shows_every_setting_and_the_engines():
+    # MemIntelli's layers print "LinearMem()" / "Conv2dMem()"; pyfastpim's printed the features and slicing
+    # but not the quantization granularities nor the engine the layer computes on, so two layers differing
+    # only in those (or in g_level, the converters or noise) printed alike
+    pytest.importorskip("torch", reason="layers are torch modules")
+    from pyfastpim.nn import Conv2dMem, LinearMem
+    eng = DPETensor(g_level=8, rdac=8, radc=[64, 128, 256], write_variation=0.0, read_variation=0.0, vnoise=0.0,
+                    rate_stuck_HGS=0.0)
+    lin = LinearMem(eng, 32, 4, [1, 1, 2], [1, 1, 2], bias=False, input_quant_gran="per-row",
+                    weight_quant_gran=(64, 4), input_paral_size=(1, 16), weight_paral_size=(16, 4), bw_e=8)
+    assert repr(lin) == ("LinearMem(in_features=32, out_features=4, bias=False, input_slice=(1, 1, 2), "
+                         "weight_slice=(1, 1, 2), bw_e=8, input_paral_size=(1, 16), weight_paral_size=(16, 4), "
+                         "input_quant_gran=per-row, weight_quant_gran=(64, 4), "
+                         "engine=(g_level=8, rdac=8, radc=[64, 128, 256], noise=off), device=cpu, programmed)")
+    conv = Conv2dMem(DPETensor(), 3, 8, 3, [1, 1, 2, 2], [1, 1, 2, 2], padding=1)
+    r = repr(conv)
+    for field in ("3, 8, kernel_size=(3, 3)", "padding=(1, 1)", "bias=True", "input_slice=(1, 1, 2, 2)",
+                  "input_quant_gran=(1, 32), weight_quant_gran=(32, 32)",
+                  "engine=(g_level=16, rdac=16, radc=256, noise=on)", "device=cpu, programmed)"):
+        assert field in r, (field, r)
+    from pyfastpim.memintelli.NN_layers import LinearMem as MiLinearMem
+    from pyfastpim.memintelli.pimpy import DPETensor as MiDPETensor
+    mi = MiLinearMem(MiDPETensor(device="cpu"), 20, 10, [1, 1, 2, 4], [1, 1, 2, 4], device="cpu")
+    assert "in_features=20, out_features=10" in repr(mi) and "engine=(g_level=16" in repr(mi)
+
+
 def test_clear_errors_for_read_variation_none_and_shape_mismatch():
     with pytest.raises(ValueError) as e:
         DPETensor(read_variation=None)

@@ -150,3 +150,6 @@ def deit_zoo(model_name='deit_base_patch16_224', num_classes=1000, pretrained=Fa
         checkpoint = load_url_state_dict(model_urls[model_name])
         load_into(model, checkpoint['model'] if 'model' in checkpoint else checkpoint)
     return model
+
+# The layers MemIntelli's module imports for its own use (scripts import them from here); not in __all__.
+from ..NN_layers import LinearMem  # noqa: E402,F401

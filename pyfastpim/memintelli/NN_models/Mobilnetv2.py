@@ -118,3 +118,6 @@ def MobileNetV2_zoo(model_name='mobilenet_v2', num_classes=1000, width_mult=1.0,
     if pretrained:
         load_into(model, load_url_state_dict(model_urls[model_name]))
     return model
+
+# The layers MemIntelli's module imports for its own use (scripts import them from here); not in __all__.
+from ..NN_layers import Conv2dMem, LinearMem  # noqa: E402,F401

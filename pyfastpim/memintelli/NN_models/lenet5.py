@@ -33,3 +33,6 @@ class LeNet5(MemModel):
         x = x.reshape(-1, 16 * 4 * 4)
         x = F.relu(self.fc2(F.relu(self.fc1(x))))
         return F.softmax(self.fc3(x), dim=1)
+
+# The layers MemIntelli's module imports for its own use (scripts import them from here); not in __all__.
+from ..NN_layers import Conv2dMem, LinearMem  # noqa: E402,F401

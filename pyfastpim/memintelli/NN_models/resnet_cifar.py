@@ -44,3 +44,6 @@ def ResNet_CIFAR_zoo(model_name='resnet18', num_classes=100, pretrained=False, m
             raise ValueError("no pretrained weights for %s with %d classes" % (model_name, num_classes))
         load_into(model, load_url_state_dict(url))
     return model
+
+# The layers MemIntelli's module imports for its own use (scripts import them from here); not in __all__.
+from ..NN_layers import Conv2dMem, LinearMem  # noqa: E402,F401

@@ -75,3 +75,6 @@ def vgg_cifar_zoo(model_name='vgg16_bn', num_classes=10, pretrained=False, mem_e
             raise ValueError("no pretrained weights for %s with %d classes" % (model_name, num_classes))
         load_into(model, load_url_state_dict(cifar_pretrained_urls[num_classes][model_name]))
     return model
+
+# The layers MemIntelli's module imports for its own use (scripts import them from here); not in __all__.
+from ..NN_layers import Conv2dMem, LinearMem  # noqa: E402,F401

@@ -20,7 +20,7 @@ import torch
 from ...dpe import DPETensor as _BaseDPETensor
 from .. import _device
 
-__all__ = ["DPETensor"]
+__all__ = ["DPETensor", "wire_resistance"]  # MemIntelli's module has no __all__: its star import gives both
 
 
 def _default_device():
@@ -34,6 +34,12 @@ def _tensor_on(values, device):
         return torch.tensor(values, device=device)
     except (RuntimeError, AssertionError):  # "Torch not compiled with CUDA enabled", no driver
         return torch.tensor(values)
+
+
+def wire_resistance(x, y, wire_resistance):
+    """No-op returning None, as MemIntelli's (an empty function there); kept so that scripts importing
+    it run. The IR drop of the wires is ``DPETensor(wire_resistance=R)`` (README, "Device physics")."""
+    return None
 
 
 class DPETensor(_BaseDPETensor):

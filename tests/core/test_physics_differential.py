@@ -21,7 +21,7 @@ from hypothesis import assume, given, settings, strategies as st
 import pyfastpim
 from pyfastpim import _core, physics
 from helpers import HGS, LGS, at_isa, available_isas, needs_cl
-from reference.physics_ref import irdrop_currents, philox4x32_10
+from reference.physics_ref import irdrop_currents, pf_normal, philox4x32_10
 
 DRIFT_STREAM, WRITE_STREAM, STUCK_STREAM = 64, 2, 3
 
@@ -263,3 +263,17 @@ def test_read_noise_is_each_cells_lognormal_factor_on_every_isa(g_level, sigma, 
     ref = (g * np.exp(sigma * z) - LGS) / q_g / (g_level - 1)  # (G_r - LGS) / adcRef * vread: the ADC's input
     got = outs[0].ravel().astype(np.float64)
     assert (np.abs(got - ref) <= 0.5 / (radc - 1) + 2e-6 * np.abs(ref)).all()
+
+
+def test_normals_at_the_top_of_the_counter_are_the_generators_on_every_isa():
+    # the last elements below 2**64: idx0 + count = 2**64 wrapped to 0, so no group was drawn and the
+    # output was left uninitialized (garbage such as -9e17, NaN)
+    top = np.arange(2 ** 64 - 4, 2 ** 64, dtype=np.uint64)
+    ref = pf_normal(5, 2 ** 32 - 1, 7, top)
+    for isa in available_isas():
+        for idx0, count in ((2 ** 64 - 4, 4), (2 ** 64 - 7, 7), (2 ** 64 - 1, 1)):
+            got = at_isa(isa, lambda: np.asarray(_core.normals(5, 2 ** 32 - 1, 7, idx0, count)))
+            np.testing.assert_allclose(got[-4:] if count >= 4 else got, ref[-min(count, 4):], rtol=0, atol=2e-6)
+    # a range that would pass 2**64 is refused (it wrapped to the first elements)
+    with pytest.raises(ValueError, match="argument 'idx0'"):
+        _core.normals(5, 0, 0, 2 ** 64 - 3, 4)

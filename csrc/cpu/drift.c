@@ -32,7 +32,10 @@ pf_status pf_drift(const float *g, int64_t count, uint64_t index0, uint64_t seed
         if (!isfinite(g[k]))
             return pf_fail(PF_ENONFINITE, "g", "conductances must be finite, got %g at index %lld", (double)g[k],
                            (long long)k);
-    const double log_ratio = log(t / t0);
+    /* log(t / t0); where t / t0 overflows (t0 tiny, t huge) the difference of the two finite logs
+     * (log(inf) would drift every cell to 0, and to NaN where nu = 0) */
+    const double ratio = t / t0;
+    const double log_ratio = isfinite(ratio) ? log(ratio) : log(t) - log(t0);
 #pragma omp parallel for num_threads(pf_get_num_threads()) schedule(static)
     for (int64_t k = 0; k < count; k++) {
         const uint64_t idx = index0 + (uint64_t)k;
@@ -41,7 +44,9 @@ pf_status pf_drift(const float *g, int64_t count, uint64_t index0, uint64_t seed
             nu += nu_std * (double)pf_normal(seed, PF_STREAM_DRIFT, 0, idx);
         if (nu < 0.0)
             nu = 0.0;
-        out[k] = (float)((double)g[k] * exp(-nu * log_ratio));
+        /* (t / t0)^0 = 1^nu = 1 exactly: also for a nu that overflowed to inf (nu_mean + nu_std z beyond
+         * DBL_MAX), where -nu * 0 would be NaN */
+        out[k] = nu == 0.0 || log_ratio == 0.0 ? g[k] : (float)((double)g[k] * exp(-nu * log_ratio));
         if (nu_out)
             nu_out[k] = (float)nu;
     }

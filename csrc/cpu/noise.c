@@ -71,7 +71,8 @@ void pf_normal_groups_generic(uint64_t seed, uint32_t stream, uint32_t call, uin
 static void normals_range(uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0, int64_t count, float *out)
 {
     const pf_cpu_kernels *kt = pf_cpu_kernels_active();
-    uint64_t g = idx0 >> 2, g_end = (idx0 + (uint64_t)count + 3) >> 2;
+    /* groups up to the one of the last element (idx0 + count itself may be 2**64, which wraps to 0) */
+    uint64_t g = idx0 >> 2, g_end = ((idx0 + (uint64_t)(count - 1)) >> 2) + 1;
     float buf[4 * GROUP_BATCH];
     int64_t e = 0;
     while (g < g_end) {

@@ -411,6 +411,12 @@ int pf_normals_parse(PyObject *args, pf_normals_call *c)
         pf_name_parse_error(args, NULL, fmt, kwlist);
         return -1;
     }
+    if (count.value > 0 && c->idx0 > UINT64_MAX - (uint64_t)(count.value - 1)) {
+        PyErr_Format(PyExc_ValueError, "argument 'idx0': elements idx0 .. idx0 + count - 1 must be below 2**64 (the "
+                     "generator's counter does not wrap), got idx0 = %llu with count = %lld",
+                     (unsigned long long)c->idx0, (long long)count.value);
+        return -1;
+    }
     c->stream = (unsigned int)stream.value;
     c->call = (unsigned int)call.value;
     c->count = (Py_ssize_t)count.value;

@@ -1,6 +1,7 @@
 /* pyfastpim.Array and asarray: zero-copy exchange with NumPy (buffer
  * protocol, __array_interface__), torch (DLPack) and any buffer exporter. */
 #include "python/array.h"
+#include "python/convert.h"
 #include "core/memory.h"
 #include "core/pf_common.h"
 
@@ -928,13 +929,13 @@ PyObject *pf_py_asarray(PyObject *self, PyObject *args, PyObject *kwds)
     PF_UNUSED(self);
     static char *kwlist[] = {"obj", "dtype", "writable", NULL};
     PyObject *obj, *dtype = Py_None;
-    int writable = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|Op:asarray", kwlist, &obj, &dtype, &writable))
+    pf_flag_arg writable = {.name = "writable"};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OO&:asarray", kwlist, &obj, &dtype, pf_conv_flag, &writable))
         return NULL;
     pf_dtype dt;
     if (pf_dtype_from_object(dtype, "dtype", &dt) < 0)
         return NULL;
-    return (PyObject *)pf_array_from_object(obj, dt, writable, "obj");
+    return (PyObject *)pf_array_from_object(obj, dt, writable.value, "obj");
 }
 
 /* _view(obj, name, dtype='float32'): obj as a C-contiguous pyfastpim.Array of dtype (float32: what the
@@ -1284,8 +1285,8 @@ static PyObject *PfArray_rebuild(PyObject *cls, PyObject *args)
     PF_UNUSED(cls);
     Py_buffer data;
     PyObject *dtype, *shape;
-    int readonly;
-    if (!PyArg_ParseTuple(args, "y*OO!p:_rebuild", &data, &dtype, &PyTuple_Type, &shape, &readonly))
+    pf_flag_arg ro = {.name = "readonly"};
+    if (!PyArg_ParseTuple(args, "y*OO!O&:_rebuild", &data, &dtype, &PyTuple_Type, &shape, pf_conv_flag, &ro))
         return NULL;
     PfArray *a = NULL;
     pf_dtype dt;
@@ -1316,7 +1317,7 @@ static PyObject *PfArray_rebuild(PyObject *cls, PyObject *args)
         goto done;
     memcpy(a->data, data.buf, (size_t)data.len);
     pf_record_copy(PF_COPY_HOST, (size_t)data.len);
-    a->readonly = readonly;
+    a->readonly = ro.value;
 done:
     PyBuffer_Release(&data);
     return (PyObject *)a;

@@ -277,7 +277,7 @@ class _MemLayer(nn.Module):
                                   % (names, tuple(weight_shape), text)) from exc
             raise
         self.weight = nn.Parameter(weight)
-        if bias:
+        if _core.check_flag(bias, "bias"):  # bool or 0/1, as every flag (convert.c)
             self.bias = nn.Parameter(torch.empty(weight_shape[0], **factory))
         else:
             self.register_parameter("bias", None)

@@ -60,12 +60,13 @@ def asarray(obj, dtype=None, writable=False):
     Raises TypeError for unsupported dtypes or objects without a buffer, and
     ValueError for non-native byte order.
     """
+    writable = _core.check_flag(writable, "writable")  # bool or 0/1, as every flag (csrc/python/convert.c)
     if _is_torch_tensor(obj) and obj.requires_grad:
         if writable:
             raise ValueError("argument 'obj': the tensor requires grad, and writes through a writable view would "
                              "bypass autograd; pass writable=False, or obj.detach() (under torch.no_grad())")
         obj = obj.detach()
-    return _core.asarray(obj, dtype, bool(writable))
+    return _core.asarray(obj, dtype, writable)
 
 
 def _is_torch_tensor(obj):

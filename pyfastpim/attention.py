@@ -153,8 +153,9 @@ class _ContextCore:
         if embed_dim is not None:
             # None or an int (a NumPy integer too; not a bool): the type rule of every entry point
             embed_dim = _core.check_number(embed_dim, "embed_dim", True)
-            if embed_dim < 1:
-                raise ValueError("argument 'embed_dim': must be >= 1 or None, got %d" % embed_dim)
+            if not 1 <= embed_dim <= _core.ATTN_MAX_DIM:  # (D, D) float32 matrices: D * D * 4 bytes fit int64
+                raise ValueError("argument 'embed_dim': must be None or in 1..%d (the largest D whose (D, D) "
+                                 "float32 matrices have a size), got %d" % (_core.ATTN_MAX_DIM, embed_dim))
         guard = self.__dict__.get("_guard")
         if guard is None:
             self._guard = guard = _Guard()

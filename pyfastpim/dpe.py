@@ -601,6 +601,7 @@ class DPETensor:
         xq, the dequantized input (for straight-through gradients), only when ``return_dequant``.
         Large batches are sliced and multiplied a chunk at a time (see ``_sliced_product``).
         """
+        return_dequant = _core.check_flag(return_dequant, "return_dequant")
         checked = self._check_linear_args(w_sliced, input_slice, input_paral_size, input_quant_gran, bw_e)
         return self._linear(x, w_sliced, input_slice, checked, bw_e, return_dequant)
 
@@ -656,6 +657,7 @@ class DPETensor:
         unfolded input only when ``return_dequant`` (training).
         """
         from .sliced import SlicedData
+        return_dequant = _core.check_flag(return_dequant, "return_dequant")
         if not isinstance(w_sliced, SlicedData) or not w_sliced.is_weight or w_sliced._levels is None:
             raise TypeError("argument 'w_sliced': expected programmed weights (SlicedData(..., is_weight=True))")
         x_widths, input_paral_size, gran = _slicing_args("input", input_slice, input_paral_size, input_quant_gran,
@@ -704,7 +706,7 @@ class DPETensor:
                     w_sliced._levels, w_conductance, w_scale, w_sliced._granule,
                     w_sliced._widths, input_paral_size[1], self.rdac, self.g_level, radc, self.HGS, self.LGS,
                     self._read_sigmas(), self.vnoise, self._noise_key(),
-                    self._reserve_call(), bool(return_dequant))
+                    self._reserve_call(), return_dequant)
             key = _resident_key(self._cl, w_sliced) if self._cl is not None else None
             if self._cl is None:
                 packed = packed_weights(w_sliced, w_conductance, w_scale, *args[13:20])

@@ -92,7 +92,7 @@ def drift_conductance(G, t_seconds, t0=1.0, nu_mean=0.05, nu_std=0.01, seed=_cor
     """
     d = DriftSettings(t_seconds, t0, nu_mean, nu_std, False)  # the engine's rules and messages
     with _renamed("g", "G"):  # the core names its own parameter
-        out = _core.drift(_host(G, "G", "float32"), seed, d.t, d.t0, d.nu_mean, d.nu_std, bool(return_nu))
+        out = _core.drift(_host(G, "G", "float32"), seed, d.t, d.t0, d.nu_mean, d.nu_std, return_nu)
     return tuple(np.asarray(a) for a in out) if return_nu else np.asarray(out)
 
 
@@ -109,7 +109,7 @@ class DriftSettings:
         self.nu_mean, self.nu_std = _finite(nu_mean, "nu_mean"), _finite(nu_std, "nu_std")
         if self.nu_std < 0:
             raise ValueError("argument 'nu_std': must be >= 0, got %r" % (nu_std,))
-        self.compensation = bool(compensation)
+        self.compensation = _core.check_flag(compensation, "compensation")  # bool or 0/1 (convert.c)
 
     def key(self):
         """The settings as a tuple: cached drifted conductances are valid while it is unchanged."""

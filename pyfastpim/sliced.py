@@ -235,7 +235,7 @@ def slice_quantize(data, slice_method, paral_size=(64, 64), quant_gran=None, bw_
     gran = _quant_gran(quant_gran)
     if _is_torch_tensor(data) and getattr(data, "requires_grad", False):
         data = data.detach()
-    r = _core.slice_quantize(data, widths, paral, gran, bw_e, bool(dequant), g_level)
+    r = _core.slice_quantize(data, widths, paral, gran, bw_e, dequant, g_level)
     return SliceResult(*(_np(a) for a in r[:6]), tuple(r[6]))
 
 
@@ -360,9 +360,11 @@ class SlicedData:
                  inference=False):
         widths = _widths(slice_method)
         _bw_e(bw_e)
+        is_weight = _core.check_flag(is_weight, "is_weight")  # bool or 0/1, as every flag (convert.c)
         paral = _pair(paral_size, "paral_size")
         gran = paral if quant_gran is None else _quant_gran(quant_gran)
         _check_sizes(paral, gran, "paral_size", "quant_gran")
+        inference = _core.check_flag(inference, "inference")
         self._setup(slice_method, widths, bw_e, is_weight, paral, gran, device, inference)
 
     @classmethod
@@ -378,12 +380,12 @@ class SlicedData:
         self._widths = widths
         self.slice_method = slice_method
         self.bw_e = bw_e
-        self.is_weight = bool(is_weight)
+        self.is_weight = is_weight
         self.paral_size = paral_size
         self.quant_gran = quant_gran
         if device is not None:  # else torch.device("cpu"), made on first access (see __getattr__)
             self.device = device
-        self.inference = bool(inference)
+        self.inference = inference
         self.shape = None
         self._reset()
 

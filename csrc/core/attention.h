@@ -23,6 +23,10 @@
 /* Rows sampled by the update (spec: n = min(T, 32)); the CPU and OpenCL backends both use it. */
 #define PF_ATTN_SAMPLES 32
 
+/* The largest D of a context: its (D, D) float32 matrices (incoming, outgoing, the covariance) then hold
+ * D * D * 4 <= INT64_MAX bytes, so every size computation of the kernels and bindings fits (isqrt(2**61)). */
+#define PF_ATTN_MAX_DIM 1518500249LL
+
 /* A growable pf_alloc block: grown (free + alloc) only when a call needs more. */
 typedef struct {
     void *p;

@@ -1,9 +1,11 @@
 /* pyfastpim.Array and asarray: zero-copy exchange with NumPy (buffer
  * protocol, __array_interface__), torch (DLPack) and any buffer exporter. */
 #include "python/array.h"
+#include "python/convert.h"
 #include "core/memory.h"
 #include "core/pf_common.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <string.h>
 
@@ -709,6 +711,73 @@ static PfArray *view_from_dlpack(PyObject *obj, int writable, const char *argnam
     return a;
 }
 
+/* An __array_interface__ key present and of the expected type (TypeError naming it otherwise). */
+static int iface_key(PyObject *v, const char *key, const char *what, const char *argname)
+{
+    int ok = v && (strcmp(key, "typestr") == 0 ? PyUnicode_Check(v) : PyTuple_Check(v));
+    if (ok)
+        return 0;
+    if (!v)
+        PyErr_Format(PyExc_TypeError, "argument '%s': __array_interface__ has no '%s' (%s)", argname, key, what);
+    else
+        PyErr_Format(PyExc_TypeError, "argument '%s': __array_interface__ '%s' must be %s, got %s", argname, key,
+                     what, Py_TYPE(v)->tp_name);
+    return -1;
+}
+
+/* A converter's error about an interface key ("argument '<key>': expected ...") as one about the argument:
+ * "argument 'obj': <key>: expected ...". */
+static void prefix_error(const char *argname, const char *key)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    PyObject *msg = ev ? PyObject_Str(ev) : NULL;
+    const char *m = msg ? PyUnicode_AsUTF8(msg) : NULL;
+    size_t kl = strlen(key);
+    if (m && strncmp(m, "argument '", 10) == 0 && strncmp(m + 10, key, kl) == 0 && strncmp(m + 10 + kl, "': ", 3) == 0)
+        m += 13 + kl;
+    PyErr_Clear();
+    PyErr_Format(et ? et : PyExc_TypeError, "argument '%s': %s: %s", argname, key, m ? m : "bad value");
+    Py_XDECREF(msg);
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    Py_XDECREF(tb);
+}
+
+/* The ints of an interface's shape (sizes >= 0) or strides (any sign) tuple, as the scalar rule reads ints
+ * (no bool, no float); errors name the key and the argument. */
+static int iface_ints(PyObject *tup, const char *key, int any_sign, Py_ssize_t *out, const char *argname)
+{
+    char name[48];
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tup); i++) {
+        int64_t v;
+        snprintf(name, sizeof name, "__array_interface__ '%s'[%d]", key, (int)i);
+        if (pf_as_int64(PyTuple_GET_ITEM(tup, i), name, &v) < 0) {
+            prefix_error(argname, name);
+            return -1;
+        }
+        if (!any_sign && v < 0) { /* int64 is Py_ssize_t; check_extent bounds what strides reach */
+            PyErr_Format(PyExc_ValueError, "argument '%s': %s must be a size >= 0, got %lld", argname, name,
+                         (long long)v);
+            return -1;
+        }
+        out[i] = (Py_ssize_t)v;
+    }
+    return 0;
+}
+
+/* The interface's strides: one int per dimension of its shape. */
+static int iface_strides(PyObject *strides, Py_ssize_t nd, Py_ssize_t *out, const char *argname)
+{
+    if (PyTuple_GET_SIZE(strides) != nd) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': __array_interface__ 'strides' has %zd values for the %zd "
+                     "dimensions of 'shape'", argname, PyTuple_GET_SIZE(strides), nd);
+        return -1;
+    }
+    return iface_ints(strides, "strides", 1, out, argname);
+}
+
 static PfArray *view_from_array_interface(PyObject *obj, PyObject *iface, int writable, const char *argname)
 {
     if (!PyDict_Check(iface)) {
@@ -719,24 +788,29 @@ static PfArray *view_from_array_interface(PyObject *obj, PyObject *iface, int wr
     PyObject *typestr = PyDict_GetItemString(iface, "typestr");
     PyObject *data = PyDict_GetItemString(iface, "data");
     PyObject *strides = PyDict_GetItemString(iface, "strides");
-    if (!shape || !PyTuple_Check(shape) || !typestr || !PyUnicode_Check(typestr) || !data || !PyTuple_Check(data) ||
-        PyTuple_GET_SIZE(data) != 2) {
-        PyErr_Format(PyExc_TypeError, "argument '%s': __array_interface__ needs shape, typestr and a (ptr, readonly) "
-                     "data tuple", argname);
+    if (iface_key(shape, "shape", "a tuple of sizes", argname) < 0 ||
+        iface_key(typestr, "typestr", "a str such as '<f4'", argname) < 0 ||
+        iface_key(data, "data", "a (pointer, read-only flag) tuple", argname) < 0)
+        return NULL;
+    if (PyTuple_GET_SIZE(data) != 2) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': __array_interface__ 'data' must be a (pointer, read-only flag) "
+                     "tuple, got %zd items", argname, PyTuple_GET_SIZE(data));
         return NULL;
     }
     const char *ts = PyUnicode_AsUTF8(typestr);
     if (!ts)
         return NULL;
-    if (strlen(ts) < 3) {
-        PyErr_Format(PyExc_TypeError, "argument '%s': bad typestr '%s'", argname, ts);
+    char *end = NULL;
+    long isz = strlen(ts) >= 3 && isdigit((unsigned char)ts[2]) ? strtol(ts + 2, &end, 10) : 0;
+    if (!end || *end || !strchr("<>|=", ts[0])) { /* byte order, kind, item size; nothing after it */
+        PyErr_Format(PyExc_TypeError, "argument '%s': bad typestr %R (expected a byte order '<', '>', '|' or '=', a "
+                     "kind and an item size, such as '<f4')", argname, typestr);
         return NULL;
     }
     if (ts[0] == '>') {
         PyErr_Format(PyExc_ValueError, "argument '%s': non-native (big-endian) byte order is not supported", argname);
         return NULL;
     }
-    long isz = strtol(ts + 2, NULL, 10);
     char kind = ts[1];
     pf_dtype dt = PF_DT_ANY;
     for (int i = 0; i < PF_DT_COUNT; i++) {
@@ -760,46 +834,34 @@ static PfArray *view_from_array_interface(PyObject *obj, PyObject *iface, int wr
         return NULL;
     a->dtype = dt;
     a->ndim = (int)nd;
-    for (Py_ssize_t i = 0; i < nd; i++) {
-        a->shape[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
-        if (a->shape[i] < 0) {
-            if (PyErr_Occurred()) {
-                PyErr_Clear(); /* PyLong's message names no argument */
-                PyErr_Format(PyExc_TypeError, "argument '%s': __array_interface__ shape holds %R, not a size",
-                             argname, PyTuple_GET_ITEM(shape, i));
-            } else {
-                PyErr_Format(PyExc_ValueError, "argument '%s': negative dimension", argname);
-            }
-            Py_DECREF(a);
-            return NULL;
-        }
-    }
-    if (strides && strides != Py_None) {
-        if (!PyTuple_Check(strides) || PyTuple_GET_SIZE(strides) != nd) {
-            PyErr_Format(PyExc_TypeError, "argument '%s': bad strides in __array_interface__", argname);
-            Py_DECREF(a);
-            return NULL;
-        }
-        for (Py_ssize_t i = 0; i < nd; i++)
-            a->strides[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, i));
-    } else {
-        set_c_strides(a);
-    }
-    a->data = PyLong_AsVoidPtr(PyTuple_GET_ITEM(data, 0));
-    a->readonly = PyErr_Occurred() ? 0 : PyObject_IsTrue(PyTuple_GET_ITEM(data, 1));
-    if (PyErr_Occurred()) {
-        /* strides or the data pointer were not ints: say which argument lied */
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        PyErr_NormalizeException(&et, &ev, &tb);
-        PyErr_Format(et ? et : PyExc_TypeError, "argument '%s': bad __array_interface__ strides or data pointer "
-                     "(%S)", argname, ev ? ev : Py_None);
-        Py_XDECREF(et);
-        Py_XDECREF(ev);
-        Py_XDECREF(tb);
+    if (strides == Py_None)
+        strides = NULL;
+    if ((strides && iface_key(strides, "strides", "None or a tuple of byte strides", argname) < 0) ||
+        iface_ints(shape, "shape", 0, a->shape, argname) < 0 ||
+        (strides && iface_strides(strides, nd, a->strides, argname) < 0)) {
         Py_DECREF(a);
         return NULL;
     }
+    if (!strides)
+        set_c_strides(a);
+    uint64_t ptr;
+    int ro = -1;
+    static const char pname[] = "__array_interface__ 'data' pointer", fname[] = "__array_interface__ 'data' "
+                                                                               "read-only flag";
+    const char *bad = pf_as_uint64(PyTuple_GET_ITEM(data, 0), pname, &ptr) < 0 ? pname
+                      : ptr > UINTPTR_MAX                                     ? ""
+                      : (ro = pf_as_flag(PyTuple_GET_ITEM(data, 1), fname)) < 0 ? fname
+                                                                                : NULL;
+    if (bad) {
+        if (!*bad)
+            PyErr_Format(PyExc_ValueError, "argument '%s': %s does not fit a pointer", argname, pname);
+        else
+            prefix_error(argname, bad);
+        Py_DECREF(a);
+        return NULL;
+    }
+    a->data = (char *)(uintptr_t)ptr;
+    a->readonly = ro;
     if (writable && a->readonly) {
         PyErr_Format(PyExc_ValueError, "argument '%s': a writable buffer is required but %s is read-only",
                      argname, Py_TYPE(obj)->tp_name);
@@ -857,6 +919,7 @@ static int check_extent(const PfArray *a, const char *argname)
     if (!a->dl && !a->dlv && check_shape(a, argname) < 0)
         return -1;
     Py_ssize_t span = (Py_ssize_t)pf_dtype_size(a->dtype), n = 1;
+    uintptr_t below = 0; /* bytes before the data pointer (negative strides) */
     for (int i = 0; i < a->ndim; i++) {
         if (a->shape[i] == 0)
             return 0; /* empty: nothing is read */
@@ -868,6 +931,16 @@ static int check_extent(const PfArray *a, const char *argname)
                          "(dimension %d: size %zd, stride %zd)", argname, i, a->shape[i], a->strides[i]);
             return -1;
         }
+        if (st < 0)
+            below += (uintptr_t)-st * (uintptr_t)(a->shape[i] - 1);
+    }
+    /* the bytes read lie in [data - below, data - below + span): an exporter's pointer (an
+     * __array_interface__ claims any int) must leave that range inside the address space */
+    uintptr_t p = (uintptr_t)a->data;
+    if (p < below || p - below > UINTPTR_MAX - (uintptr_t)span) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': its data pointer %p with its shape and strides reaches "
+                     "outside the address space", argname, (void *)p);
+        return -1;
     }
     return 0;
 }
@@ -928,13 +1001,13 @@ PyObject *pf_py_asarray(PyObject *self, PyObject *args, PyObject *kwds)
     PF_UNUSED(self);
     static char *kwlist[] = {"obj", "dtype", "writable", NULL};
     PyObject *obj, *dtype = Py_None;
-    int writable = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|Op:asarray", kwlist, &obj, &dtype, &writable))
+    pf_flag_arg writable = {.name = "writable"};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OO&:asarray", kwlist, &obj, &dtype, pf_conv_flag, &writable))
         return NULL;
     pf_dtype dt;
     if (pf_dtype_from_object(dtype, "dtype", &dt) < 0)
         return NULL;
-    return (PyObject *)pf_array_from_object(obj, dt, writable, "obj");
+    return (PyObject *)pf_array_from_object(obj, dt, writable.value, "obj");
 }
 
 /* _view(obj, name, dtype='float32'): obj as a C-contiguous pyfastpim.Array of dtype (float32: what the
@@ -1059,6 +1132,25 @@ static void fill_dltensor(DLTensor *t, int64_t *shape, int64_t *strides, const P
     t->byte_offset = 0;
 }
 
+/* max_version / dl_device: None handled by the caller, else a tuple of two ints >= 0 (not bools, as every
+ * int argument: convert.h); TypeError / ValueError naming the argument. */
+static int dl_int_pair(PyObject *obj, const char *name, const char *what, int64_t v[2])
+{
+    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != 2) {
+        PyErr_Format(PyExc_TypeError, "argument '%s': expected None or a %s tuple of ints, got %R", name, what, obj);
+        return -1;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (pf_as_int64(PyTuple_GET_ITEM(obj, i), name, &v[i]) < 0)
+            return -1;
+        if (v[i] < 0) {
+            PyErr_Format(PyExc_ValueError, "argument '%s': expected a %s tuple of ints >= 0, got %R", name, what, obj);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* __dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None), DLPack 1.0:
  * max_version >= (1, 0) gives a "dltensor_versioned" capsule (read-only arrays carry the
  * read-only flag), else a "dltensor" capsule (read-only arrays are refused: that format
@@ -1076,29 +1168,18 @@ static PyObject *PfArray_dlpack(PfArray *a, PyObject *args, PyObject *kwds)
         return NULL;
     }
     int versioned = 0;
+    int64_t v[2];
     if (max_version != Py_None) {
-        long major = -1, minor = -1;
-        if (!PyTuple_Check(max_version) || PyTuple_GET_SIZE(max_version) != 2 ||
-            !PyArg_ParseTuple(max_version, "ll", &major, &minor)) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "argument 'max_version': expected None or a (major, minor) tuple of ints, "
-                         "got %R", max_version);
+        if (dl_int_pair(max_version, "max_version", "(major, minor)", v) < 0)
             return NULL;
-        }
-        versioned = major >= PF_DLPACK_MAJOR;
+        versioned = v[0] >= PF_DLPACK_MAJOR;
     }
     if (dl_device != Py_None) {
-        long type = -1, id = -1;
-        if (!PyTuple_Check(dl_device) || PyTuple_GET_SIZE(dl_device) != 2 ||
-            !PyArg_ParseTuple(dl_device, "ll", &type, &id)) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "argument 'dl_device': expected None or a (device_type, device_id) tuple, "
-                         "got %R", dl_device);
+        if (dl_int_pair(dl_device, "dl_device", "(device_type, device_id)", v) < 0)
             return NULL;
-        }
-        if (type != kDLCPU || id != 0) {
+        if (v[0] != kDLCPU || v[1] != 0) {
             PyErr_Format(PyExc_BufferError, "argument 'dl_device': pyfastpim.Array lives in host memory (kDLCPU, 0) "
-                         "and cannot be exported to device (%ld, %ld)", type, id);
+                         "and cannot be exported to device (%lld, %lld)", (long long)v[0], (long long)v[1]);
             return NULL;
         }
     }
@@ -1284,8 +1365,8 @@ static PyObject *PfArray_rebuild(PyObject *cls, PyObject *args)
     PF_UNUSED(cls);
     Py_buffer data;
     PyObject *dtype, *shape;
-    int readonly;
-    if (!PyArg_ParseTuple(args, "y*OO!p:_rebuild", &data, &dtype, &PyTuple_Type, &shape, &readonly))
+    pf_flag_arg ro = {.name = "readonly"};
+    if (!PyArg_ParseTuple(args, "y*OO!O&:_rebuild", &data, &dtype, &PyTuple_Type, &shape, pf_conv_flag, &ro))
         return NULL;
     PfArray *a = NULL;
     pf_dtype dt;
@@ -1316,7 +1397,7 @@ static PyObject *PfArray_rebuild(PyObject *cls, PyObject *args)
         goto done;
     memcpy(a->data, data.buf, (size_t)data.len);
     pf_record_copy(PF_COPY_HOST, (size_t)data.len);
-    a->readonly = readonly;
+    a->readonly = ro.value;
 done:
     PyBuffer_Release(&data);
     return (PyObject *)a;

@@ -141,11 +141,11 @@ static PyObject *py_view(PyObject *self, PyObject *args)
 {
     PF_UNUSED(self);
     PyObject *obj;
-    int writable;
+    pf_flag_arg writable = {.name = "writable"};
     const char *name;
-    if (!PyArg_ParseTuple(args, "Ops:_attn_view", &obj, &writable, &name))
+    if (!PyArg_ParseTuple(args, "OO&s:_attn_view", &obj, pf_conv_flag, &writable, &name))
         return NULL;
-    return (PyObject *)pf_array_from_object(obj, PF_DT_F32, writable, name);
+    return (PyObject *)pf_array_from_object(obj, PF_DT_F32, writable.value, name);
 }
 
 /* _attn_new(shape, zeros): a new owned float32 C-contiguous array (zero-filled when zeros). */
@@ -153,8 +153,8 @@ static PyObject *py_new(PyObject *self, PyObject *args)
 {
     PF_UNUSED(self);
     PyObject *shape_o;
-    int zeros;
-    if (!PyArg_ParseTuple(args, "O!p:_attn_new", &PyTuple_Type, &shape_o, &zeros))
+    pf_flag_arg zeros = {.name = "zeros"};
+    if (!PyArg_ParseTuple(args, "O!O&:_attn_new", &PyTuple_Type, &shape_o, pf_conv_flag, &zeros))
         return NULL;
     Py_ssize_t shape[PF_MAXDIM], n = PyTuple_GET_SIZE(shape_o);
     if (n > PF_MAXDIM)
@@ -166,7 +166,7 @@ static PyObject *py_new(PyObject *self, PyObject *args)
         if (shape[i] < 0)
             return PyErr_Format(PyExc_ValueError, "argument 'shape': negative dimension %zd", shape[i]);
     }
-    return (PyObject *)(zeros ? pf_array_zeros(PF_DT_F32, (int)n, shape) : pf_array_new(PF_DT_F32, (int)n, shape));
+    return (PyObject *)(zeros.value ? pf_array_zeros(PF_DT_F32, (int)n, shape) : pf_array_new(PF_DT_F32, (int)n, shape));
 }
 
 /* _attn_copy(dst, src, counted): dst[:] = src for arrays of equal size; counted
@@ -175,14 +175,15 @@ static PyObject *py_copy(PyObject *self, PyObject *args)
 {
     PF_UNUSED(self);
     PfArray *dst, *src;
-    int counted;
-    if (!PyArg_ParseTuple(args, "O!O!p:_attn_copy", &PfArray_Type, &dst, &PfArray_Type, &src, &counted))
+    pf_flag_arg counted = {.name = "counted"};
+    if (!PyArg_ParseTuple(args, "O!O!O&:_attn_copy", &PfArray_Type, &dst, &PfArray_Type, &src, pf_conv_flag,
+                          &counted))
         return NULL;
     if (f32(dst, "dst", 1) < 0 || f32(src, "src", 0) < 0 || same_size(dst, src, "dst") < 0)
         return NULL;
     if (dst->data != src->data) {
         memmove(dst->data, src->data, pf_array_nbytes(src));
-        if (counted)
+        if (counted.value)
             pf_record_copy(PF_COPY_HOST, pf_array_nbytes(src));
     }
     Py_RETURN_NONE;
@@ -300,14 +301,16 @@ static PyObject *py_update(PyObject *self, PyObject *args, PyObject *kwds)
     PfArray *o, *x, *y;
     pf_int_arg ta = {.name = "t", .min = 0, .max = PY_SSIZE_T_MAX}, da = {.name = "d", .min = 0, .max = PY_SSIZE_T_MAX};
     pf_real_arg ra = {"rate"};
+    pf_flag_arg sa = {.name = "step"};
     int step, st;
     pf_device dv;
     ws_use u;
     if (attn_device(kwds, "_attn_update", &dv) < 0)
         return NULL;
-    if (!PyArg_ParseTuple(args, "OO!O!O!O&O&O&p:_attn_update", &wso, &PfArray_Type, &o, &PfArray_Type, &x,
-                          &PfArray_Type, &y, pf_conv_int, &ta, pf_conv_int, &da, pf_conv_real, &ra, &step))
+    if (!PyArg_ParseTuple(args, "OO!O!O!O&O&O&O&:_attn_update", &wso, &PfArray_Type, &o, &PfArray_Type, &x,
+                          &PfArray_Type, &y, pf_conv_int, &ta, pf_conv_int, &da, pf_conv_real, &ra, pf_conv_flag, &sa))
         goto done;
+    step = sa.value;
     const Py_ssize_t t = (Py_ssize_t)ta.value, d = (Py_ssize_t)da.value;
     const double rate = ra.value;
     if (ws_check(wso) < 0 || update_check(o, x, y, t, d, rate, step) < 0)
@@ -517,5 +520,7 @@ int pf_bind_attention_init(PyObject *module)
         Py_DECREF(&PfAttnWs_Type);
         return -1;
     }
+    if (PyModule_AddObject(module, "ATTN_MAX_DIM", PyLong_FromLongLong(PF_ATTN_MAX_DIM)) < 0)
+        return -1;
     return PyModule_AddFunctions(module, attn_functions);
 }

@@ -305,9 +305,9 @@ int pf_dpe_parse_conv2d(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_r
         memcpy(kwlist_cpu, kwlist, sizeof kwlist);
         kwlist_cpu[sizeof kwlist / sizeof kwlist[0] - 2] = NULL;
     }
-    static const char fmt[] = "OO&O&O&O&O&O&pOOOO&O&O&O&O&O&O&O&OO&O&O&|pO:dpe_conv2d";
+    static const char fmt[] = "OO&O&O&O&O&O&O&OOOO&O&O&O&O&O&O&O&OO&O&O&|O&O:dpe_conv2d";
     PyObject *oimg, *okey = Py_None;
-    int bfp;
+    pf_flag_arg bfp = {.name = "bfp"}, dq = {.name = "return_dequant"};
     pf_pair_arg ks = {.name = "kernel_size", .min = 1, .max = INT32_MAX};
     pf_pair_arg st = {.name = "stride", .min = 1, .max = INT32_MAX};
     pf_pair_arg pad = {.name = "padding", .min = 0, .max = INT32_MAX};
@@ -323,14 +323,15 @@ int pf_dpe_parse_conv2d(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_r
     *want_dq = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt_cpu, key ? kwlist : kwlist_cpu, &oimg, pf_conv_pair, &ks,
                                      pf_conv_pair, &st, pf_conv_pair, &pad, pf_conv_pair, &dil, pf_conv_pair, &xg,
-                                     pf_conv_slice_method, &xw, &bfp, &d.owl, &d.owc, &d.ows, pf_conv_pair,
+                                     pf_conv_slice_method, &xw, pf_conv_flag, &bfp, &d.owl, &d.owc, &d.ows, pf_conv_pair,
                                      &d.w_granule, pf_conv_slice_method, &d.w_widths, pf_conv_int, &d.n, pf_conv_rdac,
                                      &d.rdac, pf_conv_g_level, &d.g_level, pf_conv_resolutions, &d.radc, pf_conv_real,
                                      &d.HGS, pf_conv_real, &d.LGS, &d.osig, pf_conv_real, &d.vnoise, pf_conv_seed,
-                                     &d.seed, pf_conv_call, &d.call, want_dq, &okey)) {
+                                     &d.seed, pf_conv_call, &d.call, pf_conv_flag, &dq, &okey)) {
         pf_name_parse_error(args, kwds, fmt, kwlist);
         return -1;
     }
+    *want_dq = dq.value;
     if (key)
         *key = okey;
     memset(a, 0, sizeof *a);
@@ -361,7 +362,7 @@ int pf_dpe_parse_conv2d(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_r
     c->out_w = (c->width + 2 * c->pw - c->dw * (c->kw - 1) - 1) / c->sw + 1;
     a->x_kind = PF_DPE_X_IM2COL;
     a->x_im2col = c;
-    a->x_bfp = bfp;
+    a->x_bfp = bfp.value;
     a->batch = refs->img->shape[0];
     if (__builtin_mul_overflow(c->out_h, c->out_w, &a->rows) || __builtin_mul_overflow(c->kh, c->kw, &a->inner) ||
         __builtin_mul_overflow(c->channels, a->inner, &a->inner)) {

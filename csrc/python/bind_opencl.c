@@ -277,10 +277,11 @@ static PyObject *PfCLDevice_new(PyTypeObject *type, PyObject *args, PyObject *kw
     static char *kwlist[] = {"platform", "device", "zero_copy", NULL};
     pf_int_arg pa = {.name = "platform", .min = INT_MIN, .max = INT_MAX};
     pf_int_arg da = {.name = "device", .min = INT_MIN, .max = INT_MAX};
-    int zero_copy = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&O&|p:OpenCLDevice", kwlist, pf_conv_int, &pa, pf_conv_int, &da,
-                                     &zero_copy))
+    pf_flag_arg zc = {.name = "zero_copy", .value = 1};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&O&|O&:OpenCLDevice", kwlist, pf_conv_int, &pa, pf_conv_int, &da,
+                                     pf_conv_flag, &zc))
         return NULL;
+    const int zero_copy = zc.value;
     const int platform = (int)pa.value, device = (int)da.value;
     if (fork_check("opening the OpenCL device") < 0)
         return NULL;

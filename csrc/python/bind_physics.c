@@ -115,16 +115,17 @@ static PyObject *py_drift(PyObject *self, PyObject *args, PyObject *kwds)
 {
     PF_UNUSED(self);
     static char *kwlist[] = {"g", "seed", "t", "t0", "nu_mean", "nu_std", "return_nu", NULL};
-    static const char fmt[] = "OO&O&O&O&O&|p:drift";
+    static const char fmt[] = "OO&O&O&O&O&|O&:drift";
     PyObject *g_obj;
     uint64_t seed;
     pf_real_arg t = {"t"}, t0 = {"t0"}, nu_mean = {"nu_mean"}, nu_std = {"nu_std"}; /* ranges: pf_drift's */
-    int return_nu = 0;
+    pf_flag_arg rn = {.name = "return_nu"};
     if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &g_obj, pf_conv_seed, &seed, pf_conv_real, &t,
-                                     pf_conv_real, &t0, pf_conv_real, &nu_mean, pf_conv_real, &nu_std, &return_nu)) {
+                                     pf_conv_real, &t0, pf_conv_real, &nu_mean, pf_conv_real, &nu_std, pf_conv_flag, &rn)) {
         pf_name_parse_error(args, kwds, fmt, kwlist);
         return NULL;
     }
+    const int return_nu = rn.value;
     PfArray *g = pf_array_from_object(g_obj, PF_DT_F32, 0, "g");
     if (!g)
         return NULL;

@@ -189,8 +189,8 @@ static PyObject *PfCallCounter_new(PyTypeObject *type, PyObject *args, PyObject 
 {
     static char *kwlist[] = {"value", "inherited", NULL};
     PyObject *ov = NULL;
-    int inherited = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|Op:CallCounter", kwlist, &ov, &inherited))
+    pf_flag_arg inherited = {.name = "inherited"};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO&:CallCounter", kwlist, &ov, pf_conv_flag, &inherited))
         return NULL;
     uint64_t v = 0;
     if (ov && counter_value_from(ov, &v) < 0)
@@ -199,7 +199,7 @@ static PyObject *PfCallCounter_new(PyTypeObject *type, PyObject *args, PyObject 
     if (!self)
         return NULL;
     atomic_init(&self->value, v);
-    self->born_pid = inherited ? 0 : getpid();
+    self->born_pid = inherited.value ? 0 : getpid();
     return (PyObject *)self;
 }
 

@@ -87,14 +87,14 @@ void pf_slice_call_clear(pf_slice_call *c)
 int pf_slice_call_parse(PyObject *args, PyObject *kwds, pf_slice_call *c)
 {
     static char *kwlist[] = {"data", "slice_method", "paral_size", "quant_gran", "bw_e", "dequant", "g_level", NULL};
-    static const char fmt[] = "OO&O&|OOpO:slice_quantize";
+    static const char fmt[] = "OO&O&|OOO&O:slice_quantize";
     PyObject *data_obj, *gran_obj = Py_None, *bw_e_obj = Py_None, *g_level_obj = Py_None;
     pf_method_arg method = {.name = "slice_method"};
     pf_pair_arg paral_arg = {.name = "paral_size", .min = 1};
-    int want_dequant = 0;
+    pf_flag_arg want_dequant = {.name = "dequant"};
     memset(c, 0, sizeof *c);
     if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &data_obj, pf_conv_slice_method, &method,
-                                     pf_conv_pair, &paral_arg, &gran_obj, &bw_e_obj, &want_dequant, &g_level_obj)) {
+                                     pf_conv_pair, &paral_arg, &gran_obj, &bw_e_obj, pf_conv_flag, &want_dequant, &g_level_obj)) {
         pf_name_parse_error(args, kwds, fmt, kwlist);
         return -1;
     }
@@ -138,7 +138,7 @@ int pf_slice_call_parse(PyObject *args, PyObject *kwds, pf_slice_call *c)
         goto fail;
     if (c->bfp && !(c->gexp = pf_array_new(PF_DT_I32, 3, grid_shape)))
         goto fail;
-    if (want_dequant && !(c->dq = pf_array_new(PF_DT_F32, 3, data_shape)))
+    if (want_dequant.value && !(c->dq = pf_array_new(PF_DT_F32, 3, data_shape)))
         goto fail;
     if (c->g_level && !(c->levels = pf_array_new(PF_DT_U8, 4, code_shape)))
         goto fail;

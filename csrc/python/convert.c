@@ -101,6 +101,49 @@ int pf_conv_real(PyObject *obj, void *arg)
     return pf_as_double(obj, a->name, &a->value) == 0;
 }
 
+int pf_as_flag(PyObject *obj, const char *name)
+{
+    if (PyBool_Check(obj))
+        return obj == Py_True;
+    if (is_bool(obj)) /* NumPy's bool scalar */
+        return PyObject_IsTrue(obj);
+    int64_t v;
+    if (PyFloat_Check(obj) || !PyIndex_Check(obj) || pf_as_int64_clamped(obj, name, "a bool", &v) < 0) {
+        if (!only_type_error())
+            return -1;
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "argument '%s': expected a bool (True/False or 0/1), got %s", name,
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    if (v != 0 && v != 1) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': expected a bool (True/False or 0/1), got %R", name, obj);
+        return -1;
+    }
+    return (int)v;
+}
+
+int pf_conv_flag(PyObject *obj, void *arg)
+{
+    pf_flag_arg *a = arg;
+    int v = pf_as_flag(obj, a->name);
+    if (v < 0)
+        return 0;
+    a->value = v;
+    return 1;
+}
+
+PyObject *pf_py_check_flag(PyObject *self, PyObject *args)
+{
+    PF_UNUSED(self);
+    PyObject *value;
+    const char *name;
+    if (!PyArg_ParseTuple(args, "Os:check_flag", &value, &name))
+        return NULL;
+    int v = pf_as_flag(value, name);
+    return v < 0 ? NULL : PyBool_FromLong(v);
+}
+
 /* Raises the pf_fail record of a failed core validator; 0 for the converters' convention. */
 static int fail_converter(pf_status st)
 {
@@ -346,12 +389,12 @@ PyObject *pf_py_check_sigma(PyObject *self, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"value", "name", "read", NULL};
     PyObject *value;
     const char *name;
-    int read = 0;
+    pf_flag_arg read = {.name = "read"};
     double v;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Os|p:check_sigma", kwlist, &value, &name, &read) ||
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Os|O&:check_sigma", kwlist, &value, &name, pf_conv_flag, &read) ||
         pf_as_double(value, name, &v) < 0)
         return NULL;
-    pf_status st = pf_validate_sigma(name, v, read ? PF_READ_SIGMA_MAX : PF_REL_SIGMA_MAX);
+    pf_status st = pf_validate_sigma(name, v, read.value ? PF_READ_SIGMA_MAX : PF_REL_SIGMA_MAX);
     if (st != PF_OK) {
         pf_raise_status(st, NULL);
         return NULL;
@@ -374,10 +417,10 @@ PyObject *pf_py_check_number(PyObject *self, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"value", "name", "integer", NULL};
     PyObject *value;
     const char *name;
-    int integer = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Os|p:check_number", kwlist, &value, &name, &integer))
+    pf_flag_arg integer = {.name = "integer"};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Os|O&:check_number", kwlist, &value, &name, pf_conv_flag, &integer))
         return NULL;
-    if (integer) {
+    if (integer.value) {
         int64_t v;
         return pf_as_int64(value, name, &v) < 0 ? NULL : PyLong_FromLongLong((long long)v);
     }

@@ -36,6 +36,19 @@ typedef struct {
 } pf_int_arg;
 int pf_conv_int(PyObject *obj, void *arg);
 
+/* A boolean flag under a name (bfp, dequant, return_nu, zero_copy, writable, ...): True/False, a NumPy
+ * bool, or an int 0/1 (a NumPy integer too); anything else (a str: 'False' would be true, None, a float,
+ * NaN, a container) is a TypeError "argument 'X': expected a bool (True/False or 0/1), got T", another
+ * int a ValueError. Stricter than PyArg "p" (any truthy object), like torch's bool arguments. `value`
+ * holds the default until the converter runs. */
+typedef struct {
+    const char *name;
+    int value;
+} pf_flag_arg;
+int pf_conv_flag(PyObject *obj, void *arg);
+/* The flag in obj under a name: 0 or 1, or -1 with the exception of pf_conv_flag. */
+int pf_as_flag(PyObject *obj, const char *name);
+
 /* A real number under a name (pf_as_double: no range check, the core validators give the ranges). */
 typedef struct {
     const char *name;
@@ -84,6 +97,9 @@ PyObject *pf_py_check_sigma(PyObject *self, PyObject *args, PyObject *kwds);
 /* check_number(value, name, integer=False) -> float (pf_as_double) or int (pf_as_int64): the type rule
  * of every scalar argument, for Python-level callers (DPETensor, pyfastpim.physics, attention). */
 PyObject *pf_py_check_number(PyObject *self, PyObject *args, PyObject *kwds);
+/* check_flag(value, name) -> bool: a flag as every entry point reads it (pf_conv_flag), for Python-level
+ * flags (asarray's writable, SlicedData's is_weight, drift's compensation, the layers' bias). */
+PyObject *pf_py_check_flag(PyObject *self, PyObject *args);
 
 /* Ints and reals: bool (Python's or NumPy's) is refused as a TypeError (a flag, not a quantity); an
  * exception other than TypeError raised by the object's own __index__ / __float__ propagates. */

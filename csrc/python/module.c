@@ -133,11 +133,11 @@ static PyObject *py_sleef_fma8_mismatches(PyObject *self, PyObject *noargs)
 static PyObject *py_dpe_int_path(PyObject *self, PyObject *args)
 {
     PF_UNUSED(self);
-    int on = -1;
-    if (!PyArg_ParseTuple(args, "|p:dpe_int_path", &on))
+    pf_flag_arg on = {.name = "enabled", .value = -1};
+    if (!PyArg_ParseTuple(args, "|O&:dpe_int_path", pf_conv_flag, &on))
         return NULL;
-    if (on >= 0)
-        pf_dpe_int_set_enabled(on);
+    if (on.value >= 0)
+        pf_dpe_int_set_enabled(on.value);
     return Py_BuildValue("{s:O,s:K,s:s}", "enabled", pf_dpe_int_enabled() ? Py_True : Py_False, "calls",
                          (unsigned long long)pf_dpe_int_calls(), "kernel",
                          pf_tier_name((pf_tier)pf_dpe_int_kernel_tier()));
@@ -240,6 +240,10 @@ static PyMethodDef core_methods[] = {
      "check_number(value, name, integer=False)\n--\n\nA scalar argument as every entry point reads it, as a float "
      "(a real number: not a bool, a str or a container) or, with integer=True, an int (not a bool or a float); "
      "TypeError naming `name` otherwise (no range check)."},
+    {"check_flag", pf_py_check_flag, METH_VARARGS,
+     "check_flag(value, name)\n--\n\nA flag as every entry point reads it, as a bool: True/False, a NumPy bool or an "
+     "int 0/1; TypeError (a str, None, a float, NaN, a container) or ValueError (another int) naming `name` "
+     "otherwise."},
     {"cl_library_error", py_cl_library_error, METH_NOARGS,
      "cl_library_error()\n--\n\nNone when the OpenCL ICD loader is loaded (it is loaded here if needed), else why not."},
     {NULL, NULL, 0, NULL},

@@ -62,9 +62,11 @@ def _slice_tuple(value, name):
         widths = tuple(int(v) for v in value)
         ok = all(int(v) == v for v in value)
     except (TypeError, ValueError):
-        raise TypeError("%s must be a sequence of bit widths such as (1, 1, 2, 4), got %r" % (name, value)) from None
+        raise TypeError("argument '%s': expected a sequence of bit widths such as (1, 1, 2, 4), got %r"
+                        % (name, value)) from None
     if not ok or not widths or any(w < 1 for w in widths):
-        raise ValueError("%s must be a non-empty sequence of positive integer bit widths, got %r" % (name, value))
+        raise ValueError("argument '%s': must be a non-empty sequence of positive integer bit widths, got %r"
+                         % (name, value))
     if widths[0] != 1:
         raise ValueError("%s: the first (sign) slice must be 1 bit wide, got %r" % (name, widths))
     return widths
@@ -82,9 +84,9 @@ def _pair(value, name, minimum=0, maximum=None):
             isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value):
         pair = (int(value[0]), int(value[1]))
     else:
-        raise TypeError("%s must be an int or a pair of ints, got %r" % (name, value))
-    if min(pair) < minimum:
-        raise ValueError("%s must be >= %d, got %r" % (name, minimum, value))
+        raise TypeError("argument '%s': expected an int or a pair of ints, got %r" % (name, value))
+    if min(pair) < minimum:  # the words of DPETensor's pairs (dpe._pair) and the core's (pf_validate_pair)
+        raise ValueError("argument '%s': values must be >= %d, got %r" % (name, minimum, value))
     if maximum is not None and max(pair) > maximum:  # beyond, torch's int64 size arithmetic can wrap
         raise ValueError("argument '%s': must be <= %d, got %r" % (name, maximum, value))
     return pair
@@ -98,8 +100,8 @@ def _quant_gran(value, name):
     if value is None or value in ("per-matrix", "per-row", "per-col"):
         return value
     if isinstance(value, str):
-        raise ValueError("%s must be 'per-matrix', 'per-row', 'per-col', None or a pair of positive ints, got %r"
-                         % (name, value))
+        raise ValueError("argument '%s': must be 'per-matrix', 'per-row', 'per-col', None or a pair of positive "
+                         "ints, got %r" % (name, value))
     return _pair(value, name, minimum=1)
 
 
@@ -277,7 +279,7 @@ class _MemLayer(nn.Module):
                                   % (names, tuple(weight_shape), text)) from exc
             raise
         self.weight = nn.Parameter(weight)
-        if bias:
+        if _core.check_flag(bias, "bias"):  # bool or 0/1, as every flag (convert.c)
             self.bias = nn.Parameter(torch.empty(weight_shape[0], **factory))
         else:
             self.register_parameter("bias", None)

@@ -869,3 +869,17 @@ def test_module_chaining_snapshots_and_version_check():
     step = AttentionContext(update_rate=0.5)
     step.update_outgoing_step(x[0], x[1])
     assert step.outgoing.shape == (8, 8)
+
+
+@pytest.mark.parametrize("bad", [1518500250, 2 ** 62, 2 ** 63 - 1])
+def test_embed_dim_is_bounded_where_the_dd_matrices_have_no_size(bad):
+    # embed_dim=2**63-1 was accepted: D * D * 4 bytes of the (D, D) matrices overflow int64 far before
+    from pyfastpim import _core
+    pytest.importorskip("torch")
+    import pyfastpim.nn
+    for make in (pyfastpim.AttentionContext, pyfastpim.nn.AttentionContext):
+        with pytest.raises(ValueError, match=r"argument 'embed_dim': must be None or in 1\.\.1518500249 .*got %d"
+                           % bad):
+            make(embed_dim=bad)
+    assert _core.ATTN_MAX_DIM ** 2 * 4 <= 2 ** 63 - 1 < (_core.ATTN_MAX_DIM + 1) ** 2 * 4
+    assert pyfastpim.AttentionContext(embed_dim=_core.ATTN_MAX_DIM).embed_dim == _core.ATTN_MAX_DIM

@@ -54,7 +54,8 @@ def _int1(value, name, minimum):
     if isinstance(value, (tuple, list)) and len(value) == 1:
         value = value[0]
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not minimum <= value <= 2 ** 31 - 1:
-        raise ValueError("%s must be an int in [%d, 2**31 - 1] (or a 1-tuple), got %r" % (name, minimum, value))
+        raise ValueError("argument '%s': must be an int in [%d, 2**31 - 1] (or a 1-tuple), got %r"
+                         % (name, minimum, value))
     return int(value)
 
 

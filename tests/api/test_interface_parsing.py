@@ -1,0 +1,130 @@
+"""__array_interface__ imports and __dlpack__ arguments: every malformed key or argument is a TypeError /
+ValueError naming what is wrong (the argument, the interface key and its index), never a crash, a
+SystemError, an OverflowError, or a silent reading (True as a size, '<f4<f4' as '<f4', a negative
+pointer dereferenced)."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import pyfastpim
+from helpers import outcome
+
+BASE = np.arange(12, dtype=np.float32).reshape(3, 4)
+PTR = BASE.__array_interface__["data"][0]
+MISSING = object()
+
+
+class Iface:
+    def __init__(self, d):
+        self.__array_interface__ = d
+
+
+def iface(**over):
+    d = dict(shape=(3, 4), typestr="<f4", data=(PTR, False), version=3, strides=None)
+    d.update(over)
+    return Iface({k: v for k, v in d.items() if v is not MISSING})
+
+
+A = "argument 'obj': "
+BAD_INTERFACES = [
+    (dict(shape=[3, 4]), TypeError, "__array_interface__ 'shape' must be a tuple of sizes, got list"),
+    (dict(shape=MISSING), TypeError, "__array_interface__ has no 'shape' (a tuple of sizes)"),
+    (dict(shape=(-1, 4)), ValueError, "__array_interface__ 'shape'[0] must be a size >= 0, got -1"),
+    (dict(shape=(3, 2 ** 64)), ValueError, "__array_interface__ 'shape'[1]: 18446744073709551616 is out of range"),
+    (dict(shape=(3.0, 4)), TypeError, "__array_interface__ 'shape'[0]: expected an int, got float"),
+    (dict(shape=(True, 4)), TypeError, "__array_interface__ 'shape'[0]: expected an int, got bool"),
+    (dict(strides=(16,)), ValueError, "__array_interface__ 'strides' has 1 values for the 2 dimensions of 'shape'"),
+    (dict(strides=(16, 4, 4)), ValueError, "__array_interface__ 'strides' has 3 values for the 2 dimensions of "
+                                           "'shape'"),
+    (dict(strides=[16, 4]), TypeError, "__array_interface__ 'strides' must be None or a tuple of byte strides, got "
+                                       "list"),
+    (dict(strides=(16.0, 4)), TypeError, "__array_interface__ 'strides'[0]: expected an int, got float"),
+    (dict(strides=(2 ** 64, 4)), ValueError, "__array_interface__ 'strides'[0]: 18446744073709551616 is out of "
+                                             "range"),
+    (dict(strides=(16, False)), TypeError, "__array_interface__ 'strides'[1]: expected an int, got bool"),
+    (dict(typestr=b"<f4"), TypeError, "__array_interface__ 'typestr' must be a str such as '<f4', got bytes"),
+    (dict(typestr=MISSING), TypeError, "__array_interface__ has no 'typestr' (a str such as '<f4')"),
+    (dict(typestr="<f4<f4"), TypeError, "bad typestr '<f4<f4' (expected a byte order '<', '>', '|' or '=', a kind "
+                                        "and an item size, such as '<f4')"),
+    (dict(typestr="<f4 "), TypeError, "bad typestr '<f4 ' (expected"),
+    (dict(typestr="xf4"), TypeError, "bad typestr 'xf4' (expected"),
+    (dict(typestr="<f"), TypeError, "bad typestr '<f' (expected"),
+    (dict(data=PTR), TypeError, "__array_interface__ 'data' must be a (pointer, read-only flag) tuple, got int"),
+    (dict(data=(PTR,)), ValueError, "__array_interface__ 'data' must be a (pointer, read-only flag) tuple, got 1 "
+                                    "items"),
+    (dict(data=[PTR, False]), TypeError, "__array_interface__ 'data' must be a (pointer, read-only flag) tuple, got "
+                                         "list"),
+    (dict(data=(-1, False)), ValueError, "__array_interface__ 'data' pointer: must be an int in [0, 2**64), got -1"),
+    (dict(data=(float(PTR), False)), TypeError, "__array_interface__ 'data' pointer: expected an int in [0, 2**64), "
+                                                "got float"),
+    (dict(data=(PTR, "False")), TypeError, "__array_interface__ 'data' read-only flag: expected a bool (True/False "
+                                           "or 0/1), got str"),
+    (dict(data=(PTR, float("nan"))), TypeError, "__array_interface__ 'data' read-only flag: expected a bool "
+                                                "(True/False or 0/1), got float"),
+    (dict(data=(PTR, 2)), ValueError, "__array_interface__ 'data' read-only flag: expected a bool (True/False or "
+                                      "0/1), got 2"),
+    (dict(data=(2 ** 64 - 16, False)), ValueError, "its data pointer 0xfffffffffffffff0 with its shape and strides "
+                                                   "reaches outside the address space"),
+    (dict(data=(8, False), strides=(-16, 4)), ValueError, "its data pointer 0x8 with its shape and strides reaches "
+                                                          "outside the address space"),
+]
+
+
+def _case_id(over):
+    """A deterministic id: the pointer and the missing marker by name, not by address."""
+    return ",".join("%s=%s" % (k, "MISSING" if v is MISSING else repr(v).replace(str(PTR), "PTR"))
+                    for k, v in over.items())
+
+
+@pytest.mark.parametrize("over,exc,words", BAD_INTERFACES, ids=[_case_id(c[0]) for c in BAD_INTERFACES])
+def test_malformed_array_interface_is_named(over, exc, words):
+    e, msg = outcome(pyfastpim.asarray, iface(**over))
+    assert e is exc and msg.startswith(A + words), msg
+
+
+def test_array_interface_read_only_flag_is_kept():
+    ro = iface(data=(PTR, True))
+    assert pyfastpim.asarray(ro).readonly
+    assert outcome(pyfastpim.asarray, ro, writable=True)[0] is ValueError
+    assert not pyfastpim.asarray(iface(data=(PTR, np.bool_(False)))).readonly
+    np.testing.assert_array_equal(np.asarray(pyfastpim.asarray(iface(strides=(16, 4)))), BASE)
+
+
+def test_negative_data_pointer_does_not_crash():
+    # data=(-1, False) was read as the pointer 0xff..ff and the copy loop segfaulted: run it in a child
+    code = ("import numpy as np, pyfastpim\n"
+            "class I:\n    __array_interface__ = dict(shape=(3, 4), typestr='<f4', data=(-1, False), version=3)\n"
+            "try:\n    pyfastpim.asarray(I())\nexcept ValueError as e:\n    print('refused', e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("refused argument 'obj': "), (r.returncode, r.stderr[-300:])
+
+
+ARR = pyfastpim.asarray(np.ones((2, 2), np.float32))
+BAD_DLPACK = [
+    (dict(max_version=(True, 0)), TypeError, "argument 'max_version': expected an int, got bool"),
+    (dict(max_version=(1.0, 0)), TypeError, "argument 'max_version': expected an int, got float"),
+    (dict(max_version=(-1, 0)), ValueError, "argument 'max_version': expected a (major, minor) tuple of ints >= 0, "
+                                            "got (-1, 0)"),
+    (dict(max_version=(2 ** 64, 0)), ValueError, "argument 'max_version': 18446744073709551616 is out of range"),
+    (dict(max_version=[1, 0]), TypeError, "argument 'max_version': expected None or a (major, minor) tuple of ints, "
+                                          "got [1, 0]"),
+    (dict(max_version=(1, 0, 0)), TypeError, "argument 'max_version': expected None or a (major, minor) tuple"),
+    (dict(dl_device=(True, 0)), TypeError, "argument 'dl_device': expected an int, got bool"),
+    (dict(dl_device=(2 ** 64, 0)), ValueError, "argument 'dl_device': 18446744073709551616 is out of range"),
+    (dict(dl_device=(1, -1)), ValueError, "argument 'dl_device': expected a (device_type, device_id) tuple of ints "
+                                          ">= 0, got (1, -1)"),
+    (dict(dl_device="cpu"), TypeError, "argument 'dl_device': expected None or a (device_type, device_id) tuple"),
+    (dict(dl_device=(2, 0)), BufferError, "argument 'dl_device': pyfastpim.Array lives in host memory"),
+    (dict(stream=0), ValueError, "argument 'stream': pyfastpim arrays live in host memory; stream must be None"),
+    (dict(copy=1), TypeError, "argument 'copy': expected None, True or False, got int"),
+    (dict(copy=float("nan")), TypeError, "argument 'copy': expected None, True or False, got float"),
+]
+
+
+@pytest.mark.parametrize("kw,exc,words", BAD_DLPACK, ids=[repr(c[0]) for c in BAD_DLPACK])
+def test_dlpack_arguments_are_named(kw, exc, words):
+    e, msg = outcome(ARR.__dlpack__, **kw)
+    assert e is exc and msg.startswith(words), msg
+

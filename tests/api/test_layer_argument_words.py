@@ -1,0 +1,44 @@
+"""Conv2dMem / LinearMem geometry and slice arguments are refused in the library's words: "argument 'X': ..."
+as every other argument (DPETensor's pairs, the core's validators), not "X must be ..."."""
+import pytest
+
+import pyfastpim
+from pyfastpim.memintelli.NN_layers.convolution import Conv1dMem as MiConv1d
+from pyfastpim.nn import Conv2dMem, LinearMem
+from helpers import outcome
+
+S = (1, 1, 2)
+ENGINE = pyfastpim.DPETensor()
+
+
+@pytest.mark.parametrize("name,bad,exc,words", [
+    ("kernel_size", 0, ValueError, "values must be >= 1, got 0"),
+    ("kernel_size", (3, 1.5), TypeError, "expected an int or a pair of ints, got (3, 1.5)"),
+    ("stride", (1, 2, 3), TypeError, "expected an int or a pair of ints, got (1, 2, 3)"),
+    ("stride", (1, 0), ValueError, "values must be >= 1, got (1, 0)"),
+    ("padding", -1, ValueError, "values must be >= 0, got -1"),
+    ("padding", "same", TypeError, "expected an int or a pair of ints, got 'same'"),
+    ("dilation", 0, ValueError, "values must be >= 1, got 0"),
+    ("dilation", True, TypeError, "expected an int or a pair of ints, got True"),
+    ("input_paral_size", (1, 0), ValueError, "values must be >= 1, got (1, 0)"),
+    ("input_quant_gran", "per-block", ValueError, "must be 'per-matrix', 'per-row', 'per-col', None or a pair of "
+                                                  "positive ints, got 'per-block'"),
+    ("input_slice", None, TypeError, "expected a sequence of bit widths such as (1, 1, 2, 4), got None"),
+    ("weight_slice", (1, 0), ValueError, "must be a non-empty sequence of positive integer bit widths, got (1, 0)"),
+])
+def test_conv2dmem_geometry_errors_carry_the_argument_prefix(name, bad, exc, words):
+    kw = dict(kernel_size=3)
+    kw[name] = bad
+    args = {k: kw.pop(k) for k in ("input_slice", "weight_slice") if k in kw}
+    fn = lambda: Conv2dMem(ENGINE, 2, 2, input_slice=args.get("input_slice", S),  # noqa: E731
+                           weight_slice=args.get("weight_slice", S), **kw)
+    assert outcome(fn) == (exc, "argument '%s': %s" % (name, words))
+
+
+def test_linearmem_slice_errors_carry_the_argument_prefix():
+    assert outcome(LinearMem, ENGINE, 4, 4, "12", S)[1].startswith("argument 'input_slice': ")
+
+
+def test_memintelli_conv1d_size_errors_carry_the_argument_prefix():
+    exc, msg = outcome(MiConv1d, ENGINE, 2, 2, 0, S, S)
+    assert exc is ValueError and msg.startswith("argument 'kernel_size': must be an int in [1, 2**31 - 1]"), msg

@@ -68,7 +68,7 @@ def _slice_tuple(value, name):
         raise ValueError("argument '%s': must be a non-empty sequence of positive integer bit widths, got %r"
                          % (name, value))
     if widths[0] != 1:
-        raise ValueError("%s: the first (sign) slice must be 1 bit wide, got %r" % (name, widths))
+        raise ValueError("argument '%s': the first (sign) slice must be 1 bit wide, got %r" % (name, widths))
     return widths
 
 

@@ -25,6 +25,7 @@ ENGINE = pyfastpim.DPETensor()
                                                   "positive ints, got 'per-block'"),
     ("input_slice", None, TypeError, "expected a sequence of bit widths such as (1, 1, 2, 4), got None"),
     ("weight_slice", (1, 0), ValueError, "must be a non-empty sequence of positive integer bit widths, got (1, 0)"),
+    ("input_slice", (2, 1, 2), ValueError, "the first (sign) slice must be 1 bit wide, got (2, 1, 2)"),
 ])
 def test_conv2dmem_geometry_errors_carry_the_argument_prefix(name, bad, exc, words):
     kw = dict(kernel_size=3)

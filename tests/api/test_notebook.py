@@ -125,6 +125,18 @@ def test_layer_repr_shows_every_setting_and_the_engines():
     assert "in_features=20, out_features=10" in repr(mi) and "engine=(g_level=16" in repr(mi)
 
 
+def test_layer_repr_survives_an_invalid_input_slice_method():
+    # input_slice_method is read at each call (MemIntelli's attribute, assignable); the repr read it through
+    # the forward's check, so after assigning an invalid one print(model) raised instead of showing it
+    torch = pytest.importorskip("torch", reason="layers are torch modules")
+    from pyfastpim.nn import LinearMem
+    lin = LinearMem(DPETensor(), 8, 4, [1, 1, 2], [1, 1, 2])
+    lin.input_slice_method = torch.tensor([2, 2])
+    assert "input_slice=tensor([2, 2]) (invalid), weight_slice=(1, 1, 2)" in repr(lin)
+    with pytest.raises(ValueError, match="^argument 'input_slice_method': the first"):
+        lin(torch.ones(2, 8))
+
+
 def test_clear_errors_for_read_variation_none_and_shape_mismatch():
     with pytest.raises(ValueError) as e:
         DPETensor(read_variation=None)

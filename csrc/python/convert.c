@@ -10,14 +10,53 @@
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-/* A bool is a flag, not a quantity (True would read as 1 level, 1 ohm or 1 sigma): Python's bool and
- * NumPy's bool scalar (which still has __index__ and __float__), found by type name without NumPy. */
-static int is_bool(PyObject *obj)
+/* A bool scalar: Python's bool and NumPy's bool scalar (which still has __index__ and __float__), found
+ * by type name without NumPy. The flags' converter takes these as bools. */
+static int is_bool_scalar(PyObject *obj)
 {
     if (PyBool_Check(obj))
         return 1;
     const char *tn = Py_TYPE(obj)->tp_name;
     return strcmp(tn, "numpy.bool_") == 0 || strcmp(tn, "numpy.bool") == 0;
+}
+
+/* The str() of obj's dtype ("bool", "complex128" for NumPy's scalars and 0-d arrays, "torch.bool" for a
+ * 0-d tensor) into buf, or "" where it has none; found without importing NumPy or torch. */
+static void dtype_name(PyObject *obj, char *buf, size_t size)
+{
+    buf[0] = 0;
+    if (PyLong_CheckExact(obj) || PyFloat_CheckExact(obj) || PyErr_Occurred())
+        return;
+    PyObject *dt = PyObject_GetAttrString(obj, "dtype");
+    PyObject *str = dt ? PyObject_Str(dt) : NULL;
+    const char *c = str ? PyUnicode_AsUTF8(str) : NULL;
+    if (c)
+        snprintf(buf, size, "%s", c);
+    PyErr_Clear(); /* no dtype: an ordinary number */
+    Py_XDECREF(str);
+    Py_XDECREF(dt);
+}
+
+/* A bool is a flag, not a quantity (True would read as 1 level, 1 ohm or 1 sigma): a bool scalar, or a
+ * 0-d array or tensor of bools (their __float__ / __index__ take True as 1 too). */
+static int is_bool(PyObject *obj)
+{
+    char dt[32];
+    if (is_bool_scalar(obj))
+        return 1;
+    dtype_name(obj, dt, sizeof dt);
+    return strcmp(dt, "bool") == 0 || strcmp(dt, "torch.bool") == 0;
+}
+
+/* A complex number is no real one: NumPy's complex scalars and 0-d arrays have a __float__ that drops
+ * the imaginary part (with only a ComplexWarning), a complex tensor's raises an unnamed RuntimeError. */
+static int is_complex(PyObject *obj)
+{
+    char dt[32];
+    if (PyComplex_Check(obj))
+        return 1;
+    dtype_name(obj, dt, sizeof dt);
+    return strstr(dt, "complex") != NULL;
 }
 
 /* Whether a TypeError (or nothing) is pending: anything else raised by an object's own __index__ /
@@ -74,7 +113,7 @@ int pf_as_double(PyObject *obj, const char *name, double *out)
     double v = -1.0;
     if (PyFloat_Check(obj))
         v = PyFloat_AS_DOUBLE(obj);
-    else if (!PyUnicode_Check(obj) && !PyBytes_Check(obj) && !is_bool(obj) && !is_sized(obj) &&
+    else if (!PyUnicode_Check(obj) && !PyBytes_Check(obj) && !is_bool(obj) && !is_complex(obj) && !is_sized(obj) &&
              (PyIndex_Check(obj) || PyNumber_Check(obj)))
         v = PyFloat_AsDouble(obj);
     else
@@ -105,7 +144,7 @@ int pf_as_flag(PyObject *obj, const char *name)
 {
     if (PyBool_Check(obj))
         return obj == Py_True;
-    if (is_bool(obj)) /* NumPy's bool scalar */
+    if (is_bool_scalar(obj) || (is_bool(obj) && !is_sized(obj))) /* NumPy's bool, a 0-d bool array or tensor */
         return PyObject_IsTrue(obj);
     int64_t v;
     if (PyFloat_Check(obj) || !PyIndex_Check(obj) || pf_as_int64_clamped(obj, name, "a bool", &v) < 0) {

@@ -37,7 +37,7 @@ typedef struct {
 int pf_conv_int(PyObject *obj, void *arg);
 
 /* A boolean flag under a name (bfp, dequant, return_nu, zero_copy, writable, ...): True/False, a NumPy
- * bool, or an int 0/1 (a NumPy integer too); anything else (a str: 'False' would be true, None, a float,
+ * bool (a 0-d bool array or tensor too), or an int 0/1 (a NumPy integer too); anything else (a str: 'False' would be true, None, a float,
  * NaN, a container) is a TypeError "argument 'X': expected a bool (True/False or 0/1), got T", another
  * int a ValueError. Stricter than PyArg "p" (any truthy object), like torch's bool arguments. `value`
  * holds the default until the converter runs. */
@@ -101,7 +101,8 @@ PyObject *pf_py_check_number(PyObject *self, PyObject *args, PyObject *kwds);
  * flags (asarray's writable, SlicedData's is_weight, drift's compensation, the layers' bias). */
 PyObject *pf_py_check_flag(PyObject *self, PyObject *args);
 
-/* Ints and reals: bool (Python's or NumPy's) is refused as a TypeError (a flag, not a quantity); an
+/* Ints and reals: a bool (Python's or NumPy's, a 0-d bool array or tensor) is refused as a TypeError (a
+ * flag, not a quantity), as is a complex number (NumPy's __float__ drops the imaginary part); an
  * exception other than TypeError raised by the object's own __index__ / __float__ propagates. */
 /* The int in obj under a name (no range check): 0, or -1 with TypeError/ValueError naming it. */
 int pf_as_int64(PyObject *obj, const char *name, int64_t *out);

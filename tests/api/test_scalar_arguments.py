@@ -63,7 +63,8 @@ RAW_FLOATS = [("dpe_mvm", p) for p in ("HGS", "LGS", "vnoise")] + \
              [("check_vread", p) for p in ("vread", "HGS", "LGS")] + \
              [("drift", p) for p in ("t", "t0", "nu_mean", "nu_std")] + \
              [("irdrop_layer", p) for p in ("r_wire", "pad_g")] + [("irdrop_block", "r_wire")]
-NOT_REAL = [True, False, np.bool_(True), "0.1", None, np.array([0.1]), [0.1]]
+NOT_REAL = [True, False, np.bool_(True), np.array(True), np.complex128(0.1 + 1j), np.complex64(0.1), "0.1", None,
+            np.array([0.1]), [0.1]]
 
 
 def _type_name(v):
@@ -239,3 +240,18 @@ def test_public_scalar_sweep(label, kind, name):
             continue  # the number's own error
         assert got[0] in (TypeError, ValueError), (value, got)
         assert {"value": "calls"}.get(name, name) in got[1], (value, got)  # CallCounter's value: the calls
+
+
+def test_zero_d_bools_and_complex_numbers_are_not_real_numbers():
+    # the type rule refused bool scalars but unwrapped a 0-d bool array or tensor as 1.0 / 1, and took NumPy's
+    # complex numbers (their __float__ drops the imaginary part with a ComplexWarning only); a complex tensor
+    # gave torch's RuntimeError, naming nothing
+    torch = pytest.importorskip("torch")
+    for v in (np.array(True), np.complex128(1 + 1j), np.complex64(0.5), torch.tensor(True), torch.tensor(1 + 1j)):
+        for integer in (False, True):
+            exc, msg = outcome(lambda: _core.check_number(v, "x", integer))
+            assert exc is TypeError and msg.startswith("argument 'x': expected "), (v, integer, msg)
+    assert outcome(lambda: pyfastpim.DPETensor(vnoise=np.complex128(0.01 + 1j)))[0] is TypeError
+    # as a flag, a 0-d bool array or tensor is the bool it holds (a 1-element array stays a container)
+    assert _core.check_flag(np.array(True), "f") is True and _core.check_flag(torch.tensor(False), "f") is False
+    assert outcome(lambda: _core.check_flag(np.array([True]), "f"))[0] is TypeError

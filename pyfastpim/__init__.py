@@ -57,8 +57,9 @@ def asarray(obj, dtype=None, writable=False):
     requires grad is read through ``obj.detach()``; with ``writable=True`` it is
     refused (ValueError: writes would bypass autograd, as torch refuses in-place
     changes of such a leaf and out= tensors that require grad).
-    Raises TypeError for unsupported dtypes or objects without a buffer, and
-    ValueError for non-native byte order.
+    Raises TypeError for unsupported dtypes, objects without a buffer or float data
+    asked as an integer dtype, and ValueError for non-native byte order or integer
+    data that the integer ``dtype`` cannot hold (conversions are exact, never wrapped).
     """
     writable = _core.check_flag(writable, "writable")  # bool or 0/1, as every flag (csrc/python/convert.c)
     if _is_torch_tensor(obj) and obj.requires_grad:

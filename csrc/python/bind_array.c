@@ -726,11 +726,17 @@ static int iface_key(PyObject *v, const char *key, const char *what, const char 
 }
 
 /* A converter's error about an interface key ("argument '<key>': expected ...") as one about the argument:
- * "argument 'obj': <key>: expected ...". */
+ * "argument 'obj': <key>: expected ...". Another exception (raised by the value's own __index__, as a
+ * KeyboardInterrupt or a UnicodeDecodeError) propagates as it is (convert.h): not every exception type
+ * takes one message. */
 static void prefix_error(const char *argname, const char *key)
 {
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
+    if (et != PyExc_TypeError && et != PyExc_ValueError) { /* the converters' are exactly these */
+        PyErr_Restore(et, ev, tb);
+        return;
+    }
     PyErr_NormalizeException(&et, &ev, &tb);
     PyObject *msg = ev ? PyObject_Str(ev) : NULL;
     const char *m = msg ? PyUnicode_AsUTF8(msg) : NULL;

@@ -128,3 +128,24 @@ def test_dlpack_arguments_are_named(kw, exc, words):
     e, msg = outcome(ARR.__dlpack__, **kw)
     assert e is exc and msg.startswith(words), msg
 
+
+
+class _IndexRaises:
+    def __init__(self, exc):
+        self.exc = exc
+
+    def __index__(self):
+        raise self.exc
+
+
+@pytest.mark.parametrize("key", ["shape", "strides", "data"])
+def test_an_exception_of_the_values_own_index_propagates_as_it_is(key):
+    # the key's converter error was rewrapped in the argument's words with PyErr_Format(type, message): a
+    # KeyboardInterrupt got another message, and a UnicodeDecodeError (whose constructor takes 5 arguments)
+    # became "TypeError: function takes exactly 5 arguments (1 given)"
+    for exc in (KeyboardInterrupt("from __index__"), UnicodeDecodeError("utf-8", b"x", 0, 1, "from __index__")):
+        bad = _IndexRaises(exc)
+        over = {"shape": dict(shape=(3, bad)), "strides": dict(strides=(16, bad)), "data": dict(data=(bad, False))}
+        with pytest.raises(type(exc)) as info:
+            pyfastpim.asarray(iface(**over[key]))
+        assert info.value is exc

@@ -2,7 +2,9 @@
 as every other argument (DPETensor's pairs, the core's validators), not "X must be ..."."""
 import pytest
 
-import pyfastpim
+pytest.importorskip("torch")  # the layers need torch, an optional dependency
+
+import pyfastpim  # noqa: E402
 from pyfastpim.memintelli.NN_layers.convolution import Conv1dMem as MiConv1d
 from pyfastpim.nn import Conv2dMem, LinearMem
 from helpers import outcome

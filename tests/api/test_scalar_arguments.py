@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 
 import pyfastpim
-import pyfastpim.nn as pnn
+try:
+    import pyfastpim.nn as pnn  # needs torch, an optional dependency: the layer cases skip without it
+except ImportError:
+    pnn = None
 import pyfastpim.physics as physics
 from pyfastpim import _core
 from helpers import outcome
@@ -194,11 +197,6 @@ PUBLIC = {
     "program_weights": (pyfastpim.program_weights, dict(codes=CODES, slice_method=S2, g_level=16), dict(
         real=["HGS", "LGS", "write_variation", "rate_stuck_HGS", "rate_stuck_LGS"], int=["g_level", "seed"])),
     "AttentionContext": (pyfastpim.AttentionContext, {}, dict(real=["update_rate", "strength"], int=["embed_dim"])),
-    "LinearMem": (pnn.LinearMem, dict(engine=ENGINE, in_features=8, out_features=4, input_slice=S2, weight_slice=S2),
-                  dict(int=["in_features", "out_features", "bw_e"])),
-    "Conv2dMem": (pnn.Conv2dMem, dict(engine=ENGINE, in_channels=2, out_channels=4, kernel_size=3, input_slice=S2,
-                                      weight_slice=S2),
-                  dict(int=["in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation"])),
     "drift_conductance": (physics.drift_conductance, dict(G=GM, t_seconds=10.0),
                           dict(real=["t_seconds", "t0", "nu_mean", "nu_std"], int=["seed"])),
     "effective_conductance": (physics.effective_conductance, dict(G=GM), dict(real=["wire_resistance"])),
@@ -212,6 +210,12 @@ PUBLIC = {
                         dict(int=["n"])),
     "CallCounter": (_core.CallCounter, {}, dict(int=["value"])),
 }
+if pnn is not None:
+    PUBLIC["LinearMem"] = (pnn.LinearMem, dict(engine=ENGINE, in_features=8, out_features=4, input_slice=S2,
+                                               weight_slice=S2), dict(int=["in_features", "out_features", "bw_e"]))
+    PUBLIC["Conv2dMem"] = (pnn.Conv2dMem, dict(engine=ENGINE, in_channels=2, out_channels=4, kernel_size=3,
+                                               input_slice=S2, weight_slice=S2),
+                           dict(int=["in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation"]))
 SWEEP = [(label, kind, name) for label, (_, _, kinds) in PUBLIC.items() for kind, names in kinds.items()
          for name in names]
 SCALARS = [np.bool_(False), True, np.float32(0.5), np.float64(2.0), np.int64(2), np.array(0.5), np.array([0.5]),

@@ -524,7 +524,12 @@ def test_worker_thread_products_use_the_main_threads_count():
         pyfastpim.set_num_threads(1)
         one = run_threads(lambda: _threads_that_worked(prod))[0]
         pyfastpim.set_num_threads(2)
-        two = run_threads(lambda: _threads_that_worked(prod))[0]
+        # A hypervisor or scheduler stall can leave the second thread idle for one measurement; a
+        # product that runs on one thread gives 1 every time, so up to three tries keep the test exact.
+        for _ in range(3):
+            two = run_threads(lambda: _threads_that_worked(prod))[0]
+            if two[1] is not None or two[0] >= 2:
+                break
     finally:
         pyfastpim.set_num_threads(old)
     assert one == (1, None), one

@@ -1161,7 +1161,8 @@ static int dl_int_pair(PyObject *obj, const char *name, const char *what, int64_
  * max_version >= (1, 0) gives a "dltensor_versioned" capsule (read-only arrays carry the
  * read-only flag), else a "dltensor" capsule (read-only arrays are refused: that format
  * cannot say so). dl_device must be None or the CPU (1, 0). copy=True exports a counted
- * copy (flagged IS_COPIED); copy=False and None share the memory (never a copy). */
+ * copy (flagged IS_COPIED); copy=False and None share the memory (never a copy). copy is None or
+ * a flag (pf_as_flag: a NumPy bool or 0/1 too). */
 static PyObject *PfArray_dlpack(PfArray *a, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
@@ -1189,13 +1190,11 @@ static PyObject *PfArray_dlpack(PfArray *a, PyObject *args, PyObject *kwds)
             return NULL;
         }
     }
-    /* the array API's copy is Optional[bool]: copy='no' or copy=0 would read as a wish it is not */
-    if (copy_obj != Py_None && !PyBool_Check(copy_obj)) {
-        PyErr_Format(PyExc_TypeError, "argument 'copy': expected None, True or False, got %s",
-                     Py_TYPE(copy_obj)->tp_name);
+    /* the array API's copy is Optional[bool]: None, or a flag as every flag of the library reads it
+     * (pf_as_flag: True/False, a NumPy bool, 0/1; copy='no' is a TypeError, not a truthy wish) */
+    const int copy = copy_obj == Py_None ? 0 : pf_as_flag(copy_obj, "copy");
+    if (copy < 0)
         return NULL;
-    }
-    const int copy = copy_obj == Py_True;
     if (a->readonly && !versioned && !copy) {
         PyErr_SetString(PyExc_BufferError, "cannot export a read-only pyfastpim.Array through an unversioned DLPack "
                         "capsule (it cannot signal read-only memory): pass max_version=(1, 0), or copy=True");
@@ -1417,7 +1416,7 @@ static PyMethodDef PfArray_methods[] = {
     {"__dlpack__", (PyCFunction)(void (*)(void))PfArray_dlpack, METH_VARARGS | METH_KEYWORDS,
      "__dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None)\n--\n\n"
      "Export as a DLPack capsule sharing this memory: versioned (DLPack 1.0, read-only flag) when\n"
-     "max_version >= (1, 0); dl_device must be None or (1, 0) (the CPU); copy=True exports a counted copy."},
+     "max_version >= (1, 0); dl_device must be None or (1, 0) (the CPU); copy=True exports a counted copy\n(copy: None or a flag: True/False, a NumPy bool, 0/1)."},
     {"__dlpack_device__", (PyCFunction)PfArray_dlpack_device, METH_NOARGS,
      "Return (device_type, device_id) = (kDLCPU, 0)."},
     {"to_numpy", (PyCFunction)PfArray_to_numpy, METH_NOARGS,

@@ -185,11 +185,29 @@ def test_export_copy_and_dl_device():
         a.__dlpack__(max_version=1)
     with pytest.raises(ValueError, match="stream"):
         a.__dlpack__(stream=1)
-    # copy is Optional[bool] (array API): 'no' was truthy and made a copy, 0 and 1 read as flags
-    for bad in ("no", 0, 1, np.True_):
-        with memory.trace() as t, pytest.raises(TypeError, match="^argument 'copy': expected None, True or False"):
+    # copy is Optional[bool] (array API): 'no' was truthy and made a copy; a float or a str is no flag
+    for bad in ("no", "False", 0.0, float("nan"), [1]):
+        with memory.trace() as t, pytest.raises(TypeError, match="^argument 'copy': expected a bool"):
             a.__dlpack__(max_version=(1, 0), copy=bad)
         assert t.copies == 0
+    with memory.trace() as t, pytest.raises(ValueError, match="^argument 'copy': expected a bool"):
+        a.__dlpack__(max_version=(1, 0), copy=2)
+    assert t.copies == 0
+
+
+@pytest.mark.parametrize("flag", [True, np.True_, np.bool_(True), np.array(True), 1, np.int64(1),
+                                  False, np.False_, np.array(False), 0, np.uint8(0), None])
+def test_export_copy_reads_as_every_flag(flag):
+    # copy refused np.True_ / np.False_ (and 0/1) while every other flag of the library (asarray's writable,
+    # check_flag) takes them: it now follows the same rule (pf_as_flag), None included (DLPack: no preference)
+    x = np.arange(6, dtype=np.int32)
+    a = pyfastpim.asarray(x)
+    want = bool(flag) if flag is not None else False
+    assert want == (flag is not None and pyfastpim._core.check_flag(flag, "copy"))
+    with memory.trace() as t:
+        m = read_versioned(a.__dlpack__(max_version=(1, 0), copy=flag))
+    assert t.copies == int(want) and bool(m.flags & IS_COPIED) == want
+    assert (m.dl_tensor.data != x.ctypes.data) == want
 
 
 def test_numpy_consumes_our_capsules():

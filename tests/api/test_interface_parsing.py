@@ -118,8 +118,9 @@ BAD_DLPACK = [
     (dict(dl_device="cpu"), TypeError, "argument 'dl_device': expected None or a (device_type, device_id) tuple"),
     (dict(dl_device=(2, 0)), BufferError, "argument 'dl_device': pyfastpim.Array lives in host memory"),
     (dict(stream=0), ValueError, "argument 'stream': pyfastpim arrays live in host memory; stream must be None"),
-    (dict(copy=1), TypeError, "argument 'copy': expected None, True or False, got int"),
-    (dict(copy=float("nan")), TypeError, "argument 'copy': expected None, True or False, got float"),
+    (dict(copy=2), ValueError, "argument 'copy': expected a bool (True/False or 0/1), got 2"),
+    (dict(copy="True"), TypeError, "argument 'copy': expected a bool (True/False or 0/1), got str"),
+    (dict(copy=float("nan")), TypeError, "argument 'copy': expected a bool (True/False or 0/1), got float"),
 ]
 
 

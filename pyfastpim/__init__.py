@@ -60,6 +60,8 @@ def asarray(obj, dtype=None, writable=False):
     Raises TypeError for unsupported dtypes, objects without a buffer or float data
     asked as an integer dtype, and ValueError for non-native byte order or integer
     data that the integer ``dtype`` cannot hold (conversions are exact, never wrapped).
+    An ``__array_interface__`` whose ``version`` is not 3, or with a ``mask``, a nonzero
+    ``offset`` or a ``descr`` other than ``[('', typestr)]``, is refused (ValueError naming the key).
     """
     writable = _core.check_flag(writable, "writable")  # bool or 0/1, as every flag (csrc/python/convert.c)
     if _is_torch_tensor(obj) and obj.requires_grad:

@@ -784,6 +784,63 @@ static int iface_strides(PyObject *strides, Py_ssize_t nd, Py_ssize_t *out, cons
     return iface_ints(strides, "strides", 1, out, argname);
 }
 
+/* Whether descr is the default NumPy writes for a plain dtype, [('', typestr)] (NumPy reads descr only for a
+ * void typestr, which pyfastpim does not take). */
+static int default_descr(PyObject *descr, PyObject *typestr)
+{
+    if (!PyList_Check(descr) || PyList_GET_SIZE(descr) != 1)
+        return 0;
+    PyObject *f = PyList_GET_ITEM(descr, 0);
+    if (!PyTuple_Check(f) || PyTuple_GET_SIZE(f) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(f, 0)) ||
+        !PyUnicode_Check(PyTuple_GET_ITEM(f, 1)))
+        return 0;
+    return PyUnicode_GET_LENGTH(PyTuple_GET_ITEM(f, 0)) == 0 &&
+           PyUnicode_Compare(PyTuple_GET_ITEM(f, 1), typestr) == 0;
+}
+
+/* An optional int key: 0 with *v set (*v untouched when absent), or -1 with its error naming the key. */
+static int iface_opt_int(PyObject *iface, const char *key, int64_t *v, const char *argname)
+{
+    PyObject *o = PyDict_GetItemString(iface, key);
+    char name[48];
+    snprintf(name, sizeof name, "__array_interface__ '%s'", key);
+    if (o && pf_as_int64(o, name, v) < 0) {
+        prefix_error(argname, name);
+        return -1;
+    }
+    return 0;
+}
+
+/* The keys pyfastpim reads nothing from must not describe other elements than it reads: 'version' absent
+ * (NumPy takes that) or 3; 'mask' absent or None (masked elements would be read as data; NumPy ignores
+ * it); 'offset' absent or 0 (with a pointer 'data' NumPy ignores it: honouring it would read other
+ * elements than numpy.asarray(obj)); 'descr' absent or NumPy's default [('', typestr)] (a structured
+ * dtype or one that disagrees). 0, or -1 with TypeError / ValueError naming the argument and the key. */
+static int iface_unread_keys(PyObject *iface, PyObject *typestr, const char *argname)
+{
+    int64_t version = 3, offset = 0;
+    PyObject *mask = PyDict_GetItemString(iface, "mask"), *descr = PyDict_GetItemString(iface, "descr");
+    if (iface_opt_int(iface, "version", &version, argname) < 0 || iface_opt_int(iface, "offset", &offset, argname) < 0)
+        return -1;
+    if (version != 3)
+        PyErr_Format(PyExc_ValueError, "argument '%s': __array_interface__ 'version' must be 3, got %lld", argname,
+                     (long long)version);
+    else if (mask && mask != Py_None)
+        PyErr_Format(PyExc_ValueError, "argument '%s': __array_interface__ 'mask' is not supported (got %s): the "
+                     "masked elements would be read as data; pass the data with the mask applied", argname,
+                     Py_TYPE(mask)->tp_name);
+    else if (offset != 0)
+        PyErr_Format(PyExc_ValueError, "argument '%s': __array_interface__ 'offset' %lld is not supported with a "
+                     "pointer 'data' (NumPy ignores it there); add it to the pointer", argname, (long long)offset);
+    else if (descr && !default_descr(descr, typestr))
+        PyErr_Format(PyExc_ValueError, "argument '%s': __array_interface__ 'descr' %R does not agree with 'typestr' "
+                     "%R (only the default [('', typestr)] is supported: no structured dtype)", argname, descr,
+                     typestr);
+    else
+        return 0;
+    return -1;
+}
+
 static PfArray *view_from_array_interface(PyObject *obj, PyObject *iface, int writable, const char *argname)
 {
     if (!PyDict_Check(iface)) {
@@ -804,7 +861,7 @@ static PfArray *view_from_array_interface(PyObject *obj, PyObject *iface, int wr
         return NULL;
     }
     const char *ts = PyUnicode_AsUTF8(typestr);
-    if (!ts)
+    if (!ts || iface_unread_keys(iface, typestr, argname) < 0)
         return NULL;
     char *end = NULL;
     long isz = strlen(ts) >= 3 && isdigit((unsigned char)ts[2]) ? strtol(ts + 2, &end, 10) : 0;
@@ -813,7 +870,7 @@ static PfArray *view_from_array_interface(PyObject *obj, PyObject *iface, int wr
                      "kind and an item size, such as '<f4')", argname, typestr);
         return NULL;
     }
-    if (ts[0] == '>') {
+    if (ts[0] == '>' && isz != 1) { /* one byte has no byte order (NumPy: '>u1' is uint8) */
         PyErr_Format(PyExc_ValueError, "argument '%s': non-native (big-endian) byte order is not supported", argname);
         return NULL;
     }
@@ -900,7 +957,12 @@ static PfArray *view_any(PyObject *obj, int writable, const char *argname)
     if (PyObject_CheckBuffer(obj))
         return view_from_buffer(obj, writable, argname);
     if (PyObject_HasAttrString(obj, "__array_interface__")) {
-        PyObject *iface = PyObject_GetAttrString(obj, "__array_interface__");
+        PyObject *got = PyObject_GetAttrString(obj, "__array_interface__");
+        /* a copy holds the values: their own __index__ may empty the producer's dict while they are read
+         * (borrowed from it, the shape, strides and data tuples would be freed under the reader) */
+        PyObject *iface = got && PyDict_Check(got) ? PyDict_Copy(got) : got;
+        if (got && iface != got)
+            Py_DECREF(got);
         if (!iface)
             return NULL;
         PfArray *a = view_from_array_interface(obj, iface, writable, argname);

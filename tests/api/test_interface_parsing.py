@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import pyfastpim
-from helpers import outcome
+from helpers import outcome, run_script
 
 BASE = np.arange(12, dtype=np.float32).reshape(3, 4)
 PTR = BASE.__array_interface__["data"][0]
@@ -69,12 +69,34 @@ BAD_INTERFACES = [
                                                    "reaches outside the address space"),
     (dict(data=(8, False), strides=(-16, 4)), ValueError, "its data pointer 0x8 with its shape and strides reaches "
                                                           "outside the address space"),
+    # the keys pyfastpim does not read were ignored: another version, a mask (masked elements read as data), an
+    # offset (NumPy ignores it with a pointer 'data': honouring it would read other elements than NumPy reads), a
+    # descr that disagrees with typestr (a structured dtype)
+    (dict(version=2), ValueError, "__array_interface__ 'version' must be 3, got 2"),
+    (dict(version=4), ValueError, "__array_interface__ 'version' must be 3, got 4"),
+    (dict(version="3"), TypeError, "__array_interface__ 'version': expected an int, got str"),
+    (dict(version=True), TypeError, "__array_interface__ 'version': expected an int, got bool"),
+    (dict(mask=np.zeros((3, 4), bool)), ValueError, "__array_interface__ 'mask' is not supported (got numpy.ndarray)"),
+    (dict(mask=False), ValueError, "__array_interface__ 'mask' is not supported (got bool)"),
+    (dict(offset=4), ValueError, "__array_interface__ 'offset' 4 is not supported"),
+    (dict(offset=-4), ValueError, "__array_interface__ 'offset' -4 is not supported"),
+    (dict(offset=2 ** 64), ValueError, "__array_interface__ 'offset': 18446744073709551616 is out of range"),
+    (dict(offset=4.0), TypeError, "__array_interface__ 'offset': expected an int, got float"),
+    (dict(offset=True), TypeError, "__array_interface__ 'offset': expected an int, got bool"),
+    (dict(descr=[("", "<i4")]), ValueError, "__array_interface__ 'descr' [('', '<i4')] does not agree with 'typestr' "
+                                            "'<f4'"),
+    (dict(descr=[("a", "<f4")]), ValueError, "__array_interface__ 'descr' [('a', '<f4')] does not agree"),
+    (dict(descr=[("a", "<f2"), ("b", "<f2")]), ValueError, "__array_interface__ 'descr' [('a', '<f2'), ('b', '<f2')] "
+                                                           "does not agree"),
+    (dict(descr="<f4"), ValueError, "__array_interface__ 'descr' '<f4' does not agree"),
+    (dict(descr=None), ValueError, "__array_interface__ 'descr' None does not agree"),
 ]
 
 
 def _case_id(over):
     """A deterministic id: the pointer and the missing marker by name, not by address."""
-    return ",".join("%s=%s" % (k, "MISSING" if v is MISSING else repr(v).replace(str(PTR), "PTR"))
+    return ",".join("%s=%s" % (k, "MISSING" if v is MISSING else type(v).__name__ if isinstance(v, np.ndarray)
+                               else repr(v).replace(str(PTR), "PTR"))
                     for k, v in over.items())
 
 
@@ -90,6 +112,70 @@ def test_array_interface_read_only_flag_is_kept():
     assert outcome(pyfastpim.asarray, ro, writable=True)[0] is ValueError
     assert not pyfastpim.asarray(iface(data=(PTR, np.bool_(False)))).readonly
     np.testing.assert_array_equal(np.asarray(pyfastpim.asarray(iface(strides=(16, 4)))), BASE)
+
+
+@pytest.mark.parametrize("over", [dict(version=MISSING), dict(version=np.int64(3)), dict(mask=None),
+                                  dict(offset=0), dict(offset=np.int64(0)), dict(descr=[("", "<f4")]),
+                                  dict(descr=[("", "<f4")], mask=None, offset=0)],
+                         ids=lambda c: _case_id(c))
+def test_array_interface_default_keys_are_accepted(over):
+    # what NumPy's own __array_interface__ gives (version 3, descr [('', typestr)]) and the neutral values
+    o = iface(**over)
+    a = pyfastpim.asarray(o)
+    assert a.data_ptr == PTR
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(o))
+    v = BASE[:, 1:3]  # NumPy's own interface: version 3, its descr, strides
+    assert "descr" in v.__array_interface__
+    np.testing.assert_array_equal(np.asarray(pyfastpim.asarray(Iface(dict(v.__array_interface__)))), v)
+
+
+@pytest.mark.parametrize("strides", [(16, 2), (6, 4), (2, 6), (10, 3), (-6, 5)], ids=repr)
+def test_strides_not_a_multiple_of_the_item_size_read_what_numpy_reads(strides):
+    # byte strides need not be multiples of the item size (NumPy reads them as unaligned elements): the
+    # one counted copy reads each element at its byte offset, as numpy.asarray(obj) does, inside the buffer
+    data = PTR + (12 if strides[0] < 0 else 0)
+    o = iface(strides=strides, data=(data, False))
+    with pyfastpim.memory.trace() as t:
+        a = pyfastpim.asarray(o)
+    assert t.copies == 1 and a.strides == (16, 4)
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(o))
+    e, msg = outcome(pyfastpim.asarray, o, writable=True)
+    assert e is ValueError and msg.startswith(A + "a writable float32 C-contiguous array is required"), msg
+
+
+def test_a_single_byte_typestr_takes_any_byte_order():
+    # '>u1' (or '>i1'): one byte has no byte order (NumPy reads it as uint8), but was refused as big-endian
+    raw = np.arange(6, dtype=np.uint8)
+    for ts in (">u1", "<u1", "|u1", "=u1", ">i1"):
+        o = Iface(dict(shape=(6,), typestr=ts, data=(raw.ctypes.data, False), version=3))
+        a = pyfastpim.asarray(o)
+        assert a.dtype == np.asarray(o).dtype.name and a.data_ptr == raw.ctypes.data
+    e, msg = outcome(pyfastpim.asarray, iface(typestr=">f4"))
+    assert e is ValueError and msg.startswith(A + "non-native (big-endian) byte order is not supported"), msg
+
+
+def test_a_value_that_empties_the_interface_dict_is_not_read_after_free():
+    # the keys' values were borrowed from the producer's dict: a value whose own __index__ clears that dict
+    # freed the shape, strides and data tuples while they were read (reused memory read as a pointer: a
+    # crash, or other numbers read silently). Run in a child: it could crash.
+    out = run_script("""
+        import numpy as np, pyfastpim
+        base = np.arange(12, dtype=np.float32)
+        keep = []
+        class I:
+            pass
+        obj = I()
+        class Evil:
+            def __index__(self):
+                obj.__array_interface__.clear()
+                keep.extend(tuple([7, 7]) for _ in range(64))  # reuses the freed tuples' memory
+                return 3
+        obj.__array_interface__ = dict(shape=(Evil(), 4), typestr="<f4", data=(base.ctypes.data, False),
+                                       version=3, strides=(16, 4))
+        a = pyfastpim.asarray(obj)
+        print(a.shape, np.asarray(a).ravel().tolist() == base.tolist())
+    """)
+    assert out.strip() == "(3, 4) True", out
 
 
 def test_negative_data_pointer_does_not_crash():

@@ -726,9 +726,9 @@ static int iface_key(PyObject *v, const char *key, const char *what, const char 
 }
 
 /* A converter's error about an interface key ("argument '<key>': expected ...") as one about the argument:
- * "argument 'obj': <key>: expected ...". Another exception (raised by the value's own __index__, as a
- * KeyboardInterrupt or a UnicodeDecodeError) propagates as it is (convert.h): not every exception type
- * takes one message. */
+ * "argument 'obj': <key>: expected ...". Any other exception (raised by the value's own __index__: a
+ * KeyboardInterrupt, a UnicodeDecodeError, a plain ValueError too) propagates as it is (convert.h): only
+ * the converters' own words, exactly a TypeError or ValueError naming the key, are reworded. */
 static void prefix_error(const char *argname, const char *key)
 {
     PyObject *et, *ev, *tb;
@@ -741,10 +741,15 @@ static void prefix_error(const char *argname, const char *key)
     PyObject *msg = ev ? PyObject_Str(ev) : NULL;
     const char *m = msg ? PyUnicode_AsUTF8(msg) : NULL;
     size_t kl = strlen(key);
-    if (m && strncmp(m, "argument '", 10) == 0 && strncmp(m + 10, key, kl) == 0 && strncmp(m + 10 + kl, "': ", 3) == 0)
-        m += 13 + kl;
+    if (!m || strncmp(m, "argument '", 10) != 0 || strncmp(m + 10, key, kl) != 0 || strncmp(m + 10 + kl, "': ", 3)) {
+        PyErr_Clear(); /* a failed str(): the value's own exception stands */
+        Py_XDECREF(msg);
+        PyErr_Restore(et, ev, tb);
+        return;
+    }
+    m += 13 + kl;
     PyErr_Clear();
-    PyErr_Format(et ? et : PyExc_TypeError, "argument '%s': %s: %s", argname, key, m ? m : "bad value");
+    PyErr_Format(et, "argument '%s': %s: %s", argname, key, m);
     Py_XDECREF(msg);
     Py_XDECREF(et);
     Py_XDECREF(ev);

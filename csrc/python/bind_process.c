@@ -131,10 +131,23 @@ static int already_named(void)
     return named;
 }
 
+/* Whether the pending exception is PyArg's own: exactly a TypeError, ValueError or OverflowError raised in C
+ * (no traceback). A subclass, or one raised in Python code (a value's own __index__ / __float__: its frame is
+ * on the traceback), is user code's and propagates unchanged (convert.h). */
+static int parse_error_is_ours(void)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    const int ours = et && !tb && (et == PyExc_TypeError || et == PyExc_ValueError || et == PyExc_OverflowError);
+    PyErr_Restore(et, ev, tb);
+    return ours;
+}
+
+/* Every current caller's format has only 'O' and 'O&' units (the converters name their arguments), so this
+ * renames nothing today; it is kept for a scalar unit a format may gain. */
 void pf_name_parse_error(PyObject *args, PyObject *kwds, const char *format, char **kwlist)
 {
-    if (!PyErr_Occurred() || !(PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_ValueError) ||
-                               PyErr_ExceptionMatches(PyExc_OverflowError)))
+    if (!PyErr_Occurred() || !parse_error_is_ours())
         return;
     if (already_named())
         return; /* a converter (convert.c) named its argument */

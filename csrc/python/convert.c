@@ -21,7 +21,9 @@ static int is_bool_scalar(PyObject *obj)
 }
 
 /* The str() of obj's dtype ("bool", "complex128" for NumPy's scalars and 0-d arrays, "torch.bool" for a
- * 0-d tensor) into buf, or "" where it has none; found without importing NumPy or torch. */
+ * 0-d tensor) into buf, or "" where it has none; found without importing NumPy or torch. An exception
+ * of obj's own dtype property (or of its str()) other than AttributeError stays pending (user code's:
+ * it propagates as it is); callers check PyErr_Occurred(). */
 static void dtype_name(PyObject *obj, char *buf, size_t size)
 {
     buf[0] = 0;
@@ -32,7 +34,8 @@ static void dtype_name(PyObject *obj, char *buf, size_t size)
     const char *c = str ? PyUnicode_AsUTF8(str) : NULL;
     if (c)
         snprintf(buf, size, "%s", c);
-    PyErr_Clear(); /* no dtype: an ordinary number */
+    if (!dt && PyErr_ExceptionMatches(PyExc_AttributeError))
+        PyErr_Clear(); /* no dtype: an ordinary number */
     Py_XDECREF(str);
     Py_XDECREF(dt);
 }
@@ -45,7 +48,7 @@ static int is_bool(PyObject *obj)
     if (is_bool_scalar(obj))
         return 1;
     dtype_name(obj, dt, sizeof dt);
-    return strcmp(dt, "bool") == 0 || strcmp(dt, "torch.bool") == 0;
+    return strcmp(dt, "bool") == 0 || strcmp(dt, "torch.bool") == 0 || PyErr_Occurred(); /* 1: not read */
 }
 
 /* A complex number is no real one: NumPy's complex scalars and 0-d arrays have a __float__ that drops
@@ -56,7 +59,7 @@ static int is_complex(PyObject *obj)
     if (PyComplex_Check(obj))
         return 1;
     dtype_name(obj, dt, sizeof dt);
-    return strstr(dt, "complex") != NULL;
+    return strstr(dt, "complex") != NULL || PyErr_Occurred(); /* 1: not read */
 }
 
 /* Whether a TypeError (or nothing) is pending: anything else raised by an object's own __index__ /
@@ -108,6 +111,14 @@ static int is_sized(PyObject *obj)
     return n >= 0;
 }
 
+/* Whether PyFloat_AsDouble(obj) converts an int (int's own __float__, or __index__ where obj has no
+ * __float__): its OverflowError is then an int beyond float64, not the exception of obj's own __float__. */
+static int int_to_double(PyObject *obj)
+{
+    PyNumberMethods *nb = Py_TYPE(obj)->tp_as_number;
+    return !nb || !nb->nb_float || nb->nb_float == PyLong_Type.tp_as_number->nb_float;
+}
+
 int pf_as_double(PyObject *obj, const char *name, double *out)
 {
     double v = -1.0;
@@ -116,10 +127,10 @@ int pf_as_double(PyObject *obj, const char *name, double *out)
     else if (!PyUnicode_Check(obj) && !PyBytes_Check(obj) && !is_bool(obj) && !is_complex(obj) && !is_sized(obj) &&
              (PyIndex_Check(obj) || PyNumber_Check(obj)))
         v = PyFloat_AsDouble(obj);
-    else
+    else if (!PyErr_Occurred()) /* else the dtype property's own exception */
         PyErr_SetNone(PyExc_TypeError);
     if (v == -1.0 && PyErr_Occurred()) {
-        if (PyErr_ExceptionMatches(PyExc_OverflowError)) { /* an int beyond float64 */
+        if (PyErr_ExceptionMatches(PyExc_OverflowError) && int_to_double(obj)) { /* an int beyond float64 */
             PyErr_Clear();
             PyErr_Format(PyExc_ValueError, "argument '%s': must be finite, got an int beyond float64's range", name);
             return -1;
@@ -144,7 +155,10 @@ int pf_as_flag(PyObject *obj, const char *name)
 {
     if (PyBool_Check(obj))
         return obj == Py_True;
-    if (is_bool_scalar(obj) || (is_bool(obj) && !is_sized(obj))) /* NumPy's bool, a 0-d bool array or tensor */
+    const int b = is_bool(obj);
+    if (PyErr_Occurred()) /* its dtype property's own exception */
+        return -1;
+    if (is_bool_scalar(obj) || (b && !is_sized(obj))) /* NumPy's bool, a 0-d bool array or tensor */
         return PyObject_IsTrue(obj);
     int64_t v;
     if (PyFloat_Check(obj) || !PyIndex_Check(obj) || pf_as_int64_clamped(obj, name, "a bool", &v) < 0) {
@@ -193,6 +207,9 @@ static int fail_converter(pf_status st)
 static int as_uint64(PyObject *obj, const char *name, uint64_t *out)
 {
     if (is_bool(obj) || PyFloat_Check(obj) || !PyIndex_Check(obj)) {
+        if (!only_type_error()) /* the dtype property's own exception */
+            return 0;
+        PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "argument '%s': expected an int in [0, 2**64), got %s", name,
                      Py_TYPE(obj)->tp_name);
         return 0;

@@ -1,0 +1,125 @@
+"""An exception raised by user code while an argument is parsed (the value's own __index__, __float__ or
+dtype property) propagates unchanged: the same object, type and message. Only the library's own parse
+errors (a TypeError from the value, which the scalar rule answers in its words, and the converters'
+messages) are named "argument 'X': ..."."""
+import numpy as np
+import pytest
+
+import pyfastpim
+from pyfastpim import _core
+
+
+class MyValueError(ValueError):
+    pass
+
+
+class MyOverflowError(OverflowError):
+    pass
+
+
+USER_ERRORS = [ValueError("from user code"), MyValueError("from user code"), OverflowError("from user code"),
+               MyOverflowError("from user code"), ZeroDivisionError("from user code"),
+               KeyboardInterrupt("from user code")]
+
+
+class Raises:
+    """A number whose every conversion raises `exc`."""
+
+    def __init__(self, exc):
+        self.exc = exc
+
+    def __index__(self):
+        raise self.exc
+
+    def __float__(self):
+        raise self.exc
+
+
+def _raises_it(call, exc):
+    with pytest.raises(BaseException) as info:
+        call()
+    assert info.value is exc, repr(info.value)
+    assert str(info.value) == "from user code"
+
+
+BASE = np.arange(12, dtype=np.float32).reshape(3, 4)
+
+
+class Iface:
+    def __init__(self, d):
+        self.__array_interface__ = d
+
+
+def _iface(key, bad):
+    d = dict(shape=(3, 4), typestr="<f4", data=(BASE.ctypes.data, False), version=3)
+    if key == "shape":
+        d["shape"] = (3, bad)
+    elif key == "strides":
+        d["strides"] = (16, bad)
+    elif key == "pointer":
+        d["data"] = (bad, False)
+    elif key == "read-only flag":
+        d["data"] = (BASE.ctypes.data, bad)
+    else:
+        d[key] = bad
+    return Iface(d)
+
+
+@pytest.mark.parametrize("exc", USER_ERRORS, ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("key", ["shape", "strides", "pointer", "read-only flag", "version", "offset"])
+def test_interface_values_own_exception_propagates(key, exc):
+    # a plain ValueError of the value's own __index__ was reworded "argument 'obj': __array_interface__
+    # 'shape'[1]: from user code" (its subclasses already propagated)
+    _raises_it(lambda: pyfastpim.asarray(_iface(key, Raises(exc))), exc)
+
+
+@pytest.mark.parametrize("exc", USER_ERRORS, ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("call", [lambda v: _core.check_number(v, "x"), lambda v: _core.check_sigma(v, "s"),
+                                  lambda v: _core.irdrop_block(np.ones((2, 2), np.float32), v)],
+                         ids=["check_number", "check_sigma", "irdrop_block"])
+def test_real_values_own_exception_propagates(call, exc):
+    # an OverflowError (or subclass) of the value's own __float__ became "ValueError: argument 'x': must be
+    # finite, got an int beyond float64's range": the value is no int
+    _raises_it(lambda: call(Raises(exc)), exc)
+
+
+def test_an_int_beyond_float64_is_still_named():
+    class Index:  # an int only through __index__: PyFloat_AsDouble converts the int itself
+        def __index__(self):
+            return 10 ** 400
+
+    for v in (10 ** 400, -10 ** 400, Index()):
+        with pytest.raises(ValueError, match="^argument 'x': must be finite, got an int beyond float64's range"):
+            _core.check_number(v, "x")
+
+
+class DtypeRaises:
+    """A number whose `dtype` property raises `exc` (the scalar rule looks for a bool or complex dtype)."""
+
+    def __init__(self, exc):
+        self.exc = exc
+
+    @property
+    def dtype(self):
+        raise self.exc
+
+    def __index__(self):
+        return 1
+
+    def __float__(self):
+        return 1.0
+
+
+@pytest.mark.parametrize("exc", USER_ERRORS, ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("call", [lambda v: _core.check_number(v, "x"), lambda v: _core.check_number(v, "x", True),
+                                  lambda v: _core.check_flag(v, "x"), lambda v: _core.check_seed(v)],
+                         ids=["real", "int", "flag", "seed"])
+def test_dtype_propertys_exception_propagates(call, exc):
+    # the dtype property's exception was cleared (a KeyboardInterrupt swallowed) and the value read as a number
+    _raises_it(lambda: call(DtypeRaises(exc)), exc)
+
+
+def test_no_dtype_attribute_is_an_ordinary_number():
+    assert _core.check_number(DtypeRaises(AttributeError("no dtype")), "x") == 1.0
+    assert _core.check_number(DtypeRaises(AttributeError("no dtype")), "x", True) == 1
+    assert _core.check_flag(DtypeRaises(AttributeError("no dtype")), "x") is True

@@ -544,6 +544,8 @@ static PyObject *producer_failed(const char *argname, const char *what)
     return NULL;
 }
 
+static void prefix_error(const char *argname, const char *key);
+
 /* Memory a host kernel may read: the CPU's, or CUDA's pinned host memory. */
 static int dl_host_device(long type) { return type == kDLCPU || type == kDLCUDAHost; }
 
@@ -554,9 +556,10 @@ static int refuse_device(long type, const char *argname)
     return -1;
 }
 
-/* obj.__dlpack_device__() must be a (device_type, device_id) tuple of ints naming host memory.
- * Returns 0, or -1 with TypeError (not such a tuple) or ValueError (another device, an int out of
- * range), each naming the argument. */
+/* obj.__dlpack_device__() must be a (device_type, device_id) tuple of ints (the int rule, convert.h: an
+ * IntEnum as torch's or a NumPy integer, not a bool) naming host memory, the id >= 0. Returns 0, or -1 with
+ * TypeError (not such a tuple) or ValueError (another device, an int out of range, a negative id), each
+ * naming the argument; an exception of an item's own __index__ propagates as it is. */
 static int check_dlpack_device(PyObject *obj, const char *argname)
 {
     PyObject *dev = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
@@ -564,23 +567,23 @@ static int check_dlpack_device(PyObject *obj, const char *argname)
         producer_failed(argname, "__dlpack_device__");
         return -1;
     }
-    long type = -1;
-    int ok = PyTuple_Check(dev) && PyTuple_GET_SIZE(dev) == 2 && PyIndex_Check(PyTuple_GET_ITEM(dev, 0)) &&
-             PyIndex_Check(PyTuple_GET_ITEM(dev, 1)); /* ints, IntEnums (torch), NumPy integers */
-    if (ok) {
-        PyObject *idx = PyNumber_Index(PyTuple_GET_ITEM(dev, 0));
-        type = idx ? PyLong_AsLong(idx) : -1;
-        Py_XDECREF(idx);
+    int64_t v[2] = {0, 0};
+    int rc = PyTuple_Check(dev) && PyTuple_GET_SIZE(dev) == 2 ? 0 : -1;
+    if (rc < 0)
+        PyErr_Format(PyExc_TypeError, "argument '%s': __dlpack_device__() returned %R, not a (device_type, "
+                     "device_id) tuple of ints", argname, dev);
+    for (int i = 0; rc == 0 && i < 2; i++) {
+        const char *name = i ? "__dlpack_device__() device_id" : "__dlpack_device__() device_type";
+        if ((rc = pf_as_int64(PyTuple_GET_ITEM(dev, i), name, &v[i])) < 0)
+            prefix_error(argname, name);
     }
-    if (!ok || (type == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
-        PyErr_Format(ok ? PyExc_ValueError : PyExc_TypeError, "argument '%s': __dlpack_device__() returned %R, "
-                     "not a (device_type, device_id) tuple of ints", argname, dev);
-        Py_DECREF(dev);
-        return -1;
+    if (rc == 0 && (v[1] < 0 || v[0] < 0 || v[0] > INT32_MAX)) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': __dlpack_device__() returned %R: the device type and id must "
+                     "be ints >= 0", argname, dev);
+        rc = -1;
     }
     Py_DECREF(dev);
-    return dl_host_device(type) ? 0 : refuse_device(type, argname);
+    return rc < 0 ? -1 : dl_host_device((long)v[0]) ? 0 : refuse_device((long)v[0], argname);
 }
 
 /* The consumed tensor's device, shape, strides and data: host memory (whatever __dlpack_device__

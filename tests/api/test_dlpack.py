@@ -420,7 +420,11 @@ def test_element_strides_whose_byte_size_overflows_are_refused(strides):
 
 
 @pytest.mark.parametrize("device, exc", [("cpu", TypeError), (("a", 0), TypeError), ((1,), TypeError),
-                                         ((2 ** 70, 0), ValueError)])
+                                         ((2 ** 70, 0), ValueError),
+                                         # the id was never read and a bool passed as an int (the int rule
+                                         # refuses it everywhere else)
+                                         ((True, 0), TypeError), ((1, False), TypeError), ((1.0, 0), TypeError),
+                                         ((1, -1), ValueError), ((1, 2 ** 70), ValueError), ((1, "0"), TypeError)])
 def test_a_malformed_dlpack_device_names_the_argument(device, exc):
     """__dlpack_device__ returning junk gave 'device type 0 is not host memory', or a TypeError /
     OverflowError from the int conversion naming no argument."""
@@ -432,6 +436,28 @@ def test_a_malformed_dlpack_device_names_the_argument(device, exc):
             raise AssertionError("must not be called")
     with pytest.raises(exc, match="argument 'obj': __dlpack_device__"):
         pyfastpim.asarray(Junk())
+
+
+def test_an_exception_of_a_dlpack_device_items_own_index_propagates():
+    # it was cleared and replaced by "ValueError: ... not a (device_type, device_id) tuple of ints"
+    class Raises:
+        def __init__(self, exc):
+            self.exc = exc
+
+        def __index__(self):
+            raise self.exc
+
+    for exc in (ZeroDivisionError("mine"), ValueError("mine"), KeyboardInterrupt("mine")):
+        for device in ((Raises(exc), 0), (1, Raises(exc))):
+            class Junk:
+                def __dlpack_device__(self, device=device):
+                    return device
+
+                def __dlpack__(self, **kw):
+                    raise AssertionError("must not be called")
+            with pytest.raises(BaseException) as info:
+                pyfastpim.asarray(Junk())
+            assert info.value is exc
 
 
 def test_dlpack_device_as_int_enum_or_numpy_ints_is_accepted():

@@ -3,7 +3,7 @@ PYTHON ?= /usr/bin/python3
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEBS := build-essential python3-dev python3-numpy libopenblas-dev ocl-icd-opencl-dev opencl-c-headers \
         pocl-opencl-icd clinfo python3-pytest python3-pytest-benchmark python3-hypothesis python3-torch \
-        python3-torchvision python3-sklearn python3-matplotlib python3-tqdm python3-psutil librandom123-dev libdlpack-dev libsleef-dev libsimde-dev \
+        python3-torchvision python3-sklearn python3-matplotlib python3-tqdm python3-psutil python3-pyflakes librandom123-dev libdlpack-dev libsleef-dev libsimde-dev \
         pkg-config ocl-icd-libopencl1 python3-venv python3-pip python3-nbclient python3-nbconvert python3-ipykernel ngspice
 SAN_LIB := $(shell gcc -print-file-name=libasan.so 2>/dev/null) $(shell gcc -print-file-name=libubsan.so 2>/dev/null)
 SAN_BUILD := build/sanitize
@@ -40,10 +40,12 @@ run: build
 	$(PYTHON) -m pyfastpim demo
 
 # The whole suite: tests/core (the numbers contract against tests/reference), tests/api (the Python
-# API, packaging, robustness) and tests/backends (CPU ISAs, OpenCL, CPU/OpenCL parity).
+# API, packaging, robustness) and tests/backends (CPU ISAs, OpenCL, CPU/OpenCL parity), after the
+# layer and function-length checks and pyflakes (Debian python3-pyflakes; it has no noqa comments).
 test: build
 	$(PYTHON) .ci/check_layers.py
 	$(PYTHON) .ci/check_function_length.py
+	$(PYTHON) -m pyflakes pyfastpim tests
 	$(PYTEST_ENV) $(PYTHON) -m pytest -q tests
 
 # The pip/venv path of the README on another Python: `pip install .` (build isolation, setuptools

@@ -1,7 +1,9 @@
 """Build of the pyfastpim C extension (pyfastpim._core).
 
 All of csrc/*/*.c (layers core, cpu, opencl, python) is compiled into one extension against the NumPy-free CPython
-API, OpenBLAS (cblas), SLEEF and OpenMP. The OpenCL ICD loader is not linked:
+API, SLEEF and OpenMP, and linked with OpenBLAS for one LAPACK routine (dgbsv_, the banded LU that is
+the IR-drop solver's last resort in csrc/cpu/irdrop.c; no BLAS call and no BLAS header: the attention
+products are our own fixed-order GEMM). The OpenCL ICD loader is not linked:
 it is opened at run time on first use (csrc/opencl/cl_loader.c), so only the OpenCL
 headers are needed to build. Include and library paths come from pkg-config
 (falling back to the compiler's search path), and a pre-check names every
@@ -58,6 +60,7 @@ def embed_opencl_sources():
 # What the build needs: (header, library to link or None, pkg-config module or None, Debian package).
 REQUIREMENTS = [
     ("Python.h", None, None, "python3-dev (or your Python's development headers)"),
+    # libopenblas-dev: linked for LAPACK's dgbsv_ (csrc/cpu/irdrop.c); cblas.h only proves the package is there
     ("cblas.h", "openblas", "openblas", "libopenblas-dev"),
     ("sleef.h", "sleef", "sleef", "libsleef-dev"),
     ("Random123/philox.h", None, None, "librandom123-dev"),

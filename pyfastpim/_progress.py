@@ -10,6 +10,7 @@ watching: stderr is a terminal, or the code runs in a Jupyter kernel (a notebook
 output (pytest, pipes, CI logs, subprocesses) stays clean. A bar appears only after ``delay``
 seconds, so quick work shows nothing even where bars are on.
 """
+import importlib
 import os
 import sys
 
@@ -63,7 +64,7 @@ def _tqdm_class():
     try:
         if in_notebook():
             try:
-                import ipywidgets  # noqa: F401  (tqdm.notebook draws with it)
+                importlib.import_module("ipywidgets")  # tqdm.notebook draws with it
                 from tqdm.notebook import tqdm
                 return tqdm
             except ImportError:

@@ -1,4 +1,5 @@
 """Shared test configuration: deterministic hypothesis profile, thread helpers."""
+import importlib
 import os
 import sys
 
@@ -26,7 +27,7 @@ def _drop_unbuilt_source_tree():
 _drop_unbuilt_source_tree()
 
 try:
-    import torch  # noqa: F401
+    importlib.import_module("torch")
     HAVE_TORCH = True
 except ImportError:  # the numpy-only install
     HAVE_TORCH = False

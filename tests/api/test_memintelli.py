@@ -753,6 +753,32 @@ def test_names_memintelli_package_carries_the_submodules_its_star_imports_bind()
     assert mi.DeiT is NN_models.DeiT and isinstance(mi.DeiT, type)
 
 
+def test_names_package_all_lists_are_what_star_imports_of_the_modules_give():
+    """The packages import their names explicitly (pyflakes cannot see through ``import *``), so their
+    literal lists must stay what the star imports gave: NN_layers.__all__ is its three modules' lists,
+    ``memintelli``'s __all__ is every public name it holds (those of NN_layers, NN_models and pimpy and
+    the submodules), each the same object as in the subpackage, and the subpackages carry no public
+    name beyond their __all__ except those their tests above name."""
+    from pyfastpim.memintelli import NN_layers, NN_models, pimpy
+    from pyfastpim.memintelli.NN_layers import convolution, functions, linear
+    assert NN_layers.__all__ == linear.__all__ + convolution.__all__ + functions.__all__
+    public = sorted(n for n in vars(mi) if not n.startswith("_"))
+    assert sorted(mi.__all__) == public
+    submodules = {"pimpy", "NN_layers", "NN_models", "convolution", "functions", "linear", "Mobilnetv2", "lenet5",
+                  "resnet_cifar", "vgg_cifar"}
+    assert set(public) == set(NN_layers.__all__) | set(NN_models.__all__) | set(pimpy.__all__) | submodules
+    for package in (NN_layers, NN_models, pimpy):
+        for name in package.__all__:
+            assert getattr(mi, name) is getattr(package, name), name
+    modules = {n for n in vars(pimpy) if isinstance(getattr(pimpy, n), type(pimpy))}
+    assert {n for n in vars(pimpy) if not n.startswith("_")} - set(pimpy.__all__) - modules == {
+        "wire_resistance", "quant_map_tensor", "bfp_map_tensor"}
+    assert {n for n in vars(NN_layers) if not n.startswith("_")} - set(NN_layers.__all__) == {
+        "SNR", "DPETensor", "SlicedData", "activation", "model_decorators", "linear", "convolution", "functions"}
+    assert {n for n in vars(NN_models) if not n.startswith("_")} - set(NN_models.__all__) == {
+        "resnet_layers", "lenet5", "vgg_cifar", "resnet_cifar", "Mobilnetv2"}
+
+
 def test_names_wire_resistance_stub_imports_and_does_nothing():
     """MemIntelli's pimpy.memmat_tensor defines ``wire_resistance(x, y, wire_resistance)`` as an empty
     function (pimpy carries it through its star import); importing it works here too and calling it

@@ -70,6 +70,28 @@ def test_extension_does_not_link_opencl():
     assert needed and not [n for n in needed if "OpenCL" in n], needed
 
 
+def test_extension_uses_openblas_only_for_lapacks_dgbsv():
+    """setup.py and the README say OpenBLAS is linked for one LAPACK routine, dgbsv (the IR-drop
+    solver's last resort; the attention products are our own GEMM): of the symbols _core leaves
+    undefined, libopenblas defines only dgbsv_ (no cblas_* or other BLAS call). Dropping OpenBLAS
+    would need that banded LU written here first."""
+    nm, readelf = shutil.which("nm"), shutil.which("readelf")
+    if nm is None or readelf is None:
+        pytest.skip("nm / readelf (binutils) is not installed")
+    r = subprocess.run([readelf, "-d", pyfastpim._core.__file__], capture_output=True, text=True)
+    assert "[libopenblas.so.0]" in r.stdout, r.stdout
+    lib = [line.split("=>")[1].split()[0] for line in
+           subprocess.run(["ldd", pyfastpim._core.__file__], capture_output=True, text=True).stdout.splitlines()
+           if line.strip().startswith("libopenblas.so.0 =>")]
+    assert lib, "ldd does not resolve libopenblas.so.0"
+
+    def symbols(*args):
+        out = subprocess.run([nm, "-D", *args], capture_output=True, text=True, check=True).stdout
+        return {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
+    from_openblas = symbols("--undefined-only", pyfastpim._core.__file__) & symbols("--defined-only", lib[0])
+    assert from_openblas == {"dgbsv_"}, sorted(from_openblas)
+
+
 def test_without_the_opencl_library_import_and_cpu_work_and_devices_say_why(tmp_path):
     """PYFASTPIM_OPENCL_LIBRARY points the loader at a missing file: a machine without OpenCL."""
     code = (

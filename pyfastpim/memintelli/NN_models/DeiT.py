@@ -152,4 +152,5 @@ def deit_zoo(model_name='deit_base_patch16_224', num_classes=1000, pretrained=Fa
     return model
 
 # The layers MemIntelli's module imports for its own use (scripts import them from here); not in __all__.
-from ..NN_layers import LinearMem  # noqa: E402,F401
+from ..NN_layers import LinearMem  # noqa: E402
+_REEXPORTS = (LinearMem,)  # referenced: pyflakes sees them used

@@ -7,10 +7,11 @@ torchvision's own weight loading (``ResNet18_Weights.IMAGENET1K_V1.get_state_dic
 import torch
 import torch.nn as nn
 
-from ..NN_layers import Conv2dMem, LinearMem  # noqa: F401 (LinearMem: MemIntelli's module carries it)
+from ..NN_layers import Conv2dMem, LinearMem
 from ._common import MemModel, build_mem_args, conv, default_device, linear, load_into
 
 __all__ = ["BasicBlock", "Bottleneck", "ResNet", "ResNet_zoo", "model_urls", "resnet_layers"]
+_REEXPORTS = (LinearMem,)  # MemIntelli's module carries it; referenced: pyflakes sees it used
 
 model_urls = {
     'resnet18': 'https://download.pytorch.org/models/resnet18-f37072fd.pth',

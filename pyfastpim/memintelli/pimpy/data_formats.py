@@ -68,4 +68,5 @@ class SlicedData(_BaseSlicedData):
 
 
 # Names MemIntelli's scripts import from this module (it imports them for its own use); not in __all__.
-from .utils import bfp_map_tensor, quant_map_tensor  # noqa: E402,F401
+from .utils import bfp_map_tensor, quant_map_tensor  # noqa: E402
+_REEXPORTS = (bfp_map_tensor, quant_map_tensor)  # referenced: pyflakes sees them used

@@ -86,4 +86,5 @@ class DPETensor(_BaseDPETensor):
 
 # Names MemIntelli's scripts import from this module (it imports them for its own use); not in __all__.
 from .data_formats import SlicedData  # noqa: E402,F401
-from .utils import SNR, dot_high_dim  # noqa: E402,F401
+from .utils import SNR, dot_high_dim  # noqa: E402
+_REEXPORTS = (SlicedData, SNR, dot_high_dim)  # referenced: pyflakes sees them used

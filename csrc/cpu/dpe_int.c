@@ -42,7 +42,8 @@ int pf_dpe_int_eligible(const pf_dpe_args *a, const pf_dpe_consts *s)
 typedef struct {
     uint8_t dac[PF_MAX_SLICES][256]; /* DAC code of each slice value */
     int boff;                        /* levels are stored as L - boff in int8 */
-    int nkq;                         /* k quads per block */
+    int nkq, nkq_last;               /* k quads per block, of the last block (the rows present) */
+    int64_t quads;                   /* k quads of all blocks: (nb - 1) * nkq + nkq_last */
     int mr;                          /* rows of the kernel's tile (packed row panel height) */
     size_t a_panel, b_panel;         /* bytes of one packed row / column panel */
 } int_consts;
@@ -70,7 +71,7 @@ static void pack_a(const pf_dpe_args *a, const pf_dpe_consts *s, const int_const
                    float *S, int32_t *RS, float *xrow, uint8_t *codes)
 {
     const int64_t n = a->n, nb = s->nb, K = a->inner, R = a->rows;
-    const int64_t astep = (int64_t)ic->nkq * ic->mr * 4;
+    const int64_t astep = (int64_t)ic->nkq * ic->mr * 4, astep_last = (int64_t)ic->nkq_last * ic->mr * 4;
     memset(A, 0, ic->a_panel);
     memset(S, 0, (size_t)(nb * ic->mr) * sizeof(float));
     memset(RS, 0, (size_t)(nb * a->sx * ic->mr) * sizeof(int32_t));
@@ -87,7 +88,7 @@ static void pack_a(const pf_dpe_args *a, const pf_dpe_consts *s, const int_const
         for (int i = 0; i < a->sx; i++) {
             const uint8_t *src = im2col ? codes + i * K : a->x_codes + ((i * a->batch + item) * R + r) * K;
             for (int64_t b = 0; b < nb; b++) {
-                uint8_t *dst = A + (b * a->sx + i) * astep + rr * 4;
+                uint8_t *dst = A + b * a->sx * astep + i * (b == nb - 1 ? astep_last : astep) + rr * 4;
                 const int64_t k0 = b * n, kn = pf_min64(n, K - k0);
                 int32_t sum = 0;
                 for (int64_t k = 0; k < kn; k++) {
@@ -106,7 +107,7 @@ static void pack_a(const pf_dpe_args *a, const pf_dpe_consts *s, const int_const
 static pf_status pack_b(const pf_dpe_args *a, int64_t nb, const int_consts *ic, int8_t *Bp, float *Bs)
 {
     const int64_t n = a->n, K = a->inner, P = a->cols, ncp = pf_ceil_div(P, NR);
-    const int64_t bstep = (int64_t)ic->nkq * NR * 4;
+    const int64_t bstep = (int64_t)ic->nkq * NR * 4, bstep_last = (int64_t)ic->nkq_last * NR * 4;
     for (int64_t cp = 0; cp < ncp; cp++)
         for (int64_t b = 0; b < nb; b++)
             for (int64_t cc = 0; cc < pf_min64(NR, P - cp * NR); cc++)
@@ -117,7 +118,7 @@ static pf_status pack_b(const pf_dpe_args *a, int64_t nb, const int_consts *ic, 
             continue;
         const int64_t j = row / K, kk = row % K, b = kk / n, kl = kk % n;
         const uint8_t *L = a->w_levels + row * P;
-        int8_t *dst = Bp + (b * a->sw + j) * bstep + (kl >> 2) * NR * 4 + (kl & 3);
+        int8_t *dst = Bp + b * a->sw * bstep + j * (b == nb - 1 ? bstep_last : bstep) + (kl >> 2) * NR * 4 + (kl & 3);
         for (int64_t p0 = 0; p0 < P; p0 += NR, dst += ic->b_panel) {
             const int64_t cw = pf_min64(NR, P - p0);
             for (int64_t c = 0; c < cw; c++)
@@ -135,7 +136,9 @@ static pf_status weight_layout(const pf_dpe_args *a, int64_t nb, int64_t nk, int
     const int64_t ncp = pf_ceil_div(a->cols, NR);
     ic->boff = a->g_level - 1 > 127 ? 128 : 0;
     ic->nkq = (int)pf_ceil_div(nk, 4);
-    if (pf_mul_size((size_t)nb * a->sw, (size_t)ic->nkq * NR * 4, &ic->b_panel) ||
+    ic->nkq_last = nb ? (int)pf_ceil_div(pf_dpe_block_rows(a, nb - 1), 4) : 0;
+    ic->quads = nb ? (nb - 1) * ic->nkq + ic->nkq_last : 0; /* no block padded to n rows (dpe_int.h) */
+    if (pf_mul_size((size_t)a->sw, (size_t)ic->quads * NR * 4, &ic->b_panel) ||
         pf_mul_size(ic->b_panel, (size_t)ncp, b_bytes) ||
         pf_mul_size((size_t)ncp * (size_t)nb, NR * sizeof(float), s_bytes))
         return PF_EOVERFLOW;
@@ -235,7 +238,7 @@ pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s)
             ic.dac[i][v] = (uint8_t)s->dac[i][v]; /* exact: integers in [0, rdac-1], rdac <= 256 */
     const int64_t nb = s->nb, rows_total = a->batch * a->rows;
     const int64_t ncp = pf_ceil_div(a->cols, NR), nrp_total = pf_ceil_div(rows_total, ic.mr);
-    if (pf_mul_size((size_t)nb * a->sx, (size_t)ic.nkq * ic.mr * 4, &ic.a_panel))
+    if (pf_mul_size((size_t)a->sx, (size_t)ic.quads * ic.mr * 4, &ic.a_panel))
         return PF_EOVERFLOW;
     const int64_t block_panels =
         pf_max64(1, pf_min64((int64_t)(PF_DPE_INT_A_BLOCK_BYTES / ic.a_panel), nrp_total));
@@ -286,7 +289,7 @@ pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s)
                         .A = Ap + rp * ic.a_panel, .B = Bp + cp * ic.b_panel,
                         .rowsum = ic.boff ? Ar + rp * nb * a->sx * ic.mr : NULL,
                         .row_scale = As + rp * nb * ic.mr, .col_scale = Bs + cp * nb * NR,
-                        .nb = nb, .nkq = ic.nkq, .sx = a->sx, .sw = a->sw,
+                        .nb = nb, .nkq = ic.nkq, .nkq_last = ic.nkq_last, .sx = a->sx, .sw = a->sw,
                         .mr_valid = (int)pf_min64(ic.mr, rows_total - (rp0 + rp) * ic.mr),
                         .nr_valid = (int)pf_min64(NR, a->cols - cp * NR), .acc16 = acc16,
                         .coef = s->coef, .alpha = s->alpha,

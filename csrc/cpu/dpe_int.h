@@ -15,6 +15,8 @@
  * Packed layouts (k in quads, the 4 bytes of one row or column contiguous):
  *   A: [row panel][b][i][kq][mr][4] u8, rows past R and k past K zero
  *   B: [col panel][b][j][kq][NR][4] s8, cols past P and k past K zero
+ * with kq over the quads of the rows present in block b (pf_dpe_block_rows):
+ * nkq, or nkq_last for the last block (no block padded to n rows).
  *   row sums [row panel][b][i][mr] int32 (boff * sum of the codes). */
 #ifndef PF_DPE_INT_H
 #define PF_DPE_INT_H
@@ -31,7 +33,8 @@ typedef struct {
     const float *row_scale;        /* [b][mr] */
     const float *col_scale;        /* [b][NR] */
     int64_t nb;
-    int nkq, sx, sw, mr_valid, nr_valid;
+    int nkq, sx, sw, mr_valid, nr_valid; /* nkq: k quads of every block but the last */
+    int nkq_last;                  /* k quads of the last block */
     int acc16;                     /* every partial sum fits int16 (AVX2 kernel: 16-bit accumulation) */
     const float *coef;             /* [i*sw + j] */
     const float *alpha;            /* [j] */

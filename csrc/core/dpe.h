@@ -220,8 +220,9 @@ typedef struct pf_dpe_packed {
                                 PF_DPE_PACKED_NOISY until a call needs it */
     size_t b_bytes;          /* bytes of B */
     float *Bs;               /* [ncp][nb][NR] column scales */
-    int8_t *iB;              /* PF_DPE_PACKED_READY without programmed conductances: the exact integer
-                                path's panels (levels as int8, cpu/dpe_int.c), so its calls do no
+    int8_t *iB;              /* PF_DPE_PACKED_READY with every cell at a level (no programmed
+                                conductances, or ones the float path reads as levels: cpu/dpe_int.c):
+                                the exact integer path's panels (levels as int8), so its calls do no
                                 weight work either; NULL otherwise */
     float *iBs;              /* their column scales */
     size_t bytes;            /* resident bytes (this struct, B, Bs, iB and iBs); grows when a

@@ -564,8 +564,10 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
     pf_dpe_consts s;
     if ((st = pf_dpe_consts_init(a, &s)) != PF_OK)
         return st;
-    if (pf_dpe_int_eligible(a, &s)) { /* noise-free: the exact integer path (dpe_int.c) */
-        st = pf_dpe_mvm_int(a, &s);
+    int declined = 1;
+    if (pf_dpe_int_eligible(a, &s)) /* noise-free, cells at levels: the exact integer path (dpe_int.c) */
+        st = pf_dpe_mvm_int(a, &s, &declined);
+    if (!declined) {
         pf_dpe_consts_free(&s);
         return st;
     }

@@ -13,6 +13,14 @@ void pf_dpe_pack_w_scales(const pf_dpe_args *a, int64_t nb, float *Bs);
  * read noise of call a->call applied when on; noise_w: any conductance noise
  * (programmed conductances or read noise). All threads, one weight row each. */
 pf_status pf_dpe_pack_w_values(const pf_dpe_args *a, int noise_w, int64_t nb, int64_t nk, float *Bp);
+/* A programmed cell G (siemens) as the float path packs it, in units of Q_G
+ * above LGS, times the read-noise factor f (1 without read noise). The
+ * integer path takes programmed conductances when this is a level for every
+ * cell (cpu/dpe_int.c). */
+static inline float pf_dpe_cell_value(float G, float f, const pf_read_noise *rn)
+{
+    return (G / rn->qg) * f - rn->lgs;
+}
 /* The conductance-noise constants of a's weight rows (kernels.h). */
 void pf_dpe_read_noise_init(const pf_dpe_args *a, pf_read_noise *r);
 /* Crossbar block b of column panels [cp0, cp1) only, on the calling thread,

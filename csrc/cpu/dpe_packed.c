@@ -80,10 +80,10 @@ static void weight_row(const pf_dpe_args *a, int noise_w, const pf_read_noise *r
         for (int64_t p = 0; p < w; p++)
             f[p] = 1.0f;
     }
-    const float QG = rn->qg, lgs = rn->lgs;
+    const float lgs = rn->lgs;
     if (G) {
         for (int64_t p = 0; p < w; p++)
-            val[p] = (G[p] / QG) * f[p] - lgs;
+            val[p] = pf_dpe_cell_value(G[p], f[p], rn);
     } else {
         for (int64_t p = 0; p < w; p++)
             val[p] = ((float)L[p] + lgs) * f[p] - lgs;
@@ -203,7 +203,7 @@ pf_status pf_dpe_pack(const pf_dpe_args *a, pf_dpe_packed **out)
         b.cancel = NULL;
         pf_status st = pf_dpe_pack_w_values(&b, b.w_conductance != NULL, p->nb, p->nk, p->B);
         size_t ibytes = 0;
-        if (st == PF_OK && !b.w_conductance) /* ideal levels: the integer path's panels too */
+        if (st == PF_OK) /* cells at levels (ideal, or conductances that are levels): the integer path's too */
             st = pf_dpe_int_pack_weights(&b, p->nb, p->nk, &p->iB, &p->iBs, &ibytes);
         if (st != PF_OK) {
             pf_dpe_packed_free(p);

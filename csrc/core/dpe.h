@@ -24,8 +24,10 @@
  * which tests/reference/dpe_ref.py transcribes operation by operation.
  *
  * Packed operand layouts (MR x NR micro-tiles, BLIS style):
- *   A: [row panel][b][i][k][MR] DAC voltages, rows past R and k past K zero
- *   B: [col panel][b][j][k][NR] conductances, cols past P and k past K zero
+ *   A: [row panel][b][i][k][MR] DAC voltages, rows past R zero
+ *   B: [col panel][b][j][k][NR] conductances, cols past P zero
+ * where k runs over the rows present in block b, pf_dpe_block_rows: n, or
+ * K - (nb - 1) * n for the last block (no rows past K are stored or summed).
  *   row scales [row panel][b][MR], col scales [col panel][b][NR]. */
 #ifndef PF_DPE_H
 #define PF_DPE_H
@@ -141,6 +143,16 @@ static inline void pf_dpe_blocks(const pf_dpe_args *a, int64_t *nb, int64_t *nk)
     *nk = *nb == 1 ? a->inner : a->n;
 }
 
+/* Rows of inner block b present in the weights: n, or what is left of K for
+ * the last one (K when one block holds all K < n rows). Packed panels store
+ * and kernels sum only these: block b starts at b * n * S rows (S slices) and
+ * holds its slices rows-of-block apart. */
+static inline int64_t pf_dpe_block_rows(const pf_dpe_args *a, int64_t b)
+{
+    const int64_t left = a->inner - b * a->n;
+    return left < a->n ? left : a->n;
+}
+
 /* Some read_sigma entry is positive: conductances are re-drawn every call. */
 static inline int pf_dpe_read_noise_on(const pf_dpe_args *a)
 {
@@ -204,12 +216,13 @@ typedef struct pf_dpe_packed {
     double HGS, LGS;
     int64_t nb, nk, ncp;     /* inner blocks, rows per block, column panels */
     size_t b_panel;          /* floats per column panel of B */
-    float *B;                /* [ncp][nb][sw][nk][NR] conductance values (see above); NULL for
+    float *B;                /* [ncp][nb][sw][rows of block b][NR] conductance values (see above); NULL for
                                 PF_DPE_PACKED_NOISY until a call needs it */
     size_t b_bytes;          /* bytes of B */
     float *Bs;               /* [ncp][nb][NR] column scales */
-    int8_t *iB;              /* PF_DPE_PACKED_READY without programmed conductances: the exact integer
-                                path's panels (levels as int8, cpu/dpe_int.c), so its calls do no
+    int8_t *iB;              /* PF_DPE_PACKED_READY with every cell at a level (no programmed
+                                conductances, or ones the float path reads as levels: cpu/dpe_int.c):
+                                the exact integer path's panels (levels as int8), so its calls do no
                                 weight work either; NULL otherwise */
     float *iBs;              /* their column scales */
     size_t bytes;            /* resident bytes (this struct, B, Bs, iB and iBs); grows when a
@@ -237,7 +250,8 @@ typedef struct {
     const float *row_scale;      /* [b][MR] */
     const float *col_scale;      /* [b][NR] */
     int64_t nb;                  /* inner blocks */
-    int n, sx, sw, mr_valid, nr_valid;
+    int n, sx, sw, mr_valid, nr_valid; /* n: rows of every block but the last */
+    int n_last;                  /* rows of the last block (pf_dpe_block_rows) */
     const float *coef;           /* [i*sw + j] */
     const float *alpha;          /* [j] */
     const float *const *adc_table; /* [j] exact codes indexed by acc, or NULL */

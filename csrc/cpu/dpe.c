@@ -47,7 +47,7 @@ static inline uint64_t pf_vnoise_index(const pf_dpe_args *a, int64_t item, int64
 static void pack_x_row(const pf_dpe_args *a, const pf_dpe_consts *s, const uint8_t *const *plane, uint64_t noise_base,
                        int rr, float *P, float *z)
 {
-    const int64_t n = a->n, nk = s->nk, K = a->inner;
+    const int64_t n = a->n, K = a->inner;
     for (int i = 0; i < a->sx; i++) {
         const uint8_t *codes = plane[i];
         if (z)
@@ -56,8 +56,8 @@ static void pack_x_row(const pf_dpe_args *a, const pf_dpe_consts *s, const uint8
         const float *dac = s->dac[i];
         const float vn = (float)a->vnoise;
         for (int64_t b = 0, col = 0; col < K; b++) {
-            float *dst = P + (b * a->sx + i) * nk * MR + rr;
-            const int64_t kn = pf_min64(n, K - col);
+            const int64_t kn = pf_min64(n, K - col); /* the rows present (core/dpe.h) */
+            float *dst = P + (b * a->sx * n + i * kn) * MR + rr;
             if (z)
                 for (int64_t k = 0; k < kn; k++)
                     dst[k * MR] = dac[codes[col + k]] * (1.0f + vn * z[col + k]);
@@ -183,7 +183,7 @@ static void pack_x_panel(const pf_dpe_args *a, const pf_dpe_consts *s, int64_t r
                          const pack_scratch *sc)
 {
     const int64_t n = a->n, nb = s->nb, K = a->inner, R = a->rows, N = a->batch;
-    memset(P, 0, (size_t)(nb * a->sx * s->nk * MR) * sizeof(float));
+    memset(P, 0, (size_t)(a->sx * K * MR) * sizeof(float));
     memset(S, 0, (size_t)(nb * MR) * sizeof(float));
     for (int rr = 0; rr < MR; rr++) {
         int64_t g = rp * MR + rr;
@@ -223,13 +223,13 @@ static inline __attribute__((always_inline)) void tile_generic(const pf_dpe_tile
     float tb[MR * NR];
     float acc[MR * NR];
     pf_dpe_tile_start(t, out, MR, NR);
-    const int n = t->n;
     for (int64_t b = 0; b < t->nb; b++) {
+        const int n = b == t->nb - 1 ? t->n_last : t->n; /* the rows present (core/dpe.h) */
         memset(tb, 0, sizeof tb);
         for (int i = 0; i < t->sx; i++) {
-            const float *A = t->A + (b * t->sx + i) * n * MR;
+            const float *A = t->A + (b * t->sx * t->n + (int64_t)i * n) * MR;
             for (int j = 0; j < t->sw; j++) {
-                const float *B = t->B + (b * t->sw + j) * n * NR;
+                const float *B = t->B + (b * t->sw * t->n + (int64_t)j * n) * NR;
                 memset(acc, 0, sizeof acc);
                 for (int k = 0; k < n; k++)
                     for (int r = 0; r < MR; r++) {
@@ -352,9 +352,10 @@ static pf_status plan_init(const pf_dpe_args *a, const pf_dpe_consts *s, mvm_pla
     p->rows_total = a->batch * a->rows;
     p->ncp = pf_ceil_div(a->cols, NR);
     p->nrp_total = pf_ceil_div(p->rows_total, MR);
-    if (pf_mul_size((size_t)s->nb * a->sw, (size_t)s->nk * NR, &p->b_panel) ||
+    /* the K rows present, no block padded to n (core/dpe.h) */
+    if (pf_mul_size((size_t)a->sw, (size_t)a->inner * NR, &p->b_panel) ||
         pf_mul_size(p->b_panel, (size_t)p->ncp * sizeof(float), &p->b_bytes) ||
-        pf_mul_size((size_t)s->nb * a->sx, (size_t)s->nk * MR * sizeof(float), &p->a_panel))
+        pf_mul_size((size_t)a->sx, (size_t)a->inner * MR * sizeof(float), &p->a_panel))
         return PF_EOVERFLOW;
     /* Rows are processed in blocks of a few packed panels that stay in L2
      * while every column panel of the (shared, packed-once) weights passes;
@@ -407,10 +408,10 @@ void pf_dpe_count_short_tiles(int path, const uint64_t counts[PF_SHORT_TILES])
 
 /* One micro-tile: packed row panel A (global panel rp) times column panel cp,
  * written into the output (through a small buffer when the panel straddles
- * two batch items). */
+ * two batch items). blk: the one crossbar block A and B hold, or -1 for all. */
 static void run_tile(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_plan *p, const pf_dpe_tile_set *tk,
                      const float *A, const float *As, const float *B, const float *Bs, int64_t rp, int64_t cp,
-                     int64_t nb, int accumulate, uint64_t short_tiles[PF_SHORT_TILES])
+                     int64_t blk, int accumulate, uint64_t short_tiles[PF_SHORT_TILES])
 {
     const int64_t g0 = rp * MR, item = g0 / a->rows, r0 = g0 % a->rows;
     const int64_t mr_total = pf_min64(MR, p->rows_total - g0);
@@ -423,8 +424,9 @@ static void run_tile(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pla
     int any_table = 0;
     for (int j = 0; j < a->sw; j++)
         any_table |= s->adc_table[j] != NULL;
-    pf_dpe_tile t = {.A = A, .B = B, .row_scale = As, .col_scale = Bs, .nb = nb, .n = (int)s->nk, .sx = a->sx, .sw = a->sw,
-                     .mr_valid = (int)mr_total, .nr_valid = (int)pf_min64(NR, a->cols - cp * NR), .coef = s->coef,
+    const int64_t nb = blk < 0 ? s->nb : 1, n_last = pf_dpe_block_rows(a, blk < 0 ? s->nb - 1 : blk);
+    pf_dpe_tile t = {.A = A, .B = B, .row_scale = As, .col_scale = Bs, .nb = nb, .n = (int)(blk < 0 ? s->nk : n_last),
+                     .n_last = (int)n_last, .sx = a->sx, .sw = a->sw, .mr_valid = (int)mr_total, .nr_valid = (int)pf_min64(NR, a->cols - cp * NR), .coef = s->coef,
                      .alpha = s->alpha, .adc_table = any_table ? (const float *const *)s->adc_table : NULL,
                      .adc_table_max = s->adc_table_max, .ldc = a->so_p, .accumulate = accumulate};
     if (r0 + mr_total <= a->rows) {
@@ -472,7 +474,7 @@ static int run_blocks(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pl
             for (int64_t cp = cc * p->cp_per_chunk; cp < pf_min64((cc + 1) * p->cp_per_chunk, p->ncp); cp++)
                 for (int64_t rp = 0; rp < nrp; rp++)
                     run_tile(a, s, p, tk, Ap + rp * a_floats, As + rp * nb * MR, w->B + cp * (int64_t)p->b_panel,
-                             w->Bs + cp * nb * NR, rp0 + rp, cp, nb, 0, short_tiles);
+                             w->Bs + cp * nb * NR, rp0 + rp, cp, -1, 0, short_tiles);
         }
         pf_dpe_count_short_tiles(PF_DPE_PATH_FLOAT, short_tiles);
         pf_free(Ap);
@@ -522,9 +524,9 @@ static int run_fused(const pf_dpe_args *a, const pf_dpe_consts *s, const mvm_pla
                 pf_dpe_pack_w_block(a, s->noise_w, &rn, s->nk, cp0, cp1, b, Bc, val);
                 for (int64_t cp = cp0; cp < cp1; cp++)
                     for (int64_t rp = 0; rp < p->nrp_total; rp++)
-                        run_tile(a, s, p, tk, Ap + rp * a_floats + b * a->sx * s->nk * MR,
+                        run_tile(a, s, p, tk, Ap + rp * a_floats + b * a->sx * a->n * MR,
                                  As + (rp * nb + b) * MR, Bc + (cp - cp0) * bc_panel, Bs + (cp * nb + b) * NR,
-                                 rp, cp, 1, b > 0, short_tiles);
+                                 rp, cp, b, b > 0, short_tiles);
             }
         }
         pf_dpe_count_short_tiles(PF_DPE_PATH_FLOAT, short_tiles);
@@ -562,8 +564,10 @@ pf_status pf_dpe_mvm(const pf_dpe_args *a)
     pf_dpe_consts s;
     if ((st = pf_dpe_consts_init(a, &s)) != PF_OK)
         return st;
-    if (pf_dpe_int_eligible(a, &s)) { /* noise-free: the exact integer path (dpe_int.c) */
-        st = pf_dpe_mvm_int(a, &s);
+    int declined = 1;
+    if (pf_dpe_int_eligible(a, &s)) /* noise-free, cells at levels: the exact integer path (dpe_int.c) */
+        st = pf_dpe_mvm_int(a, &s, &declined);
+    if (!declined) {
         pf_dpe_consts_free(&s);
         return st;
     }

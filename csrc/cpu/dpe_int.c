@@ -2,6 +2,7 @@
  * operand packing and the loop nest (dpe_int.h). The portable micro-kernel is
  * the template instance at the end of this file. */
 #include "cpu/dpe_int.h"
+#include "cpu/dpe_internal.h"
 #include "cpu/kernels.h"
 #include "core/memory.h"
 #include "cpu/cpu_features.h"
@@ -33,16 +34,46 @@ int pf_dpe_int_kernel_tier(void)
 
 int pf_dpe_int_eligible(const pf_dpe_args *a, const pf_dpe_consts *s)
 {
-    /* noise_w covers read noise and programmed conductances (write variation,
-     * stuck cells): then the crossbar sums are not integer dot products */
-    return pf_dpe_int_enabled() && !s->noise_x && !s->noise_w && a->rdac <= 256 && a->g_level <= 256;
+    /* read noise makes the crossbar sums non-integer; programmed conductances
+     * (write variation, stuck cells, assigned G) may: a pack holds integer
+     * panels only when every cell is a level, an unpacked call checks them
+     * (pf_dpe_mvm_int declines) */
+    if (!pf_dpe_int_enabled() || s->noise_x || pf_dpe_read_noise_on(a) || a->rdac > 256 || a->g_level > 256)
+        return 0;
+    return !a->w_conductance || !a->w_packed || a->w_packed->iB;
+}
+
+/* Level of a programmed cell when the float path's value of it without read
+ * noise (pf_dpe_cell_value) is one, an integer in [0, top], else -1: then the
+ * float path's sums are the integer dot products of these levels. Cells stuck
+ * at HGS or LGS, and cells at their ideal conductances, are levels whenever
+ * G / Q_G - LGS / Q_G is exact in float32 (e.g. HGS 1e-5, LGS 1e-7, g_level 4;
+ * not g_level 16, where level 2 gives 1.9999999). */
+static inline int cell_level(float G, const pf_read_noise *rn, int top)
+{
+    const float v = pf_dpe_cell_value(G, 1.0f, rn);
+    return v >= 0.0f && v <= (float)top && v == (float)(int)v ? (int)v : -1;
+}
+
+/* Whether a's first cells (at most 64) are levels: conductances with write
+ * variation are declined here, before any weight panel is allocated. */
+static int first_cells_are_levels(const pf_dpe_args *a)
+{
+    pf_read_noise rn;
+    pf_dpe_read_noise_init(a, &rn);
+    const int64_t cells = pf_min64(64, a->sw * a->inner * a->cols);
+    for (int64_t c = 0; c < cells; c++)
+        if (cell_level(a->w_conductance[c], &rn, a->g_level - 1) < 0)
+            return 0;
+    return 1;
 }
 
 /* Per-call integer operand constants. */
 typedef struct {
     uint8_t dac[PF_MAX_SLICES][256]; /* DAC code of each slice value */
     int boff;                        /* levels are stored as L - boff in int8 */
-    int nkq;                         /* k quads per block */
+    int nkq, nkq_last;               /* k quads per block, of the last block (the rows present) */
+    int64_t quads;                   /* k quads of all blocks: (nb - 1) * nkq + nkq_last */
     int mr;                          /* rows of the kernel's tile (packed row panel height) */
     size_t a_panel, b_panel;         /* bytes of one packed row / column panel */
 } int_consts;
@@ -70,7 +101,7 @@ static void pack_a(const pf_dpe_args *a, const pf_dpe_consts *s, const int_const
                    float *S, int32_t *RS, float *xrow, uint8_t *codes)
 {
     const int64_t n = a->n, nb = s->nb, K = a->inner, R = a->rows;
-    const int64_t astep = (int64_t)ic->nkq * ic->mr * 4;
+    const int64_t astep = (int64_t)ic->nkq * ic->mr * 4, astep_last = (int64_t)ic->nkq_last * ic->mr * 4;
     memset(A, 0, ic->a_panel);
     memset(S, 0, (size_t)(nb * ic->mr) * sizeof(float));
     memset(RS, 0, (size_t)(nb * a->sx * ic->mr) * sizeof(int32_t));
@@ -87,7 +118,7 @@ static void pack_a(const pf_dpe_args *a, const pf_dpe_consts *s, const int_const
         for (int i = 0; i < a->sx; i++) {
             const uint8_t *src = im2col ? codes + i * K : a->x_codes + ((i * a->batch + item) * R + r) * K;
             for (int64_t b = 0; b < nb; b++) {
-                uint8_t *dst = A + (b * a->sx + i) * astep + rr * 4;
+                uint8_t *dst = A + b * a->sx * astep + i * (b == nb - 1 ? astep_last : astep) + rr * 4;
                 const int64_t k0 = b * n, kn = pf_min64(n, K - k0);
                 int32_t sum = 0;
                 for (int64_t k = 0; k < kn; k++) {
@@ -102,29 +133,38 @@ static void pack_a(const pf_dpe_args *a, const pf_dpe_consts *s, const int_const
 }
 
 /* Packs every column panel of the levels (L - boff) and the column scales. B
- * and Bs zeroed by the caller. */
-static pf_status pack_b(const pf_dpe_args *a, int64_t nb, const int_consts *ic, int8_t *Bp, float *Bs)
+ * and Bs zeroed by the caller. With programmed conductances the levels are
+ * those of cell_level; 1 when some cell is none (B then holds garbage). */
+static int pack_b(const pf_dpe_args *a, int64_t nb, const int_consts *ic, int8_t *Bp, float *Bs)
 {
     const int64_t n = a->n, K = a->inner, P = a->cols, ncp = pf_ceil_div(P, NR);
-    const int64_t bstep = (int64_t)ic->nkq * NR * 4;
+    const int64_t bstep = (int64_t)ic->nkq * NR * 4, bstep_last = (int64_t)ic->nkq_last * NR * 4;
     for (int64_t cp = 0; cp < ncp; cp++)
         for (int64_t b = 0; b < nb; b++)
             for (int64_t cc = 0; cc < pf_min64(NR, P - cp * NR); cc++)
                 Bs[(cp * nb + b) * NR + cc] = a->w_scale[((b * n) / a->w_qr) * a->w_gc + (cp * NR + cc) / a->w_qc];
-#pragma omp parallel for num_threads(pf_get_num_threads()) schedule(static)
+    pf_read_noise rn;
+    pf_dpe_read_noise_init(a, &rn);
+    const int top = a->g_level - 1;
+    int bad = 0;
+#pragma omp parallel for num_threads(pf_get_num_threads()) schedule(static) reduction(| : bad)
     for (int64_t row = 0; row < a->sw * K; row++) {
-        if (pf_cancelled(a->cancel))
+        if (bad || pf_cancelled(a->cancel))
             continue;
         const int64_t j = row / K, kk = row % K, b = kk / n, kl = kk % n;
         const uint8_t *L = a->w_levels + row * P;
-        int8_t *dst = Bp + (b * a->sw + j) * bstep + (kl >> 2) * NR * 4 + (kl & 3);
+        const float *G = a->w_conductance ? a->w_conductance + row * P : NULL;
+        int8_t *dst = Bp + b * a->sw * bstep + j * (b == nb - 1 ? bstep_last : bstep) + (kl >> 2) * NR * 4 + (kl & 3);
         for (int64_t p0 = 0; p0 < P; p0 += NR, dst += ic->b_panel) {
             const int64_t cw = pf_min64(NR, P - p0);
-            for (int64_t c = 0; c < cw; c++)
-                dst[c * 4] = (int8_t)(L[p0 + c] - ic->boff);
+            for (int64_t c = 0; c < cw; c++) {
+                const int lv = G ? cell_level(G[p0 + c], &rn, top) : L[p0 + c];
+                bad |= lv < 0;
+                dst[c * 4] = (int8_t)(lv - ic->boff);
+            }
         }
     }
-    return PF_OK;
+    return bad;
 }
 
 /* The weight side of the integer operands: level offset, k quads per block,
@@ -135,7 +175,9 @@ static pf_status weight_layout(const pf_dpe_args *a, int64_t nb, int64_t nk, int
     const int64_t ncp = pf_ceil_div(a->cols, NR);
     ic->boff = a->g_level - 1 > 127 ? 128 : 0;
     ic->nkq = (int)pf_ceil_div(nk, 4);
-    if (pf_mul_size((size_t)nb * a->sw, (size_t)ic->nkq * NR * 4, &ic->b_panel) ||
+    ic->nkq_last = nb ? (int)pf_ceil_div(pf_dpe_block_rows(a, nb - 1), 4) : 0;
+    ic->quads = nb ? (nb - 1) * ic->nkq + ic->nkq_last : 0; /* no block padded to n rows (dpe_int.h) */
+    if (pf_mul_size((size_t)a->sw, (size_t)ic->quads * NR * 4, &ic->b_panel) ||
         pf_mul_size(ic->b_panel, (size_t)ncp, b_bytes) ||
         pf_mul_size((size_t)ncp * (size_t)nb, NR * sizeof(float), s_bytes))
         return PF_EOVERFLOW;
@@ -150,16 +192,18 @@ pf_status pf_dpe_int_pack_weights(const pf_dpe_args *a, int64_t nb, int64_t nk, 
     memset(&ic, 0, sizeof ic);
     *B = NULL;
     *Bs = NULL;
+    *bytes = 0;
     pf_status st = weight_layout(a, nb, nk, &ic, &b_bytes, &s_bytes);
-    if (st != PF_OK)
+    if (st != PF_OK || (a->w_conductance && !first_cells_are_levels(a)))
         return st;
     *B = pf_calloc(b_bytes ? b_bytes : 1, 1);
     *Bs = pf_calloc(s_bytes ? s_bytes : 1, 1);
+    int declined = 0;
     if (!*B || !*Bs)
         st = PF_ENOMEM;
     else
-        st = pack_b(a, nb, &ic, *B, *Bs);
-    if (st != PF_OK) {
+        declined = pack_b(a, nb, &ic, *B, *Bs);
+    if (st != PF_OK || declined) {
         pf_free(*B);
         pf_free(*Bs);
         *B = NULL;
@@ -221,8 +265,9 @@ static void store_tile(const pf_dpe_args *a, int mr, int64_t rp, int64_t cp, con
     }
 }
 
-pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s)
+pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s, int *declined)
 {
+    *declined = 0;
     int_consts ic;
     memset(&ic, 0, sizeof ic);
     int acc16;
@@ -235,7 +280,7 @@ pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s)
             ic.dac[i][v] = (uint8_t)s->dac[i][v]; /* exact: integers in [0, rdac-1], rdac <= 256 */
     const int64_t nb = s->nb, rows_total = a->batch * a->rows;
     const int64_t ncp = pf_ceil_div(a->cols, NR), nrp_total = pf_ceil_div(rows_total, ic.mr);
-    if (pf_mul_size((size_t)nb * a->sx, (size_t)ic.nkq * ic.mr * 4, &ic.a_panel))
+    if (pf_mul_size((size_t)a->sx, (size_t)ic.quads * ic.mr * 4, &ic.a_panel))
         return PF_EOVERFLOW;
     const int64_t block_panels =
         pf_max64(1, pf_min64((int64_t)(PF_DPE_INT_A_BLOCK_BYTES / ic.a_panel), nrp_total));
@@ -249,11 +294,20 @@ pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s)
 
     /* weights packed once at programming (pf_dpe_pack), else packed for this call */
     const pf_dpe_packed *pk = a->w_packed && a->w_packed->iB ? a->w_packed : NULL;
+    *declined = !pk && a->w_conductance && !first_cells_are_levels(a);
+    if (*declined)
+        return PF_OK;
     int8_t *own_B = pk ? NULL : pf_calloc(b_bytes, 1);
     float *own_Bs = pk ? NULL : pf_calloc(s_bytes, 1);
     const int8_t *Bp = pk ? pk->iB : own_B;
     const float *Bs = pk ? pk->iBs : own_Bs;
-    pf_status st = pk ? PF_OK : own_B && own_Bs ? pack_b(a, nb, &ic, own_B, own_Bs) : PF_ENOMEM;
+    pf_status st = pk || (own_B && own_Bs) ? PF_OK : PF_ENOMEM;
+    if (st == PF_OK && !pk && pack_b(a, nb, &ic, own_B, own_Bs)) { /* some cell is no level: the float path */
+        pf_free(own_B);
+        pf_free(own_Bs);
+        *declined = 1;
+        return PF_OK;
+    }
     int failed = st != PF_OK;
 #pragma omp parallel num_threads(nthreads) reduction(| : failed)
     {
@@ -286,7 +340,7 @@ pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s)
                         .A = Ap + rp * ic.a_panel, .B = Bp + cp * ic.b_panel,
                         .rowsum = ic.boff ? Ar + rp * nb * a->sx * ic.mr : NULL,
                         .row_scale = As + rp * nb * ic.mr, .col_scale = Bs + cp * nb * NR,
-                        .nb = nb, .nkq = ic.nkq, .sx = a->sx, .sw = a->sw,
+                        .nb = nb, .nkq = ic.nkq, .nkq_last = ic.nkq_last, .sx = a->sx, .sw = a->sw,
                         .mr_valid = (int)pf_min64(ic.mr, rows_total - (rp0 + rp) * ic.mr),
                         .nr_valid = (int)pf_min64(NR, a->cols - cp * NR), .acc16 = acc16,
                         .coef = s->coef, .alpha = s->alpha,

@@ -1,7 +1,8 @@
 /* Exact integer MVM of the noise-free DPE path (docs/semantics.md 7.1).
  *
- * With every noise source off and conductances at their ideal levels (no
- * write variation, no stuck cells: pf_dpe_consts.noise_w == 0) the crossbar
+ * With every noise source off and conductances at levels (ideal levels, or
+ * programmed conductances whose float-path values G / Q_G - LGS / Q_G are all
+ * integers, e.g. stuck cells without write variation for some HGS, LGS) the crossbar
  * sum of one block and slice pair is the integer S = sum_k dac_k * L_k, which
  * the float path accumulates exactly in float32. This path computes the same S
  * with u8 x s8 integer dot products (vpdpbusd, vpmaddubsw) and hands (float)S
@@ -15,6 +16,8 @@
  * Packed layouts (k in quads, the 4 bytes of one row or column contiguous):
  *   A: [row panel][b][i][kq][mr][4] u8, rows past R and k past K zero
  *   B: [col panel][b][j][kq][NR][4] s8, cols past P and k past K zero
+ * with kq over the quads of the rows present in block b (pf_dpe_block_rows):
+ * nkq, or nkq_last for the last block (no block padded to n rows).
  *   row sums [row panel][b][i][mr] int32 (boff * sum of the codes). */
 #ifndef PF_DPE_INT_H
 #define PF_DPE_INT_H
@@ -31,7 +34,8 @@ typedef struct {
     const float *row_scale;        /* [b][mr] */
     const float *col_scale;        /* [b][NR] */
     int64_t nb;
-    int nkq, sx, sw, mr_valid, nr_valid;
+    int nkq, sx, sw, mr_valid, nr_valid; /* nkq: k quads of every block but the last */
+    int nkq_last;                  /* k quads of the last block */
     int acc16;                     /* every partial sum fits int16 (AVX2 kernel: 16-bit accumulation) */
     const float *coef;             /* [i*sw + j] */
     const float *alpha;            /* [j] */
@@ -58,15 +62,21 @@ void pf_dpe_itile_avx512vnni_r1(const pf_dpe_itile *t);
 void pf_dpe_itile_avx512vnni_r2(const pf_dpe_itile *t);
 void pf_dpe_itile_avx512vnni_r4(const pf_dpe_itile *t);
 
-/* Whether the call can take the integer path (noise-free, ideal levels, rdac <= 256, enabled). */
+/* Whether the call can take the integer path (no read or DAC noise, rdac <= 256, enabled; programmed
+ * conductances only with a pack holding integer panels, or unpacked: pf_dpe_mvm_int checks them). */
 int pf_dpe_int_eligible(const pf_dpe_args *a, const pf_dpe_consts *s);
 /* The integer path's weight panels of a (levels - boff as int8, column scales),
  * allocated (pf_calloc) and packed for pf_dpe_pack: with them in a->w_packed a
- * call does no weight work. *bytes: what they hold. */
+ * call does no weight work. *bytes: what they hold. With programmed conductances
+ * (a->w_conductance) the levels are the cells' values in the float path when
+ * every one is a level (stuck cells without write variation, for some HGS, LGS
+ * and g_level), else PF_OK with *B = *Bs = NULL and *bytes = 0. */
 pf_status pf_dpe_int_pack_weights(const pf_dpe_args *a, int64_t nb, int64_t nk, int8_t **B, float **Bs,
                                   size_t *bytes);
-/* The integer MVM; same contract as pf_dpe_mvm after its validation. */
-pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s);
+/* The integer MVM; same contract as pf_dpe_mvm after its validation. *declined
+ * (nothing written, PF_OK): unpacked programmed conductances that are not all
+ * levels; the caller takes the float path. */
+pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s, int *declined);
 
 /* Process-wide switch (tests compare against the float path) and counters. */
 void pf_dpe_int_set_enabled(int on);

@@ -105,15 +105,16 @@ void PF_ITILE_FN(const pf_dpe_itile *t)
     _Alignas(64) float out[IT_ROWS * IT_NR];
     _Alignas(64) float tb[IT_ROWS * IT_NR];
     memset(out, 0, sizeof out);
-    const int nkq = t->nkq;
-    const int64_t a_step = (int64_t)nkq * IT_MR * 4, b_step = (int64_t)nkq * IT_NR * 4;
     for (int64_t b = 0; b < t->nb; b++) {
+        const int nkq = b == t->nb - 1 ? t->nkq_last : t->nkq; /* the quads present (dpe_int.h) */
+        const uint8_t *Ab = t->A + b * t->sx * (int64_t)t->nkq * IT_MR * 4;
+        const int8_t *Bb = t->B + b * t->sw * (int64_t)t->nkq * IT_NR * 4;
         memset(tb, 0, sizeof tb);
         for (int i = 0; i < t->sx; i++) {
-            const uint8_t *A = t->A + (b * t->sx + i) * a_step;
+            const uint8_t *A = Ab + (int64_t)i * nkq * IT_MR * 4;
             const int32_t *rsum = t->rowsum ? t->rowsum + (b * t->sx + i) * IT_MR : NULL;
             for (int j = 0; j < t->sw; j++) {
-                const int8_t *B = t->B + (b * t->sw + j) * b_step;
+                const int8_t *B = Bb + (int64_t)j * nkq * IT_NR * 4;
                 VI s[IT_ROWS][IT_NV];
 #ifdef I_DOT16
                 if (t->acc16)

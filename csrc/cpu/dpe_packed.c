@@ -80,10 +80,10 @@ static void weight_row(const pf_dpe_args *a, int noise_w, const pf_read_noise *r
         for (int64_t p = 0; p < w; p++)
             f[p] = 1.0f;
     }
-    const float QG = rn->qg, lgs = rn->lgs;
+    const float lgs = rn->lgs;
     if (G) {
         for (int64_t p = 0; p < w; p++)
-            val[p] = (G[p] / QG) * f[p] - lgs;
+            val[p] = pf_dpe_cell_value(G[p], f[p], rn);
     } else {
         for (int64_t p = 0; p < w; p++)
             val[p] = ((float)L[p] + lgs) * f[p] - lgs;
@@ -112,7 +112,9 @@ static void pack_w_row(const pf_dpe_args *a, int noise_w, const pf_read_noise *r
         }
     }
     weight_row(a, noise_w, rn, row, c0, c1, val, val + (cp1 - cp0) * NR);
-    float *dst = Bp + (((kk / n - b0) * a->sw + j) * nk + kk % n) * NR;
+    /* block kk / n holds its slices rows-present apart (core/dpe.h) */
+    const int64_t b = kk / n;
+    float *dst = Bp + ((b - b0) * a->sw * nk + j * pf_dpe_block_rows(a, b) + kk % n) * NR;
     for (int64_t cp = cp0; cp < cp1; cp++) {
         int64_t cw = pf_min64(NR, P - cp * NR);
         memcpy(dst + (cp - cp0) * panel, val + (cp - cp0) * NR, (size_t)cw * sizeof(float));
@@ -124,7 +126,8 @@ static void pack_w_row(const pf_dpe_args *a, int noise_w, const pf_read_noise *r
 pf_status pf_dpe_pack_w_values(const pf_dpe_args *a, int noise_w, int64_t nb, int64_t nk, float *Bp)
 {
     const int64_t ncp = pf_ceil_div(a->cols, NR);
-    const size_t panel = (size_t)(nb * a->sw * nk * NR);
+    const size_t panel = (size_t)(a->sw * a->inner * NR); /* the rows present (core/dpe.h) */
+    PF_UNUSED(nb);
     int failed = 0;
 #pragma omp parallel num_threads(pf_get_num_threads()) reduction(| : failed)
     {
@@ -147,13 +150,9 @@ void pf_dpe_pack_w_block(const pf_dpe_args *a, int noise_w, const pf_read_noise 
 {
     const size_t panel = (size_t)(a->sw * nk * NR);
     const int64_t K = a->inner, k0 = b * a->n, k1 = pf_min64(k0 + a->n, K);
-    for (int64_t j = 0; j < a->sw; j++) {
+    for (int64_t j = 0; j < a->sw; j++) /* a short last block holds its rows only (core/dpe.h) */
         for (int64_t kk = k0; kk < k1; kk++)
             pack_w_row(a, noise_w, rn, nk, cp0, cp1, b, j * K + kk, panel, Bc, val);
-        for (int64_t cp = cp0; cp < cp1 && k1 - k0 < nk; cp++) /* a short last block: rows past K */
-            memset(Bc + (cp - cp0) * panel + (j * nk + (k1 - k0)) * NR, 0,
-                   (size_t)(nk - (k1 - k0)) * NR * sizeof(float));
-    }
 }
 
 void pf_dpe_packed_free(pf_dpe_packed *p)
@@ -183,7 +182,7 @@ pf_status pf_dpe_pack(const pf_dpe_args *a, pf_dpe_packed **out)
     pf_dpe_blocks(a, &p->nb, &p->nk);
     p->ncp = pf_ceil_div(a->cols, NR);
     size_t s_bytes;
-    if (pf_mul_size((size_t)p->nb * (size_t)a->sw, (size_t)p->nk * NR, &p->b_panel) ||
+    if (pf_mul_size((size_t)a->sw, (size_t)a->inner * NR, &p->b_panel) || /* the rows present (core/dpe.h) */
         pf_mul_size(p->b_panel, (size_t)p->ncp * sizeof(float), &p->b_bytes) ||
         pf_mul_size((size_t)p->ncp * (size_t)p->nb, NR * sizeof(float), &s_bytes)) {
         pf_dpe_packed_free(p);
@@ -204,7 +203,7 @@ pf_status pf_dpe_pack(const pf_dpe_args *a, pf_dpe_packed **out)
         b.cancel = NULL;
         pf_status st = pf_dpe_pack_w_values(&b, b.w_conductance != NULL, p->nb, p->nk, p->B);
         size_t ibytes = 0;
-        if (st == PF_OK && !b.w_conductance) /* ideal levels: the integer path's panels too */
+        if (st == PF_OK) /* cells at levels (ideal, or conductances that are levels): the integer path's too */
             st = pf_dpe_int_pack_weights(&b, p->nb, p->nk, &p->iB, &p->iBs, &ibytes);
         if (st != PF_OK) {
             pf_dpe_packed_free(p);

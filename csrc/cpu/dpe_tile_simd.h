@@ -39,12 +39,12 @@
 #define TILE_JB (TILE_ROWS == 1 ? 4 : TILE_ROWS == 2 ? 2 : 1)
 
 #ifndef TILE_SLICE_SUMS
-/* Sums over the block's n rows of input slice i (A) times weight slices
+/* Sums over the block's n rows (those present) of input slice i (A) times weight slices
  * j0 .. j0 + JN - 1, each in k order (the bits of one slice at a time), then
  * their ADC epilogues in j order. Uses t, A, b, i, j0, n, tb of the tile. */
 #define TILE_SLICE_SUMS(JN)                                                                                          \
     do {                                                                                                           \
-        const float *B_ = t->B + (b * t->sw + j0) * n * TILE_NR;                                                   \
+        const float *B_ = t->B + (b * t->sw * t->n + (int64_t)j0 * n) * TILE_NR;                                    \
         VEC acc_[JN][TILE_ROWS][TILE_NV];                                                                          \
         _Pragma("GCC unroll 4") for (int jj_ = 0; jj_ < (JN); jj_++)                                               \
             _Pragma("GCC unroll 16") for (int r_ = 0; r_ < TILE_ROWS; r_++)                                        \
@@ -72,11 +72,11 @@ void PF_TILE_FN(const pf_dpe_tile *t)
     _Alignas(64) float out[TILE_ROWS * TILE_NR];
     _Alignas(64) float tb[TILE_ROWS * TILE_NR];
     pf_dpe_tile_start(t, out, TILE_ROWS, TILE_NR);
-    const int n = t->n;
     for (int64_t b = 0; b < t->nb; b++) {
+        const int n = b == t->nb - 1 ? t->n_last : t->n; /* the rows present (core/dpe.h) */
         memset(tb, 0, sizeof tb);
         for (int i = 0; i < t->sx; i++) {
-            const float *A = t->A + (b * t->sx + i) * n * TILE_MR;
+            const float *A = t->A + (b * t->sx * t->n + (int64_t)i * n) * TILE_MR;
             for (int j0 = 0; j0 < t->sw;) {
                 const int left = t->sw - j0;
                 if (TILE_JB >= 4 && left >= 4) {

@@ -90,9 +90,10 @@ def test_concurrent_large_batch_products_share_one_lazily_allocated_noise_buffer
     noise beside the tiles. Concurrent first products on a pack never run: one of them allocates
     it (once), the others pack into their own buffers; outputs are those of serial calls."""
     rng = np.random.default_rng(4)
-    # 5600 rows x 64 padded columns x 3 input slices of float32: over the 4 MiB of packed inputs up
-    # to which read noise is drawn beside the tiles (csrc/cpu/dpe.c PF_DPE_FUSED_A_BYTES)
-    x = rng.standard_normal((5600, 40)).astype(np.float32)
+    # 9000 rows x 40 columns x 3 input slices of float32: over the 4 MiB of packed inputs up to which
+    # read noise is drawn beside the tiles (csrc/cpu/dpe.c PF_DPE_FUSED_A_BYTES; the last crossbar block
+    # packs its 8 rows present, not 32)
+    x = rng.standard_normal((9000, 40)).astype(np.float32)
     w = rng.standard_normal((40, 12)).astype(np.float32)
     n = 4
 

@@ -1,6 +1,7 @@
 """The exact integer path of noise-free products (csrc/cpu/dpe_int*.c): bit-identical to the float path and to
 the reference transcription (tests/reference/dpe_ref.py) on every integer kernel this CPU has, taken exactly when
-the product is noise-free with ideal levels, and never dispatched to a VNNI kernel without its CPUID bits."""
+the product is noise-free with cells at levels (ideal levels, or stuck cells the float path reads as levels), and
+never dispatched to a VNNI kernel without its CPUID bits."""
 import os
 import re
 import shutil
@@ -325,6 +326,96 @@ def test_conductances_assigned_at_their_ideal_levels_keep_the_integer_path():
     w.G = None
     np.testing.assert_array_equal(np.asarray(eng(x, w)), ref)
     assert calls() == c0 + 2
+
+
+STUCK = dict(write_variation=0.0, rate_stuck_HGS=0.05, rate_stuck_LGS=0.05)
+
+
+def stuck_case(seed, N, R, K, P, n, xw, ww, g_level, seed_program=3):
+    """A case whose weights are programmed with stuck cells only (_core.program_conductance: the engine's Philox
+    draws), and the reference's levels of those cells: HGS is the top level, LGS level 0."""
+    rng = np.random.default_rng(seed)
+    xs, xsc, wl, wsc = make_case(rng, N, R, K, P, n, xw, ww, (1, n), (n, 8), g_level)
+    cond = np.asarray(_core.program_conductance(wl, g_level, HGS, LGS, seed=seed_program, **{
+        k: v for k, v in STUCK.items() if k != "write_variation"}))
+    stuck = np.where(cond == np.float32(HGS), g_level - 1, np.where(cond == np.float32(LGS), 0, wl)).astype(np.uint8)
+    assert (stuck != wl).any() and ((cond == np.float32(HGS)) & (wl < g_level - 1)).any()  # real stuck cells
+    return xs, xsc, wl, wsc, cond, stuck
+
+
+# (N, R, K, P, n, x widths, w widths, g_level): HGS 1e-5, LGS 1e-7 with 4 levels, where the float path's
+# values of the cells, G / Q_G - LGS / Q_G in float32, are the levels exactly (stuck cells included)
+STUCK_CASES = [
+    (2, 13, 70, 37, 8, (1, 1, 2), (1, 1, 2), 4),    # edge tiles, K % n != 0
+    (1, 5, 130, 48, 64, (1, 1, 2, 2), (1, 1, 2, 2), 4),
+    (3, 4, 40, 20, 16, (1, 3), (1, 1), 4),
+]
+
+
+@pytest.mark.parametrize("kernel", sorted(KERNEL_LIMITS))
+@pytest.mark.parametrize("case", STUCK_CASES, ids=range(len(STUCK_CASES)))
+@pytest.mark.parametrize("threads", [1, 2])
+def test_stuck_cells_take_the_integer_path_with_the_float_paths_bits(kernel, case, threads):
+    """Cells stuck at HGS or LGS without write variation are levels (the top one, 0): when the float path reads
+    every programmed cell as its level, the product takes the integer path (before: any programmed conductance
+    kept the float path) with the float path's bits, the reference's on the stuck levels, for every integer
+    kernel, thread count and a zero read-noise sigma."""
+    N, R, K, P, n, xw, ww, g_level = case
+    xs, xsc, wl, wsc, cond, stuck = stuck_case(R + threads, N, R, K, P, n, xw, ww, g_level)
+    radc = [2 ** 12] * len(ww)
+    ref = mvm_exact(xs, xsc, (1, n), xw, stuck, wsc, (n, 8), ww, n, 4, g_level, radc)
+    for sigma in (None, np.zeros(g_level, np.float32)):
+        args = (xs, xsc, (1, n), xw, wl, wsc, (n, 8), ww, n, 4, g_level, radc, sigma, 0.0, cond)
+        with pyfastpim.threads(threads):
+            got_int, got_float = int_and_float(args, KERNEL_LIMITS[kernel])
+        np.testing.assert_array_equal(got_int, got_float)
+        np.testing.assert_array_equal(got_int, ref)
+    assert not np.array_equal(ref, mvm_exact(xs, xsc, (1, n), xw, wl, wsc, (n, 8), ww, n, 4, g_level, radc))
+
+
+@pytest.mark.parametrize("kernel", sorted(KERNEL_LIMITS))
+def test_conv2d_with_stuck_cells_takes_the_integer_path(kernel):
+    args = list(conv_args())
+    wl = args[8] // 5  # levels of 4 (with 16, the float path reads cells as 1.9999999 and stays on its path)
+    args[8], args[9], args[15] = wl, np.asarray(_core.program_conductance(wl, 4, HGS, LGS, 0.0, 0.05, 0.05, 3)), 4
+    pyfastpim.set_isa_limit(KERNEL_LIMITS[kernel])
+    try:
+        with int_path(True):
+            c0 = calls()
+            got_int = np.asarray(_core.dpe_conv2d(*args)[0])
+            assert calls() == c0 + 1
+        with int_path(False):
+            got_float = np.asarray(_core.dpe_conv2d(*args)[0])
+    finally:
+        pyfastpim.set_isa_limit("avx512vnni")
+    np.testing.assert_array_equal(got_int, got_float)
+    assert np.count_nonzero(got_int) > 0
+
+
+def test_programmed_stuck_cells_pack_integer_panels():
+    """The engine's products of weights programmed with stuck cells only: the pack holds the integer panels and
+    every product takes the integer path, with the float path's bits; g_level 16 (cells read as 1.9999999)
+    and write variation keep the float path and pack no integer panels."""
+    def programmed(g_level, **noise):
+        eng = pyfastpim.DPETensor(read_variation=0.0, vnoise=0.0, g_level=g_level, rdac=4, radc=2 ** 12,
+                                  **dict(STUCK, **noise))
+        rng = np.random.default_rng(1)
+        w = pyfastpim.SlicedData((1, 1), is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+        w.slice_data_imp(eng, rng.standard_normal((100, 90)).astype(np.float32))
+        x = pyfastpim.SlicedData((1, 1, 2), paral_size=(1, 32), quant_gran=(1, 32))
+        x.slice_data_imp(eng, rng.standard_normal((300, 100)).astype(np.float32))
+        return eng, x, w
+
+    for g_level, noise, taken in ((4, {}, True), (16, {}, False), (4, dict(write_variation=0.05), False)):
+        eng, x, w = programmed(g_level, **noise)
+        c0 = calls()
+        got = np.asarray(eng(x, w))
+        assert calls() == c0 + taken, (g_level, noise)
+        cells = 2 * 100 * 96  # 2 weight slices, 90 columns rounded up to 96
+        assert (w._packed[2].nbytes >= cells * 5) == taken  # float32 panels, and int8 panels when taken
+        with int_path(False):
+            np.testing.assert_array_equal(np.asarray(eng(x, w)), got)
+        assert calls() == c0 + taken
 
 
 def test_dispatch_never_picks_a_vnni_kernel_without_its_cpuid_bits():

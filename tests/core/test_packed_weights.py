@@ -113,6 +113,52 @@ def test_write_variation_without_read_noise_is_packed_ready():
     np.testing.assert_array_equal(fast0, fast)
 
 
+@pytest.mark.parametrize("sigma", [None, np.full(4, 0.05, np.float32)], ids=["ready", "noisy"])
+def test_packs_hold_only_the_rows_present_in_each_block(sigma):
+    """A last crossbar block with fewer than n rows packs those rows only: K = 1100 rows on n = 1024
+    hold 1100 rows of panels, as one block of 2048 does, not 2048 (a block padded to n rows:
+    the panels 1.86 times their size, and the tiles summed the zero rows). The packs differ only by the
+    second block's column scales (float and integer path: 16 floats per column panel each). A noisy
+    pack's work buffer, made by the first blocked call, has the same size. K < n was already one
+    block of the K rows: n = 2**20 packs what n = 64 does."""
+    P, radcs = 40, [2 ** 12] * 3
+    ncp = -(-P // 16)
+
+    def pack_bytes(K, n):
+        c = case(3, N=1, R=3, K=K, P=P, n=n)
+        packed = _core.dpe_pack(*weight_args(c, radcs, sigma))
+        if sigma is not None:  # allocate the noisy pack's work buffer: a batch on the blocked path
+            rows = (4 << 20) // (3 * K * 4) + 64  # packed inputs over the 4 MiB of the fused path (see BLOCKED_ROWS)
+            c["xs"] = np.random.default_rng(1).integers(0, 2, (3, 1, rows, K)).astype(np.uint8)
+            c["xsc"] = np.ones((1, rows, -(-K // n)), np.float32)
+            _core.dpe_mvm_packed(packed, *mvm_args(c, radcs, sigma))
+            assert packed.nbytes > 3 * K * ncp * 16 * 4  # the float panels of 3 weight slices
+        return packed.nbytes
+
+    one_block = pack_bytes(1100, 2048)
+    scales = (2 if sigma is None else 1) * ncp * 16 * 4  # the second block's column scales
+    assert pack_bytes(1100, 1024) == one_block + scales
+    assert pack_bytes(64, 2 ** 20) == pack_bytes(64, 64)
+
+
+@pytest.mark.parametrize("noise", [{}, dict(vnoise=0.05), dict(sigma=np.full(4, 0.05, np.float32))],
+                         ids=["integer", "float", "read_noise"])
+def test_per_call_panels_hold_only_the_rows_present(noise):
+    """Unpacked calls pack the weights (and the inputs) for the rows present too: K = 1100 on n = 1024
+    peaks at what one block of 2048 rows does (before: 1.86 times that, the last block padded to n)."""
+    def peak(n):
+        c = case(4, N=1, R=3, K=1100, P=40, n=n)
+        args = mvm_args(c, [2 ** 12] * 3, noise.get("sigma"), noise.get("vnoise", 0.0))
+        _core.dpe_mvm(*args)
+        pyfastpim.memory.reset_peak()
+        before = pyfastpim.memory.stats()["current_bytes"]
+        out = _core.dpe_mvm(*args)
+        return pyfastpim.memory.stats()["peak_bytes"] - before - np.asarray(out).nbytes
+
+    one_block = peak(2048)
+    assert one_block > 0
+    assert peak(1024) <= one_block + 4096  # the second block's scales only (before: +39 KB to +680 KB)
+
 def test_conv2d_packed_equals_unpacked():
     rng = np.random.default_rng(2)
     img = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)

@@ -87,8 +87,9 @@ def drift_conductance(G, t_seconds, t0=1.0, nu_mean=0.05, nu_std=0.01, seed=_cor
     64, counter = flat C-order index, call 0), ``G(t) = G * exp(-nu * log(t / t0))``.
 
     Returns the drifted conductances, a float32 NumPy array shaped like G, or with
-    ``return_nu=True`` the pair ``(G(t), nu)``, both such arrays (no copies: views of the
-    core's results).
+    ``return_nu=True`` the pair ``(G(t), nu)``, nu a float64 array shaped like G: the
+    double each cell's G(t) was computed with, so ``G(t) == float32(float64(G) *
+    exp(-nu * log(t / t0)))`` holds for the returned nu (no copies: views of the core's results).
     """
     d = DriftSettings(t_seconds, t0, nu_mean, nu_std, False)  # the engine's rules and messages
     with _renamed("g", "G"):  # the core names its own parameter

@@ -59,9 +59,10 @@ pf_status pf_irdrop_layer(const float *g, int64_t n_slices, int64_t rows, int64_
  *   nu[idx]  = max(0, nu_mean + nu_std * pf_normal(seed, PF_STREAM_DRIFT, 0, idx))
  *   out[idx] = (float)((double)g[idx] * exp(-nu[idx] * log(t / t0)))
  * for idx = index0 .. index0 + count - 1 (g, out and nu_out indexed from 0;
- * nu_out may be NULL). Requires t >= t0 > 0 and finite values (g included:
+ * nu_out may be NULL; nu_out gets the double nu the formula used, not a float32
+ * rounding of it). Requires t >= t0 > 0 and finite values (g included:
  * PF_ENONFINITE naming "g"), nu_std >= 0. */
 pf_status pf_drift(const float *g, int64_t count, uint64_t index0, uint64_t seed, double t, double t0,
-                   double nu_mean, double nu_std, float *out, float *nu_out);
+                   double nu_mean, double nu_std, float *out, double *nu_out);
 
 #endif

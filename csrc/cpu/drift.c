@@ -10,7 +10,7 @@
 #include "cpu/threads.h"
 
 pf_status pf_drift(const float *g, int64_t count, uint64_t index0, uint64_t seed, double t, double t0,
-                   double nu_mean, double nu_std, float *out, float *nu_out)
+                   double nu_mean, double nu_std, float *out, double *nu_out)
 {
     if (!(t0 > 0.0) || !isfinite(t0))
         return pf_fail(isfinite(t0) ? PF_EINVAL : PF_ENONFINITE, "t0", "must be finite and > 0, got %g", t0);
@@ -48,7 +48,7 @@ pf_status pf_drift(const float *g, int64_t count, uint64_t index0, uint64_t seed
          * DBL_MAX), where -nu * 0 would be NaN */
         out[k] = nu == 0.0 || log_ratio == 0.0 ? g[k] : (float)((double)g[k] * exp(-nu * log_ratio));
         if (nu_out)
-            nu_out[k] = (float)nu;
+            nu_out[k] = nu;
     }
     return PF_OK;
 }

@@ -7,7 +7,8 @@
  *   irdrop_layer(g, r_wire, block_rows, block_cols, pad_g) -> geff
  *       g float32 (S, K, P) programmed conductances; geff float32 (S, K, P).
  *   drift(g, seed, t, t0, nu_mean, nu_std, return_nu=False) -> out or (out, nu)
- *       g float32 (any shape); out, nu float32 of the same shape.
+ *       g float32 (any shape); out float32, nu float64 of the same shape: nu as the drift formula uses it
+ *       (a double), so out == (float)((double)g * exp(-nu * log(t / t0))) holds for the returned nu.
  */
 #include <math.h>
 
@@ -133,7 +134,7 @@ static PyObject *py_drift(PyObject *self, PyObject *args, PyObject *kwds)
     if (!out)
         return NULL;
     PfArray *nu = NULL;
-    if (return_nu && !(nu = pf_array_new(PF_DT_F32, g->ndim, g->shape))) {
+    if (return_nu && !(nu = pf_array_new(PF_DT_F64, g->ndim, g->shape))) {
         Py_DECREF(g);
         Py_DECREF(out);
         return NULL;
@@ -142,7 +143,7 @@ static PyObject *py_drift(PyObject *self, PyObject *args, PyObject *kwds)
     const int64_t count = (int64_t)pf_array_size(g);
     Py_BEGIN_ALLOW_THREADS
     st = pf_drift((const float *)g->data, count, 0, seed, t.value, t0.value, nu_mean.value, nu_std.value, (float *)out->data,
-                  nu ? (float *)nu->data : NULL);
+                  nu ? (double *)nu->data : NULL);
     Py_END_ALLOW_THREADS
     Py_DECREF(g);
     if (st != PF_OK)

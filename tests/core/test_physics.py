@@ -442,13 +442,32 @@ def test_drift_matches_the_numpy_transcription(nu_mean, nu_std):
     ref, nu_ref = drift_ref(g, seed, 3600.0, 2.0, nu_mean, nu_std)
     # NumPy arrays shaped like G, as effective_conductance returns (a pyfastpim.Array had no arithmetic)
     assert type(got) is np.ndarray and type(nu) is np.ndarray
-    assert got.shape == nu.shape == g.shape and got.dtype == nu.dtype == np.float32
+    assert got.shape == nu.shape == g.shape and got.dtype == np.float32 and nu.dtype == np.float64
     assert type(physics.drift_conductance(g, 3600.0)) is np.ndarray
     np.testing.assert_allclose(np.asarray(nu), nu_ref, rtol=2e-6, atol=1e-7)
     np.testing.assert_allclose(np.asarray(got), ref, rtol=2e-5)
     assert (np.asarray(nu) >= 0).all()
     if nu_std > 0:
         assert np.asarray(nu).std() > 0.5 * nu_std  # per-cell exponents really vary
+
+
+def test_drift_returns_the_nu_its_conductances_used():
+    # return_nu gave nu rounded to float32 while G(t) was computed with the double nu: the drift formula
+    # (docs/physics.md) applied to the returned nu did not give the returned G(t) (684 of these 4096 cells off
+    # by a float32 ulp at t / t0 = 1e6), and nu lost the precision the computation had
+    import math
+    g = np.random.default_rng(23).uniform(LGS, HGS, 4096).astype(np.float32)
+    for t, t0, nu_mean, nu_std in ((1e6, 1.0, 0.05, 0.01), (3600.0, 2.0, 0.1, 0.2), (1e300, 1e-300, 0.003, 0.001)):
+        got, nu = physics.drift_conductance(g, t, t0=t0, nu_mean=nu_mean, nu_std=nu_std, seed=7, return_nu=True)
+        assert nu.dtype == np.float64 and got.dtype == np.float32
+        log_ratio = math.log(t / t0) if math.isfinite(t / t0) else math.log(t) - math.log(t0)
+        ref = np.array([np.float32(float(gk) * math.exp(-nk * log_ratio)) for gk, nk in zip(g.tolist(), nu.tolist())],
+                       np.float32)
+        np.testing.assert_array_equal(got, ref)
+        # nu = max(0, nu_mean + nu_std z), a double: not a float32 rounding of it
+        z = np.asarray(_core.normals(7, 64, 0, 0, g.size), np.float64)
+        np.testing.assert_allclose(nu, np.maximum(0.0, nu_mean + nu_std * z), rtol=1e-6, atol=1e-6 * nu_std)
+        assert (nu != nu.astype(np.float32))[nu > 0].mean() > 0.5
 
 
 def test_drift_generator_is_the_engine_philox_stream():

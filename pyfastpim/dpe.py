@@ -85,12 +85,15 @@ def _read_variation_dict(value, g_level):
                              % (g_level - 1, sorted(value.keys())))
         return {int(k): _sigma(v, "read_variation[%d]" % k, True) for k, v in value.items()}
     try:  # one sigma: the type rule of every entry point (_core.check_number: a 0-d array too, not a bool)
-        sigma = _sigma(_core.check_number(value, "read_variation"), "read_variation", True)
-        return {i: sigma for i in range(g_level)}
-    except TypeError:
-        pass
-    raise ValueError("argument 'read_variation': expected a number (one sigma for every level; 0 for no read "
-                     "noise) or a dict {level: sigma} for levels 0..%d, got %r" % (g_level - 1, value))
+        number = _core.check_number(value, "read_variation")
+    except TypeError as exc:  # the rule's TypeError, its words naming the dict form too (a wrong value: ValueError)
+        words = "argument 'read_variation': expected a real number"
+        if not str(exc).startswith(words + ", got "):
+            raise
+        raise TypeError("%s (one sigma for every level; 0 for no read noise) or a dict {level: sigma} for levels "
+                        "0..%d%s" % (words, g_level - 1, str(exc)[len(words):])) from None
+    sigma = _sigma(number, "read_variation", True)
+    return {i: sigma for i in range(g_level)}
 
 
 def _resolution_list(radc):

@@ -139,7 +139,7 @@ def test_layer_repr_survives_an_invalid_input_slice_method():
 
 
 def test_clear_errors_for_read_variation_none_and_shape_mismatch():
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(TypeError) as e:  # a wrong type (tests/api/test_scalar_arguments.py)
         DPETensor(read_variation=None)
     msg = str(e.value)
     assert "read_variation" in msg and "got None" in msg and "or None" not in msg

@@ -259,3 +259,21 @@ def test_zero_d_bools_and_complex_numbers_are_not_real_numbers():
     # as a flag, a 0-d bool array or tensor is the bool it holds (a 1-element array stays a container)
     assert _core.check_flag(np.array(True), "f") is True and _core.check_flag(torch.tensor(False), "f") is False
     assert outcome(lambda: _core.check_flag(np.array([True]), "f"))[0] is TypeError
+
+
+@pytest.mark.parametrize("value,got", [("a", "str"), ([1], "list"), ((0.1,), "tuple"), (None, "NoneType"),
+                                       (True, "bool"), (np.array([0.1]), "numpy.ndarray"), ({0.1}, "set")],
+                         ids=repr)
+def test_read_variation_of_a_wrong_type_is_a_type_error(value, got):
+    # read_variation='a' (or [1], None) raised ValueError where every other scalar argument of a wrong type
+    # raises the type rule's TypeError: now the rule's TypeError and words, naming the dict form it also takes
+    msg = "argument 'read_variation': expected a real number (one sigma for every level; 0 for no read noise) " \
+          "or a dict {level: sigma} for levels 0..15, got " + got
+    assert outcome(lambda: pyfastpim.DPETensor(read_variation=value)) == (TypeError, msg)
+    engine = pyfastpim.DPETensor()
+    assert outcome(lambda: setattr(engine, "read_variation", value)) == (TypeError, msg)
+    # wrong values stay ValueError: a negative or too large sigma, a dict without every level
+    for bad in (-0.1, 6.0, float("nan"), {0: 0.1}, {i: 0.1 for i in range(17)}):
+        assert outcome(lambda: pyfastpim.DPETensor(read_variation=bad))[0] is ValueError, bad
+    assert outcome(lambda: pyfastpim.DPETensor(g_level=2, read_variation={0: 0.1, 1: -1.0})) == \
+        (ValueError, outcome(lambda: _core.check_sigma(-1.0, "read_variation[1]", True))[1])

@@ -187,8 +187,8 @@ def test_engine_parameter_validation():
         DPETensor(rate_stuck_HGS=0.7, rate_stuck_LGS=0.5)
     with pytest.raises(ValueError, match="read_variation"):
         DPETensor(g_level=4, read_variation={0: 0.1, 1: 0.1})
-    with pytest.raises(ValueError, match="read_variation"):
-        DPETensor(read_variation="big")
+    with pytest.raises(TypeError, match=r"^argument 'read_variation': expected a real number .* got str$"):
+        DPETensor(read_variation="big")  # a wrong type: the type rule's TypeError (test_scalar_arguments.py)
     with pytest.raises(ValueError, match="vnoise"):
         DPETensor(vnoise=-1)
     with pytest.raises(TypeError, match="g_level"):

@@ -285,15 +285,14 @@ class DPETensor:
         # an int, or 1 to 16 ints (one per weight slice), each in 2..2**24: the core's rule (pf_conv_resolutions)
         self.radc_is_list = isinstance(radc, (list, tuple, np.ndarray)) or _is_torch(radc)
         self.radc = _core.check_radc(_resolution_list(radc) if self.radc_is_list else radc)
-        # the core's rules (csrc/core/contract.c): 2 <= g_level <= 256, 0 <= LGS < HGS <= 1e30, the level
-        # spacing a normal float32 of at least HGS * 2**-22 (ValueError naming g_level, HGS or LGS, the
-        # message of every entry point)
-        _core.check_conductance_range(self.HGS, self.LGS, self.g_level)
+        # the core's rules (csrc/core/contract.c), checked once by check_vread: first the conductance range
+        # (check_conductance_range's: 2 <= g_level <= 256, 0 <= LGS < HGS <= 1e30, the level spacing a normal
+        # float32 of at least HGS * 2**-22; ValueError naming g_level, HGS or LGS, the message of every entry
+        # point), then 0 < vread <= 5.7e31 V with the ADC reference current finite in float32
+        _core.check_vread(self.vread, self.HGS, self.LGS, self.g_level, self.rdac)
         if self.wire_resistance > 0:  # the solver's rule for R * HGS, on one HGS cell (ValueError naming it)
             from .physics import effective_conductance
             effective_conductance(np.full((1, 1), self.HGS), self.wire_resistance)
-        # 0 < vread <= 5.7e31 V, the ADC reference current finite in float32 (csrc/core/contract.c)
-        _core.check_vread(self.vread, self.HGS, self.LGS, self.g_level, self.rdac)
         for name in ("rate_stuck_HGS", "rate_stuck_LGS"):
             if getattr(self, name) > 1:
                 raise ValueError("argument '%s': must be in [0, 1], got %r" % (name, getattr(self, name)))

@@ -647,3 +647,27 @@ def test_forward_conv2d_checks_the_input_granule_once(monkeypatch, gran, resolve
     eng.forward_conv2d(np.ones((1, 2, 3, 3), np.float32), ws, 2, input_paral_size=(1, 8), input_quant_gran=gran)
     first = (1, 8) if resolved is None else None  # _slicing_args: the pair, or a name (nothing to round yet)
     assert seen == [("input_paral_size", first, None), ("input_paral_size", resolved, 1)], seen
+
+
+def test_engine_checks_the_conductance_range_once(monkeypatch):
+    # DPETensor checked HGS / LGS / g_level with _core.check_conductance_range and again inside
+    # _core.check_vread (which checks the range before vread): now once, by check_vread, with the same messages
+    from pyfastpim import _core as core
+    calls = []
+    for name in ("check_conductance_range", "check_vread"):  # each runs pf_validate_conductance_range once
+        def counting(*args, _fn=getattr(core, name), **kw):
+            calls.append(_fn.__name__)
+            return _fn(*args, **kw)
+        monkeypatch.setattr(core, name, counting)
+    pyfastpim.DPETensor()
+    assert len(calls) == 1, calls
+    for over, name in ((dict(LGS=2e-5), "LGS"), (dict(HGS=1e31), "HGS"), (dict(HGS=1e-44, LGS=0.0), "HGS"),
+                       (dict(HGS=1.0 + 1e-7, LGS=1.0), "LGS")):
+        args = dict(dict(HGS=1e-5, LGS=1e-7), **over)
+        calls.clear()
+        got = outcome(lambda: pyfastpim.DPETensor(**over))
+        assert len(calls) == 1, calls
+        assert got[0] is ValueError and got[1].startswith("argument '%s'" % name), got
+        assert got == outcome(lambda: core.check_conductance_range(args["HGS"], args["LGS"], 16))
+        # with a bad vread (and an IR drop out of range) too, the range's error comes first, as before
+        assert outcome(lambda: pyfastpim.DPETensor(vread=-1.0, wire_resistance=1e20, **over)) == got

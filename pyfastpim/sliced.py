@@ -16,6 +16,7 @@ buffers:
 - ``levels``: uint8 ``(S, C, P)`` programmed conductance levels of weights;
   ``conductance``: float32 ``(S, C, P)`` in siemens, only with device noise.
 """
+import collections.abc
 import itertools
 import math
 import os
@@ -101,7 +102,8 @@ def _widths(slice_method, name="slice_method"):
     sm = slice_method
     if hasattr(sm, "tolist"):
         sm = sm.tolist()
-    if isinstance(sm, (str, bytes)) or not hasattr(sm, "__iter__"):
+    # a str, a dict (its keys) or a set (no order) is no sequence of widths, as the core's converter has it
+    if isinstance(sm, (str, bytes, collections.abc.Mapping, collections.abc.Set)) or not hasattr(sm, "__iter__"):
         raise TypeError("argument '%s': expected a sequence of bit widths, got %r" % (name, slice_method))
     out = []
     for v in sm:

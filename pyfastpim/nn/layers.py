@@ -40,6 +40,7 @@ import torch
 import torch.nn as nn
 
 from .. import _core
+from ..sliced import _widths
 
 __all__ = ["LinearMem", "Conv2dMem"]
 
@@ -52,24 +53,6 @@ def _pyfastpim_attr(name):
         return getattr(pyfastpim, name)
     except AttributeError:
         raise ImportError("pyfastpim.%s is not available in this build of pyfastpim" % name) from None
-
-
-def _slice_tuple(value, name):
-    """Slice method (bit widths, most significant first) as a tuple of ints, validated."""
-    if isinstance(value, torch.Tensor):
-        value = value.tolist()
-    try:
-        widths = tuple(int(v) for v in value)
-        ok = all(int(v) == v for v in value)
-    except (TypeError, ValueError):
-        raise TypeError("argument '%s': expected a sequence of bit widths such as (1, 1, 2, 4), got %r"
-                        % (name, value)) from None
-    if not ok or not widths or any(w < 1 for w in widths):
-        raise ValueError("argument '%s': must be a non-empty sequence of positive integer bit widths, got %r"
-                         % (name, value))
-    if widths[0] != 1:
-        raise ValueError("argument '%s': the first (sign) slice must be 1 bit wide, got %r" % (name, widths))
-    return widths
 
 
 _GEOMETRY_MAX = 2 ** 31 - 1  # the C core's convolution geometry limit
@@ -295,8 +278,8 @@ class _MemLayer(nn.Module):
 
     def _init_mem(self, engine, input_slice, weight_slice, bw_e, input_paral_size, weight_paral_size,
                   input_quant_gran, weight_quant_gran, device):
-        input_widths = _slice_tuple(input_slice, "input_slice")
-        self._weight_slice = _slice_tuple(weight_slice, "weight_slice")
+        input_widths = _widths(input_slice, "input_slice")  # SlicedData's checker (pyfastpim.sliced)
+        self._weight_slice = _widths(weight_slice, "weight_slice")
         self.input_paral_size = _paral(input_paral_size, "input_paral_size")
         self.weight_paral_size = _paral(weight_paral_size, "weight_paral_size")
         _check_paral(self.input_paral_size, self.weight_paral_size)
@@ -393,7 +376,7 @@ class _MemLayer(nn.Module):
         """The input's slice widths, read from ``input_slice_method`` at each call: MemIntelli's layers
         slice every input with that attribute, so assigning it (or editing the tensor) takes effect at
         the next forward; an invalid one is a ValueError / TypeError naming it."""
-        return _slice_tuple(self.input_slice_method, "input_slice_method")
+        return _widths(self.input_slice_method, "input_slice_method")
 
     @property
     def input_slice(self):

@@ -25,9 +25,10 @@ ENGINE = pyfastpim.DPETensor()
     ("input_paral_size", (1, 0), ValueError, "values must be >= 1, got (1, 0)"),
     ("input_quant_gran", "per-block", ValueError, "must be 'per-matrix', 'per-row', 'per-col', None or a pair of "
                                                   "positive ints, got 'per-block'"),
-    ("input_slice", None, TypeError, "expected a sequence of bit widths such as (1, 1, 2, 4), got None"),
-    ("weight_slice", (1, 0), ValueError, "must be a non-empty sequence of positive integer bit widths, got (1, 0)"),
-    ("input_slice", (2, 1, 2), ValueError, "the first (sign) slice must be 1 bit wide, got (2, 1, 2)"),
+    # the slice methods' words are SlicedData's (pyfastpim.sliced._widths, the one slice-width checker)
+    ("input_slice", None, TypeError, "expected a sequence of bit widths, got None"),
+    ("weight_slice", (1, 0), ValueError, "every width must be positive, got (1, 0)"),
+    ("input_slice", (2, 1, 2), ValueError, "the first (sign) slice must be 1 bit wide, got 2"),
 ])
 def test_conv2dmem_geometry_errors_carry_the_argument_prefix(name, bad, exc, words):
     kw = dict(kernel_size=3)
@@ -45,3 +46,28 @@ def test_linearmem_slice_errors_carry_the_argument_prefix():
 def test_memintelli_conv1d_size_errors_carry_the_argument_prefix():
     exc, msg = outcome(MiConv1d, ENGINE, 2, 2, 0, S, S)
     assert exc is ValueError and msg.startswith("argument 'kernel_size': must be an int in [1, 2**31 - 1]"), msg
+
+
+SLICES = [(True, True, 2), (1, True), (1, float("inf")), (1, float("nan")), (1, 2.5), (1, "2"), "112", (1, 8, 8),
+          (1, 1, 9), (1,) * 17, (1, 2 ** 70), (1, -1), (), {1: 0, 2: 0}, {1, 2}, None]
+
+
+@pytest.mark.parametrize("bad", SLICES, ids=repr)
+def test_layer_slice_methods_are_checked_as_slicedata_checks_them(bad):
+    # the layers had their own slice-width checker (nn.layers._slice_tuple) beside SlicedData's
+    # (sliced._widths), more lenient: it took bool widths ((True, True, 2) as (1, 1, 2)), raised OverflowError
+    # for an infinite width, took an input_slice of more than 16 bits or a width above 8 (refused only at the
+    # first forward), and refused weight_slice's with SlicedData's words naming 'slice_method'; now the one
+    # checker, at construction, naming the layer's argument
+    for name in ("input_slice", "weight_slice"):
+        kw = dict(dict(input_slice=S, weight_slice=S), **{name: bad})
+        want = outcome(lambda: pyfastpim.SlicedData(bad))
+        assert want[0] in (TypeError, ValueError) and want[1].startswith("argument 'slice_method': "), want
+        want = (want[0], want[1].replace("'slice_method'", "'%s'" % name, 1))
+        assert outcome(lambda: LinearMem(ENGINE, 4, 4, **kw)) == want, (name, bad)
+        assert outcome(lambda: Conv2dMem(ENGINE, 2, 2, 3, **kw)) == want, (name, bad)
+    # the input's slice method read at each forward (MemIntelli's input_slice_method attribute): the same checker
+    layer = LinearMem(ENGINE, 4, 4, S, S)
+    layer.input_slice_method = bad
+    want = outcome(lambda: pyfastpim.SlicedData(bad))
+    assert outcome(lambda: layer.input_slice) == (want[0], want[1].replace("'slice_method'", "'input_slice_method'"))

@@ -131,18 +131,24 @@ def _is_torch(obj):
     return t is not None and isinstance(obj, t.Tensor)
 
 
-def _pair(value, name, minimum):
+def _pair(value, name, minimum, maximum=None):
+    """A geometry argument as torch's ``kernel_size`` takes it (the layers' and forward_conv2d's): an int n
+    as (n, n) or a pair of ints (a list, tuple, NumPy array or tensor; a 0-d one is an int), not a bool;
+    each >= ``minimum`` (and <= ``maximum``, where given). TypeError / ValueError naming ``name``."""
+    if hasattr(value, "tolist"):  # a NumPy array or a tensor, 0-d (an int) or 1-D (a pair)
+        value = value.tolist()
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        value = (value, value)
-    try:
-        a, b = (int(v) for v in value)
-        if any(isinstance(v, bool) or not isinstance(v, numbers.Integral) for v in value):
-            raise TypeError
-    except (TypeError, ValueError):
-        raise TypeError("argument '%s': expected an int or a pair of ints, got %r" % (name, value)) from None
-    if a < minimum or b < minimum:
+        pair = (int(value), int(value))
+    elif isinstance(value, (tuple, list)) and len(value) == 2 and all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value):
+        pair = (int(value[0]), int(value[1]))
+    else:
+        raise TypeError("argument '%s': expected an int or a pair of ints, got %r" % (name, value))
+    if min(pair) < minimum:
         raise ValueError("argument '%s': values must be >= %d, got %r" % (name, minimum, value))
-    return a, b
+    if maximum is not None and max(pair) > maximum:  # beyond, torch's int64 size arithmetic can wrap
+        raise ValueError("argument '%s': must be <= %d, got %r" % (name, maximum, value))
+    return pair
 
 
 def _resolve_granule(rows, cols, paral, gran):

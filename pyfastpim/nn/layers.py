@@ -40,6 +40,7 @@ import torch
 import torch.nn as nn
 
 from .. import _core
+from ..dpe import _pair  # the one int-or-pair checker (forward_conv2d's too)
 from ..sliced import _widths
 
 __all__ = ["LinearMem", "Conv2dMem"]
@@ -58,29 +59,12 @@ def _pyfastpim_attr(name):
 _GEOMETRY_MAX = 2 ** 31 - 1  # the C core's convolution geometry limit
 
 
-def _pair(value, name, minimum=0, maximum=None):
-    if isinstance(value, torch.Tensor):
-        value = value.tolist()
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        pair = (int(value), int(value))
-    elif isinstance(value, (tuple, list)) and len(value) == 2 and all(
-            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value):
-        pair = (int(value[0]), int(value[1]))
-    else:
-        raise TypeError("argument '%s': expected an int or a pair of ints, got %r" % (name, value))
-    if min(pair) < minimum:  # the words of DPETensor's pairs (dpe._pair) and the core's (pf_validate_pair)
-        raise ValueError("argument '%s': values must be >= %d, got %r" % (name, minimum, value))
-    if maximum is not None and max(pair) > maximum:  # beyond, torch's int64 size arithmetic can wrap
-        raise ValueError("argument '%s': must be <= %d, got %r" % (name, maximum, value))
-    return pair
-
-
 def _paral(value, name):
     return _pair(value, name, minimum=1)
 
 
 def _quant_gran(value, name):
-    if value is None or value in ("per-matrix", "per-row", "per-col"):
+    if value is None or isinstance(value, str) and value in ("per-matrix", "per-row", "per-col"):
         return value
     if isinstance(value, str):
         raise ValueError("argument '%s': must be 'per-matrix', 'per-row', 'per-col', None or a pair of positive "

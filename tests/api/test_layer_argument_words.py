@@ -71,3 +71,35 @@ def test_layer_slice_methods_are_checked_as_slicedata_checks_them(bad):
     layer.input_slice_method = bad
     want = outcome(lambda: pyfastpim.SlicedData(bad))
     assert outcome(lambda: layer.input_slice) == (want[0], want[1].replace("'slice_method'", "'input_slice_method'"))
+
+
+def test_geometry_pairs_are_read_by_one_checker_taking_arrays():
+    # two int-or-pair checkers (nn.layers._pair, dpe._pair) disagreed: the layers refused a NumPy pair
+    # (np.array([32, 32]): TypeError, though the README's pairs are "a list, tuple or array of two ints") and
+    # a 0-d array (an int by the type rule), an array granule warned (elementwise ==), and forward_conv2d
+    # refused a tensor pair the layers took; now one checker (dpe._pair) for both
+    import warnings
+    import numpy as np
+    import torch
+    for pair in (np.array([32, 32]), torch.tensor([32, 32]), np.array(32), (np.int64(32), 32)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            layer = LinearMem(ENGINE, 8, 4, S, S, input_paral_size=pair, weight_paral_size=pair,
+                              input_quant_gran=pair, weight_quant_gran=pair)
+        assert layer.input_paral_size == (32, 32), pair
+    for bad in (np.array([32.0, 32.0]), np.array(True), np.array([32, 32, 32])):
+        exc, msg = outcome(lambda: LinearMem(ENGINE, 8, 4, S, S, input_paral_size=bad))
+        assert exc is TypeError and msg.startswith("argument 'input_paral_size': expected an int or a pair"), msg
+    x = torch.ones(1, 2, 5, 5)
+    eng = pyfastpim.DPETensor(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0)
+    ref = Conv2dMem(eng, 2, 4, 3, S, S)
+    want = ref(x)
+    for k in (np.array(3), np.array([3, 3]), torch.tensor([3, 3])):
+        layer = Conv2dMem(eng, 2, 4, k, S, S)
+        layer.load_state_dict(ref.state_dict())
+        assert layer.kernel_size == (3, 3) and torch.equal(layer(x), want), k
+    w = pyfastpim.SlicedData(S, is_weight=True, paral_size=(32, 32))
+    w.slice_data_imp(eng, np.ones((18, 4), np.float32))
+    a = eng.forward_conv2d(np.ones((1, 2, 5, 5), np.float32), w, (3, 3), input_slice=S)
+    b = eng.forward_conv2d(np.ones((1, 2, 5, 5), np.float32), w, torch.tensor([3, 3]), input_slice=S)
+    np.testing.assert_array_equal(a[0], b[0])  # (out, dequantized input)

@@ -982,3 +982,32 @@ def test_update_weight_programs_with_the_weight_sliced_settings(nn_layers):
     layer.weight_sliced.bw_e = -1
     with pytest.raises(ValueError, match="bw_e"):
         layer.update_weight()
+
+
+def test_memintelli_int_arguments_follow_the_type_rule():
+    # relu_q(x, 4.0) / relu_q(x, '4') and Conv1dMem(in_channels=2.0 / '2' / True) raised ValueError where every
+    # other int argument of a wrong type raises the type rule's TypeError (_core.check_number), and a 0-d array
+    # (an int by that rule) was refused; relu_q(x, 64) gave torch's RuntimeError (overflow) naming nothing
+    from pyfastpim.memintelli.NN_layers.activation import relu_q
+    from pyfastpim import _core
+    from pyfastpim.memintelli.pimpy import DPETensor as MiDPETensor
+    from helpers import outcome
+    x = torch.linspace(-20, 20, 41)
+    for bad in (4.0, "4", True, np.bool_(True), None, [4]):
+        assert outcome(lambda: relu_q(x, bad)) == (TypeError, outcome(lambda: _core.check_number(bad, "bit_width",
+                                                                                                  True))[1]), bad
+    assert torch.equal(relu_q(x, np.array(4)), relu_q(x, 4)) and torch.equal(relu_q(x, np.int64(4)), relu_q(x, 4))
+    for bad in (0, 64, -1):
+        assert outcome(lambda: relu_q(x, bad)) == (ValueError, "argument 'bit_width': expected an int in [1, 63], "
+                                                               "got %d" % bad)
+    assert torch.equal(relu_q(x, 63), x.clamp(0, 2 ** 62 - 1))
+    engine, s = MiDPETensor(), (1, 1, 2)
+    for name in ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation"):
+        kw = dict(dict(in_channels=2, out_channels=3, kernel_size=3), **{name: 2.0})
+        exc, msg = outcome(lambda: Conv1dMem(engine, input_slice=s, weight_slice=s, **kw))
+        assert exc is TypeError and msg == "argument '%s': expected an int, got float" % name, (name, msg)
+        kw[name] = np.array(2)
+        assert Conv1dMem(engine, input_slice=s, weight_slice=s, **kw) is not None
+        kw[name] = -1
+        exc, msg = outcome(lambda: Conv1dMem(engine, input_slice=s, weight_slice=s, **kw))
+        assert exc is ValueError and msg.startswith("argument '%s': must be an int in [" % name), (name, msg)

@@ -4,17 +4,19 @@
 softmax_q (over dim 1) multiply the ordinary activation by ``scale``. As in MemIntelli, no
 rounding is applied (the results are differentiable).
 """
-import numbers
-
 import torch
+
+from ... import _core
 
 __all__ = ["relu_q", "sigmoid_q", "tanh_q", "softmax_q"]
 
 
 def _scale(bit_width):
-    if isinstance(bit_width, bool) or not isinstance(bit_width, numbers.Integral) or bit_width < 1:
-        raise ValueError("argument 'bit_width': expected a positive int, got %r" % (bit_width,))
-    return 2 ** (int(bit_width) - 1)
+    # the type rule of every entry point (_core.check_number): a bool, float or str is a TypeError
+    bit_width = _core.check_number(bit_width, "bit_width", True)
+    if not 1 <= bit_width <= 63:  # the scale 2**(bit_width - 1) an int64 for torch (64 bits: its RuntimeError)
+        raise ValueError("argument 'bit_width': expected an int in [1, 63], got %r" % (bit_width,))
+    return 2 ** (bit_width - 1)
 
 
 def relu_q(x: torch.Tensor, bit_width: int):

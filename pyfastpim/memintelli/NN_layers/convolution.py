@@ -1,6 +1,6 @@
 """MemIntelli's ``Conv2dMem`` (pyfastpim.nn.Conv2dMem, with torch devices) and a working ``Conv1dMem``."""
-import numbers
 
+from ... import _core
 from ...nn import layers as _layers
 from .. import _device
 from ..pimpy.data_formats import SlicedData
@@ -51,12 +51,16 @@ class Conv2dMem(_layers.Conv2dMem):
 
 
 def _int1(value, name, minimum):
+    """An int (or a 1-tuple / 1-list of one, as torch's Conv1d takes it) in [minimum, 2**31 - 1]: a value of
+    another type (a bool, float, str, ...) is the type rule's TypeError (_core.check_number), one out of range
+    a ValueError."""
     if isinstance(value, (tuple, list)) and len(value) == 1:
         value = value[0]
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not minimum <= value <= 2 ** 31 - 1:
+    value = _core.check_number(value, name, True)
+    if not minimum <= value <= 2 ** 31 - 1:
         raise ValueError("argument '%s': must be an int in [%d, 2**31 - 1] (or a 1-tuple), got %r"
                          % (name, minimum, value))
-    return int(value)
+    return value
 
 
 class Conv1dMem(_layers._MemLayer):

@@ -34,7 +34,6 @@ dequantized or unfolded copies of the input are kept. Training keeps the dequant
 """
 import copy
 import math
-import numbers
 
 import torch
 import torch.nn as nn

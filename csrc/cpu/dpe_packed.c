@@ -49,7 +49,8 @@ void pf_dpe_read_noise_init(const pf_dpe_args *a, pf_read_noise *r)
  * val[0..c1-c0): levels, or with noise G_r = G * exp(sigma z) as value
  * (G_r - LGS) / Q_G. f: c1 - c0 floats. c0 is a multiple of 8, so exp's runs
  * of 8 fall where they fall for the whole row: a column range gives the
- * whole row's bits. */
+ * whole row's bits. The portable passes: pack_w_row calls the kernel
+ * table's fused pass (kernels.h) itself where there is one. */
 static void weight_row(const pf_dpe_args *a, int noise_w, const pf_read_noise *rn, int64_t row, int64_t c0,
                        int64_t c1, float *val, float *f)
 {
@@ -59,10 +60,6 @@ static void weight_row(const pf_dpe_args *a, int noise_w, const pf_read_noise *r
     if (!noise_w) {
         for (int64_t p = 0; p < w; p++)
             val[p] = (float)L[p];
-        return;
-    }
-    if (a->read_sigma && rn->values && cell0 % 4 == 0) {
-        rn->values(rn, (uint64_t)cell0, w, L, G, val);
         return;
     }
     if (a->read_sigma) {
@@ -91,14 +88,13 @@ static void weight_row(const pf_dpe_args *a, int noise_w, const pf_read_noise *r
 }
 
 /* Weight row `row` (of sw * K), column panels [cp0, cp1), into the panels at
- * Bp (panel cp0 first, `panel` floats apart, crossbar block b0 first); the
- * last panel's columns past P are written as zeros. val: 2 * (cp1 - cp0) * NR
- * floats of scratch. */
-static void pack_w_row(const pf_dpe_args *a, int noise_w, const pf_read_noise *rn, int64_t nk, int64_t cp0,
-                       int64_t cp1, int64_t b0, int64_t row, size_t panel, float *Bp, float *val)
+ * dst (the row's place in panel cp0; the next panels `panel` floats apart);
+ * the last panel's columns past P are written as zeros. val: 2 * (cp1 - cp0) *
+ * NR floats of scratch. The callers place the row (no divisions per row). */
+static void pack_w_row(const pf_dpe_args *a, int noise_w, const pf_read_noise *rn, int64_t cp0, int64_t cp1,
+                       int64_t row, size_t panel, float *dst, float *val)
 {
-    const int64_t n = a->n, K = a->inner, P = a->cols, c0 = cp0 * NR, c1 = pf_min64(cp1 * NR, P);
-    const int64_t j = row / K, kk = row % K;
+    const int64_t K = a->inner, P = a->cols, c0 = cp0 * NR, c1 = pf_min64(cp1 * NR, P);
     if (row + PREFETCH_ROWS < a->sw * K) {
         /* a column chunk reads a short piece of every row: the hardware
          * prefetcher misses the stride, and the first touch of each row's
@@ -111,16 +107,18 @@ static void pack_w_row(const pf_dpe_args *a, int noise_w, const pf_read_noise *r
                     __builtin_prefetch(a->w_conductance + ahead + g);
         }
     }
-    weight_row(a, noise_w, rn, row, c0, c1, val, val + (cp1 - cp0) * NR);
-    /* block kk / n holds its slices rows-present apart (core/dpe.h) */
-    const int64_t b = kk / n;
-    float *dst = Bp + ((b - b0) * a->sw * nk + j * pf_dpe_block_rows(a, b) + kk % n) * NR;
-    for (int64_t cp = cp0; cp < cp1; cp++) {
-        int64_t cw = pf_min64(NR, P - cp * NR);
-        memcpy(dst + (cp - cp0) * panel, val + (cp - cp0) * NR, (size_t)cw * sizeof(float));
-        if (cw < NR)
-            memset(dst + (cp - cp0) * panel + cw, 0, (size_t)(NR - cw) * sizeof(float));
+    const int64_t cell0 = row * P + c0, cw = P - (cp1 - 1) * NR; /* cw: columns of the last panel */
+    if (noise_w && a->read_sigma && rn->values && cell0 % 4 == 0) {
+        /* the fused pass writes straight into the panels (no copy through val) */
+        rn->values(rn, (uint64_t)cell0, c1 - c0, a->w_levels + cell0,
+                   a->w_conductance ? a->w_conductance + cell0 : NULL, dst, panel);
+    } else {
+        weight_row(a, noise_w, rn, row, c0, c1, val, val + (cp1 - cp0) * NR);
+        for (int64_t cp = cp0; cp < cp1; cp++)
+            memcpy(dst + (cp - cp0) * panel, val + (cp - cp0) * NR, (size_t)pf_min64(NR, P - cp * NR) * sizeof(float));
     }
+    if (cw < NR) /* the last panel's columns past P */
+        memset(dst + (cp1 - 1 - cp0) * panel + cw, 0, (size_t)(NR - cw) * sizeof(float));
 }
 
 pf_status pf_dpe_pack_w_values(const pf_dpe_args *a, int noise_w, int64_t nb, int64_t nk, float *Bp)
@@ -137,9 +135,13 @@ pf_status pf_dpe_pack_w_values(const pf_dpe_args *a, int noise_w, int64_t nb, in
         if (!val)
             failed = 1;
 #pragma omp for schedule(static)
-        for (int64_t row = 0; row < a->sw * a->inner; row++)
+        for (int64_t row = 0; row < a->sw * a->inner; row++) {
+            /* block b holds its slices rows-present apart (core/dpe.h) */
+            const int64_t j = row / a->inner, kk = row % a->inner, b = kk / a->n;
             if (!failed && !pf_cancelled(a->cancel))
-                pack_w_row(a, noise_w, &rn, nk, 0, ncp, 0, row, panel, Bp, val);
+                pack_w_row(a, noise_w, &rn, 0, ncp, row, panel,
+                           Bp + (b * a->sw * nk + j * pf_dpe_block_rows(a, b) + kk % a->n) * NR, val);
+        }
         pf_free(val);
     }
     return failed ? PF_ENOMEM : PF_OK;
@@ -152,7 +154,7 @@ void pf_dpe_pack_w_block(const pf_dpe_args *a, int noise_w, const pf_read_noise 
     const int64_t K = a->inner, k0 = b * a->n, k1 = pf_min64(k0 + a->n, K);
     for (int64_t j = 0; j < a->sw; j++) /* a short last block holds its rows only (core/dpe.h) */
         for (int64_t kk = k0; kk < k1; kk++)
-            pack_w_row(a, noise_w, rn, nk, cp0, cp1, b, j * K + kk, panel, Bc, val);
+            pack_w_row(a, noise_w, rn, cp0, cp1, j * K + kk, panel, Bc + (j * (k1 - k0) + (kk - k0)) * NR, val);
 }
 
 void pf_dpe_packed_free(pf_dpe_packed *p)

@@ -24,7 +24,8 @@ struct pf_read_noise {
     float sigma[256];
     int uniform;
     pf_normal_groups_fn normal_groups; /* the active table's generator and fused pass (NULL: none) */
-    void (*values)(const pf_read_noise *r, uint64_t cell0, int64_t w, const uint8_t *L, const float *G, float *val);
+    void (*values)(const pf_read_noise *r, uint64_t cell0, int64_t w, const uint8_t *L, const float *G, float *val,
+                   size_t panel);
 };
 
 /* A micro-kernel and its short instances (core/dpe.h: the first 1, 2, 4
@@ -56,9 +57,12 @@ typedef struct {
      * val[p] = base * exp(sigma[L[p]] * z) - lgs, base = G[p] / qg (G given)
      * or L[p] + lgs, z the read stream's normals; exp on SLEEF for every
      * cell (the last w % 8 as a padded run of 8, as pf_exp_inplace), so the
-     * bits of the portable passes in dpe_packed.c. NULL: those passes. */
+     * bits of the portable passes in dpe_packed.c. val[p] lies at
+     * val + (p / NR) * panel + p % NR (NR = PF_DPE_NR): straight into the
+     * column panels of packed weights, panel = NR for a contiguous run.
+     * NULL: those passes. */
     void (*read_noise_values)(const pf_read_noise *r, uint64_t cell0, int64_t w, const uint8_t *L, const float *G,
-                              float *val);
+                              float *val, size_t panel);
     pf_attn_kernel attn_gemm;
 } pf_cpu_kernels;
 
@@ -80,7 +84,7 @@ void pf_normal_groups_avx2(uint64_t seed, uint32_t stream, uint32_t call, uint64
                            float *out);
 void pf_exp_inplace_avx2(float *v, int64_t count);
 void pf_read_noise_values_avx2(const pf_read_noise *r, uint64_t cell0, int64_t w, const uint8_t *L, const float *G,
-                               float *val);
+                               float *val, size_t panel);
 /* Test hook: counts[0..2] = lanes where the inline log, sincos and exp of
  * sleef_fma8.h differ from libsleef's (noise_avx2.c). AVX2 + FMA CPUs only. */
 void pf_sleef_fma8_mismatches_avx2(int64_t counts[3]);

@@ -54,37 +54,86 @@ static inline void store_groups8(float *out, __m256 v0, __m256 v1, __m256 v2, __
 
 #include "cpu/noise_simd.h"
 
+/* A weight row's constants for its fused read-noise pass, held in registers
+ * (the stores into the panels could alias the pf_read_noise they come from). */
+typedef struct {
+    __m256 lgs, qg, s0;
+    const float *sigma;
+} noisy_consts;
+
+/* Cells [p, p + 8) of a weight row's fused read-noise pass: z their normals;
+ * uniform and has_g are constants after inlining (one loop per case, no
+ * per-cell test). */
+static inline __attribute__((always_inline)) __m256 noisy8(const noisy_consts *k, const uint8_t *L, const float *G,
+                                                           const float *z, int64_t p, int uniform, int has_g)
+{
+    const __m256i li = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(L + p)));
+    const __m256 s = uniform ? k->s0 : _mm256_i32gather_ps(k->sigma, li, 4);
+    const __m256 e = pf_expf8(_mm256_mul_ps(s, _mm256_load_ps(z)));
+    const __m256 base =
+        has_g ? _mm256_div_ps(_mm256_loadu_ps(G + p), k->qg) : _mm256_add_ps(_mm256_cvtepi32_ps(li), k->lgs);
+    return _mm256_sub_ps(_mm256_mul_ps(base, e), k->lgs);
+}
+
+/* The last m < 8 cells from p into out[0..m): SLEEF's exp on a zero-padded run of 8, as the portable pass. */
+static void noisy_tail(const pf_read_noise *r, const uint8_t *L, const float *G, const float *z, int64_t p,
+                       int64_t m, float *out)
+{
+    _Alignas(32) float e[8] = {0};
+    for (int64_t l = 0; l < m; l++)
+        e[l] = r->sigma[L[p + l]] * z[l];
+    _mm256_store_ps(e, pf_expf8(_mm256_load_ps(e)));
+    for (int64_t l = 0; l < m; l++) {
+        const float base = G ? G[p + l] / r->qg : (float)L[p + l] + r->lgs;
+        out[l] = base * e[l] - r->lgs;
+    }
+}
+
+#define NR PF_DPE_NR
+_Static_assert(NR % 8 == 0 && 128 % NR == 0, "runs of 8 and chunks of 128 cells fill whole panels");
+
+/* The pass over cells [0, w), 128 normals at a time, a panel of NR cells at
+ * a time (runs of 8 never straddle two panels). */
+static inline __attribute__((always_inline)) void noisy_row(const pf_read_noise *r, uint64_t cell0, int64_t w,
+                                                            const uint8_t *L, const float *G, float *val,
+                                                            size_t panel, int uniform, int has_g)
+{
+    _Alignas(32) float z[128];
+    const noisy_consts k = {_mm256_set1_ps(r->lgs), _mm256_set1_ps(r->qg), _mm256_set1_ps(r->sigma[0]), r->sigma};
+    const pf_normal_groups_fn normal_groups = r->normal_groups;
+    const uint64_t seed = r->seed;
+    const uint32_t call = r->call;
+    float *d = val; /* the panel of cell p0 + q */
+    for (int64_t p0 = 0; p0 < w; p0 += 128) {
+        const int64_t m = w - p0 < 128 ? w - p0 : 128;
+        normal_groups(seed, PF_STREAM_READ, call, (cell0 + (uint64_t)p0) / 4, (m + 3) / 4, z);
+        int64_t q = 0;
+        for (; q + NR <= m; q += NR, d += panel)
+            for (int h = 0; h < NR; h += 8)
+                _mm256_storeu_ps(d + h, noisy8(&k, L, G, z + q + h, p0 + q + h, uniform, has_g));
+        for (; q + 8 <= m; q += 8) /* the last panel's runs of 8 (it ends the row) */
+            _mm256_storeu_ps(d + q % NR, noisy8(&k, L, G, z + q, p0 + q, uniform, has_g));
+        if (q < m)
+            noisy_tail(r, L, G, z + q, p0 + q, m - q, d + q % NR);
+    }
+}
+
+#undef NR
+
 /* The read-noise pass of dpe_packed.c's weight rows, fused (kernels.h), 8
  * lanes; the AVX-512 table uses it too with its own normal generator (SLEEF's
  * 8- and 16-wide expf agree lane for lane). */
 void pf_read_noise_values_avx2(const pf_read_noise *r, uint64_t cell0, int64_t w, const uint8_t *L, const float *G,
-                               float *val)
+                               float *val, size_t panel)
 {
-    _Alignas(32) float z[128];
-    const __m256 lgs = _mm256_set1_ps(r->lgs), qg = _mm256_set1_ps(r->qg), s0 = _mm256_set1_ps(r->sigma[0]);
-    for (int64_t p0 = 0; p0 < w; p0 += 128) {
-        const int64_t m = w - p0 < 128 ? w - p0 : 128;
-        r->normal_groups(r->seed, PF_STREAM_READ, r->call, (cell0 + (uint64_t)p0) / 4, (m + 3) / 4, z);
-        int64_t q = 0;
-        for (; q + 8 <= m; q += 8) {
-            const __m256i li = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(L + p0 + q)));
-            const __m256 s = r->uniform ? s0 : _mm256_i32gather_ps(r->sigma, li, 4);
-            const __m256 e = pf_expf8(_mm256_mul_ps(s, _mm256_load_ps(z + q)));
-            const __m256 base = G ? _mm256_div_ps(_mm256_loadu_ps(G + p0 + q), qg)
-                                  : _mm256_add_ps(_mm256_cvtepi32_ps(li), lgs);
-            _mm256_storeu_ps(val + p0 + q, _mm256_sub_ps(_mm256_mul_ps(base, e), lgs));
-        }
-        if (q < m) { /* the last w % 8 cells: SLEEF's exp on a zero-padded run of 8, as the portable pass */
-            _Alignas(32) float e[8] = {0};
-            for (int64_t l = q; l < m; l++)
-                e[l - q] = r->sigma[L[p0 + l]] * z[l];
-            _mm256_store_ps(e, pf_expf8(_mm256_load_ps(e)));
-            for (int64_t l = q; l < m; l++) {
-                const float base = G ? G[p0 + l] / r->qg : (float)L[p0 + l] + r->lgs;
-                val[p0 + l] = base * e[l - q] - r->lgs;
-            }
-        }
-    }
+    if (r->uniform && !G)
+        noisy_row(r, cell0, w, L, G, val, panel, 1, 0);
+    else if (r->uniform)
+        noisy_row(r, cell0, w, L, G, val, panel, 1, 1);
+    else if (!G)
+        noisy_row(r, cell0, w, L, G, val, panel, 0, 0);
+    else
+        noisy_row(r, cell0, w, L, G, val, panel, 0, 1);
 }
 
 /* lanes of 8 where a and b differ in any bit */

@@ -327,7 +327,7 @@ static pf_status weights_acquire(const pf_dpe_args *a, const pf_dpe_consts *s, i
                 __atomic_add_fetch(&pk->bytes, pk->b_bytes, __ATOMIC_RELAXED);
             }
             v->B = pk->B;
-            return pf_dpe_pack_w_values(a, s->noise_w, s->nb, s->nk, pk->B);
+            return pf_dpe_pack_w_values(a, s->noise_w, s->nk, pk->B);
         }
     }
     if (values && !(v->B = v->own_B = pf_calloc(b_bytes, 1)))
@@ -336,7 +336,7 @@ static pf_status weights_acquire(const pf_dpe_args *a, const pf_dpe_consts *s, i
         return PF_ENOMEM;
     if (v->own_Bs)
         pf_dpe_pack_w_scales(a, s->nb, v->own_Bs);
-    return values ? pf_dpe_pack_w_values(a, s->noise_w, s->nb, s->nk, v->own_B) : PF_OK;
+    return values ? pf_dpe_pack_w_values(a, s->noise_w, s->nk, v->own_B) : PF_OK;
 }
 
 /* Loop-nest sizes of one call. */

@@ -12,7 +12,7 @@ void pf_dpe_pack_w_scales(const pf_dpe_args *a, int64_t nb, float *Bs);
  * (core/dpe.h; padding columns zeroed by the caller, only real cells written): in units of Q_G above LGS,
  * read noise of call a->call applied when on; noise_w: any conductance noise
  * (programmed conductances or read noise). All threads, one weight row each. */
-pf_status pf_dpe_pack_w_values(const pf_dpe_args *a, int noise_w, int64_t nb, int64_t nk, float *Bp);
+pf_status pf_dpe_pack_w_values(const pf_dpe_args *a, int noise_w, int64_t nk, float *Bp);
 /* A programmed cell G (siemens) as the float path packs it, in units of Q_G
  * above LGS, times the read-noise factor f (1 without read noise). The
  * integer path takes programmed conductances when this is a level for every

@@ -121,11 +121,10 @@ static void pack_w_row(const pf_dpe_args *a, int noise_w, const pf_read_noise *r
         memset(dst + (cp1 - 1 - cp0) * panel + cw, 0, (size_t)(NR - cw) * sizeof(float));
 }
 
-pf_status pf_dpe_pack_w_values(const pf_dpe_args *a, int noise_w, int64_t nb, int64_t nk, float *Bp)
+pf_status pf_dpe_pack_w_values(const pf_dpe_args *a, int noise_w, int64_t nk, float *Bp)
 {
     const int64_t ncp = pf_ceil_div(a->cols, NR);
     const size_t panel = (size_t)(a->sw * a->inner * NR); /* the rows present (core/dpe.h) */
-    PF_UNUSED(nb);
     int failed = 0;
 #pragma omp parallel num_threads(pf_get_num_threads()) reduction(| : failed)
     {
@@ -203,7 +202,7 @@ pf_status pf_dpe_pack(const pf_dpe_args *a, pf_dpe_packed **out)
         pf_dpe_args b = *a;
         b.read_sigma = NULL;
         b.cancel = NULL;
-        pf_status st = pf_dpe_pack_w_values(&b, b.w_conductance != NULL, p->nb, p->nk, p->B);
+        pf_status st = pf_dpe_pack_w_values(&b, b.w_conductance != NULL, p->nk, p->B);
         size_t ibytes = 0;
         if (st == PF_OK) /* cells at levels (ideal, or conductances that are levels): the integer path's too */
             st = pf_dpe_int_pack_weights(&b, p->nb, p->nk, &p->iB, &p->iBs, &ibytes);

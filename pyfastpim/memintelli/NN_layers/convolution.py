@@ -135,7 +135,6 @@ class Conv1dMem(_layers._MemLayer):
 
 
 # Names MemIntelli's scripts import from this module (it imports them for its own use); not in __all__.
-from ..pimpy import DPETensor  # noqa: E402,F401
+from ..pimpy import DPETensor  # noqa: E402
 from .functions import conv1d_mem_func, conv2d_mem_func, is_tuple_2  # noqa: E402
 _REEXPORTS = (DPETensor, conv1d_mem_func, conv2d_mem_func, is_tuple_2)  # referenced: pyflakes sees them used
-_REEXPORTED = (DPETensor, conv1d_mem_func, conv2d_mem_func, is_tuple_2)  # (referenced so that linters see them used)

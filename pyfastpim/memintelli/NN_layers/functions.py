@@ -221,4 +221,3 @@ def conv1d_mem_func(engine, input, weight, input_slice, weight_slice, bias=None,
 # Names MemIntelli's scripts import from this module (it imports them for its own use); not in __all__.
 from ..pimpy.data_formats import SlicedData  # noqa: E402
 _REEXPORTS = (SlicedData,)  # referenced: pyflakes sees them used
-_REEXPORTED = (SlicedData,)  # (referenced so that linters see them used)

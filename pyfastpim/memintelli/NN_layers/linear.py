@@ -53,7 +53,6 @@ class LinearMem(_layers.LinearMem):
 
 
 # Names MemIntelli's scripts import from this module (it imports them for its own use); not in __all__.
-from ..pimpy import SNR, DPETensor  # noqa: E402,F401
+from ..pimpy import SNR, DPETensor  # noqa: E402
 from .functions import linear_mem_func  # noqa: E402
 _REEXPORTS = (SNR, DPETensor, linear_mem_func)  # referenced: pyflakes sees them used
-_REEXPORTED = (SNR, DPETensor, linear_mem_func)  # (referenced so that linters see them used)

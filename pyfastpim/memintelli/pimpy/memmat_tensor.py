@@ -85,6 +85,6 @@ class DPETensor(_BaseDPETensor):
 
 
 # Names MemIntelli's scripts import from this module (it imports them for its own use); not in __all__.
-from .data_formats import SlicedData  # noqa: E402,F401
+from .data_formats import SlicedData  # noqa: E402
 from .utils import SNR, dot_high_dim  # noqa: E402
 _REEXPORTS = (SlicedData, SNR, dot_high_dim)  # referenced: pyflakes sees them used

@@ -279,7 +279,7 @@ class _MemLayer(nn.Module):
         # its programmed weights' SlicedData holds the weight one as its slice_method (so here too); the
         # input is sliced with input_slice_method as it is at each call (see _input_slice)
         self.input_slice_method = torch.tensor(input_widths).to(self.weight.device)
-        self.weight_slice_method = self._weight_slice_tensor = torch.tensor(self._weight_slice).to(self.weight.device)
+        self._set_weight_slice(self._weight_slice)
         self.engine = engine
         self._weight_sliced = None
         self._programmed_key = None
@@ -303,22 +303,22 @@ class _MemLayer(nn.Module):
         if self.engine is None:
             raise RuntimeError("%s has no engine: set layer.engine to a pyfastpim.DPETensor first"
                                % type(self).__name__)
-        self._adopt_weight_sliced_settings()
+        current = self.__dict__.get("_weight_sliced")
+        self._adopt_weight_sliced_settings(current)
         sliced_type = self._weight_sliced_type or _pyfastpim_attr("SlicedData")
         sliced = sliced_type(self._weight_slice, bw_e=self.bw_e, is_weight=True, paral_size=self.weight_paral_size,
-                             quant_gran=self.weight_quant_gran,
-                             inference=getattr(self.__dict__.get("_weight_sliced"), "inference", False))
+                             quant_gran=self.weight_quant_gran, inference=getattr(current, "inference", False))
         # its slice_method attribute is the layer's weight_slice_method tensor, as in MemIntelli (layers
         # pickled before that keep the tuple); the slicing reads the widths checked at construction
         sliced.slice_method = getattr(self, "_weight_slice_tensor", self._weight_slice)
         sliced.slice_data_imp(self.engine, self._weight_matrix())
         self._set_programmed(sliced)
 
-    def _adopt_weight_sliced_settings(self):
+    def _adopt_weight_sliced_settings(self, current):
         """The layer's weight settings (weight_slice, bw_e, weight_paral_size, weight_quant_gran) taken
-        from the SlicedData held in weight_sliced, checked as the constructor checks them."""
+        from current, the SlicedData held in weight_sliced (if it is one), checked as the constructor
+        checks them."""
         from ..sliced import SlicedData, _bw_e, _check_sizes
-        current = self.__dict__.get("_weight_sliced")
         if not isinstance(current, SlicedData):
             return
         paral = _paral(current.paral_size, "weight_sliced.paral_size")
@@ -327,8 +327,12 @@ class _MemLayer(nn.Module):
         self.bw_e = _bw_e(current.bw_e)
         self.weight_paral_size, self.weight_quant_gran = paral, gran
         if current._widths != self._weight_slice:  # a SlicedData of another slice method was assigned
-            self._weight_slice = current._widths
-            self.weight_slice_method = self._weight_slice_tensor = torch.tensor(current._widths).to(self.weight.device)
+            self._set_weight_slice(current._widths)
+
+    def _set_weight_slice(self, widths):
+        """The weight slice widths (checked) and MemIntelli's tensor of them on the parameters' device."""
+        self._weight_slice = widths
+        self.weight_slice_method = self._weight_slice_tensor = torch.tensor(widths).to(self.weight.device)
 
     def _set_programmed(self, sliced):
         self._weight_sliced = sliced

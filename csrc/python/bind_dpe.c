@@ -175,10 +175,8 @@ int pf_dpe_parse_mvm(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs
                                      pf_conv_slice_method, &d.w_widths, pf_conv_int, &d.n, pf_conv_rdac, &d.rdac,
                                      pf_conv_g_level, &d.g_level, pf_conv_resolutions, &d.radc, pf_conv_real, &d.HGS,
                                      pf_conv_real, &d.LGS, &d.osig, pf_conv_real, &d.vnoise, pf_conv_seed, &d.seed,
-                                     pf_conv_call, &d.call, &oout, pf_conv_int, &item0, &okey)) {
-        pf_name_parse_error(args, kwds, fmt, kwlist);
+                                     pf_conv_call, &d.call, &oout, pf_conv_int, &item0, &okey))
         return -1;
-    }
     if (key)
         *key = okey;
     memset(a, 0, sizeof *a);
@@ -327,10 +325,8 @@ int pf_dpe_parse_conv2d(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_r
                                      &d.w_granule, pf_conv_slice_method, &d.w_widths, pf_conv_int, &d.n, pf_conv_rdac,
                                      &d.rdac, pf_conv_g_level, &d.g_level, pf_conv_resolutions, &d.radc, pf_conv_real,
                                      &d.HGS, pf_conv_real, &d.LGS, &d.osig, pf_conv_real, &d.vnoise, pf_conv_seed,
-                                     &d.seed, pf_conv_call, &d.call, pf_conv_flag, &dq, &okey)) {
-        pf_name_parse_error(args, kwds, fmt, kwlist);
+                                     &d.seed, pf_conv_call, &d.call, pf_conv_flag, &dq, &okey))
         return -1;
-    }
     *want_dq = dq.value;
     if (key)
         *key = okey;
@@ -399,7 +395,6 @@ PyObject *pf_dpe_conv2d_call(PyObject *args, PyObject *kwds, pf_dpe_packed *pack
 
 int pf_normals_parse(PyObject *args, pf_normals_call *c)
 {
-    static char *kwlist[] = {"seed", "stream", "call", "idx0", "count", NULL};
     static const char fmt[] = "O&O&O&OO&:normals";
     PyObject *oidx0;
     pf_int_arg stream = {.name = "stream", .min = 0, .max = UINT32_MAX};
@@ -408,10 +403,8 @@ int pf_normals_parse(PyObject *args, pf_normals_call *c)
     memset(c, 0, sizeof *c);
     if (!PyArg_ParseTuple(args, fmt, pf_conv_seed, &c->seed, pf_conv_int, &stream, pf_conv_int, &call, &oidx0,
                           pf_conv_int, &count) ||
-        pf_as_uint64(oidx0, "idx0", &c->idx0) < 0) {
-        pf_name_parse_error(args, NULL, fmt, kwlist);
+        pf_as_uint64(oidx0, "idx0", &c->idx0) < 0)
         return -1;
-    }
     if (count.value > 0 && c->idx0 > UINT64_MAX - (uint64_t)(count.value - 1)) {
         PyErr_Format(PyExc_ValueError, "argument 'idx0': elements idx0 .. idx0 + count - 1 must be below 2**64 (the "
                      "generator's counter does not wrap), got idx0 = %llu with count = %lld",

@@ -70,10 +70,8 @@ static PyObject *py_dpe_pack(PyObject *self, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &d.owl, &d.owc, &d.ows, pf_conv_pair, &d.w_granule,
                                      pf_conv_slice_method, &d.w_widths, pf_conv_int, &d.n, pf_conv_rdac, &d.rdac,
                                      pf_conv_g_level, &d.g_level, pf_conv_resolutions, &d.radc, pf_conv_real, &d.HGS,
-                                     pf_conv_real, &d.LGS, &d.osig)) {
-        pf_name_parse_error(args, kwds, fmt, kwlist);
+                                     pf_conv_real, &d.LGS, &d.osig))
         return NULL;
-    }
     PfArray *wl = pf_array_from_object(d.owl, PF_DT_U8, 0, "w_levels");
     if (!wl)
         return NULL;

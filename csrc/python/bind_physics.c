@@ -43,10 +43,8 @@ static PyObject *py_irdrop_block(PyObject *self, PyObject *args, PyObject *kwds)
     static const char fmt[] = "OO:irdrop_block";
     PyObject *g_obj, *r_obj;
     double r_wire;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &g_obj, &r_obj)) {
-        pf_name_parse_error(args, kwds, fmt, kwlist);
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &g_obj, &r_obj))
         return NULL;
-    }
     if (pf_as_double(r_obj, "r_wire", &r_wire) < 0)
         return NULL;
     PfArray *g = pf_array_from_object(g_obj, PF_DT_F64, 0, "g");
@@ -81,10 +79,8 @@ static PyObject *py_irdrop_layer(PyObject *self, PyObject *args, PyObject *kwds)
     pf_int_arg bc = {.name = "block_cols", .min = INT64_MIN, .max = INT64_MAX};
     pf_real_arg pad_g = {"pad_g"};
     if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &g_obj, &r_obj, pf_conv_int, &br, pf_conv_int, &bc,
-                                     pf_conv_real, &pad_g)) {
-        pf_name_parse_error(args, kwds, fmt, kwlist);
+                                     pf_conv_real, &pad_g))
         return NULL;
-    }
     if (pf_as_double(r_obj, "r_wire", &r_wire) < 0)
         return NULL;
     PfArray *g = pf_array_from_object(g_obj, PF_DT_F32, 0, "g");
@@ -122,10 +118,8 @@ static PyObject *py_drift(PyObject *self, PyObject *args, PyObject *kwds)
     pf_real_arg t = {"t"}, t0 = {"t0"}, nu_mean = {"nu_mean"}, nu_std = {"nu_std"}; /* ranges: pf_drift's */
     pf_flag_arg rn = {.name = "return_nu"};
     if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &g_obj, pf_conv_seed, &seed, pf_conv_real, &t,
-                                     pf_conv_real, &t0, pf_conv_real, &nu_mean, pf_conv_real, &nu_std, pf_conv_flag, &rn)) {
-        pf_name_parse_error(args, kwds, fmt, kwlist);
+                                     pf_conv_real, &t0, pf_conv_real, &nu_mean, pf_conv_real, &nu_std, pf_conv_flag, &rn))
         return NULL;
-    }
     const int return_nu = rn.value;
     PfArray *g = pf_array_from_object(g_obj, PF_DT_F32, 0, "g");
     if (!g)

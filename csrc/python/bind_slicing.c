@@ -94,10 +94,8 @@ int pf_slice_call_parse(PyObject *args, PyObject *kwds, pf_slice_call *c)
     pf_flag_arg want_dequant = {.name = "dequant"};
     memset(c, 0, sizeof *c);
     if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &data_obj, pf_conv_slice_method, &method,
-                                     pf_conv_pair, &paral_arg, &gran_obj, &bw_e_obj, pf_conv_flag, &want_dequant, &g_level_obj)) {
-        pf_name_parse_error(args, kwds, fmt, kwlist);
+                                     pf_conv_pair, &paral_arg, &gran_obj, &bw_e_obj, pf_conv_flag, &want_dequant, &g_level_obj))
         return -1;
-    }
     c->sm = method.sm;
     const int64_t *paral = paral_arg.v;
     if (!pf_conv_bw_e(bw_e_obj, &c->bfp))
@@ -213,10 +211,8 @@ static PyObject *py_program_levels(PyObject *self, PyObject *args, PyObject *kwd
     pf_method_arg method = {.name = "slice_method"};
     int g_level;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &codes_obj, pf_conv_slice_method, &method,
-                                     pf_conv_g_level, &g_level)) {
-        pf_name_parse_error(args, kwds, fmt, kwlist);
+                                     pf_conv_g_level, &g_level))
         return NULL;
-    }
     const pf_slice_method sm = method.sm;
     if (check(pf_validate_levels_fit("g_level", &sm, g_level)) < 0)
         return NULL;
@@ -262,10 +258,8 @@ int pf_program_call_parse(PyObject *args, PyObject *kwds, PfArray **levels_out, 
     *levels_out = *out = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, &levels_obj, pf_conv_g_level, &p.g_level, pf_conv_real,
                                      &hgs, pf_conv_real, &lgs, pf_conv_real, &wv, pf_conv_real, &rh, pf_conv_real, &rl,
-                                     pf_conv_seed, &p.seed)) {
-        pf_name_parse_error(args, kwds, fmt, kwlist);
+                                     pf_conv_seed, &p.seed))
         return -1;
-    }
     p.hgs = hgs.value, p.lgs = lgs.value, p.write_variation = wv.value;
     p.rate_stuck_hgs = rh.value, p.rate_stuck_lgs = rl.value;
     if (check(pf_validate_program_params(&p)) < 0)
@@ -321,10 +315,8 @@ static PyObject *py_check_conductance_range(PyObject *self, PyObject *args, PyOb
     pf_real_arg hgs = {"HGS"}, lgs = {"LGS"};
     int g_level;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, pf_conv_real, &hgs, pf_conv_real, &lgs,
-                                     pf_conv_g_level, &g_level)) {
-        pf_name_parse_error(args, kwds, fmt, kwlist);
+                                     pf_conv_g_level, &g_level))
         return NULL;
-    }
     if (check(pf_validate_conductance_range(hgs.value, lgs.value, g_level)) < 0)
         return NULL;
     Py_RETURN_NONE;
@@ -339,10 +331,8 @@ static PyObject *py_check_vread(PyObject *self, PyObject *args, PyObject *kwds)
     pf_real_arg vread = {"vread"}, hgs = {"HGS"}, lgs = {"LGS"};
     int g_level, rdac;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, pf_conv_real, &vread, pf_conv_real, &hgs, pf_conv_real,
-                                     &lgs, pf_conv_g_level, &g_level, pf_conv_rdac, &rdac)) {
-        pf_name_parse_error(args, kwds, fmt, kwlist);
+                                     &lgs, pf_conv_g_level, &g_level, pf_conv_rdac, &rdac))
         return NULL;
-    }
     /* the reference current needs a valid range (a NaN or infinite HGS made it NaN / inf unnoticed) */
     if (check(pf_validate_conductance_range(hgs.value, lgs.value, g_level)) < 0 ||
         check(pf_validate_vread(vread.value, hgs.value, lgs.value, g_level, rdac)) < 0)

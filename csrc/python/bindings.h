@@ -15,10 +15,6 @@ int pf_bind_attention_init(PyObject *module);
 int pf_bind_opencl_init(PyObject *module);
 int pf_bind_process_init(PyObject *module); /* bind_process.c: CallCounter, fork handling */
 
-/* After a failed PyArg_ParseTupleAndKeywords: prefix the name of the argument that failed to
- * convert (bind_process.c). */
-void pf_name_parse_error(PyObject *args, PyObject *kwds, const char *format, char **kwlist);
-
 /* Nonzero in a process forked after the module was loaded (bind_process.c). */
 int pf_in_forked_child(void);
 

@@ -520,7 +520,7 @@ int pf_bind_attention_init(PyObject *module)
         Py_DECREF(&PfAttnWs_Type);
         return -1;
     }
-    if (PyModule_AddObject(module, "ATTN_MAX_DIM", PyLong_FromLongLong(PF_ATTN_MAX_DIM)) < 0)
+    if (PyModule_AddIntConstant(module, "ATTN_MAX_DIM", PF_ATTN_MAX_DIM) < 0)
         return -1;
     return PyModule_AddFunctions(module, attn_functions);
 }

@@ -206,21 +206,13 @@ static int fail_converter(pf_status st)
 
 static int as_uint64(PyObject *obj, const char *name, uint64_t *out)
 {
-    if (is_bool(obj) || PyFloat_Check(obj) || !PyIndex_Check(obj)) {
-        if (!only_type_error()) /* the dtype property's own exception */
+    PyObject *idx = is_bool(obj) || PyFloat_Check(obj) || !PyIndex_Check(obj) ? NULL : PyNumber_Index(obj);
+    if (!idx) { /* as as_int64: a TypeError (or none) is reworded, the object's own exception propagates */
+        if (!only_type_error())
             return 0;
         PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "argument '%s': expected an int in [0, 2**64), got %s", name,
                      Py_TYPE(obj)->tp_name);
-        return 0;
-    }
-    PyObject *idx = PyNumber_Index(obj);
-    if (!idx) {
-        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "argument '%s': expected an int in [0, 2**64), got %s", name,
-                         Py_TYPE(obj)->tp_name);
-        }
         return 0;
     }
     unsigned long long v = PyLong_AsUnsignedLongLong(idx);

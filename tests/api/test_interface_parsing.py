@@ -2,9 +2,6 @@
 ValueError naming what is wrong (the argument, the interface key and its index), never a crash, a
 SystemError, an OverflowError, or a silent reading (True as a size, '<f4<f4' as '<f4', a negative
 pointer dereferenced)."""
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -180,11 +177,17 @@ def test_a_value_that_empties_the_interface_dict_is_not_read_after_free():
 
 def test_negative_data_pointer_does_not_crash():
     # data=(-1, False) was read as the pointer 0xff..ff and the copy loop segfaulted: run it in a child
-    code = ("import numpy as np, pyfastpim\n"
-            "class I:\n    __array_interface__ = dict(shape=(3, 4), typestr='<f4', data=(-1, False), version=3)\n"
-            "try:\n    pyfastpim.asarray(I())\nexcept ValueError as e:\n    print('refused', e)\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and r.stdout.startswith("refused argument 'obj': "), (r.returncode, r.stderr[-300:])
+    # (run_script: the child imports the build under test, as under make sanitize, and a crash fails)
+    out = run_script("""
+        import pyfastpim
+        class I:
+            __array_interface__ = dict(shape=(3, 4), typestr='<f4', data=(-1, False), version=3)
+        try:
+            pyfastpim.asarray(I())
+        except ValueError as e:
+            print('refused', e)
+    """, "the negative data pointer case")
+    assert out.startswith("refused argument 'obj': "), out
 
 
 ARR = pyfastpim.asarray(np.ones((2, 2), np.float32))

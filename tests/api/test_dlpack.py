@@ -65,6 +65,14 @@ def read_versioned(cap):
     return ctypes.cast(ptr, ctypes.POINTER(DLManagedTensorVersioned)).contents
 
 
+# Producers whose exported tensor a consumer still holds. DLPack's producer keeps its managed tensor
+# alive until the consumer calls the deleter; here that tensor, its shape and the deleter are ctypes
+# memory owned by the producer, which a test may drop first (asarray(VersionedProducer(x))): only a
+# reference cycle kept it, so a garbage collection before the view's release freed them and the
+# deleter call crashed.
+_EXPORTING = set()
+
+
 class VersionedProducer:
     """A DLPack 1.0 producer over a NumPy array, written with ctypes (not pyfastpim's exporter).
 
@@ -92,9 +100,11 @@ class VersionedProducer:
 
         def deleter(_):
             self.deleted += 1
+            _EXPORTING.discard(self)
         self._deleter = DELETER_V(deleter)
         m.deleter = self._deleter
         self._managed = m
+        _EXPORTING.add(self)
         return _capi.PyCapsule_New(ctypes.addressof(m), b"dltensor_versioned", None)
 
 

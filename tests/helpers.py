@@ -261,6 +261,25 @@ def at_isa(isa, fn):
         restore_isa_limit(active)
 
 
+class Raises:
+    """A value whose every conversion (__index__, __float__) raises `exc`: user code's exception, which
+    must reach the caller as it is."""
+
+    def __init__(self, exc):
+        self.exc = exc
+
+    def __index__(self):
+        raise self.exc
+
+    def __float__(self):
+        raise self.exc
+
+
+def type_name(v):
+    """The type's name as the library's TypeErrors give it ("numpy.float32" for NumPy's types)."""
+    return type(v).__module__ + "." + type(v).__name__ if type(v).__module__ == "numpy" else type(v).__name__
+
+
 def outcome(fn, *args, **kw):
     """('ok', None) or (exception type, message) of fn(*args, **kw): to compare how calls fail.
     The interpreter's own hint is left out of the message: Python 3.13 appends ". Did you mean

@@ -11,6 +11,7 @@ import pytest
 
 import pyfastpim
 from pyfastpim import memory
+from helpers import Raises
 
 try:
     import torch
@@ -450,13 +451,6 @@ def test_a_malformed_dlpack_device_names_the_argument(device, exc):
 
 def test_an_exception_of_a_dlpack_device_items_own_index_propagates():
     # it was cleared and replaced by "ValueError: ... not a (device_type, device_id) tuple of ints"
-    class Raises:
-        def __init__(self, exc):
-            self.exc = exc
-
-        def __index__(self):
-            raise self.exc
-
     for exc in (ZeroDivisionError("mine"), ValueError("mine"), KeyboardInterrupt("mine")):
         for device in ((Raises(exc), 0), (1, Raises(exc))):
             class Junk:

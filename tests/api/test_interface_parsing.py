@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import pyfastpim
-from helpers import outcome, run_script
+from helpers import Raises, outcome, run_script
 
 BASE = np.arange(12, dtype=np.float32).reshape(3, 4)
 PTR = BASE.__array_interface__["data"][0]
@@ -220,21 +220,13 @@ def test_dlpack_arguments_are_named(kw, exc, words):
 
 
 
-class _IndexRaises:
-    def __init__(self, exc):
-        self.exc = exc
-
-    def __index__(self):
-        raise self.exc
-
-
 @pytest.mark.parametrize("key", ["shape", "strides", "data"])
 def test_an_exception_of_the_values_own_index_propagates_as_it_is(key):
     # the key's converter error was rewrapped in the argument's words with PyErr_Format(type, message): a
     # KeyboardInterrupt got another message, and a UnicodeDecodeError (whose constructor takes 5 arguments)
     # became "TypeError: function takes exactly 5 arguments (1 given)"
     for exc in (KeyboardInterrupt("from __index__"), UnicodeDecodeError("utf-8", b"x", 0, 1, "from __index__")):
-        bad = _IndexRaises(exc)
+        bad = Raises(exc)
         over = {"shape": dict(shape=(3, bad)), "strides": dict(strides=(16, bad)), "data": dict(data=(bad, False))}
         with pytest.raises(type(exc)) as info:
             pyfastpim.asarray(iface(**over[key]))

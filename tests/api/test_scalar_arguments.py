@@ -14,7 +14,7 @@ except ImportError:
     pnn = None
 import pyfastpim.physics as physics
 from pyfastpim import _core
-from helpers import outcome
+from helpers import outcome, type_name
 from test_argument_contract import conv_args, mvm_args, program_args
 
 HGS, LGS = 1e-5, 1e-7
@@ -70,10 +70,6 @@ NOT_REAL = [True, False, np.bool_(True), np.array(True), np.complex128(0.1 + 1j)
             np.array([0.1]), [0.1]]
 
 
-def _type_name(v):
-    return type(v).__module__ + "." + type(v).__name__ if type(v).__module__ == "numpy" else type(v).__name__
-
-
 @pytest.mark.parametrize("value", NOT_REAL, ids=repr)
 @pytest.mark.parametrize("entry,name", RAW_FLOATS, ids=["%s-%s" % c for c in RAW_FLOATS])
 def test_raw_float_parameters_refuse_non_numbers_in_the_public_words(entry, name, value):
@@ -81,7 +77,7 @@ def test_raw_float_parameters_refuse_non_numbers_in_the_public_words(entry, name
     # write_variation=True ran as sigma 1.0, a 1-element array was unwrapped, and a str got
     # "must be real number, not str" where the public API says "expected a real number, got str"
     exc, msg = outcome(lambda: ENTRY[entry](**{name: value}))
-    assert (exc, msg) == (TypeError, "argument '%s': expected a real number, got %s" % (name, _type_name(value)))
+    assert (exc, msg) == (TypeError, "argument '%s': expected a real number, got %s" % (name, type_name(value)))
     if name in ("HGS", "LGS", "vnoise", "write_variation", "vread", "rate_stuck_HGS", "rate_stuck_LGS"):
         assert outcome(lambda: pyfastpim.DPETensor(**{name: value})) == (exc, msg)
 

@@ -7,6 +7,7 @@ import pytest
 
 import pyfastpim
 from pyfastpim import _core
+from helpers import Raises
 
 
 class MyValueError(ValueError):
@@ -20,19 +21,6 @@ class MyOverflowError(OverflowError):
 USER_ERRORS = [ValueError("from user code"), MyValueError("from user code"), OverflowError("from user code"),
                MyOverflowError("from user code"), ZeroDivisionError("from user code"),
                KeyboardInterrupt("from user code")]
-
-
-class Raises:
-    """A number whose every conversion raises `exc`."""
-
-    def __init__(self, exc):
-        self.exc = exc
-
-    def __index__(self):
-        raise self.exc
-
-    def __float__(self):
-        raise self.exc
 
 
 def _raises_it(call, exc):

@@ -17,7 +17,7 @@ from pyfastpim import DPETensor, SlicedData, _core, dpe_matmul
 from pyfastpim import physics
 from reference.dpe_ref import mvm_noisy
 from reference.physics_ref import drift as drift_ref
-from reference.physics_ref import irdrop_currents, pf_normal
+from reference.physics_ref import DRIFT_STREAM, irdrop_currents, pf_normal
 
 SAN = os.environ.get("PYFASTPIM_SANITIZED") == "1"
 HGS, LGS = 1e-5, 1e-7
@@ -465,14 +465,14 @@ def test_drift_returns_the_nu_its_conductances_used():
                        np.float32)
         np.testing.assert_array_equal(got, ref)
         # nu = max(0, nu_mean + nu_std z), a double: not a float32 rounding of it
-        z = np.asarray(_core.normals(7, 64, 0, 0, g.size), np.float64)
+        z = np.asarray(_core.normals(7, DRIFT_STREAM, 0, 0, g.size), np.float64)
         np.testing.assert_allclose(nu, np.maximum(0.0, nu_mean + nu_std * z), rtol=1e-6, atol=1e-6 * nu_std)
         assert (nu != nu.astype(np.float32))[nu > 0].mean() > 0.5
 
 
 def test_drift_generator_is_the_engine_philox_stream():
-    z = np.asarray(_core.normals(99, 64, 0, 0, 50))
-    np.testing.assert_allclose(z, pf_normal(99, 64, 0, np.arange(50)), rtol=1e-5, atol=1e-6)
+    z = np.asarray(_core.normals(99, DRIFT_STREAM, 0, 0, 50))
+    np.testing.assert_allclose(z, pf_normal(99, DRIFT_STREAM, 0, np.arange(50)), rtol=1e-5, atol=1e-6)
 
 
 def test_drift_is_thread_count_independent():

@@ -21,9 +21,8 @@ from hypothesis import assume, given, settings, strategies as st
 import pyfastpim
 from pyfastpim import _core, physics
 from helpers import HGS, LGS, at_isa, available_isas, needs_cl
-from reference.physics_ref import irdrop_currents, pf_normal, philox4x32_10
-
-DRIFT_STREAM, WRITE_STREAM, STUCK_STREAM = 64, 2, 3
+from reference.physics_ref import (DRIFT_STREAM, STUCK_STREAM, WRITE_STREAM, irdrop_currents, pf_normal,
+                                   pf_normal64, pf_uniform)
 
 
 def _threads(fn):
@@ -38,32 +37,6 @@ def _threads(fn):
         _core.set_num_threads(before)
     assert outs[0].tobytes() == outs[1].tobytes()
     return outs[0]
-
-
-def _uniforms(seed, stream, idx):
-    """The engine's uniforms (0, 1) of element idx, as float64: lane idx % 4 of Philox group idx // 4,
-    call 0; all four lanes, and the lane index."""
-    idx = np.asarray(idx, np.uint64)
-    grp = idx >> np.uint64(2)
-    ctr = np.stack([(grp & np.uint64(0xFFFFFFFF)).astype(np.uint32), (grp >> np.uint64(32)).astype(np.uint32),
-                    np.zeros(idx.shape, np.uint32), np.full(idx.shape, stream, np.uint32)], -1)
-    key = np.broadcast_to(np.array([seed & 0xFFFFFFFF, seed >> 32], np.uint32), ctr.shape[:-1] + (2,))
-    w = philox4x32_10(ctr, key)
-    # the engine's uniform is float32 ((w >> 8) + 0.5f) / 2**24: the + 0.5 rounds above 2**23 (u near 1)
-    u = ((w >> np.uint32(8)).astype(np.float32) + np.float32(0.5)) * np.float32(1 / 16777216)
-    return u.astype(np.float64), (idx & np.uint64(3)).astype(np.int64)
-
-
-def _lane(values, lane):
-    return np.take_along_axis(values, lane[..., None], -1)[..., 0]
-
-
-def normal64(seed, stream, idx):
-    """Box-Muller of the engine's words in float64 (lanes cos, sin of pair 0, then of pair 1)."""
-    u, lane = _uniforms(seed, stream, idx)
-    r0, r1 = np.sqrt(-2 * np.log(u[..., 0])), np.sqrt(-2 * np.log(u[..., 2]))
-    a0, a1 = 2 * np.pi * u[..., 1], 2 * np.pi * u[..., 3]
-    return _lane(np.stack([r0 * np.cos(a0), r0 * np.sin(a0), r1 * np.cos(a1), r1 * np.sin(a1)], -1), lane)
 
 
 # ---- IR drop ----
@@ -142,7 +115,7 @@ def test_layer_blocks_are_padded_dense_solves_at_any_thread_count(shape, br, bc,
 
 def drift_closed_form(g, seed, t, t0, nu_mean, nu_std):
     """(G(t) float64, nu) from the closed form; log(t / t0) as log t - log t0 (t / t0 may overflow)."""
-    z = normal64(seed, DRIFT_STREAM, np.arange(g.size).reshape(g.shape)) if nu_std > 0 else np.zeros(g.shape)
+    z = pf_normal64(seed, DRIFT_STREAM, 0, np.arange(g.size).reshape(g.shape)) if nu_std > 0 else np.zeros(g.shape)
     with np.errstate(over="ignore"):
         nu = np.maximum(nu_mean + nu_std * z, 0.0)
     log_ratio = np.log(t) - np.log(t0)
@@ -219,10 +192,9 @@ def test_programming_matches_the_cell_by_cell_reference(shape, g_level, seed, lg
     got = _threads(lambda: _core.program_conductance(levels, g_level, hgs, lgs, wv, *rates, seed)).astype(np.float64)
     idx = np.arange(levels.size).reshape(shape)
     g0 = levels * ((hgs - lgs) / (g_level - 1)) + lgs
-    z = normal64(seed, WRITE_STREAM, idx) if wv > 0 else np.zeros(shape)
+    z = pf_normal64(seed, WRITE_STREAM, 0, idx) if wv > 0 else np.zeros(shape)
     ref = g0 * (1 + wv * z)
-    u, lane = _uniforms(seed, STUCK_STREAM, idx)
-    r = _lane(u, lane)
+    r = pf_uniform(seed, STUCK_STREAM, 0, idx)
     stuck_h = r < rates[0]
     ref = np.where(stuck_h, hgs, np.where(~stuck_h & (r < rates[0] + rates[1]), lgs, ref))
     # float32 level arithmetic and Box-Muller: a few ulp of G0 (1 + wv |z|), and wv G0 times z's error

@@ -3,7 +3,8 @@
 - ``irdrop_currents``: the resistive crossbar network solved densely by nodal analysis
   (an independent formulation: explicit node list, conductance stamps, Dirichlet nodes
   eliminated), returning column currents for given row voltages; cells below 0 S are open.
-- ``philox4x32_10`` / ``pf_normal``: Philox4x32-10 and the engine's Box-Muller normals.
+- ``philox4x32_10`` / ``pf_uniforms`` / ``pf_normal`` (float32, as the engine) / ``pf_normal64``:
+  Philox4x32-10, the engine's uniforms and its Box-Muller normals; the engine's stream numbers.
 - ``drift``: G(t) = G(t0) (t / t0)^(-nu), per-cell nu = max(0, nu_mean + nu_std z).
 """
 import numpy as np
@@ -65,25 +66,53 @@ def philox4x32_10(ctr, key):
     return np.stack([x.astype(np.uint32) for x in c], axis=-1)
 
 
-def pf_normal(seed, stream, call, idx):
-    """The engine's standard normal of element idx (array of uint64)."""
+# the engine's Philox streams (csrc/core): write variation, stuck-at draws (docs/semantics.md
+# section 6) and drift's nu (docs/physics.md "Drift")
+WRITE_STREAM, STUCK_STREAM, DRIFT_STREAM = 2, 3, 64
+
+
+def pf_uniforms(seed, stream, call, idx):
+    """The four float32 uniforms (0, 1) of element idx's Philox group idx // 4 (counter: group, call,
+    stream; key: seed), shape (..., 4), and the element's lane idx % 4."""
     idx = np.asarray(idx, dtype=np.uint64)
     group = idx >> np.uint64(2)
     ctr = np.stack([(group & np.uint64(0xFFFFFFFF)).astype(np.uint32), (group >> np.uint64(32)).astype(np.uint32),
                     np.full(idx.shape, call, np.uint32), np.full(idx.shape, stream, np.uint32)], axis=-1)
     key = np.broadcast_to(np.array([seed & 0xFFFFFFFF, seed >> 32], dtype=np.uint32), ctr.shape[:-1] + (2,))
     w = philox4x32_10(ctr, key)
+    # float32 ((w >> 8) + 0.5f) / 2**24: the + 0.5 rounds above 2**23 (u near 1)
     u = ((w >> np.uint32(8)).astype(np.float32) + np.float32(0.5)) * np.float32(1.0 / 16777216.0)
-    two_pi = np.float32(6.283185307179586)
-    r0 = np.sqrt(np.float32(-2.0) * np.log(u[..., 0]))
-    t0 = two_pi * u[..., 1]
-    r1 = np.sqrt(np.float32(-2.0) * np.log(u[..., 2]))
-    t1 = two_pi * u[..., 3]
-    lanes = np.stack([r0 * np.cos(t0), r0 * np.sin(t0), r1 * np.cos(t1), r1 * np.sin(t1)], axis=-1)
-    return np.take_along_axis(lanes, (idx & np.uint64(3)).astype(np.int64)[..., None], axis=-1)[..., 0]
+    return u, (idx & np.uint64(3)).astype(np.int64)
 
 
-DRIFT_STREAM = 64
+def pick_lane(values, lane):
+    """values (..., 4) at each element's lane (...,)."""
+    return np.take_along_axis(values, lane[..., None], axis=-1)[..., 0]
+
+
+def pf_uniform(seed, stream, call, idx):
+    """Element idx's own uniform (its lane of pf_uniforms), as float64."""
+    u, lane = pf_uniforms(seed, stream, call, idx)
+    return pick_lane(u, lane).astype(np.float64)
+
+
+def _box_muller(u, lane, two_pi, minus_two):
+    r0, r1 = np.sqrt(minus_two * np.log(u[..., 0])), np.sqrt(minus_two * np.log(u[..., 2]))
+    t0, t1 = two_pi * u[..., 1], two_pi * u[..., 3]
+    return pick_lane(np.stack([r0 * np.cos(t0), r0 * np.sin(t0), r1 * np.cos(t1), r1 * np.sin(t1)], axis=-1), lane)
+
+
+def pf_normal(seed, stream, call, idx):
+    """The engine's standard normal of element idx (array of uint64): float32 Box-Muller of its group's
+    uniforms (lanes cos, sin of pair 0, then of pair 1)."""
+    u, lane = pf_uniforms(seed, stream, call, idx)
+    return _box_muller(u, lane, np.float32(6.283185307179586), np.float32(-2.0))
+
+
+def pf_normal64(seed, stream, call, idx):
+    """pf_normal's Box-Muller in float64 on the same uniforms: a reference the float32 pipeline is not."""
+    u, lane = pf_uniforms(seed, stream, call, idx)
+    return _box_muller(u.astype(np.float64), lane, 2 * np.pi, -2.0)
 
 
 def drift(G, seed, t, t0, nu_mean, nu_std):

@@ -275,6 +275,22 @@ class Raises:
         raise self.exc
 
 
+class Iface:
+    """Exposes only __array_interface__ = d (any dict, malformed ones included); `keep` is held for as long
+    as the exporter lives (the array whose memory d points to)."""
+
+    def __init__(self, d, keep=None):
+        self.keep = keep
+        self.__array_interface__ = d
+
+
+class InterfaceOnly(Iface):
+    """Exposes array a only through its __array_interface__ (no .shape, no slicing), keeping a alive."""
+
+    def __init__(self, a):
+        super().__init__(a.__array_interface__, keep=a)
+
+
 def type_name(v):
     """The type's name as the library's TypeErrors give it ("numpy.float32" for NumPy's types)."""
     return type(v).__module__ + "." + type(v).__name__ if type(v).__module__ == "numpy" else type(v).__name__

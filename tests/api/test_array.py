@@ -15,6 +15,7 @@ except ImportError:  # numpy-only install: conftest skips the tests that use tor
 
 import pyfastpim
 from pyfastpim import memory
+from helpers import InterfaceOnly
 
 
 def test_float32_roundtrip_numpy_torch_numpy_shares_one_buffer():
@@ -126,12 +127,8 @@ def test_peak_and_reset_peak():
 
 
 def test_array_interface_and_plain_buffers():
-    class Iface:
-        def __init__(self, a):
-            self.a = a
-            self.__array_interface__ = a.__array_interface__
     a = np.arange(6, dtype=np.int32).reshape(2, 3)
-    arr = pyfastpim.asarray(Iface(a))
+    arr = pyfastpim.asarray(InterfaceOnly(a))
     assert arr.data_ptr == a.ctypes.data and arr.dtype == "int32" and arr.shape == (2, 3)
     b = bytearray(b"\x01\x02\x03")
     arr = pyfastpim.asarray(b, writable=True)
@@ -256,14 +253,6 @@ def test_sanitized_runs_use_the_sanitized_build():
     assert "sanitize" in pyfastpim._core.__file__
 
 
-class _InterfaceOnly:
-    """Exposes an array only through __array_interface__ (no .shape, no slicing)."""
-
-    def __init__(self, a):
-        self.a = a
-        self.__array_interface__ = a.__array_interface__
-
-
 class _DLPackOnly:
     """Exposes an array only through DLPack (a pre-1.0 producer: NumPy 1.24's __dlpack__)."""
 
@@ -277,7 +266,7 @@ class _DLPackOnly:
         return self.a.__dlpack_device__()
 
 
-@pytest.mark.parametrize("wrap", [_InterfaceOnly, _DLPackOnly, pyfastpim.asarray], ids=["iface", "dlpack", "Array"])
+@pytest.mark.parametrize("wrap", [InterfaceOnly, _DLPackOnly, pyfastpim.asarray], ids=["iface", "dlpack", "Array"])
 def test_operands_without_shape_or_slicing_work_in_every_entry_point_without_copies(wrap, monkeypatch):
     """asarray takes __array_interface__ and DLPack exporters and pyfastpim.Array, but the product entry
     points read `x.shape` (AttributeError; weights: 'must be 2-D, got 0 dimensions') and sliced big
@@ -367,7 +356,7 @@ def test_a_non_numpy_operand_needing_layout_and_dtype_changes_is_copied_once():
     with memory.trace() as t:
         ref = pyfastpim.dpe_matmul(x, w, eng)
     with memory.trace() as t2:
-        got = pyfastpim.dpe_matmul(_InterfaceOnly(x), w, eng)
+        got = pyfastpim.dpe_matmul(InterfaceOnly(x), w, eng)
     assert t.copies == t2.copies == 1 and t2.by_kind["dtype_conversion"] == (1, 64 * 8 * 4)
     np.testing.assert_array_equal(got, ref)
 

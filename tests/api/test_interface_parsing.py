@@ -6,16 +6,11 @@ import numpy as np
 import pytest
 
 import pyfastpim
-from helpers import Raises, outcome, run_script
+from helpers import Iface, Raises, outcome, run_script
 
 BASE = np.arange(12, dtype=np.float32).reshape(3, 4)
 PTR = BASE.__array_interface__["data"][0]
 MISSING = object()
-
-
-class Iface:
-    def __init__(self, d):
-        self.__array_interface__ = d
 
 
 def iface(**over):

@@ -7,7 +7,7 @@ import pytest
 
 import pyfastpim
 from pyfastpim import _core
-from helpers import Raises
+from helpers import Iface, Raises
 
 
 class MyValueError(ValueError):
@@ -31,11 +31,6 @@ def _raises_it(call, exc):
 
 
 BASE = np.arange(12, dtype=np.float32).reshape(3, 4)
-
-
-class Iface:
-    def __init__(self, d):
-        self.__array_interface__ = d
 
 
 def _iface(key, bad):

@@ -251,6 +251,44 @@ def conv_args(c, sigma=0.0, vnoise=0.0, cond=False, dequant=True):
             vnoise, 7, 3, dequant)
 
 
+# keyword arguments of one valid call of each raw entry point, for the argument tests to break one at a time
+
+def mvm_kwargs(**over):
+    """Consistent _core.dpe_mvm keyword arguments (N=1, R=3, K=16, P=8, n=8), then the overrides."""
+    K, P, n = 16, 8, 8
+    rng = np.random.default_rng(3)
+    args = dict(x_codes=rng.integers(0, 2, (2, 1, 3, K)).astype(np.uint8), x_scale=np.ones((1, 3, K // n), np.float32),
+                x_granule=(1, n), x_widths=(1, 1), w_levels=rng.integers(0, 16, (2, K, P)).astype(np.uint8) % 2,
+                w_conductance=None, w_scale=np.ones((K // n, 1), np.float32), w_granule=(n, 8), w_widths=(1, 1),
+                n=n, rdac=16, g_level=16, radc=[256, 256], HGS=HGS, LGS=LGS, read_sigma=None, vnoise=0.0, seed=1,
+                call=0)
+    args.update(over)
+    return args
+
+
+def conv_kwargs(**over):
+    """Consistent _core.dpe_conv2d keyword arguments (N=1, C=2, 5x5 image, 3x3 kernel, P=4, n=2), then the
+    overrides."""
+    rng = np.random.default_rng(4)
+    C, kh, P, n = 2, 3, 4, 2
+    K = C * kh * kh
+    args = dict(image=rng.standard_normal((1, C, 5, 5)).astype(np.float32), kernel_size=(kh, kh), stride=(1, 1),
+                padding=(0, 0), dilation=(1, 1), x_granule=(1, n), x_widths=(1, 1, 2), bfp=False,
+                w_levels=rng.integers(0, 2, (2, K, P)).astype(np.uint8), w_conductance=None,
+                w_scale=np.ones((-(-K // n), 1), np.float32), w_granule=(n, 8), w_widths=(1, 1), n=n, rdac=16,
+                g_level=16, radc=[256, 256], HGS=HGS, LGS=LGS, read_sigma=None, vnoise=0.0, seed=1, call=0)
+    args.update(over)
+    return args
+
+
+def program_kwargs(**over):
+    """Consistent _core.program_conductance keyword arguments (2 slices of 3x3 cells), then the overrides."""
+    args = dict(levels=np.zeros((2, 3, 3), np.uint8), g_level=16, HGS=HGS, LGS=LGS, write_variation=0.0,
+                rate_stuck_HGS=0.0, rate_stuck_LGS=0.0, seed=None)
+    args.update(over)
+    return args
+
+
 def at_isa(isa, fn):
     """fn() with the CPU kernels capped at `isa` (the limit restored afterwards)."""
     active = pyfastpim.cpu_isa()[0]

@@ -10,9 +10,7 @@ import pytest
 
 import pyfastpim
 from pyfastpim import _core
-from helpers import outcome
-
-HGS, LGS = 1e-5, 1e-7
+from helpers import HGS, conv_kwargs, mvm_kwargs, outcome, program_kwargs
 
 
 def _opencl():
@@ -28,32 +26,6 @@ DEVICES = ["cpu"] + (["opencl"] if CL is not None else [])
 
 # ---------------------------------------------------------------- raw entry points on both devices
 
-def mvm_args(**over):
-    """Consistent _core.dpe_mvm arguments (N=1, R=3, K=16, P=8, n=8), then the overrides."""
-    K, P, n = 16, 8, 8
-    rng = np.random.default_rng(3)
-    args = dict(x_codes=rng.integers(0, 2, (2, 1, 3, K)).astype(np.uint8), x_scale=np.ones((1, 3, K // n), np.float32),
-                x_granule=(1, n), x_widths=(1, 1), w_levels=rng.integers(0, 16, (2, K, P)).astype(np.uint8) % 2,
-                w_conductance=None, w_scale=np.ones((K // n, 1), np.float32), w_granule=(n, 8), w_widths=(1, 1),
-                n=n, rdac=16, g_level=16, radc=[256, 256], HGS=HGS, LGS=LGS, read_sigma=None, vnoise=0.0, seed=1,
-                call=0)
-    args.update(over)
-    return args
-
-
-def conv_args(**over):
-    rng = np.random.default_rng(4)
-    C, kh, P, n = 2, 3, 4, 2
-    K = C * kh * kh
-    args = dict(image=rng.standard_normal((1, C, 5, 5)).astype(np.float32), kernel_size=(kh, kh), stride=(1, 1),
-                padding=(0, 0), dilation=(1, 1), x_granule=(1, n), x_widths=(1, 1, 2), bfp=False,
-                w_levels=rng.integers(0, 2, (2, K, P)).astype(np.uint8), w_conductance=None,
-                w_scale=np.ones((-(-K // n), 1), np.float32), w_granule=(n, 8), w_widths=(1, 1), n=n, rdac=16,
-                g_level=16, radc=[256, 256], HGS=HGS, LGS=LGS, read_sigma=None, vnoise=0.0, seed=1, call=0)
-    args.update(over)
-    return args
-
-
 X = np.random.default_rng(5).standard_normal((6, 8)).astype(np.float32)
 
 
@@ -64,20 +36,13 @@ def slice_args(**over):
     return args
 
 
-def program_args(**over):
-    args = dict(levels=np.zeros((2, 3, 3), np.uint8), g_level=16, HGS=HGS, LGS=LGS, write_variation=0.0,
-                rate_stuck_HGS=0.0, rate_stuck_LGS=0.0, seed=None)
-    args.update(over)
-    return args
-
-
 def run_mvm(device, **over):
-    args = mvm_args(**over)
+    args = mvm_kwargs(**over)
     return _core.dpe_mvm(**args) if device == "cpu" else pyfastpim.cl_dpe_mvm(CL, **args)
 
 
 def run_conv(device, **over):
-    args = conv_args(**over)
+    args = conv_kwargs(**over)
     return _core.dpe_conv2d(**args) if device == "cpu" else pyfastpim.cl_dpe_conv2d(CL, **args)
 
 
@@ -87,7 +52,7 @@ def run_slice(device, **over):
 
 
 def run_program(device, **over):
-    args = program_args(**over)
+    args = program_kwargs(**over)
     return _core.program_conductance(**args, device=None if device == "cpu" else CL)
 
 
@@ -381,7 +346,7 @@ def test_nonfinite_input_same_error_on_both_devices(bad):
     x[2, 3] = bad
     assert_same_rejection({"slice_quantize/" + d: (lambda d=d: run_slice(d, data=x)) for d in DEVICES}, "'data'",
                           ValueError)
-    img = conv_args()["image"].copy()
+    img = conv_kwargs()["image"].copy()
     img[0, 1, 2, 2] = bad
     calls = {"dpe_conv2d/" + d: (lambda d=d: run_conv(d, image=img)) for d in DEVICES}
     assert_same_rejection(calls, "'input'", ValueError)

@@ -12,14 +12,13 @@ try:
 except ImportError:
     pnn = None
 from pyfastpim import _core
-from helpers import Raises, outcome, type_name
-from test_argument_contract import conv_args
+from helpers import Raises, conv_kwargs, outcome, type_name
 
 G = np.ones((4, 4), np.float32)
 ENGINE = pyfastpim.DPETensor()
 FLAGS = {
-    "dpe_conv2d-bfp": ("bfp", lambda v: _core.dpe_conv2d(**conv_args(bfp=v))),
-    "dpe_conv2d-return_dequant": ("return_dequant", lambda v: _core.dpe_conv2d(**conv_args(return_dequant=v))),
+    "dpe_conv2d-bfp": ("bfp", lambda v: _core.dpe_conv2d(**conv_kwargs(bfp=v))),
+    "dpe_conv2d-return_dequant": ("return_dequant", lambda v: _core.dpe_conv2d(**conv_kwargs(return_dequant=v))),
     "slice_quantize-dequant": ("dequant", lambda v: _core.slice_quantize(G, (1, 1, 2), (2, 2), dequant=v)),
     "drift-return_nu": ("return_nu", lambda v: _core.drift(G, 1, 10.0, 1.0, 0.05, 0.01, return_nu=v)),
     "drift_conductance-return_nu": ("return_nu", lambda v: pyfastpim.physics.drift_conductance(G, 10.0,
@@ -75,7 +74,7 @@ def test_flags_take_bools_and_0_1(value, expect):
     assert (outcome(pyfastpim.asarray, ro, writable=value)[0] is ValueError) is expect  # writable refuses it
     assert (_core.drift(G, 1, 10.0, 1.0, 0.05, 0.01, return_nu=value).__class__ is tuple) is expect
     assert (_core.slice_quantize(G, (1, 1, 2), (2, 2), dequant=value)[4] is not None) is expect
-    assert (_core.dpe_conv2d(**conv_args(return_dequant=value))[1] is not None) is expect
+    assert (_core.dpe_conv2d(**conv_kwargs(return_dequant=value))[1] is not None) is expect
     if pnn is not None:
         assert (pnn.LinearMem(ENGINE, 4, 4, (1, 1, 2), (1, 1, 2), bias=value).bias is not None) is expect
     assert pyfastpim.SlicedData((1, 1, 2), is_weight=value).is_weight is expect

@@ -14,8 +14,7 @@ except ImportError:
     pnn = None
 import pyfastpim.physics as physics
 from pyfastpim import _core
-from helpers import outcome, type_name
-from test_argument_contract import conv_args, mvm_args, program_args
+from helpers import conv_kwargs, mvm_kwargs, outcome, program_kwargs, type_name
 
 HGS, LGS = 1e-5, 1e-7
 
@@ -35,7 +34,7 @@ class FloatSub(float):
 
 
 def _pack(**over):
-    args = {k: v for k, v in mvm_args().items() if k in ("w_levels", "w_conductance", "w_scale", "w_granule",
+    args = {k: v for k, v in mvm_kwargs().items() if k in ("w_levels", "w_conductance", "w_scale", "w_granule",
                                                          "w_widths", "n", "rdac", "g_level", "radc", "HGS", "LGS",
                                                          "read_sigma")}
     return _core.dpe_pack(**dict(args, **over))
@@ -47,10 +46,10 @@ def _call(fn, base):
 
 G3 = np.full((1, 4, 4), 1e-5, np.float32)
 ENTRY = {
-    "dpe_mvm": lambda **o: _core.dpe_mvm(**mvm_args(**o)),
-    "dpe_conv2d": lambda **o: _core.dpe_conv2d(**conv_args(**o)),
+    "dpe_mvm": lambda **o: _core.dpe_mvm(**mvm_kwargs(**o)),
+    "dpe_conv2d": lambda **o: _core.dpe_conv2d(**conv_kwargs(**o)),
     "dpe_pack": _pack,
-    "program_conductance": lambda **o: _core.program_conductance(**program_args(**o)),
+    "program_conductance": lambda **o: _core.program_conductance(**program_kwargs(**o)),
     "check_conductance_range": _call(_core.check_conductance_range, dict(HGS=HGS, LGS=LGS, g_level=16)),
     "check_vread": _call(_core.check_vread, dict(vread=0.2, HGS=HGS, LGS=LGS, g_level=16, rdac=16)),
     "drift": _call(_core.drift, dict(g=np.ones(3, np.float32), seed=1, t=2.0, t0=1.0, nu_mean=0.05, nu_std=0.0)),
@@ -164,18 +163,18 @@ def test_codes_and_levels_from_wide_integers_are_not_wrapped():
     levels = np.zeros((2, 3, 3), np.int64)
     levels[0, 0, 0] = 256 + 3
     with pytest.raises(ValueError, match="argument 'levels'"):
-        _core.program_conductance(**program_args(levels=levels))
-    x = mvm_args()["x_codes"].astype(np.int64)
+        _core.program_conductance(**program_kwargs(levels=levels))
+    x = mvm_kwargs()["x_codes"].astype(np.int64)
     x[0, 0, 0, 0] = 256
     with pytest.raises(ValueError, match="argument 'x_codes'"):
-        _core.dpe_mvm(**mvm_args(x_codes=x))
-    w = mvm_args()["w_levels"].astype(np.int64)
+        _core.dpe_mvm(**mvm_kwargs(x_codes=x))
+    w = mvm_kwargs()["w_levels"].astype(np.int64)
     w[1, 2, 3] = -255
     with pytest.raises(ValueError, match="argument 'w_levels'"):
-        _core.dpe_mvm(**mvm_args(w_levels=w))
+        _core.dpe_mvm(**mvm_kwargs(w_levels=w))
     # values that fit convert exactly
-    ref = np.asarray(_core.dpe_mvm(**mvm_args()))
-    np.testing.assert_array_equal(np.asarray(_core.dpe_mvm(**mvm_args(x_codes=mvm_args()["x_codes"].astype(np.int64)))),
+    ref = np.asarray(_core.dpe_mvm(**mvm_kwargs()))
+    np.testing.assert_array_equal(np.asarray(_core.dpe_mvm(**mvm_kwargs(x_codes=mvm_kwargs()["x_codes"].astype(np.int64)))),
                                   ref)
 
 

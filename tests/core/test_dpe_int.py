@@ -71,16 +71,17 @@ def run(xs, xsc, xg, xw, wl, wsc, wg, ww, n, rdac, g_level, radc, sigma=None, vn
                                     vnoise, 1, 0))
 
 
-def int_and_float(args, limit):
-    """(integer-path output, float-path output) under the tier limit; asserts which path each took."""
+def int_and_float(args, limit, product=run):
+    """(integer-path output, float-path output) of product(*args) (an MVM by default) under the tier limit;
+    asserts which path each took."""
     pyfastpim.set_isa_limit(limit)
     try:
         with int_path(True):
             c0 = calls()
-            got_int = run(*args)
+            got_int = product(*args)
             assert calls() == c0 + 1, "the noise-free product did not take the integer path"
         with int_path(False):
-            got_float = run(*args)
+            got_float = product(*args)
             assert calls() == c0 + 1, "the integer path was taken although switched off"
     finally:
         pyfastpim.set_isa_limit("avx512vnni")
@@ -232,22 +233,6 @@ def conv_args():
             32, 16, 16, [4096] * 3, HGS, LGS, None, 0.0, 3, 1)
 
 
-@pytest.mark.parametrize("kernel", sorted(KERNEL_LIMITS))
-def test_conv2d_im2col_input_is_bit_identical(kernel):
-    pyfastpim.set_isa_limit(KERNEL_LIMITS[kernel])
-    try:
-        with int_path(True):
-            c0 = calls()
-            got_int = np.asarray(_core.dpe_conv2d(*conv_args())[0])
-            assert calls() == c0 + 1
-        with int_path(False):
-            got_float = np.asarray(_core.dpe_conv2d(*conv_args())[0])
-    finally:
-        pyfastpim.set_isa_limit("avx512vnni")
-    np.testing.assert_array_equal(got_int, got_float)
-    assert np.count_nonzero(got_int) > 0
-
-
 def test_layers_take_the_integer_path_when_noise_free():
     torch = pytest.importorskip("torch")
     from pyfastpim.nn import LinearMem
@@ -373,21 +358,21 @@ def test_stuck_cells_take_the_integer_path_with_the_float_paths_bits(kernel, cas
     assert not np.array_equal(ref, mvm_exact(xs, xsc, (1, n), xw, wl, wsc, (n, 8), ww, n, 4, g_level, radc))
 
 
-@pytest.mark.parametrize("kernel", sorted(KERNEL_LIMITS))
-def test_conv2d_with_stuck_cells_takes_the_integer_path(kernel):
+def stuck_conv_args():
+    """conv_args with levels of 4 programmed with stuck cells only (with 16 levels the float path reads cells
+    as 1.9999999 and stays on its path)."""
     args = list(conv_args())
-    wl = args[8] // 5  # levels of 4 (with 16, the float path reads cells as 1.9999999 and stays on its path)
+    wl = args[8] // 5
     args[8], args[9], args[15] = wl, np.asarray(_core.program_conductance(wl, 4, HGS, LGS, 0.0, 0.05, 0.05, 3)), 4
-    pyfastpim.set_isa_limit(KERNEL_LIMITS[kernel])
-    try:
-        with int_path(True):
-            c0 = calls()
-            got_int = np.asarray(_core.dpe_conv2d(*args)[0])
-            assert calls() == c0 + 1
-        with int_path(False):
-            got_float = np.asarray(_core.dpe_conv2d(*args)[0])
-    finally:
-        pyfastpim.set_isa_limit("avx512vnni")
+    return tuple(args)
+
+
+@pytest.mark.parametrize("kernel", sorted(KERNEL_LIMITS))
+@pytest.mark.parametrize("weights", [conv_args, stuck_conv_args], ids=["im2col", "stuck_cells"])
+def test_conv2d_takes_the_integer_path_with_the_float_paths_bits(kernel, weights):
+    """The implicit im2col input of a convolution, with levels and with cells programmed stuck at HGS / LGS:
+    the integer path is taken, with the float path's bits (and not taken when switched off)."""
+    got_int, got_float = int_and_float(weights(), KERNEL_LIMITS[kernel], lambda *a: np.asarray(_core.dpe_conv2d(*a)[0]))
     np.testing.assert_array_equal(got_int, got_float)
     assert np.count_nonzero(got_int) > 0
 

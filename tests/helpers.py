@@ -251,6 +251,10 @@ def conv_args(c, sigma=0.0, vnoise=0.0, cond=False, dequant=True):
             vnoise, 7, 3, dequant)
 
 
+# an engine's noise switched off: write / read variation, DAC noise and stuck cells (DPETensor(**NOISE_OFF))
+NOISE_OFF = dict(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
+
+
 # keyword arguments of one valid call of each raw entry point, for the argument tests to break one at a time
 
 def mvm_kwargs(**over):

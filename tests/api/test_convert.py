@@ -8,6 +8,7 @@ from torch import nn  # noqa: E402
 import pyfastpim
 import pyfastpim.nn
 from pyfastpim.nn import Conv2dMem, LinearMem, convert
+from helpers import NOISE_OFF
 
 HIGH_RES = (1, 1, 2, 2, 2, 2, 2, 2, 2)   # 16-bit slices, 2 bits per cell
 
@@ -15,8 +16,7 @@ HIGH_RES = (1, 1, 2, 2, 2, 2, 2, 2, 2)   # 16-bit slices, 2 bits per cell
 def ideal_engine():
     if not hasattr(pyfastpim, "DPETensor"):
         pytest.skip("pyfastpim.DPETensor not in this build")
-    return pyfastpim.DPETensor(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0,
-                               rate_stuck_LGS=0.0, g_level=4, rdac=4, radc=2 ** 16, seed=0)
+    return pyfastpim.DPETensor(g_level=4, rdac=4, radc=2 ** 16, seed=0, **NOISE_OFF)
 
 
 class Block(nn.Module):

@@ -9,9 +9,8 @@ torch = pytest.importorskip("torch", reason="the layers are torch modules")
 import pyfastpim  # noqa: E402
 from pyfastpim import memintelli  # noqa: E402
 from pyfastpim.nn import AttentionContext, Conv2dMem, LinearMem  # noqa: E402
-from helpers import outcome  # noqa: E402
+from helpers import NOISE_OFF, outcome  # noqa: E402
 
-NOISE_OFF = dict(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
 S8 = (1, 1, 2, 4)
 
 

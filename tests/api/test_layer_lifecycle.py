@@ -14,10 +14,9 @@ import pyfastpim
 from pyfastpim import _core
 from pyfastpim.nn import AttentionContext, Conv2dMem, LinearMem
 
-NOISE_OFF = dict(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
 NOISY = dict(write_variation=0.02, read_variation=0.05, vnoise=0.05, rate_stuck_HGS=0.001)
 S8 = (1, 1, 2, 4)
-from helpers import needs_cl, outcome  # noqa: E402
+from helpers import NOISE_OFF, needs_cl, outcome  # noqa: E402
 DEVICES = ["cpu", pytest.param("opencl", marks=needs_cl)]
 
 

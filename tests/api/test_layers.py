@@ -9,8 +9,8 @@ import torch.nn.functional as F  # noqa: E402
 
 import pyfastpim
 from pyfastpim.nn import Conv2dMem, LinearMem
+from helpers import NOISE_OFF
 
-NOISE_OFF = dict(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
 S4 = (1, 1, 2, 2)
 S8 = (1, 1, 2, 4)
 

@@ -30,6 +30,7 @@ from pyfastpim.memintelli.NN_layers import Conv1dMem, Conv2dMem, LinearMem  # no
 from pyfastpim.memintelli.NN_layers import functions as fn  # noqa: E402
 from pyfastpim.memintelli.pimpy import DPETensor, SlicedData  # noqa: E402
 from pyfastpim.memintelli.pimpy import utils  # noqa: E402
+from helpers import NOISE_OFF  # noqa: E402
 
 NAMES = {
     "pyfastpim.memintelli": ["DPETensor", "SlicedData", "SNR", "RE", "ABSE", "dot_high_dim", "LinearMem", "Conv1dMem",
@@ -56,8 +57,7 @@ NAMES = {
 
 
 def _quiet_engine(cls=DPETensor, **kw):
-    args = dict(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0,
-                radc=2 ** 12, device="cpu", seed=5)
+    args = dict(NOISE_OFF, radc=2 ** 12, device="cpu", seed=5)
     args.update(kw)
     return cls(**args)
 

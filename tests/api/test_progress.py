@@ -10,6 +10,7 @@ import torch.nn as nn  # noqa: E402
 
 import pyfastpim  # noqa: E402
 from pyfastpim import _progress  # noqa: E402
+from helpers import NOISE_OFF  # noqa: E402
 
 
 class Recorder:
@@ -58,8 +59,7 @@ class Net(nn.Module):
 
 
 def _engine():
-    return pyfastpim.DPETensor(g_level=4, rdac=4, radc=256, read_variation=0.0, vnoise=0.0, write_variation=0.0,
-                               rate_stuck_HGS=0.0, rate_stuck_LGS=0.0, seed=0)
+    return pyfastpim.DPETensor(g_level=4, rdac=4, radc=256, seed=0, **NOISE_OFF)
 
 
 def _convert(model, **kw):

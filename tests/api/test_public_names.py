@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 import pyfastpim
+from helpers import NOISE_OFF
 
 PUBLIC = ["ABSE", "Array", "AttentionContext", "DEFAULT_SEED", "DPETensor", "OpenCLDevice", "RE", "SNR",
           "SlicedData", "asarray", "cpu_isa", "devices", "dpe_matmul", "get_num_threads", "memory",
           "noise_stream", "program_weights", "resolve_device", "resolve_engine_device", "seed_worker",
           "set_isa_limit", "set_noise_stream", "set_num_threads", "slice_params", "slice_quantize", "threads"]
 
-QUIET = dict(read_variation=0.0, vnoise=0.0, write_variation=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
 
 
 def test_the_public_name_list():
@@ -60,7 +60,7 @@ def test_memintelli_names_are_the_same_product():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((5, 64)).astype(np.float32)
     w = rng.standard_normal((64, 8)).astype(np.float32)
-    eng = pyfastpim.DPETensor(**QUIET)
+    eng = pyfastpim.DPETensor(**NOISE_OFF)
     ws = pyfastpim.SlicedData((1, 1, 2, 2), is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
     xs = pyfastpim.SlicedData((1, 1, 2, 2), paral_size=(1, 32), quant_gran=(1, 32))
     ws.slice_data_imp(eng, w)

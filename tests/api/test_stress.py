@@ -14,6 +14,7 @@ import pytest
 
 import pyfastpim
 from pyfastpim import DPETensor, SlicedData, _core, dpe_matmul, memory
+from helpers import NOISE_OFF
 
 SAN = os.environ.get("PYFASTPIM_SANITIZED") == "1"
 CALLS = int(os.environ.get("PYFASTPIM_STRESS_CALLS", 300 if SAN else 10000))
@@ -46,7 +47,6 @@ def assert_flat(fn, calls=CALLS, settle=lambda: None):
         assert r1 - r0 < RSS_BOUND, "RSS grew by %d bytes over %d calls" % (r1 - r0, calls - warm)
 
 
-QUIET = dict(read_variation=0.0, vnoise=0.0, write_variation=0.0, rate_stuck_HGS=0.0)
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((4, 32)).astype(np.float32)
 W = RNG.standard_normal((32, 8)).astype(np.float32)
@@ -90,7 +90,7 @@ def test_products_and_conv(device):
 def test_layer_forward_backward():
     torch = pytest.importorskip("torch")
     from pyfastpim.nn import Conv2dMem, LinearMem
-    eng = DPETensor(**QUIET)
+    eng = DPETensor(**NOISE_OFF)
     lin = LinearMem(eng, 32, 8, (1, 1, 2), (1, 1, 2), weight_paral_size=(32, 8), weight_quant_gran=(32, 8))
     conv = Conv2dMem(eng, 2, 4, 3, (1, 1, 2), (1, 1, 2), padding=1, weight_paral_size=(32, 8),
                      weight_quant_gran=(32, 8))
@@ -170,7 +170,7 @@ def test_asarray_round_trips():
 @pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform")
 def test_opencl_slicing_and_attention():
     dev = pyfastpim.resolve_device("opencl")
-    eng = DPETensor(device="opencl", **QUIET)
+    eng = DPETensor(device="opencl", **NOISE_OFF)
     c = pyfastpim.AttentionContext(update_rate=0.1, strength=0.5, device="opencl")
     rng = np.random.default_rng(2)
     c.incoming = rng.standard_normal((16, 16)).astype(np.float32) * 0.3

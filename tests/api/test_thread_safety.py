@@ -25,7 +25,7 @@ import pytest
 
 import pyfastpim
 from pyfastpim import _core
-from helpers import NPLAT, engine_args, engine_case
+from helpers import NOISE_OFF, NPLAT, engine_args, engine_case
 
 SAN = os.environ.get("PYFASTPIM_SANITIZED") == "1"
 from helpers import ROOT  # noqa: E402  (the checkout)
@@ -310,8 +310,7 @@ def _engine_case(seed, K=96, P=64, R=24):
 def test_products_while_weights_are_reprogrammed():
     from pyfastpim import DPETensor, SlicedData
     x, w1, w2 = _engine_case(5)
-    eng = DPETensor(g_level=4, rdac=4, radc=2 ** 12, read_variation=0.0, vnoise=0.0, write_variation=0.0,
-                    rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
+    eng = DPETensor(g_level=4, rdac=4, radc=2 ** 12, **NOISE_OFF)
     S = (1, 1, 2, 2)
 
     def weights(w):

@@ -25,11 +25,10 @@ from hypothesis import assume, given, settings, strategies as st
 
 import pyfastpim
 from pyfastpim import DPETensor, SlicedData, _core, dpe_matmul
-from helpers import (CL_TILES, HAVE_CL, HGS, LGS, SIMD_NOISE, available_isas, conductance_levels, needs_cl,
+from helpers import (CL_TILES, HAVE_CL, HGS, LGS, NOISE_OFF, SIMD_NOISE, available_isas, conductance_levels, needs_cl,
                      no_isa_limit, open_cl_device, reference_product, slice_constants)
 from reference.dpe_ref import mvm_exact
 
-NOISE_OFF = dict(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
 
 
 @st.composite

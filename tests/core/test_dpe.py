@@ -9,11 +9,10 @@ from hypothesis import given, strategies as st
 
 import pyfastpim
 from pyfastpim import DPETensor, SlicedData, dpe_matmul
-from helpers import reference_product
+from helpers import NOISE_OFF, reference_product
 from reference.dpe_ref import mvm_noisy
 from reference.spec import program_levels_reference, quantize_reference, slice_reference
 
-NOISE_OFF = dict(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
 
 
 gran = st.sampled_from(["per-row", "per-col", "per-matrix", None, (1, 16), (3, 8), (5, 40)])

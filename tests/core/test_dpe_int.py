@@ -13,7 +13,7 @@ import pytest
 import pyfastpim
 from pyfastpim import _core
 from reference.dpe_ref import mvm_exact
-from helpers import HGS, LGS, make_case, short_instance
+from helpers import NOISE_OFF, HGS, LGS, make_case, short_instance
 
 SANITIZED = os.environ.get("PYFASTPIM_SANITIZED") == "1"
 TIERS = ("generic", "avx2", "avxvnni", "avx512", "avx512vnni")
@@ -237,8 +237,7 @@ def test_layers_take_the_integer_path_when_noise_free():
     torch = pytest.importorskip("torch")
     from pyfastpim.nn import LinearMem
     torch.manual_seed(0)
-    eng = pyfastpim.DPETensor(read_variation=0.0, vnoise=0.0, write_variation=0.0, rate_stuck_HGS=0.0,
-                              rate_stuck_LGS=0.0, g_level=4, rdac=4, radc=2 ** 12)
+    eng = pyfastpim.DPETensor(g_level=4, rdac=4, radc=2 ** 12, **NOISE_OFF)
     lin = LinearMem(eng, 90, 33, (1, 1, 2, 2), (1, 1, 2, 2))
     for rows in (1, 5, 300):  # batch 1 included: the weights' integer panels are packed once
         x = torch.randn(rows, 90)

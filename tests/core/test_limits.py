@@ -13,8 +13,8 @@ except ImportError:  # the numpy-only install: the out= tests skip
 needs_torch = pytest.mark.skipif(torch is None, reason="needs torch")
 
 import pyfastpim as pf
+from helpers import NOISE_OFF
 
-NOISE_OFF = dict(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
 BIG = 2 ** 63 - 1
 
 

@@ -14,7 +14,7 @@ import pytest
 
 import pyfastpim
 from pyfastpim import DPETensor, SlicedData, _core
-from helpers import (HGS, ISAS, LGS, available_isas, make_case, no_isa_limit, restore_isa_limit, short_instance,
+from helpers import (NOISE_OFF, HGS, ISAS, LGS, available_isas, make_case, no_isa_limit, restore_isa_limit, short_instance,
                      written_conductance)
 from reference.dpe_ref import mvm_exact
 
@@ -308,8 +308,7 @@ def test_reprogramming_drops_the_pack_and_the_product_uses_the_new_weights():
     np.testing.assert_array_equal(new, eng(xs, fresh))
     assert not np.array_equal(new, old)
     # re-programming for another engine's device parameters (g_level) re-packs too
-    eng8 = DPETensor(g_level=8, rdac=4, radc=2 ** 12, write_variation=0.0, read_variation=0.0, vnoise=0.0,
-                     rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
+    eng8 = DPETensor(g_level=8, rdac=4, radc=2 ** 12, **NOISE_OFF)
     h = ws._packed[2]
     eng8(xs, ws)
     assert ws._packed[2] is not h

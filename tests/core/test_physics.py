@@ -18,10 +18,10 @@ from pyfastpim import physics
 from reference.dpe_ref import mvm_noisy
 from reference.physics_ref import drift as drift_ref
 from reference.physics_ref import DRIFT_STREAM, irdrop_currents, pf_normal
+from helpers import NOISE_OFF
 
 SAN = os.environ.get("PYFASTPIM_SANITIZED") == "1"
 HGS, LGS = 1e-5, 1e-7
-NOISE_OFF = dict(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
 
 
 def random_block(rng, n, m, levels=16):

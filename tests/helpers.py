@@ -333,6 +333,19 @@ class InterfaceOnly(Iface):
         super().__init__(a.__array_interface__, keep=a)
 
 
+class DLPackOnly:
+    """Exposes a only through DLPack, as a pre-1.0 producer (NumPy 1.24's __dlpack__: no max_version)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, stream=None):
+        return self.a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
 def type_name(v):
     """The type's name as the library's TypeErrors give it ("numpy.float32" for NumPy's types)."""
     return type(v).__module__ + "." + type(v).__name__ if type(v).__module__ == "numpy" else type(v).__name__

@@ -15,7 +15,7 @@ except ImportError:  # numpy-only install: conftest skips the tests that use tor
 
 import pyfastpim
 from pyfastpim import memory
-from helpers import InterfaceOnly
+from helpers import DLPackOnly, InterfaceOnly
 
 
 def test_float32_roundtrip_numpy_torch_numpy_shares_one_buffer():
@@ -253,20 +253,7 @@ def test_sanitized_runs_use_the_sanitized_build():
     assert "sanitize" in pyfastpim._core.__file__
 
 
-class _DLPackOnly:
-    """Exposes an array only through DLPack (a pre-1.0 producer: NumPy 1.24's __dlpack__)."""
-
-    def __init__(self, a):
-        self.a = a
-
-    def __dlpack__(self, stream=None):
-        return self.a.__dlpack__()
-
-    def __dlpack_device__(self):
-        return self.a.__dlpack_device__()
-
-
-@pytest.mark.parametrize("wrap", [InterfaceOnly, _DLPackOnly, pyfastpim.asarray], ids=["iface", "dlpack", "Array"])
+@pytest.mark.parametrize("wrap", [InterfaceOnly, DLPackOnly, pyfastpim.asarray], ids=["iface", "dlpack", "Array"])
 def test_operands_without_shape_or_slicing_work_in_every_entry_point_without_copies(wrap, monkeypatch):
     """asarray takes __array_interface__ and DLPack exporters and pyfastpim.Array, but the product entry
     points read `x.shape` (AttributeError; weights: 'must be 2-D, got 0 dimensions') and sliced big

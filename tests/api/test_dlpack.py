@@ -11,7 +11,7 @@ import pytest
 
 import pyfastpim
 from pyfastpim import memory
-from helpers import Raises
+from helpers import DLPackOnly, Raises
 
 try:
     import torch
@@ -255,17 +255,8 @@ def test_import_rejects_a_newer_major_version_and_releases_it():
 
 
 def test_import_from_pre_1_0_producers_still_works():
-    class Old:  # __dlpack__ without max_version (DLPack < 1.0 producers)
-        def __init__(self, a):
-            self.a = a
-
-        def __dlpack__(self, stream=None):
-            return self.a.__dlpack__()
-
-        def __dlpack_device__(self):
-            return (1, 0)
     x = np.arange(3, dtype=np.int64)
-    a = pyfastpim.asarray(Old(pyfastpim.asarray(x)))
+    a = pyfastpim.asarray(DLPackOnly(pyfastpim.asarray(x)))  # __dlpack__ without max_version
     assert a.data_ptr == x.ctypes.data and not a.readonly
 
 

@@ -255,6 +255,11 @@ def conv_args(c, sigma=0.0, vnoise=0.0, cond=False, dequant=True):
 NOISE_OFF = dict(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
 
 
+def layer_engine(**kw):
+    """The layer tests' engine: noise off, 16 levels, a 16-level DAC, a 2**10-level ADC, seed 3; kw override."""
+    return pyfastpim.DPETensor(**dict(dict(NOISE_OFF, g_level=16, rdac=16, radc=2 ** 10, seed=3), **kw))
+
+
 # keyword arguments of one valid call of each raw entry point, for the argument tests to break one at a time
 
 def mvm_kwargs(**over):

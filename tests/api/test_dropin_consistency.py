@@ -9,13 +9,9 @@ torch = pytest.importorskip("torch", reason="the layers are torch modules")
 import pyfastpim  # noqa: E402
 from pyfastpim import memintelli  # noqa: E402
 from pyfastpim.nn import AttentionContext, Conv2dMem, LinearMem  # noqa: E402
-from helpers import NOISE_OFF, outcome  # noqa: E402
+from helpers import NOISE_OFF, layer_engine as engine, outcome  # noqa: E402
 
 S8 = (1, 1, 2, 4)
-
-
-def engine(**kw):
-    return pyfastpim.DPETensor(**dict(NOISE_OFF, g_level=16, rdac=16, radc=2 ** 10, seed=3, **kw))
 
 
 # ----------------------------------------------------------------------------- 1. bw_e=0 in the layers

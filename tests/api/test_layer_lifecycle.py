@@ -16,14 +16,12 @@ from pyfastpim.nn import AttentionContext, Conv2dMem, LinearMem
 
 NOISY = dict(write_variation=0.02, read_variation=0.05, vnoise=0.05, rate_stuck_HGS=0.001)
 S8 = (1, 1, 2, 4)
-from helpers import NOISE_OFF, needs_cl, outcome  # noqa: E402
+from helpers import layer_engine, needs_cl, outcome  # noqa: E402
 DEVICES = ["cpu", pytest.param("opencl", marks=needs_cl)]
 
 
 def engine(device="cpu", **kw):
-    params = dict(NOISE_OFF, g_level=16, rdac=16, radc=2 ** 10, seed=3, device=device)
-    params.update(kw)
-    return pyfastpim.DPETensor(**params)
+    return layer_engine(device=device, **kw)
 
 
 def fresh_output(layer, x):

@@ -9,7 +9,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import pyfastpim
 from pyfastpim.nn import Conv2dMem, LinearMem
-from helpers import NOISE_OFF
+from helpers import layer_engine
 
 S4 = (1, 1, 2, 2)
 S8 = (1, 1, 2, 4)
@@ -18,9 +18,7 @@ S8 = (1, 1, 2, 4)
 def engine(**kw):
     if not hasattr(pyfastpim, "DPETensor") or not hasattr(pyfastpim, "SlicedData"):
         pytest.skip("pyfastpim.DPETensor / SlicedData not in this build")
-    params = dict(NOISE_OFF, g_level=16, rdac=16, radc=2 ** 10, seed=0)
-    params.update(kw)
-    return pyfastpim.DPETensor(**params)
+    return layer_engine(**dict(dict(seed=0), **kw))
 
 
 # ----------------------------------------------------------------------------- NumPy references

@@ -243,7 +243,8 @@ class DPETensor:
     Parameters (MemIntelli's, with its defaults):
         HGS, LGS: high / low conductance state in siemens: 0 <= LGS < HGS <= 1e30,
             with the level spacing (HGS - LGS) / (g_level - 1) a normal float32 (>= 1.2e-38) of at
-            least HGS * 2**-22 (the levels distinct in float32); else ValueError naming HGS or LGS.
+            least HGS * 2**-22 (the levels distinct in float32); else ValueError naming HGS (NaN, inf,
+            HGS <= 0 or above 1e30) or LGS (NaN, inf, LGS < 0, LGS >= HGS); TypeError for a non-number.
         g_level: number of conductance levels (>= 2).
         write_variation: sigma of the multiplicative Gaussian write noise, fixed per programming.
         read_variation: sigma of the log-normal read noise, a float for all levels or a dict
@@ -278,8 +279,10 @@ class DPETensor:
     def __init__(self, HGS=1e-5, LGS=1e-7, g_level=16, write_variation=0.02, read_variation=0.02, vnoise=0.05,
                  wire_resistance=0, rdac=2 ** 4, radc=2 ** 8, vread=0.2, rate_stuck_HGS=0.001, rate_stuck_LGS=0.0,
                  device=None, seed=None):
-        self.HGS = _number(HGS, "HGS", 0)
-        self.LGS = _number(LGS, "LGS", 0)
+        # HGS and LGS: only the type rule here (_core.check_number); their values are validated once, by the
+        # core's conductance-range rule in check_vread below (NaN, inf, HGS <= 0: HGS; LGS < 0 or >= HGS: LGS)
+        self.HGS = _core.check_number(HGS, "HGS")
+        self.LGS = _core.check_number(LGS, "LGS")
         self.g_level = _number(g_level, "g_level", integer=True)
         self.write_variation = _sigma(write_variation, "write_variation")
         self.vnoise = _sigma(vnoise, "vnoise")

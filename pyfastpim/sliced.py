@@ -310,9 +310,10 @@ def _check_engine(engine):
     g_level = engine.g_level
     if isinstance(g_level, bool) or not isinstance(g_level, (int, np.integer)):
         raise TypeError("argument 'engine': g_level must be an int, got %r" % (g_level,))
+    # the core's type and range rule (contract.c): TypeError / ValueError naming HGS or LGS (float() named neither)
+    _core.check_conductance_range(engine.HGS, engine.LGS, g_level)
     HGS, LGS = float(engine.HGS), float(engine.LGS)
     wv, rh, rl = float(engine.write_variation), float(engine.rate_stuck_HGS), float(engine.rate_stuck_LGS)
-    _core.check_conductance_range(HGS, LGS, g_level)  # finite 0 <= LGS < HGS, float32 levels (contract.c)
     if not (np.isfinite(wv) and wv >= 0):
         raise ValueError("argument 'engine': write_variation must be finite and >= 0, got %r" % wv)
     if not (0 <= rh <= 1 and 0 <= rl <= 1 and rh + rl <= 1):

@@ -273,3 +273,58 @@ def test_read_variation_of_a_wrong_type_is_a_type_error(value, got):
         assert outcome(lambda: pyfastpim.DPETensor(read_variation=bad))[0] is ValueError, bad
     assert outcome(lambda: pyfastpim.DPETensor(g_level=2, read_variation={0: 0.1, 1: -1.0})) == \
         (ValueError, outcome(lambda: _core.check_sigma(-1.0, "read_variation[1]", True))[1])
+
+
+# ---------------------------------------------------------------- HGS / LGS: one rule, naming the argument at fault
+
+NAN, INF = float("nan"), float("inf")
+BAD_RANGE = [  # (HGS, LGS, the argument at fault, exception)
+    (-1e-5, LGS, "HGS", ValueError), (0.0, LGS, "HGS", ValueError), (NAN, LGS, "HGS", ValueError),
+    (INF, LGS, "HGS", ValueError), (-INF, LGS, "HGS", ValueError),
+    (HGS, -1e-7, "LGS", ValueError), (HGS, NAN, "LGS", ValueError), (HGS, INF, "LGS", ValueError),
+    (HGS, -INF, "LGS", ValueError),
+    (1e-8, LGS, "LGS", ValueError), (LGS, LGS, "LGS", ValueError),  # HGS <= LGS: "LGS must be below HGS"
+    ("1e-5", LGS, "HGS", TypeError), (True, LGS, "HGS", TypeError), (None, LGS, "HGS", TypeError),
+    (HGS, "0", "LGS", TypeError), (HGS, False, "LGS", TypeError), (HGS, [LGS], "LGS", TypeError),
+]
+
+
+def _conductance_entries():
+    """Every public entry taking HGS and LGS, each a function of (HGS, LGS): the engines (pyfastpim's and the
+    MemIntelli mirror's), program_weights, and weights programmed (SlicedData, the layers) with an engine
+    holding those values."""
+    def engine_with(h, lo):
+        engine = pyfastpim.DPETensor()
+        engine.HGS, engine.LGS = h, lo
+        return engine
+    entries = {
+        "DPETensor": lambda h, lo: pyfastpim.DPETensor(HGS=h, LGS=lo),
+        "program_weights": lambda h, lo: pyfastpim.program_weights(CODES, S2, 16, h, lo),
+        "SlicedData.slice_data_imp": lambda h, lo: pyfastpim.SlicedData(S2, is_weight=True, paral_size=(4, 4))
+        .slice_data_imp(engine_with(h, lo), XS[:4, :4]),
+    }
+    if pnn is not None:
+        from pyfastpim.memintelli.NN_layers import Conv2dMem as MiConv2d, LinearMem as MiLinear
+        from pyfastpim.memintelli.pimpy import DPETensor as MiDPETensor
+        entries.update({
+            "memintelli DPETensor": lambda h, lo: MiDPETensor(HGS=h, LGS=lo, device="cpu"),
+            "LinearMem": lambda h, lo: pnn.LinearMem(engine_with(h, lo), 8, 4, S2, S2),
+            "Conv2dMem": lambda h, lo: pnn.Conv2dMem(engine_with(h, lo), 2, 4, 3, S2, S2),
+            "memintelli LinearMem": lambda h, lo: MiLinear(engine_with(h, lo), 8, 4, S2, S2),
+            "memintelli Conv2dMem": lambda h, lo: MiConv2d(engine_with(h, lo), 2, 4, 3, S2, S2),
+        })
+    return entries
+
+
+@pytest.mark.parametrize("hgs,lgs,name,exc", BAD_RANGE, ids=repr)
+def test_conductance_range_names_the_argument_at_fault_on_every_entry(hgs, lgs, name, exc):
+    # a negative HGS was named LGS by the core ("argument 'LGS': must be >= 0 and below HGS"), so DPETensor
+    # checked HGS and LGS in Python first, with other words; weights programmed with an engine holding a str
+    # HGS read it through float() (naming nothing, or taking "1e-5" and True). Now the core's one rule for all
+    got = {label: outcome(fn, hgs, lgs) for label, fn in _conductance_entries().items()}
+    core = outcome(_core.check_conductance_range, hgs, lgs, 16)
+    assert core[0] is exc and core[1].startswith("argument '%s': " % name), core
+    for label, result in got.items():
+        assert result == core, (label, result, core)
+    if name == "LGS" and exc is ValueError and lgs == LGS:  # HGS <= LGS: the words say how the two relate
+        assert "below HGS" in core[1]

@@ -134,12 +134,16 @@ def _is_torch(obj):
 def _pair(value, name, minimum, maximum=None):
     """A geometry argument as torch's ``kernel_size`` takes it (the layers' and forward_conv2d's): an int n
     as (n, n) or a pair of ints (a list, tuple, NumPy array or tensor; a 0-d one is an int), not a bool;
-    each >= ``minimum`` (and <= ``maximum``, where given). TypeError / ValueError naming ``name``."""
+    each >= ``minimum`` (and <= ``maximum``, where given). TypeError naming ``name`` for a wrong type,
+    ValueError for a wrong value: a list, tuple or array of another length than 2 (the rule of every
+    pair, SlicedData's and the core's converter's too) or a value out of range."""
     if hasattr(value, "tolist"):  # a NumPy array or a tensor, 0-d (an int) or 1-D (a pair)
         value = value.tolist()
+    if isinstance(value, (tuple, list)) and len(value) != 2:
+        raise ValueError("argument '%s': expected an int or a pair of ints, got %d values" % (name, len(value)))
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         pair = (int(value), int(value))
-    elif isinstance(value, (tuple, list)) and len(value) == 2 and all(
+    elif isinstance(value, (tuple, list)) and all(
             isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value):
         pair = (int(value[0]), int(value[1]))
     else:

@@ -127,10 +127,13 @@ def _widths(slice_method, name="slice_method"):
 
 
 def _pair(value, argname):
+    """A block or granule size (SlicedData's paral_size, quant_gran): a pair of positive ints, TypeError
+    naming ``argname`` for another type (an int too), ValueError for a sequence of another length than 2
+    (the rule of every pair: pyfastpim.dpe._pair's, the core's converter's) or a value out of range."""
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
         raise TypeError("argument '%s': expected a pair of positive ints, got %r" % (argname, value))
     if len(value) != 2:
-        raise ValueError("argument '%s': expected 2 values, got %d" % (argname, len(value)))
+        raise ValueError("argument '%s': expected a pair of ints, got %d values" % (argname, len(value)))
     out = []
     for v in value:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):

@@ -77,13 +77,32 @@ def _number(value, name, minimum=None, integer=False):
     return value
 
 
+def _level_key(key, g_level):
+    """A read_variation dict key as a level: an int by the library's type rule for ints (_core.check_number:
+    operator.index, a NumPy integer too; not a bool, a float or a str), else TypeError naming read_variation.
+    An exception raised by the key's own __index__ (other than the rule's TypeError) propagates."""
+    try:
+        return _core.check_number(key, "read_variation", True)
+    except TypeError as exc:
+        if not str(exc).startswith("argument 'read_variation': expected an int, got "):
+            raise
+        raise TypeError("argument 'read_variation': a dict's keys must be ints (the levels 0..%d), got the %s key %r"
+                        % (g_level - 1, str(exc).rsplit(" ", 1)[1], key)) from None
+
+
 def _read_variation_dict(value, g_level):
     """read_variation as {level: sigma} for levels 0..g_level-1, each sigma validated."""
     if isinstance(value, dict):
-        if set(value.keys()) != set(range(g_level)):
+        levels = {}
+        for k, v in value.items():
+            level = _level_key(k, g_level)
+            if level in levels:  # two keys converting to one level (an __index__ type beside an int)
+                raise ValueError("argument 'read_variation': two keys give level %d, got %r" % (level, k))
+            levels[level] = v
+        if set(levels) != set(range(g_level)):
             raise ValueError("argument 'read_variation': a dict needs the keys 0..%d (one sigma per level), got %r"
-                             % (g_level - 1, sorted(value.keys())))
-        return {int(k): _sigma(v, "read_variation[%d]" % k, True) for k, v in value.items()}
+                             % (g_level - 1, sorted(levels)))
+        return {k: _sigma(v, "read_variation[%d]" % k, True) for k, v in levels.items()}
     try:  # one sigma: the type rule of every entry point (_core.check_number: a 0-d array too, not a bool)
         number = _core.check_number(value, "read_variation")
     except TypeError as exc:  # the rule's TypeError, its words naming the dict form too (a wrong value: ValueError)
@@ -252,7 +271,8 @@ class DPETensor:
         g_level: number of conductance levels (>= 2).
         write_variation: sigma of the multiplicative Gaussian write noise, fixed per programming.
         read_variation: sigma of the log-normal read noise, a float for all levels or a dict
-            {level: sigma} with a key for every level 0 .. g_level-1; fresh every call. Validated:
+            {level: sigma} with a key for every level 0 .. g_level-1 (int keys: a bool or float key is a
+            TypeError); fresh every call. Validated:
             0 <= sigma <= READ_VARIATION_MAX (5.0), else ValueError (exp(sigma * z) would overflow).
         vnoise: sigma of the relative Gaussian DAC voltage noise, fresh every call (0 .. 1e6; also
             write_variation: larger values raise ValueError rather than give inf/NaN outputs).

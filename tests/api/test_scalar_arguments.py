@@ -14,7 +14,7 @@ except ImportError:
     pnn = None
 import pyfastpim.physics as physics
 from pyfastpim import _core
-from helpers import outcome, type_name
+from helpers import Raises, outcome, type_name
 from test_argument_contract import conv_args, mvm_args, program_args
 
 HGS, LGS = 1e-5, 1e-7
@@ -328,3 +328,42 @@ def test_conductance_range_names_the_argument_at_fault_on_every_entry(hgs, lgs, 
         assert result == core, (label, result, core)
     if name == "LGS" and exc is ValueError and lgs == LGS:  # HGS <= LGS: the words say how the two relate
         assert "below HGS" in core[1]
+
+
+# ---------------------------------------------------------------- read_variation's dict keys are ints
+
+@pytest.mark.parametrize("keys,got", [((True, 0), "bool key True"), ((False, True), "bool key False"),
+                                      ((0.0, 1.0), "float key 0.0"), ((0, 1.0), "float key 1.0"),
+                                      ((0, "1"), "str key '1'"), ((0, np.float64(1)), "numpy.float64 key")],
+                         ids=repr)
+def test_read_variation_keys_must_be_ints(keys, got):
+    # {True: 0.1, 0: 0.1} and {0.0: 0.1, 1.0: 0.1} were taken as levels 1 and 0 (a set of keys equal to
+    # {0, 1}), where every other int argument refuses a bool or a float; now the type rule for ints
+    # (operator.index, not a bool) on each key, a TypeError naming read_variation
+    rv = dict.fromkeys(keys, 0.1)
+    from pyfastpim.memintelli.pimpy import DPETensor as MiDPETensor
+    engine = pyfastpim.DPETensor(g_level=2)
+    for label, call in {"DPETensor": lambda: pyfastpim.DPETensor(g_level=2, read_variation=rv),
+                        "memintelli DPETensor": lambda: MiDPETensor(g_level=2, read_variation=rv, device="cpu"),
+                        "setter": lambda: setattr(engine, "read_variation", rv)}.items():
+        exc, msg = outcome(call)
+        assert exc is TypeError, (label, exc, msg)
+        assert msg.startswith("argument 'read_variation': a dict's keys must be ints (the levels 0..1), got the "
+                              + got), (label, msg)
+    # a key added in place is checked at the next product, by the same rule
+    engine = pyfastpim.DPETensor(g_level=16, read_variation=0.1)
+    engine.read_variation[2.5] = 0.1
+    exc, msg = outcome(pyfastpim.dpe_matmul, XS, np.ones((8, 3), np.float32), engine, S2, S2, (1, 8), (8, 8),
+                       (1, 8), (8, 8))
+    assert exc is TypeError and msg.startswith("argument 'read_variation': a dict's keys must be ints"), msg
+
+
+def test_read_variation_takes_integer_keys_and_lets_key_errors_propagate():
+    ints = {np.int64(0): 0.1, np.uint8(1): 0.2}
+    engine = pyfastpim.DPETensor(g_level=2, read_variation=ints)
+    assert engine.read_variation == {0: 0.1, 1: 0.2} and all(type(k) is int for k in engine.read_variation)
+    with pytest.raises(ArithmeticError, match="^mine$"):  # the key's own __index__ error, unchanged
+        pyfastpim.DPETensor(g_level=2, read_variation={0: 0.1, Raises(ArithmeticError("mine")): 0.1})
+    # wrong levels stay ValueError (a missing or extra level)
+    for bad in ({0: 0.1}, {0: 0.1, 1: 0.1, 2: 0.1}, {0: 0.1, -1: 0.1}):
+        assert outcome(lambda: pyfastpim.DPETensor(g_level=2, read_variation=bad))[0] is ValueError, bad

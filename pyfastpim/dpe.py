@@ -36,6 +36,7 @@ import weakref
 import numpy as np
 
 from . import _core
+from .sliced import _int_item
 
 __all__ = ["DPETensor", "dpe_matmul", "DEFAULT_SEED"]
 
@@ -160,13 +161,9 @@ def _pair(value, name, minimum, maximum=None):
         value = value.tolist()
     if isinstance(value, (tuple, list)) and len(value) != 2:
         raise ValueError("argument '%s': expected an int or a pair of ints, got %d values" % (name, len(value)))
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        pair = (int(value), int(value))
-    elif isinstance(value, (tuple, list)) and all(
-            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value):
-        pair = (int(value[0]), int(value[1]))
-    else:
-        raise TypeError("argument '%s': expected an int or a pair of ints, got %r" % (name, value))
+    items = value if isinstance(value, (tuple, list)) else (value, value)
+    words = "argument '%s': expected an int or a pair of ints, got %r" % (name, value)
+    pair = tuple(_int_item(v, name, words) for v in items)
     if min(pair) < minimum:
         raise ValueError("argument '%s': values must be >= %d, got %r" % (name, minimum, value))
     if maximum is not None and max(pair) > maximum:  # beyond, torch's int64 size arithmetic can wrap

@@ -126,6 +126,18 @@ def _widths(slice_method, name="slice_method"):
     return tuple(out)
 
 
+def _int_item(v, name, refusal):
+    """An item of a pair as an int by the library's type rule for ints (_core.check_number: operator.index,
+    not a bool, a float or a str): the rule's TypeError is raised as TypeError(``refusal``), the caller's
+    words; any other exception (one raised by the item's own __index__) propagates unchanged."""
+    try:
+        return _core.check_number(v, name, True)
+    except TypeError as exc:
+        if not str(exc).startswith("argument '%s': expected an int, got " % name):
+            raise
+        raise TypeError(refusal) from None
+
+
 def _pair(value, argname):
     """A block or granule size (SlicedData's paral_size, quant_gran): a pair of positive ints, TypeError
     naming ``argname`` for another type (an int too), ValueError for a sequence of another length than 2
@@ -136,8 +148,7 @@ def _pair(value, argname):
         raise ValueError("argument '%s': expected a pair of ints, got %d values" % (argname, len(value)))
     out = []
     for v in value:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise TypeError("argument '%s': expected ints, got %r" % (argname, value))
+        v = _int_item(v, argname, "argument '%s': expected ints, got %r" % (argname, value))
         if v < 1:
             raise ValueError("argument '%s': values must be positive, got %r" % (argname, tuple(value)))
         if v > _SIZE_MAX:

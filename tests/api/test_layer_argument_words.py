@@ -166,3 +166,38 @@ def test_pairs_of_the_wrong_length_are_a_value_error_everywhere(bad):
     if bad and all(isinstance(v, int) for v in bad):  # an array of the wrong length too
         for label, name, call in _pair_entries():
             assert outcome(call, np.array(bad))[0] is ValueError, (label, name)
+
+
+@pytest.mark.parametrize("exc_type", [ValueError, OverflowError, ArithmeticError, KeyError],
+                         ids=lambda t: t.__name__)
+def test_pair_items_own_exceptions_propagate_unchanged(exc_type):
+    # dpe._pair took only numbers.Integral items, so an object with __index__ was refused without being asked,
+    # a TypeError in the checker's words whatever its __index__ raised (a ValueError among them); now the
+    # library's int rule (operator.index): an __index__ object is its int, and the exception its __index__
+    # raises reaches the caller as it is (the same object; a TypeError from __index__ is the rule's "expected
+    # an int", as _core.check_number has it for every int argument)
+    from helpers import Raises
+
+    class Index:
+        def __index__(self):
+            return 3
+    pairs_only = {"SlicedData", "slice_quantize", "dpe_matmul", "forward_linear", "forward_conv2d input_paral_size",
+                  "forward_conv2d input_quant_gran"}  # an int is refused there (a TypeError), not converted
+    for bad_of in (lambda r: r, lambda r: (3, r), lambda r: [r, 3]):
+        for label, name, call in _pair_entries():
+            if label == "_core.dpe_conv2d":
+                continue  # the core's converter (tests/api/test_scalar_arguments.py covers it)
+            if bad_of(0) == 0 and (label in pairs_only or "%s %s" % (label, name) in pairs_only):
+                exc, msg = outcome(call, Raises(exc_type("mine")))
+                assert exc is TypeError and "expected a pair" in msg, (label, name, msg)
+                continue
+            err = exc_type("mine")
+            try:
+                call(bad_of(Raises(err)))
+            except BaseException as got:  # noqa: B902 - compared below
+                assert got is err, (label, name, repr(got))
+            else:
+                raise AssertionError((label, name, "accepted"))
+    assert Conv2dMem(ENGINE, 2, 4, Index(), S, S, stride=(Index(), 1)).kernel_size == (3, 3)
+    assert LinearMem(ENGINE, 8, 4, S, S, input_paral_size=(Index(), 32)).input_paral_size == (3, 32)
+    assert pyfastpim.SlicedData(S, paral_size=(Index(), 2)).paral_size == (3, 2)

@@ -201,3 +201,76 @@ def test_pair_items_own_exceptions_propagate_unchanged(exc_type):
     assert Conv2dMem(ENGINE, 2, 4, Index(), S, S, stride=(Index(), 1)).kernel_size == (3, 3)
     assert LinearMem(ENGINE, 8, 4, S, S, input_paral_size=(Index(), 32)).input_paral_size == (3, 32)
     assert pyfastpim.SlicedData(S, paral_size=(Index(), 2)).paral_size == (3, 2)
+
+
+# ---------------------------------------------------------------- the input's slice widths: checked once per forward
+
+def _input_width_checks(monkeypatch):
+    """A list counting the checks of an input's slice widths (sliced._widths called for input_slice or
+    input_slice_method) however they are reached (the layers imported the checker by name)."""
+    import pyfastpim.nn.layers as layers
+    import pyfastpim.sliced as sliced
+    real, seen = sliced._widths, []
+
+    def counting(slice_method, name="slice_method"):
+        if name in ("input_slice", "input_slice_method"):
+            seen.append(name)
+        return real(slice_method, name)
+    monkeypatch.setattr(sliced, "_widths", counting)
+    monkeypatch.setattr(layers, "_widths", counting)
+    return seen
+
+
+def test_input_widths_are_checked_once_per_forward(monkeypatch):
+    # every layer forward checked input_slice_method twice: the layer read it through _widths
+    # (layer._input_slice) and handed the widths to forward_linear / forward_conv2d, which checked them
+    # again (_slicing_args); now the layer hands the attribute over and the engine checks it, once
+    import torch
+    from pyfastpim.memintelli.NN_layers import Conv1dMem as MiConv1d, Conv2dMem as MiConv2d, LinearMem as MiLinear
+    layers = {"LinearMem": (LinearMem(ENGINE, 8, 4, S, S), torch.ones(3, 8)),
+              "Conv2dMem": (Conv2dMem(ENGINE, 2, 4, 3, S, S), torch.ones(1, 2, 5, 5)),
+              "memintelli LinearMem": (MiLinear(ENGINE, 8, 4, S, S, device="cpu"), torch.ones(3, 8)),
+              "memintelli Conv2dMem": (MiConv2d(ENGINE, 2, 4, 3, S, S, device="cpu"), torch.ones(1, 2, 5, 5)),
+              "memintelli Conv1dMem": (MiConv1d(ENGINE, 2, 4, 3, S, S, device="cpu"), torch.ones(1, 2, 7))}
+    seen = _input_width_checks(monkeypatch)
+    for label, (layer, x) in layers.items():
+        for grad in (False, True):  # inference (fused, no graph) and training (autograd function)
+            with torch.set_grad_enabled(grad):
+                del seen[:]
+                layer(x)
+                assert seen == ["input_slice"], (label, grad, seen)
+
+
+def test_every_entry_still_refuses_bad_input_widths():
+    # checked once, in the engine: every entry still refuses bad widths, naming its own argument
+    import numpy as np
+    import torch
+    from pyfastpim.memintelli.NN_layers import Conv1dMem as MiConv1d, Conv2dMem as MiConv2d, LinearMem as MiLinear
+    from pyfastpim.memintelli.NN_layers import map_reduce_dot_func
+    wl = pyfastpim.SlicedData(S, is_weight=True, paral_size=(32, 32))
+    wl.slice_data_imp(ENGINE, np.ones((8, 4), np.float32))
+    wc = pyfastpim.SlicedData(S, is_weight=True, paral_size=(32, 32))
+    wc.slice_data_imp(ENGINE, np.ones((18, 4), np.float32))
+    x2, x4 = np.ones((3, 8), np.float32), np.ones((1, 2, 5, 5), np.float32)
+    for bad in ((2, 1, 2), (1, 9), (), (1, 2.5), "12", (1,) * 17):
+        want = outcome(lambda: pyfastpim.SlicedData(bad))
+        assert want[1].startswith("argument 'slice_method': "), want
+
+        def named(name):
+            return (want[0], want[1].replace("'slice_method'", "'%s'" % name, 1))
+        direct = {"forward_linear": lambda: ENGINE.forward_linear(x2, wl, bad),
+                  "forward_conv2d": lambda: ENGINE.forward_conv2d(x4, wc, 3, input_slice=bad),
+                  "dpe_matmul": lambda: pyfastpim.dpe_matmul(x2, np.ones((8, 4)), ENGINE, bad)}
+        for label, call in direct.items():
+            assert outcome(call) == named("input_slice"), (label, bad)
+        memintelli_fn = outcome(lambda: map_reduce_dot_func(ENGINE, torch.ones(3, 8), bad, wl))
+        assert memintelli_fn == named("input_slice_method"), (bad, memintelli_fn)
+        for layer, x in ((LinearMem(ENGINE, 8, 4, S, S), torch.ones(3, 8)),
+                         (Conv2dMem(ENGINE, 2, 4, 3, S, S), torch.ones(1, 2, 5, 5)),
+                         (MiLinear(ENGINE, 8, 4, S, S, device="cpu"), torch.ones(3, 8)),
+                         (MiConv2d(ENGINE, 2, 4, 3, S, S, device="cpu"), torch.ones(1, 2, 5, 5)),
+                         (MiConv1d(ENGINE, 2, 4, 3, S, S, device="cpu"), torch.ones(1, 2, 7))):
+            layer.input_slice_method = bad
+            for grad in (False, True):
+                with torch.set_grad_enabled(grad):
+                    assert outcome(layer, x) == named("input_slice_method"), (type(layer), bad, grad)

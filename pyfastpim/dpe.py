@@ -36,6 +36,7 @@ import weakref
 import numpy as np
 
 from . import _core
+from .sliced import _int_item
 
 __all__ = ["DPETensor", "dpe_matmul", "DEFAULT_SEED"]
 
@@ -77,13 +78,32 @@ def _number(value, name, minimum=None, integer=False):
     return value
 
 
+def _level_key(key, g_level):
+    """A read_variation dict key as a level: an int by the library's type rule for ints (_core.check_number:
+    operator.index, a NumPy integer too; not a bool, a float or a str), else TypeError naming read_variation.
+    An exception raised by the key's own __index__ (other than the rule's TypeError) propagates."""
+    try:
+        return _core.check_number(key, "read_variation", True)
+    except TypeError as exc:
+        if not str(exc).startswith("argument 'read_variation': expected an int, got "):
+            raise
+        raise TypeError("argument 'read_variation': a dict's keys must be ints (the levels 0..%d), got the %s key %r"
+                        % (g_level - 1, str(exc).rsplit(" ", 1)[1], key)) from None
+
+
 def _read_variation_dict(value, g_level):
     """read_variation as {level: sigma} for levels 0..g_level-1, each sigma validated."""
     if isinstance(value, dict):
-        if set(value.keys()) != set(range(g_level)):
+        levels = {}
+        for k, v in value.items():
+            level = _level_key(k, g_level)
+            if level in levels:  # two keys converting to one level (an __index__ type beside an int)
+                raise ValueError("argument 'read_variation': two keys give level %d, got %r" % (level, k))
+            levels[level] = v
+        if set(levels) != set(range(g_level)):
             raise ValueError("argument 'read_variation': a dict needs the keys 0..%d (one sigma per level), got %r"
-                             % (g_level - 1, sorted(value.keys())))
-        return {int(k): _sigma(v, "read_variation[%d]" % k, True) for k, v in value.items()}
+                             % (g_level - 1, sorted(levels)))
+        return {k: _sigma(v, "read_variation[%d]" % k, True) for k, v in levels.items()}
     try:  # one sigma: the type rule of every entry point (_core.check_number: a 0-d array too, not a bool)
         number = _core.check_number(value, "read_variation")
     except TypeError as exc:  # the rule's TypeError, its words naming the dict form too (a wrong value: ValueError)
@@ -134,16 +154,16 @@ def _is_torch(obj):
 def _pair(value, name, minimum, maximum=None):
     """A geometry argument as torch's ``kernel_size`` takes it (the layers' and forward_conv2d's): an int n
     as (n, n) or a pair of ints (a list, tuple, NumPy array or tensor; a 0-d one is an int), not a bool;
-    each >= ``minimum`` (and <= ``maximum``, where given). TypeError / ValueError naming ``name``."""
+    each >= ``minimum`` (and <= ``maximum``, where given). TypeError naming ``name`` for a wrong type,
+    ValueError for a wrong value: a list, tuple or array of another length than 2 (the rule of every
+    pair, SlicedData's and the core's converter's too) or a value out of range."""
     if hasattr(value, "tolist"):  # a NumPy array or a tensor, 0-d (an int) or 1-D (a pair)
         value = value.tolist()
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        pair = (int(value), int(value))
-    elif isinstance(value, (tuple, list)) and len(value) == 2 and all(
-            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value):
-        pair = (int(value[0]), int(value[1]))
-    else:
-        raise TypeError("argument '%s': expected an int or a pair of ints, got %r" % (name, value))
+    if isinstance(value, (tuple, list)) and len(value) != 2:
+        raise ValueError("argument '%s': expected an int or a pair of ints, got %d values" % (name, len(value)))
+    items = value if isinstance(value, (tuple, list)) else (value, value)
+    words = "argument '%s': expected an int or a pair of ints, got %r" % (name, value)
+    pair = tuple(_int_item(v, name, words) for v in items)
     if min(pair) < minimum:
         raise ValueError("argument '%s': values must be >= %d, got %r" % (name, minimum, value))
     if maximum is not None and max(pair) > maximum:  # beyond, torch's int64 size arithmetic can wrap
@@ -243,11 +263,13 @@ class DPETensor:
     Parameters (MemIntelli's, with its defaults):
         HGS, LGS: high / low conductance state in siemens: 0 <= LGS < HGS <= 1e30,
             with the level spacing (HGS - LGS) / (g_level - 1) a normal float32 (>= 1.2e-38) of at
-            least HGS * 2**-22 (the levels distinct in float32); else ValueError naming HGS or LGS.
+            least HGS * 2**-22 (the levels distinct in float32); else ValueError naming HGS (NaN, inf,
+            HGS <= 0 or above 1e30) or LGS (NaN, inf, LGS < 0, LGS >= HGS); TypeError for a non-number.
         g_level: number of conductance levels (>= 2).
         write_variation: sigma of the multiplicative Gaussian write noise, fixed per programming.
         read_variation: sigma of the log-normal read noise, a float for all levels or a dict
-            {level: sigma} with a key for every level 0 .. g_level-1; fresh every call. Validated:
+            {level: sigma} with a key for every level 0 .. g_level-1 (int keys: a bool or float key is a
+            TypeError); fresh every call. Validated:
             0 <= sigma <= READ_VARIATION_MAX (5.0), else ValueError (exp(sigma * z) would overflow).
         vnoise: sigma of the relative Gaussian DAC voltage noise, fresh every call (0 .. 1e6; also
             write_variation: larger values raise ValueError rather than give inf/NaN outputs).
@@ -278,8 +300,10 @@ class DPETensor:
     def __init__(self, HGS=1e-5, LGS=1e-7, g_level=16, write_variation=0.02, read_variation=0.02, vnoise=0.05,
                  wire_resistance=0, rdac=2 ** 4, radc=2 ** 8, vread=0.2, rate_stuck_HGS=0.001, rate_stuck_LGS=0.0,
                  device=None, seed=None):
-        self.HGS = _number(HGS, "HGS", 0)
-        self.LGS = _number(LGS, "LGS", 0)
+        # HGS and LGS: only the type rule here (_core.check_number); their values are validated once, by the
+        # core's conductance-range rule in check_vread below (NaN, inf, HGS <= 0: HGS; LGS < 0 or >= HGS: LGS)
+        self.HGS = _core.check_number(HGS, "HGS")
+        self.LGS = _core.check_number(LGS, "LGS")
         self.g_level = _number(g_level, "g_level", integer=True)
         self.write_variation = _sigma(write_variation, "write_variation")
         self.vnoise = _sigma(vnoise, "vnoise")

@@ -126,15 +126,29 @@ def _widths(slice_method, name="slice_method"):
     return tuple(out)
 
 
+def _int_item(v, name, refusal):
+    """An item of a pair as an int by the library's type rule for ints (_core.check_number: operator.index,
+    not a bool, a float or a str): the rule's TypeError is raised as TypeError(``refusal``), the caller's
+    words; any other exception (one raised by the item's own __index__) propagates unchanged."""
+    try:
+        return _core.check_number(v, name, True)
+    except TypeError as exc:
+        if not str(exc).startswith("argument '%s': expected an int, got " % name):
+            raise
+        raise TypeError(refusal) from None
+
+
 def _pair(value, argname):
+    """A block or granule size (SlicedData's paral_size, quant_gran): a pair of positive ints, TypeError
+    naming ``argname`` for another type (an int too), ValueError for a sequence of another length than 2
+    (the rule of every pair: pyfastpim.dpe._pair's, the core's converter's) or a value out of range."""
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
         raise TypeError("argument '%s': expected a pair of positive ints, got %r" % (argname, value))
     if len(value) != 2:
-        raise ValueError("argument '%s': expected 2 values, got %d" % (argname, len(value)))
+        raise ValueError("argument '%s': expected a pair of ints, got %d values" % (argname, len(value)))
     out = []
     for v in value:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise TypeError("argument '%s': expected ints, got %r" % (argname, value))
+        v = _int_item(v, argname, "argument '%s': expected ints, got %r" % (argname, value))
         if v < 1:
             raise ValueError("argument '%s': values must be positive, got %r" % (argname, tuple(value)))
         if v > _SIZE_MAX:
@@ -310,9 +324,10 @@ def _check_engine(engine):
     g_level = engine.g_level
     if isinstance(g_level, bool) or not isinstance(g_level, (int, np.integer)):
         raise TypeError("argument 'engine': g_level must be an int, got %r" % (g_level,))
+    # the core's type and range rule (contract.c): TypeError / ValueError naming HGS or LGS (float() named neither)
+    _core.check_conductance_range(engine.HGS, engine.LGS, g_level)
     HGS, LGS = float(engine.HGS), float(engine.LGS)
     wv, rh, rl = float(engine.write_variation), float(engine.rate_stuck_HGS), float(engine.rate_stuck_LGS)
-    _core.check_conductance_range(HGS, LGS, g_level)  # finite 0 <= LGS < HGS, float32 levels (contract.c)
     if not (np.isfinite(wv) and wv >= 0):
         raise ValueError("argument 'engine': write_variation must be finite and >= 0, got %r" % wv)
     if not (0 <= rh <= 1 and 0 <= rl <= 1 and rh + rl <= 1):

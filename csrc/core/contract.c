@@ -114,7 +114,14 @@ pf_status pf_validate_conductance_range(double hgs, double lgs, int64_t g_level)
         return pf_fail(PF_ENONFINITE, "HGS", "must be finite, got %g", hgs);
     if (!isfinite(lgs))
         return pf_fail(PF_ENONFINITE, "LGS", "must be finite, got %g", lgs);
-    if (!(lgs >= 0.0) || !(lgs < hgs))
+    if (!(lgs >= 0.0))
+        return pf_fail(PF_EINVAL, "LGS", "must be >= 0 and below HGS (conductances are not negative; LGS=%g, "
+                       "HGS=%g)", lgs, hgs);
+    /* a negative (or zero) HGS is HGS's fault, not LGS's: it cannot be above an LGS >= 0 */
+    if (!(hgs > 0.0))
+        return pf_fail(PF_EINVAL, "HGS", "must be > 0 and above LGS (conductances are not negative; HGS=%g, "
+                       "LGS=%g)", hgs, lgs);
+    if (!(lgs < hgs))
         return pf_fail(PF_EINVAL, "LGS", "must be >= 0 and below HGS (conductances are not negative; LGS=%g, "
                        "HGS=%g)", lgs, hgs);
     if (!(hgs <= PF_CONDUCTANCE_MAX))

@@ -305,17 +305,23 @@ static Py_ssize_t int_items(PyObject *obj, const char *name, const char *what, i
     return n;
 }
 
+/* A pair: a sequence of another length than 2 is a ValueError, raised before its items are read (the rule
+ * of every pair, pyfastpim.dpe._pair's and pyfastpim.sliced._pair's: a wrong type is a TypeError). */
 int pf_conv_pair(PyObject *obj, void *arg)
 {
     pf_pair_arg *a = arg;
-    int64_t v[3];
-    Py_ssize_t n = int_items(obj, a->name, "a pair of ints", v, 2);
-    if (n < 0)
+    int64_t v[2];
+    PyObject *seq = as_sequence(obj, a->name, "a pair of ints");
+    if (!seq)
         return 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_DECREF(seq);
     if (n != 2) {
         PyErr_Format(PyExc_ValueError, "argument '%s': expected a pair of ints, got %zd values", a->name, n);
         return 0;
     }
+    if (int_items(obj, a->name, "a pair of ints", v, 2) < 0)
+        return 0;
     pf_status st = pf_validate_pair(a->name, v[0], v[1], a->min);
     if (st != PF_OK)
         return fail_converter(st);

@@ -32,6 +32,7 @@ Inference (``torch.no_grad()``, or nothing requiring grad) calls the engine's fu
 dequantized or unfolded copies of the input are kept. Training keeps the dequantized
 (unfolded, for convolutions) input for the weight gradient, as MemIntelli does.
 """
+import contextlib
 import copy
 import math
 
@@ -117,7 +118,7 @@ def _engine_linear(layer, x, return_dequant):
     """forward_linear of the layer's input x, its errors about x naming the layer's argument 'input'."""
     fn = _engine_method(layer.engine, "forward_linear")
     with _as_input():
-        out, xq = fn(x, layer.weight_sliced, layer._input_slice, layer.input_paral_size, layer.input_quant_gran,
+        out, xq = fn(x, layer.weight_sliced, layer.input_slice_method, layer.input_paral_size, layer.input_quant_gran,
                      bw_e=layer.bw_e, return_dequant=return_dequant)
     return _as_torch(out), _as_torch(xq)
 
@@ -127,16 +128,20 @@ def _engine_conv2d(layer, x, return_dequant):
     fn = _engine_method(layer.engine, "forward_conv2d")
     with _as_input():
         out, xq = fn(x, layer.weight_sliced, layer._kernel2d, layer._stride2d, layer._padding2d, layer._dilation2d,
-                     layer._input_slice, layer.input_paral_size, layer.input_quant_gran, bw_e=layer.bw_e,
+                     layer.input_slice_method, layer.input_paral_size, layer.input_quant_gran, bw_e=layer.bw_e,
                      return_dequant=return_dequant)
     return _as_torch(out), _as_torch(xq)
 
 
+@contextlib.contextmanager
 def _as_input():
-    """Errors naming the engine's argument 'x' re-raised naming 'input', the layers' forward argument
-    (pyfastpim.dpe._renamed)."""
+    """Errors naming the engine's argument 'x' re-raised naming 'input', the layers' forward argument, and
+    those naming its 'input_slice' naming 'input_slice_method', the layer's attribute given as it
+    (pyfastpim.dpe._renamed). The layers pass ``input_slice_method`` unchecked: the engine checks the widths
+    (pyfastpim.sliced._widths), once per forward."""
     from ..dpe import _renamed
-    return _renamed("x", "input")
+    with _renamed("x", "input"), _renamed("input_slice", "input_slice_method"):
+        yield
 
 
 def _conv_out_hw(hw, kernel_size, stride, padding, dilation):
@@ -360,9 +365,10 @@ class _MemLayer(nn.Module):
 
     @property
     def _input_slice(self):
-        """The input's slice widths, read from ``input_slice_method`` at each call: MemIntelli's layers
-        slice every input with that attribute, so assigning it (or editing the tensor) takes effect at
-        the next forward; an invalid one is a ValueError / TypeError naming it."""
+        """The input's slice widths as ``input_slice_method`` gives them now: MemIntelli's layers slice every
+        input with that attribute, so assigning it (or editing the tensor) takes effect at the next forward
+        (which hands it to the engine, checking it there once); an invalid one is a ValueError / TypeError
+        naming it."""
         return _widths(self.input_slice_method, "input_slice_method")
 
     @property

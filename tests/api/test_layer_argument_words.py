@@ -16,7 +16,7 @@ ENGINE = pyfastpim.DPETensor()
 @pytest.mark.parametrize("name,bad,exc,words", [
     ("kernel_size", 0, ValueError, "values must be >= 1, got 0"),
     ("kernel_size", (3, 1.5), TypeError, "expected an int or a pair of ints, got (3, 1.5)"),
-    ("stride", (1, 2, 3), TypeError, "expected an int or a pair of ints, got (1, 2, 3)"),
+    ("stride", (1, 2, 3), ValueError, "expected an int or a pair of ints, got 3 values"),
     ("stride", (1, 0), ValueError, "values must be >= 1, got (1, 0)"),
     ("padding", -1, ValueError, "values must be >= 0, got -1"),
     ("padding", "same", TypeError, "expected an int or a pair of ints, got 'same'"),
@@ -87,9 +87,12 @@ def test_geometry_pairs_are_read_by_one_checker_taking_arrays():
             layer = LinearMem(ENGINE, 8, 4, S, S, input_paral_size=pair, weight_paral_size=pair,
                               input_quant_gran=pair, weight_quant_gran=pair)
         assert layer.input_paral_size == (32, 32), pair
-    for bad in (np.array([32.0, 32.0]), np.array(True), np.array([32, 32, 32])):
+    for bad in (np.array([32.0, 32.0]), np.array(True)):
         exc, msg = outcome(lambda: LinearMem(ENGINE, 8, 4, S, S, input_paral_size=bad))
         assert exc is TypeError and msg.startswith("argument 'input_paral_size': expected an int or a pair"), msg
+    # an array of the wrong length: a ValueError, as for every pair (test_pairs_of_the_wrong_length_...)
+    assert outcome(lambda: LinearMem(ENGINE, 8, 4, S, S, input_paral_size=np.array([32, 32, 32]))) == \
+        (ValueError, "argument 'input_paral_size': expected an int or a pair of ints, got 3 values")
     x = torch.ones(1, 2, 5, 5)
     eng = pyfastpim.DPETensor(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0)
     ref = Conv2dMem(eng, 2, 4, 3, S, S)
@@ -103,3 +106,171 @@ def test_geometry_pairs_are_read_by_one_checker_taking_arrays():
     a = eng.forward_conv2d(np.ones((1, 2, 5, 5), np.float32), w, (3, 3), input_slice=S)
     b = eng.forward_conv2d(np.ones((1, 2, 5, 5), np.float32), w, torch.tensor([3, 3]), input_slice=S)
     np.testing.assert_array_equal(a[0], b[0])  # (out, dequantized input)
+
+
+# ---------------------------------------------------------------- pairs of the wrong length: one rule
+
+WRONG_LENGTH = [(3,), (3, 3, 3), [3, 3, 3], (), (2.5,), ("3", "3", "3")]
+
+
+def _pair_entries():
+    """(label, argument, call taking the bad pair) for every pair argument of every public entry: the layers
+    (pyfastpim.nn and the MemIntelli mirror), SlicedData, slice_quantize, the engine's fused entries,
+    dpe_matmul and the core's converter (_core.dpe_conv2d)."""
+    import numpy as np
+    from pyfastpim import _core
+    from pyfastpim.memintelli.NN_layers import Conv2dMem as MiConv2d
+    from helpers import conv_kwargs
+    ws = pyfastpim.SlicedData(S, is_weight=True, paral_size=(32, 32))
+    ws.slice_data_imp(ENGINE, np.ones((18, 4), np.float32))
+    wl = pyfastpim.SlicedData(S, is_weight=True, paral_size=(32, 32))
+    wl.slice_data_imp(ENGINE, np.ones((8, 4), np.float32))
+    x4, x2 = np.ones((1, 2, 5, 5), np.float32), np.ones((3, 8), np.float32)
+    out = []
+    for name in ("kernel_size", "stride", "padding", "dilation", "input_paral_size", "weight_paral_size",
+                 "input_quant_gran", "weight_quant_gran"):
+        out.append(("Conv2dMem", name, lambda v, n=name: Conv2dMem(ENGINE, 2, 4, **dict(dict(
+            kernel_size=3, input_slice=S, weight_slice=S), **{n: v}))))
+        out.append(("memintelli Conv2dMem", name, lambda v, n=name: MiConv2d(ENGINE, 2, 4, **dict(dict(
+            kernel_size=3, input_slice=S, weight_slice=S), **{n: v}))))
+    for name in ("input_paral_size", "weight_paral_size", "input_quant_gran", "weight_quant_gran"):
+        out.append(("LinearMem", name, lambda v, n=name: LinearMem(ENGINE, 8, 4, S, S, **{n: v})))
+        out.append(("dpe_matmul", name, lambda v, n=name: pyfastpim.dpe_matmul(x2, np.ones((8, 4)), ENGINE,
+                                                                                S, S, **{n: v})))
+    for name in ("paral_size", "quant_gran"):
+        out.append(("SlicedData", name, lambda v, n=name: pyfastpim.SlicedData(S, **{n: v})))
+        out.append(("slice_quantize", name, lambda v, n=name: pyfastpim.slice_quantize(x2, S, **{n: v})))
+    for name in ("kernel_size", "stride", "padding", "dilation", "input_paral_size", "input_quant_gran"):
+        out.append(("forward_conv2d", name, lambda v, n=name: ENGINE.forward_conv2d(x4, ws, **dict(dict(
+            kernel_size=3, input_slice=S), **{n: v}))))
+        out.append(("_core.dpe_conv2d", name.replace("input_quant_gran", "x_granule"),
+                    lambda v, n=name: _core.dpe_conv2d(**conv_kwargs(**{n.replace("input_quant_gran", "x_granule"): v}))))
+    for name in ("input_paral_size", "input_quant_gran"):
+        out.append(("forward_linear", name, lambda v, n=name: ENGINE.forward_linear(x2, wl, S, **{n: v})))
+    return [e for e in out if not (e[0] == "_core.dpe_conv2d" and e[1] == "input_paral_size")]
+
+
+@pytest.mark.parametrize("bad", WRONG_LENGTH, ids=repr)
+def test_pairs_of_the_wrong_length_are_a_value_error_everywhere(bad):
+    # a pair of the wrong length was a TypeError in the layers and the engine's fused entries (dpe._pair:
+    # "expected an int or a pair of ints, got (1, 2, 3)") but a ValueError in SlicedData / slice_quantize
+    # (sliced._pair) and the core's converter, which also read a short pair's items first ((2.5,): TypeError).
+    # Now one rule: a wrong type is a TypeError, a list / tuple / array of another length than 2 a ValueError,
+    # raised before its items are read
+    for label, name, call in _pair_entries():
+        exc, msg = outcome(call, bad)
+        assert exc is ValueError, (label, name, msg)
+        assert msg.startswith("argument '%s': expected " % name) and msg.endswith("got %d values" % len(bad)), \
+            (label, name, msg)
+    import numpy as np
+    if bad and all(isinstance(v, int) for v in bad):  # an array of the wrong length too
+        for label, name, call in _pair_entries():
+            assert outcome(call, np.array(bad))[0] is ValueError, (label, name)
+
+
+@pytest.mark.parametrize("exc_type", [ValueError, OverflowError, ArithmeticError, KeyError],
+                         ids=lambda t: t.__name__)
+def test_pair_items_own_exceptions_propagate_unchanged(exc_type):
+    # dpe._pair took only numbers.Integral items, so an object with __index__ was refused without being asked,
+    # a TypeError in the checker's words whatever its __index__ raised (a ValueError among them); now the
+    # library's int rule (operator.index): an __index__ object is its int, and the exception its __index__
+    # raises reaches the caller as it is (the same object; a TypeError from __index__ is the rule's "expected
+    # an int", as _core.check_number has it for every int argument)
+    from helpers import Raises
+
+    class Index:
+        def __index__(self):
+            return 3
+    pairs_only = {"SlicedData", "slice_quantize", "dpe_matmul", "forward_linear", "forward_conv2d input_paral_size",
+                  "forward_conv2d input_quant_gran"}  # an int is refused there (a TypeError), not converted
+    for bad_of in (lambda r: r, lambda r: (3, r), lambda r: [r, 3]):
+        for label, name, call in _pair_entries():
+            if label == "_core.dpe_conv2d":
+                continue  # the core's converter (tests/api/test_scalar_arguments.py covers it)
+            if bad_of(0) == 0 and (label in pairs_only or "%s %s" % (label, name) in pairs_only):
+                exc, msg = outcome(call, Raises(exc_type("mine")))
+                assert exc is TypeError and "expected a pair" in msg, (label, name, msg)
+                continue
+            err = exc_type("mine")
+            try:
+                call(bad_of(Raises(err)))
+            except BaseException as got:  # noqa: B902 - compared below
+                assert got is err, (label, name, repr(got))
+            else:
+                raise AssertionError((label, name, "accepted"))
+    assert Conv2dMem(ENGINE, 2, 4, Index(), S, S, stride=(Index(), 1)).kernel_size == (3, 3)
+    assert LinearMem(ENGINE, 8, 4, S, S, input_paral_size=(Index(), 32)).input_paral_size == (3, 32)
+    assert pyfastpim.SlicedData(S, paral_size=(Index(), 2)).paral_size == (3, 2)
+
+
+# ---------------------------------------------------------------- the input's slice widths: checked once per forward
+
+def _input_width_checks(monkeypatch):
+    """A list counting the checks of an input's slice widths (sliced._widths called for input_slice or
+    input_slice_method) however they are reached (the layers imported the checker by name)."""
+    import pyfastpim.nn.layers as layers
+    import pyfastpim.sliced as sliced
+    real, seen = sliced._widths, []
+
+    def counting(slice_method, name="slice_method"):
+        if name in ("input_slice", "input_slice_method"):
+            seen.append(name)
+        return real(slice_method, name)
+    monkeypatch.setattr(sliced, "_widths", counting)
+    monkeypatch.setattr(layers, "_widths", counting)
+    return seen
+
+
+def test_input_widths_are_checked_once_per_forward(monkeypatch):
+    # every layer forward checked input_slice_method twice: the layer read it through _widths
+    # (layer._input_slice) and handed the widths to forward_linear / forward_conv2d, which checked them
+    # again (_slicing_args); now the layer hands the attribute over and the engine checks it, once
+    import torch
+    from pyfastpim.memintelli.NN_layers import Conv1dMem as MiConv1d, Conv2dMem as MiConv2d, LinearMem as MiLinear
+    layers = {"LinearMem": (LinearMem(ENGINE, 8, 4, S, S), torch.ones(3, 8)),
+              "Conv2dMem": (Conv2dMem(ENGINE, 2, 4, 3, S, S), torch.ones(1, 2, 5, 5)),
+              "memintelli LinearMem": (MiLinear(ENGINE, 8, 4, S, S, device="cpu"), torch.ones(3, 8)),
+              "memintelli Conv2dMem": (MiConv2d(ENGINE, 2, 4, 3, S, S, device="cpu"), torch.ones(1, 2, 5, 5)),
+              "memintelli Conv1dMem": (MiConv1d(ENGINE, 2, 4, 3, S, S, device="cpu"), torch.ones(1, 2, 7))}
+    seen = _input_width_checks(monkeypatch)
+    for label, (layer, x) in layers.items():
+        for grad in (False, True):  # inference (fused, no graph) and training (autograd function)
+            with torch.set_grad_enabled(grad):
+                del seen[:]
+                layer(x)
+                assert seen == ["input_slice"], (label, grad, seen)
+
+
+def test_every_entry_still_refuses_bad_input_widths():
+    # checked once, in the engine: every entry still refuses bad widths, naming its own argument
+    import numpy as np
+    import torch
+    from pyfastpim.memintelli.NN_layers import Conv1dMem as MiConv1d, Conv2dMem as MiConv2d, LinearMem as MiLinear
+    from pyfastpim.memintelli.NN_layers import map_reduce_dot_func
+    wl = pyfastpim.SlicedData(S, is_weight=True, paral_size=(32, 32))
+    wl.slice_data_imp(ENGINE, np.ones((8, 4), np.float32))
+    wc = pyfastpim.SlicedData(S, is_weight=True, paral_size=(32, 32))
+    wc.slice_data_imp(ENGINE, np.ones((18, 4), np.float32))
+    x2, x4 = np.ones((3, 8), np.float32), np.ones((1, 2, 5, 5), np.float32)
+    for bad in ((2, 1, 2), (1, 9), (), (1, 2.5), "12", (1,) * 17):
+        want = outcome(lambda: pyfastpim.SlicedData(bad))
+        assert want[1].startswith("argument 'slice_method': "), want
+
+        def named(name):
+            return (want[0], want[1].replace("'slice_method'", "'%s'" % name, 1))
+        direct = {"forward_linear": lambda: ENGINE.forward_linear(x2, wl, bad),
+                  "forward_conv2d": lambda: ENGINE.forward_conv2d(x4, wc, 3, input_slice=bad),
+                  "dpe_matmul": lambda: pyfastpim.dpe_matmul(x2, np.ones((8, 4)), ENGINE, bad)}
+        for label, call in direct.items():
+            assert outcome(call) == named("input_slice"), (label, bad)
+        memintelli_fn = outcome(lambda: map_reduce_dot_func(ENGINE, torch.ones(3, 8), bad, wl))
+        assert memintelli_fn == named("input_slice_method"), (bad, memintelli_fn)
+        for layer, x in ((LinearMem(ENGINE, 8, 4, S, S), torch.ones(3, 8)),
+                         (Conv2dMem(ENGINE, 2, 4, 3, S, S), torch.ones(1, 2, 5, 5)),
+                         (MiLinear(ENGINE, 8, 4, S, S, device="cpu"), torch.ones(3, 8)),
+                         (MiConv2d(ENGINE, 2, 4, 3, S, S, device="cpu"), torch.ones(1, 2, 5, 5)),
+                         (MiConv1d(ENGINE, 2, 4, 3, S, S, device="cpu"), torch.ones(1, 2, 7))):
+            layer.input_slice_method = bad
+            for grad in (False, True):
+                with torch.set_grad_enabled(grad):
+                    assert outcome(layer, x) == named("input_slice_method"), (type(layer), bad, grad)

@@ -450,7 +450,7 @@ def test_bad_layer_arguments_raise_clear_errors():
         LinearMem(eng, 8, 8, None, S8)
     with pytest.raises(ValueError, match="kernel_size"):
         Conv2dMem(eng, 2, 2, 0, S8, S8)
-    with pytest.raises(TypeError, match="stride"):
+    with pytest.raises(ValueError, match="stride"):  # a pair of the wrong length: a ValueError, as everywhere
         Conv2dMem(eng, 2, 2, 3, S8, S8, stride=(1, 2, 3))
     with pytest.raises(ValueError, match="input_quant_gran"):
         LinearMem(eng, 8, 8, S8, S8, input_quant_gran="per-block")

@@ -14,7 +14,7 @@ except ImportError:
     pnn = None
 import pyfastpim.physics as physics
 from pyfastpim import _core
-from helpers import conv_kwargs, mvm_kwargs, outcome, program_kwargs, type_name
+from helpers import Raises, conv_kwargs, mvm_kwargs, outcome, program_kwargs, type_name
 
 HGS, LGS = 1e-5, 1e-7
 
@@ -272,3 +272,97 @@ def test_read_variation_of_a_wrong_type_is_a_type_error(value, got):
         assert outcome(lambda: pyfastpim.DPETensor(read_variation=bad))[0] is ValueError, bad
     assert outcome(lambda: pyfastpim.DPETensor(g_level=2, read_variation={0: 0.1, 1: -1.0})) == \
         (ValueError, outcome(lambda: _core.check_sigma(-1.0, "read_variation[1]", True))[1])
+
+
+# ---------------------------------------------------------------- HGS / LGS: one rule, naming the argument at fault
+
+NAN, INF = float("nan"), float("inf")
+BAD_RANGE = [  # (HGS, LGS, the argument at fault, exception)
+    (-1e-5, LGS, "HGS", ValueError), (0.0, LGS, "HGS", ValueError), (NAN, LGS, "HGS", ValueError),
+    (INF, LGS, "HGS", ValueError), (-INF, LGS, "HGS", ValueError),
+    (HGS, -1e-7, "LGS", ValueError), (HGS, NAN, "LGS", ValueError), (HGS, INF, "LGS", ValueError),
+    (HGS, -INF, "LGS", ValueError),
+    (1e-8, LGS, "LGS", ValueError), (LGS, LGS, "LGS", ValueError),  # HGS <= LGS: "LGS must be below HGS"
+    ("1e-5", LGS, "HGS", TypeError), (True, LGS, "HGS", TypeError), (None, LGS, "HGS", TypeError),
+    (HGS, "0", "LGS", TypeError), (HGS, False, "LGS", TypeError), (HGS, [LGS], "LGS", TypeError),
+]
+
+
+def _conductance_entries():
+    """Every public entry taking HGS and LGS, each a function of (HGS, LGS): the engines (pyfastpim's and the
+    MemIntelli mirror's), program_weights, and weights programmed (SlicedData, the layers) with an engine
+    holding those values."""
+    def engine_with(h, lo):
+        engine = pyfastpim.DPETensor()
+        engine.HGS, engine.LGS = h, lo
+        return engine
+    entries = {
+        "DPETensor": lambda h, lo: pyfastpim.DPETensor(HGS=h, LGS=lo),
+        "program_weights": lambda h, lo: pyfastpim.program_weights(CODES, S2, 16, h, lo),
+        "SlicedData.slice_data_imp": lambda h, lo: pyfastpim.SlicedData(S2, is_weight=True, paral_size=(4, 4))
+        .slice_data_imp(engine_with(h, lo), XS[:4, :4]),
+    }
+    if pnn is not None:
+        from pyfastpim.memintelli.NN_layers import Conv2dMem as MiConv2d, LinearMem as MiLinear
+        from pyfastpim.memintelli.pimpy import DPETensor as MiDPETensor
+        entries.update({
+            "memintelli DPETensor": lambda h, lo: MiDPETensor(HGS=h, LGS=lo, device="cpu"),
+            "LinearMem": lambda h, lo: pnn.LinearMem(engine_with(h, lo), 8, 4, S2, S2),
+            "Conv2dMem": lambda h, lo: pnn.Conv2dMem(engine_with(h, lo), 2, 4, 3, S2, S2),
+            "memintelli LinearMem": lambda h, lo: MiLinear(engine_with(h, lo), 8, 4, S2, S2),
+            "memintelli Conv2dMem": lambda h, lo: MiConv2d(engine_with(h, lo), 2, 4, 3, S2, S2),
+        })
+    return entries
+
+
+@pytest.mark.parametrize("hgs,lgs,name,exc", BAD_RANGE, ids=repr)
+def test_conductance_range_names_the_argument_at_fault_on_every_entry(hgs, lgs, name, exc):
+    # a negative HGS was named LGS by the core ("argument 'LGS': must be >= 0 and below HGS"), so DPETensor
+    # checked HGS and LGS in Python first, with other words; weights programmed with an engine holding a str
+    # HGS read it through float() (naming nothing, or taking "1e-5" and True). Now the core's one rule for all
+    got = {label: outcome(fn, hgs, lgs) for label, fn in _conductance_entries().items()}
+    core = outcome(_core.check_conductance_range, hgs, lgs, 16)
+    assert core[0] is exc and core[1].startswith("argument '%s': " % name), core
+    for label, result in got.items():
+        assert result == core, (label, result, core)
+    if name == "LGS" and exc is ValueError and lgs == LGS:  # HGS <= LGS: the words say how the two relate
+        assert "below HGS" in core[1]
+
+
+# ---------------------------------------------------------------- read_variation's dict keys are ints
+
+@pytest.mark.parametrize("keys,got", [((True, 0), "bool key True"), ((False, True), "bool key False"),
+                                      ((0.0, 1.0), "float key 0.0"), ((0, 1.0), "float key 1.0"),
+                                      ((0, "1"), "str key '1'"), ((0, np.float64(1)), "numpy.float64 key")],
+                         ids=repr)
+def test_read_variation_keys_must_be_ints(keys, got):
+    # {True: 0.1, 0: 0.1} and {0.0: 0.1, 1.0: 0.1} were taken as levels 1 and 0 (a set of keys equal to
+    # {0, 1}), where every other int argument refuses a bool or a float; now the type rule for ints
+    # (operator.index, not a bool) on each key, a TypeError naming read_variation
+    rv = dict.fromkeys(keys, 0.1)
+    from pyfastpim.memintelli.pimpy import DPETensor as MiDPETensor
+    engine = pyfastpim.DPETensor(g_level=2)
+    for label, call in {"DPETensor": lambda: pyfastpim.DPETensor(g_level=2, read_variation=rv),
+                        "memintelli DPETensor": lambda: MiDPETensor(g_level=2, read_variation=rv, device="cpu"),
+                        "setter": lambda: setattr(engine, "read_variation", rv)}.items():
+        exc, msg = outcome(call)
+        assert exc is TypeError, (label, exc, msg)
+        assert msg.startswith("argument 'read_variation': a dict's keys must be ints (the levels 0..1), got the "
+                              + got), (label, msg)
+    # a key added in place is checked at the next product, by the same rule
+    engine = pyfastpim.DPETensor(g_level=16, read_variation=0.1)
+    engine.read_variation[2.5] = 0.1
+    exc, msg = outcome(pyfastpim.dpe_matmul, XS, np.ones((8, 3), np.float32), engine, S2, S2, (1, 8), (8, 8),
+                       (1, 8), (8, 8))
+    assert exc is TypeError and msg.startswith("argument 'read_variation': a dict's keys must be ints"), msg
+
+
+def test_read_variation_takes_integer_keys_and_lets_key_errors_propagate():
+    ints = {np.int64(0): 0.1, np.uint8(1): 0.2}
+    engine = pyfastpim.DPETensor(g_level=2, read_variation=ints)
+    assert engine.read_variation == {0: 0.1, 1: 0.2} and all(type(k) is int for k in engine.read_variation)
+    with pytest.raises(ArithmeticError, match="^mine$"):  # the key's own __index__ error, unchanged
+        pyfastpim.DPETensor(g_level=2, read_variation={0: 0.1, Raises(ArithmeticError("mine")): 0.1})
+    # wrong levels stay ValueError (a missing or extra level)
+    for bad in ({0: 0.1}, {0: 0.1, 1: 0.1, 2: 0.1}, {0: 0.1, -1: 0.1}):
+        assert outcome(lambda: pyfastpim.DPETensor(g_level=2, read_variation=bad))[0] is ValueError, bad

@@ -22,8 +22,8 @@ class HostLinear(torch.autograd.Function):
     def forward(ctx, x, weight, bias, layer, need):
         dev = x.device
         xh = _device.to_host(x.detach()).to(torch.float32)
-        with _as_input():  # errors about x name the layer's argument 'input'
-            out, xq = layer.engine.forward_linear(xh, layer.weight_sliced, layer._input_slice,
+        with _as_input():  # errors about x name the layer's argument 'input', its slice widths input_slice_method
+            out, xq = layer.engine.forward_linear(xh, layer.weight_sliced, layer.input_slice_method,
                                                   layer.input_paral_size, layer.input_quant_gran, bw_e=layer.bw_e,
                                                   return_dequant=need)
         out = torch.as_tensor(out)
@@ -59,7 +59,7 @@ class HostConv2d(torch.autograd.Function):
         xh = _device.to_host(x.detach()).to(torch.float32)
         geom = (layer._kernel2d, layer._stride2d, layer._padding2d, layer._dilation2d)
         with _as_input():
-            out, xq = layer.engine.forward_conv2d(xh, layer.weight_sliced, *geom, layer._input_slice,
+            out, xq = layer.engine.forward_conv2d(xh, layer.weight_sliced, *geom, layer.input_slice_method,
                                                   layer.input_paral_size, layer.input_quant_gran, bw_e=layer.bw_e,
                                                   return_dequant=need)
         out = torch.as_tensor(out)

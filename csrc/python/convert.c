@@ -100,15 +100,17 @@ int pf_as_int64_clamped(PyObject *obj, const char *name, const char *what, int64
 
 /* Whether obj has a length (a list, a 1-D array, a tensor of one element): a container, not a number,
  * even where its __float__ would unwrap one element (NumPy deprecates that). A 0-d array or tensor
- * (len() refuses it) is a number. */
+ * (len() refuses it with a TypeError, as it refuses any object without a length) is a number. Any other
+ * exception of obj's own __len__ (a KeyboardInterrupt, a MemoryError) stays pending (user code's: it
+ * propagates as it is), with 1 (not read); callers check PyErr_Occurred(). */
 static int is_sized(PyObject *obj)
 {
     if (!PySequence_Check(obj) && !PyMapping_Check(obj))
         return 0;
-    Py_ssize_t n = PyObject_Size(obj);
-    if (n < 0)
-        PyErr_Clear();
-    return n >= 0;
+    if (PyObject_Size(obj) >= 0 || !PyErr_ExceptionMatches(PyExc_TypeError))
+        return 1;
+    PyErr_Clear();
+    return 0;
 }
 
 /* Whether PyFloat_AsDouble(obj) converts an int (int's own __float__, or __index__ where obj has no
@@ -127,8 +129,10 @@ int pf_as_double(PyObject *obj, const char *name, double *out)
     else if (!PyUnicode_Check(obj) && !PyBytes_Check(obj) && !is_bool(obj) && !is_complex(obj) && !is_sized(obj) &&
              (PyIndex_Check(obj) || PyNumber_Check(obj)))
         v = PyFloat_AsDouble(obj);
-    else if (!PyErr_Occurred()) /* else the dtype property's own exception */
+    else if (!PyErr_Occurred())
         PyErr_SetNone(PyExc_TypeError);
+    else if (!only_type_error()) /* the dtype property's or __len__'s own exception (a TypeError is reworded) */
+        return -1;
     if (v == -1.0 && PyErr_Occurred()) {
         if (PyErr_ExceptionMatches(PyExc_OverflowError) && int_to_double(obj)) { /* an int beyond float64 */
             PyErr_Clear();
@@ -160,6 +164,8 @@ int pf_as_flag(PyObject *obj, const char *name)
         return -1;
     if (is_bool_scalar(obj) || (b && !is_sized(obj))) /* NumPy's bool, a 0-d bool array or tensor */
         return PyObject_IsTrue(obj);
+    if (PyErr_Occurred()) /* its __len__'s own exception */
+        return -1;
     int64_t v;
     if (PyFloat_Check(obj) || !PyIndex_Check(obj) || pf_as_int64_clamped(obj, name, "a bool", &v) < 0) {
         if (!only_type_error())

@@ -388,8 +388,7 @@ static int parse_format(const char *fmt, Py_ssize_t itemsize, pf_dtype *out, con
     char order = '@';
     if (*fmt == '@' || *fmt == '=' || *fmt == '<' || *fmt == '>' || *fmt == '!')
         order = *fmt++;
-    int little = 1;
-    if ((order == '>' || order == '!') && little) {
+    if ((order == '>' || order == '!') && itemsize != 1) { /* one byte has no byte order (NumPy: '>B' is uint8) */
         PyErr_Format(PyExc_ValueError,
                      "argument '%s': non-native (big-endian) byte order is not supported; "
                      "convert with .astype(dtype.newbyteorder('='))", argname);

@@ -186,12 +186,13 @@ static int check_shape(const PfArray *a, const char *argname)
     return 0;
 }
 
+/* As NumPy's flag: the strides of dimensions of size 1 do not matter, and an empty array is contiguous. */
 static int is_c_contiguous(const PfArray *a)
 {
     Py_ssize_t s = (Py_ssize_t)pf_dtype_size(a->dtype);
+    if (pf_array_size(a) == 0)
+        return 1;
     for (int i = a->ndim - 1; i >= 0; i--) {
-        if (a->shape[i] == 0)
-            return 1;
         if (a->shape[i] != 1 && a->strides[i] != s)
             return 0;
         s *= a->shape[i];
@@ -621,7 +622,10 @@ static int dl_layout(PfArray *a, const DLTensor *t, const char *argname)
         return 0;
     }
     for (int i = 0; i < t->ndim; i++)
-        if (__builtin_mul_overflow((Py_ssize_t)t->strides[i], (Py_ssize_t)pf_dtype_size(a->dtype), &a->strides[i])) {
+        if (t->shape[i] < 2) /* any stride: no step is taken (pf_array_from_object gives a view C strides) */
+            a->strides[i] = 0;
+        else if (__builtin_mul_overflow((Py_ssize_t)t->strides[i], (Py_ssize_t)pf_dtype_size(a->dtype),
+                                        &a->strides[i])) {
             PyErr_Format(PyExc_ValueError, "argument '%s': DLPack stride %lld of dimension %d overflows in bytes",
                          argname, (long long)t->strides[i], i);
             return -1;
@@ -1031,15 +1035,20 @@ PfArray *pf_array_from_object(PyObject *obj, pf_dtype dt, int writable, const ch
         Py_DECREF(v);
         return NULL;
     }
-    if (pf_array_size(v) == 0 && (PyObject *)v != obj)
-        set_c_strides(v); /* empty: no element to copy, whatever the exporter's strides (NumPy's C strides) */
     int need_convert = dt != PF_DT_ANY && dt != v->dtype;
     /* kernels read elements with aligned loads (and vector code assumes element
      * alignment): data at an address that is not a multiple of the element
      * size (e.g. a NumPy view at byte offset 1 into a bytes buffer) is copied */
     int aligned = pf_array_size(v) == 0 || ((uintptr_t)v->data % pf_dtype_size(v->dtype)) == 0;
-    if (!need_convert && aligned && is_c_contiguous(v))
+    if (!need_convert && aligned && is_c_contiguous(v)) {
+        /* C-contiguous whatever the exporter's strides on dimensions of size 1 (or of an empty array):
+         * the view reports C strides, as NumPy's buffer export reports a contiguous array, so its buffer
+         * and DLPack exports agree (a stride of 2 bytes went out as 0 elements) and carry no negative or
+         * huge stride that a strict consumer would refuse */
+        if ((PyObject *)v != obj)
+            set_c_strides(v);
         return v;
+    }
     if (writable) {
         PyErr_Format(PyExc_ValueError,
                      "argument '%s': a writable %s C-contiguous array%s is required (got %s%s%s); it cannot be "

@@ -430,6 +430,37 @@ def test_element_strides_whose_byte_size_overflows_are_refused(strides):
     assert prod.deleted == 1
 
 
+def _interface(shape, strides, base):
+    return type("Interface", (), dict(__array_interface__=dict(shape=shape, strides=strides, typestr="<f4",
+                                                               data=(base.ctypes.data, False), version=3)))()
+
+
+_BASE = np.arange(12, dtype=np.float32)
+
+
+@pytest.mark.parametrize("make, shape", [
+    (lambda: _interface((1, 3), (2, 4), _BASE), (1, 3)),  # 2 bytes: no multiple of the item size
+    (lambda: _interface((3, 1), (4, -4), _BASE), (3, 1)),
+    (lambda: _interface((2, 1, 3), (12, 1, 4), _BASE), (2, 1, 3)),
+    (lambda: Tampered(_BASE[:3].reshape(1, 3), strides=(2 ** 62, 1)), (1, 3)),  # overflows in bytes
+    (lambda: Tampered(_BASE[:3].reshape(3, 1), strides=(1, -7)), (3, 1)),
+], ids=["interface-2-bytes", "interface-negative", "interface-3d", "dlpack-huge", "dlpack-negative"])
+def test_a_contiguous_view_reports_c_strides_whatever_its_size_1_strides(make, shape):
+    """A dimension of size 1 takes any stride (NumPy and DLPack consumers ignore it), and such a view is
+    C-contiguous: viewed without a copy, and exported with C strides, as NumPy's buffer export reports a
+    contiguous array. The exporter's own strides were kept: the buffer said 2 bytes where DLPack said
+    0 elements (2 // 4; np.from_dlpack(a).strides (0, 4) against memoryview(a).strides (2, 4)), negative
+    strides went out through DLPack, and a DLPack stride of 2**62 elements on the size-1 dimension was
+    refused as overflowing in bytes."""
+    with memory.trace() as t:
+        a = pyfastpim.asarray(make())
+    c_strides = np.empty(shape, np.float32).strides
+    assert t.copies == 0 and a.data_ptr == _BASE.ctypes.data and a.shape == shape
+    assert a.strides == memoryview(a).strides == np.from_dlpack(a).strides == c_strides
+    m = read_versioned(a.__dlpack__(max_version=(1, 0)))
+    assert [m.dl_tensor.strides[i] for i in range(len(shape))] == [s // 4 for s in c_strides]
+
+
 @pytest.mark.parametrize("device, exc", [("cpu", TypeError), (("a", 0), TypeError), ((1,), TypeError),
                                          ((2 ** 70, 0), ValueError),
                                          # the id was never read and a bool passed as an int (the int rule

@@ -526,12 +526,29 @@ static int refuse_lazy_negation(PyObject *obj, const char *argname)
     return set != 0 ? -1 : 0;
 }
 
-/* The producer's method `what` raised: an Exception (not MemoryError) becomes a TypeError naming the
- * argument and quoting it; anything else (KeyboardInterrupt, SystemExit, MemoryError) passes through.
- * Returns NULL. */
-static PyObject *producer_failed(const char *argname, const char *what)
+/* Whether obj is a torch tensor (torch.Tensor, Parameter or a subclass: torch._C._TensorBase, torch 2's
+ * torch._C.TensorBase, in its MRO), found without importing torch and without raising. */
+static int is_torch_tensor(PyObject *obj)
 {
-    if (!PyErr_ExceptionMatches(PyExc_Exception) || PyErr_ExceptionMatches(PyExc_MemoryError))
+    PyObject *mro = Py_TYPE(obj)->tp_mro;
+    for (Py_ssize_t i = 0; mro && PyTuple_Check(mro) && i < PyTuple_GET_SIZE(mro); i++) {
+        const char *tn = ((PyTypeObject *)PyTuple_GET_ITEM(mro, i))->tp_name;
+        if (strcmp(tn, "torch._C._TensorBase") == 0 || strcmp(tn, "torch._C.TensorBase") == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* obj's method `what` raised. A producer's exception propagates unchanged (user code's, as everywhere:
+ * convert.h), but for torch's own refusals of a tensor it cannot export (a meta tensor's __dlpack_device__:
+ * "ValueError: Unknown device type meta for Dlpack"; a bool or sparse tensor's __dlpack__: "RuntimeError:
+ * Bool type is not supported by dlpack"), which name neither the argument nor pyfastpim: from a torch
+ * tensor, an Exception (not MemoryError) becomes a TypeError naming the argument and quoting it.
+ * Returns NULL. */
+static PyObject *producer_failed(PyObject *obj, const char *argname, const char *what)
+{
+    if (!is_torch_tensor(obj) || !PyErr_ExceptionMatches(PyExc_Exception) ||
+        PyErr_ExceptionMatches(PyExc_MemoryError))
         return NULL;
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
@@ -564,7 +581,7 @@ static int check_dlpack_device(PyObject *obj, const char *argname)
 {
     PyObject *dev = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
     if (!dev) { /* e.g. torch's meta tensors: "Unknown device type meta for Dlpack" */
-        producer_failed(argname, "__dlpack_device__");
+        producer_failed(obj, argname, "__dlpack_device__");
         return -1;
     }
     int64_t v[2] = {0, 0};
@@ -641,7 +658,7 @@ static PfArray *view_from_dlpack(PyObject *obj, int writable, const char *argnam
         return NULL;
     PyObject *cap = call_dlpack(obj);
     if (!cap) /* e.g. torch: "Bool type is not supported by dlpack": say which argument */
-        return (PfArray *)producer_failed(argname, "__dlpack__");
+        return (PfArray *)producer_failed(obj, argname, "__dlpack__");
     DLManagedTensor *m = NULL;
     DLManagedTensorVersioned *mv = NULL;
     if (PyCapsule_IsValid(cap, "dltensor_versioned")) {

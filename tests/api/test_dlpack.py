@@ -509,26 +509,43 @@ def test_dlpack_device_as_int_enum_or_numpy_ints_is_accepted():
         assert pyfastpim.asarray(P(x)).data_ptr == x.ctypes.data
 
 
-def test_a_failing_dlpack_device_names_the_argument_and_interrupts_pass_through():
-    """A torch meta tensor's __dlpack_device__ raises ValueError('Unknown device type meta for Dlpack'):
-    it came out naming no argument. Ctrl-C inside a producer must stay a KeyboardInterrupt (it was turned
-    into TypeError when raised by __dlpack__)."""
-    class Fails:
-        def __init__(self, where, exc):
-            self.where, self.exc = where, exc
+class _Fails:
+    """A producer whose __dlpack_device__ (where == "device") or __dlpack__ raises `exc`."""
 
-        def __dlpack_device__(self):
-            if self.where == "device":
-                raise self.exc
-            return (1, 0)
+    def __init__(self, where, exc):
+        self.where, self.exc = where, exc
 
-        def __dlpack__(self, **kw):
+    def __dlpack_device__(self):
+        if self.where == "device":
             raise self.exc
-    with pytest.raises(TypeError, match="argument 'obj': its __dlpack_device__\\(\\) failed: .*ValueError.*meta"):
-        pyfastpim.asarray(Fails("device", ValueError("Unknown device type meta for Dlpack")))
+        return (1, 0)
+
+    def __dlpack__(self, **kw):
+        raise self.exc
+
+
+def test_a_failing_torch_tensor_names_the_argument_and_interrupts_pass_through():
+    """A torch meta tensor's __dlpack_device__ raises ValueError('Unknown device type meta for Dlpack'),
+    a bool tensor's __dlpack__ RuntimeError('Bool type is not supported by dlpack'): torch's refusals name
+    no argument, and came out so. Ctrl-C inside a producer must stay a KeyboardInterrupt (it was turned
+    into TypeError when raised by __dlpack__)."""
     for where in ("device", "dlpack"):
         with pytest.raises(KeyboardInterrupt):
-            pyfastpim.asarray(Fails(where, KeyboardInterrupt()))
+            pyfastpim.asarray(_Fails(where, KeyboardInterrupt()))
     if torch is not None:
-        with pytest.raises(TypeError, match="argument 'obj': its __dlpack_device__"):
+        with pytest.raises(TypeError, match="argument 'obj': its __dlpack_device__\\(\\) failed: .*ValueError.*meta"):
             pyfastpim.asarray(torch.empty(3, device="meta"))
+        with pytest.raises(TypeError, match="argument 'obj': its __dlpack__\\(\\) failed: .*RuntimeError.*Bool"):
+            pyfastpim.asarray(torch.zeros(3, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("exc", [ValueError("from user code"), RuntimeError("from user code"),
+                                 TypeError("from user code"), ZeroDivisionError("from user code"),
+                                 MemoryError("from user code")], ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("where", ["device", "dlpack"])
+def test_a_producers_own_exception_propagates(where, exc):
+    # any other producer's exception (an Exception) was turned into "TypeError: argument 'obj': its
+    # __dlpack__() failed: <class 'ValueError'>: from user code", against the rule for user code
+    with pytest.raises(BaseException) as info:
+        pyfastpim.asarray(_Fails(where, exc))
+    assert info.value is exc

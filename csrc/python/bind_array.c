@@ -561,7 +561,36 @@ static PyObject *producer_failed(PyObject *obj, const char *argname, const char 
     return NULL;
 }
 
-static void prefix_error(const char *argname, const char *key);
+/* A converter's error about an interface key ("argument '<key>': expected ...") as one about the argument:
+ * "argument 'obj': <key>: expected ...". Any other exception (raised by the value's own __index__: a
+ * KeyboardInterrupt, a UnicodeDecodeError, a plain ValueError too) propagates as it is (convert.h): only
+ * the converters' own words, exactly a TypeError or ValueError naming the key, are reworded. */
+static void prefix_error(const char *argname, const char *key)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    if (et != PyExc_TypeError && et != PyExc_ValueError) { /* the converters' are exactly these */
+        PyErr_Restore(et, ev, tb);
+        return;
+    }
+    PyErr_NormalizeException(&et, &ev, &tb);
+    PyObject *msg = ev ? PyObject_Str(ev) : NULL;
+    const char *m = msg ? PyUnicode_AsUTF8(msg) : NULL;
+    size_t kl = strlen(key);
+    if (!m || strncmp(m, "argument '", 10) != 0 || strncmp(m + 10, key, kl) != 0 || strncmp(m + 10 + kl, "': ", 3)) {
+        PyErr_Clear(); /* a failed str(): the value's own exception stands */
+        Py_XDECREF(msg);
+        PyErr_Restore(et, ev, tb);
+        return;
+    }
+    m += 13 + kl;
+    PyErr_Clear();
+    PyErr_Format(et, "argument '%s': %s: %s", argname, key, m);
+    Py_XDECREF(msg);
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    Py_XDECREF(tb);
+}
 
 /* Memory a host kernel may read: the CPU's, or CUDA's pinned host memory. */
 static int dl_host_device(long type) { return type == kDLCPU || type == kDLCUDAHost; }
@@ -735,10 +764,9 @@ static PfArray *view_from_dlpack(PyObject *obj, int writable, const char *argnam
 }
 
 /* An __array_interface__ key present and of the expected type (TypeError naming it otherwise). */
-static int iface_key(PyObject *v, const char *key, const char *what, const char *argname)
+static int iface_key(PyObject *v, PyTypeObject *type, const char *key, const char *what, const char *argname)
 {
-    int ok = v && (strcmp(key, "typestr") == 0 ? PyUnicode_Check(v) : PyTuple_Check(v));
-    if (ok)
+    if (v && PyObject_TypeCheck(v, type))
         return 0;
     if (!v)
         PyErr_Format(PyExc_TypeError, "argument '%s': __array_interface__ has no '%s' (%s)", argname, key, what);
@@ -746,37 +774,6 @@ static int iface_key(PyObject *v, const char *key, const char *what, const char 
         PyErr_Format(PyExc_TypeError, "argument '%s': __array_interface__ '%s' must be %s, got %s", argname, key,
                      what, Py_TYPE(v)->tp_name);
     return -1;
-}
-
-/* A converter's error about an interface key ("argument '<key>': expected ...") as one about the argument:
- * "argument 'obj': <key>: expected ...". Any other exception (raised by the value's own __index__: a
- * KeyboardInterrupt, a UnicodeDecodeError, a plain ValueError too) propagates as it is (convert.h): only
- * the converters' own words, exactly a TypeError or ValueError naming the key, are reworded. */
-static void prefix_error(const char *argname, const char *key)
-{
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb);
-    if (et != PyExc_TypeError && et != PyExc_ValueError) { /* the converters' are exactly these */
-        PyErr_Restore(et, ev, tb);
-        return;
-    }
-    PyErr_NormalizeException(&et, &ev, &tb);
-    PyObject *msg = ev ? PyObject_Str(ev) : NULL;
-    const char *m = msg ? PyUnicode_AsUTF8(msg) : NULL;
-    size_t kl = strlen(key);
-    if (!m || strncmp(m, "argument '", 10) != 0 || strncmp(m + 10, key, kl) != 0 || strncmp(m + 10 + kl, "': ", 3)) {
-        PyErr_Clear(); /* a failed str(): the value's own exception stands */
-        Py_XDECREF(msg);
-        PyErr_Restore(et, ev, tb);
-        return;
-    }
-    m += 13 + kl;
-    PyErr_Clear();
-    PyErr_Format(et, "argument '%s': %s: %s", argname, key, m);
-    Py_XDECREF(msg);
-    Py_XDECREF(et);
-    Py_XDECREF(ev);
-    Py_XDECREF(tb);
 }
 
 /* The ints of an interface's shape (sizes >= 0) or strides (any sign) tuple, as the scalar rule reads ints
@@ -869,6 +866,31 @@ static int iface_unread_keys(PyObject *iface, PyObject *typestr, const char *arg
     return -1;
 }
 
+/* The interface's 'data' (pointer, read-only flag): the pointer an int that fits one, the flag as every flag
+ * reads (pf_as_flag). 0 with *ptr and *readonly set, or -1 with the error naming the argument and the item. */
+static int iface_data(PyObject *pointer, PyObject *flag, const char *argname, char **ptr, int *readonly)
+{
+    static const char pname[] = "__array_interface__ 'data' pointer";
+    static const char fname[] = "__array_interface__ 'data' read-only flag";
+    uint64_t p;
+    if (pf_as_uint64(pointer, pname, &p) < 0) {
+        prefix_error(argname, pname);
+        return -1;
+    }
+    if (p > UINTPTR_MAX) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': %s does not fit a pointer", argname, pname);
+        return -1;
+    }
+    const int ro = pf_as_flag(flag, fname);
+    if (ro < 0) {
+        prefix_error(argname, fname);
+        return -1;
+    }
+    *ptr = (char *)(uintptr_t)p;
+    *readonly = ro;
+    return 0;
+}
+
 static PfArray *view_from_array_interface(PyObject *obj, PyObject *iface, int writable, const char *argname)
 {
     if (!PyDict_Check(iface)) {
@@ -879,9 +901,9 @@ static PfArray *view_from_array_interface(PyObject *obj, PyObject *iface, int wr
     PyObject *typestr = PyDict_GetItemString(iface, "typestr");
     PyObject *data = PyDict_GetItemString(iface, "data");
     PyObject *strides = PyDict_GetItemString(iface, "strides");
-    if (iface_key(shape, "shape", "a tuple of sizes", argname) < 0 ||
-        iface_key(typestr, "typestr", "a str such as '<f4'", argname) < 0 ||
-        iface_key(data, "data", "a (pointer, read-only flag) tuple", argname) < 0)
+    if (iface_key(shape, &PyTuple_Type, "shape", "a tuple of sizes", argname) < 0 ||
+        iface_key(typestr, &PyUnicode_Type, "typestr", "a str such as '<f4'", argname) < 0 ||
+        iface_key(data, &PyTuple_Type, "data", "a (pointer, read-only flag) tuple", argname) < 0)
         return NULL;
     if (PyTuple_GET_SIZE(data) != 2) {
         PyErr_Format(PyExc_ValueError, "argument '%s': __array_interface__ 'data' must be a (pointer, read-only flag) "
@@ -927,7 +949,7 @@ static PfArray *view_from_array_interface(PyObject *obj, PyObject *iface, int wr
     a->ndim = (int)nd;
     if (strides == Py_None)
         strides = NULL;
-    if ((strides && iface_key(strides, "strides", "None or a tuple of byte strides", argname) < 0) ||
+    if ((strides && iface_key(strides, &PyTuple_Type, "strides", "None or a tuple of byte strides", argname) < 0) ||
         iface_ints(shape, "shape", 0, a->shape, argname) < 0 ||
         (strides && iface_strides(strides, nd, a->strides, argname) < 0)) {
         Py_DECREF(a);
@@ -935,24 +957,10 @@ static PfArray *view_from_array_interface(PyObject *obj, PyObject *iface, int wr
     }
     if (!strides)
         set_c_strides(a);
-    uint64_t ptr;
-    int ro = -1;
-    static const char pname[] = "__array_interface__ 'data' pointer", fname[] = "__array_interface__ 'data' "
-                                                                               "read-only flag";
-    const char *bad = pf_as_uint64(PyTuple_GET_ITEM(data, 0), pname, &ptr) < 0 ? pname
-                      : ptr > UINTPTR_MAX                                     ? ""
-                      : (ro = pf_as_flag(PyTuple_GET_ITEM(data, 1), fname)) < 0 ? fname
-                                                                                : NULL;
-    if (bad) {
-        if (!*bad)
-            PyErr_Format(PyExc_ValueError, "argument '%s': %s does not fit a pointer", argname, pname);
-        else
-            prefix_error(argname, bad);
+    if (iface_data(PyTuple_GET_ITEM(data, 0), PyTuple_GET_ITEM(data, 1), argname, &a->data, &a->readonly) < 0) {
         Py_DECREF(a);
         return NULL;
     }
-    a->data = (char *)(uintptr_t)ptr;
-    a->readonly = ro;
     if (writable && a->readonly) {
         PyErr_Format(PyExc_ValueError, "argument '%s': a writable buffer is required but %s is read-only",
                      argname, Py_TYPE(obj)->tp_name);

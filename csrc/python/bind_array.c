@@ -186,12 +186,13 @@ static int check_shape(const PfArray *a, const char *argname)
     return 0;
 }
 
+/* As NumPy's flag: the strides of dimensions of size 1 do not matter, and an empty array is contiguous. */
 static int is_c_contiguous(const PfArray *a)
 {
     Py_ssize_t s = (Py_ssize_t)pf_dtype_size(a->dtype);
+    if (pf_array_size(a) == 0)
+        return 1;
     for (int i = a->ndim - 1; i >= 0; i--) {
-        if (a->shape[i] == 0)
-            return 1;
         if (a->shape[i] != 1 && a->strides[i] != s)
             return 0;
         s *= a->shape[i];
@@ -388,8 +389,7 @@ static int parse_format(const char *fmt, Py_ssize_t itemsize, pf_dtype *out, con
     char order = '@';
     if (*fmt == '@' || *fmt == '=' || *fmt == '<' || *fmt == '>' || *fmt == '!')
         order = *fmt++;
-    int little = 1;
-    if ((order == '>' || order == '!') && little) {
+    if ((order == '>' || order == '!') && itemsize != 1) { /* one byte has no byte order (NumPy: '>B' is uint8) */
         PyErr_Format(PyExc_ValueError,
                      "argument '%s': non-native (big-endian) byte order is not supported; "
                      "convert with .astype(dtype.newbyteorder('='))", argname);
@@ -526,12 +526,29 @@ static int refuse_lazy_negation(PyObject *obj, const char *argname)
     return set != 0 ? -1 : 0;
 }
 
-/* The producer's method `what` raised: an Exception (not MemoryError) becomes a TypeError naming the
- * argument and quoting it; anything else (KeyboardInterrupt, SystemExit, MemoryError) passes through.
- * Returns NULL. */
-static PyObject *producer_failed(const char *argname, const char *what)
+/* Whether obj is a torch tensor (torch.Tensor, Parameter or a subclass: torch._C._TensorBase, torch 2's
+ * torch._C.TensorBase, in its MRO), found without importing torch and without raising. */
+static int is_torch_tensor(PyObject *obj)
 {
-    if (!PyErr_ExceptionMatches(PyExc_Exception) || PyErr_ExceptionMatches(PyExc_MemoryError))
+    PyObject *mro = Py_TYPE(obj)->tp_mro;
+    for (Py_ssize_t i = 0; mro && PyTuple_Check(mro) && i < PyTuple_GET_SIZE(mro); i++) {
+        const char *tn = ((PyTypeObject *)PyTuple_GET_ITEM(mro, i))->tp_name;
+        if (strcmp(tn, "torch._C._TensorBase") == 0 || strcmp(tn, "torch._C.TensorBase") == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* obj's method `what` raised. A producer's exception propagates unchanged (user code's, as everywhere:
+ * convert.h), but for torch's own refusals of a tensor it cannot export (a meta tensor's __dlpack_device__:
+ * "ValueError: Unknown device type meta for Dlpack"; a bool or sparse tensor's __dlpack__: "RuntimeError:
+ * Bool type is not supported by dlpack"), which name neither the argument nor pyfastpim: from a torch
+ * tensor, an Exception (not MemoryError) becomes a TypeError naming the argument and quoting it.
+ * Returns NULL. */
+static PyObject *producer_failed(PyObject *obj, const char *argname, const char *what)
+{
+    if (!is_torch_tensor(obj) || !PyErr_ExceptionMatches(PyExc_Exception) ||
+        PyErr_ExceptionMatches(PyExc_MemoryError))
         return NULL;
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
@@ -544,7 +561,36 @@ static PyObject *producer_failed(const char *argname, const char *what)
     return NULL;
 }
 
-static void prefix_error(const char *argname, const char *key);
+/* A converter's error about an interface key ("argument '<key>': expected ...") as one about the argument:
+ * "argument 'obj': <key>: expected ...". Any other exception (raised by the value's own __index__: a
+ * KeyboardInterrupt, a UnicodeDecodeError, a plain ValueError too) propagates as it is (convert.h): only
+ * the converters' own words, exactly a TypeError or ValueError naming the key, are reworded. */
+static void prefix_error(const char *argname, const char *key)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    if (et != PyExc_TypeError && et != PyExc_ValueError) { /* the converters' are exactly these */
+        PyErr_Restore(et, ev, tb);
+        return;
+    }
+    PyErr_NormalizeException(&et, &ev, &tb);
+    PyObject *msg = ev ? PyObject_Str(ev) : NULL;
+    const char *m = msg ? PyUnicode_AsUTF8(msg) : NULL;
+    size_t kl = strlen(key);
+    if (!m || strncmp(m, "argument '", 10) != 0 || strncmp(m + 10, key, kl) != 0 || strncmp(m + 10 + kl, "': ", 3)) {
+        PyErr_Clear(); /* a failed str(): the value's own exception stands */
+        Py_XDECREF(msg);
+        PyErr_Restore(et, ev, tb);
+        return;
+    }
+    m += 13 + kl;
+    PyErr_Clear();
+    PyErr_Format(et, "argument '%s': %s: %s", argname, key, m);
+    Py_XDECREF(msg);
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    Py_XDECREF(tb);
+}
 
 /* Memory a host kernel may read: the CPU's, or CUDA's pinned host memory. */
 static int dl_host_device(long type) { return type == kDLCPU || type == kDLCUDAHost; }
@@ -564,7 +610,7 @@ static int check_dlpack_device(PyObject *obj, const char *argname)
 {
     PyObject *dev = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
     if (!dev) { /* e.g. torch's meta tensors: "Unknown device type meta for Dlpack" */
-        producer_failed(argname, "__dlpack_device__");
+        producer_failed(obj, argname, "__dlpack_device__");
         return -1;
     }
     int64_t v[2] = {0, 0};
@@ -622,7 +668,10 @@ static int dl_layout(PfArray *a, const DLTensor *t, const char *argname)
         return 0;
     }
     for (int i = 0; i < t->ndim; i++)
-        if (__builtin_mul_overflow((Py_ssize_t)t->strides[i], (Py_ssize_t)pf_dtype_size(a->dtype), &a->strides[i])) {
+        if (t->shape[i] < 2) /* any stride: no step is taken (pf_array_from_object gives a view C strides) */
+            a->strides[i] = 0;
+        else if (__builtin_mul_overflow((Py_ssize_t)t->strides[i], (Py_ssize_t)pf_dtype_size(a->dtype),
+                                        &a->strides[i])) {
             PyErr_Format(PyExc_ValueError, "argument '%s': DLPack stride %lld of dimension %d overflows in bytes",
                          argname, (long long)t->strides[i], i);
             return -1;
@@ -638,7 +687,7 @@ static PfArray *view_from_dlpack(PyObject *obj, int writable, const char *argnam
         return NULL;
     PyObject *cap = call_dlpack(obj);
     if (!cap) /* e.g. torch: "Bool type is not supported by dlpack": say which argument */
-        return (PfArray *)producer_failed(argname, "__dlpack__");
+        return (PfArray *)producer_failed(obj, argname, "__dlpack__");
     DLManagedTensor *m = NULL;
     DLManagedTensorVersioned *mv = NULL;
     if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
@@ -715,10 +764,9 @@ static PfArray *view_from_dlpack(PyObject *obj, int writable, const char *argnam
 }
 
 /* An __array_interface__ key present and of the expected type (TypeError naming it otherwise). */
-static int iface_key(PyObject *v, const char *key, const char *what, const char *argname)
+static int iface_key(PyObject *v, PyTypeObject *type, const char *key, const char *what, const char *argname)
 {
-    int ok = v && (strcmp(key, "typestr") == 0 ? PyUnicode_Check(v) : PyTuple_Check(v));
-    if (ok)
+    if (v && PyObject_TypeCheck(v, type))
         return 0;
     if (!v)
         PyErr_Format(PyExc_TypeError, "argument '%s': __array_interface__ has no '%s' (%s)", argname, key, what);
@@ -726,37 +774,6 @@ static int iface_key(PyObject *v, const char *key, const char *what, const char 
         PyErr_Format(PyExc_TypeError, "argument '%s': __array_interface__ '%s' must be %s, got %s", argname, key,
                      what, Py_TYPE(v)->tp_name);
     return -1;
-}
-
-/* A converter's error about an interface key ("argument '<key>': expected ...") as one about the argument:
- * "argument 'obj': <key>: expected ...". Any other exception (raised by the value's own __index__: a
- * KeyboardInterrupt, a UnicodeDecodeError, a plain ValueError too) propagates as it is (convert.h): only
- * the converters' own words, exactly a TypeError or ValueError naming the key, are reworded. */
-static void prefix_error(const char *argname, const char *key)
-{
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb);
-    if (et != PyExc_TypeError && et != PyExc_ValueError) { /* the converters' are exactly these */
-        PyErr_Restore(et, ev, tb);
-        return;
-    }
-    PyErr_NormalizeException(&et, &ev, &tb);
-    PyObject *msg = ev ? PyObject_Str(ev) : NULL;
-    const char *m = msg ? PyUnicode_AsUTF8(msg) : NULL;
-    size_t kl = strlen(key);
-    if (!m || strncmp(m, "argument '", 10) != 0 || strncmp(m + 10, key, kl) != 0 || strncmp(m + 10 + kl, "': ", 3)) {
-        PyErr_Clear(); /* a failed str(): the value's own exception stands */
-        Py_XDECREF(msg);
-        PyErr_Restore(et, ev, tb);
-        return;
-    }
-    m += 13 + kl;
-    PyErr_Clear();
-    PyErr_Format(et, "argument '%s': %s: %s", argname, key, m);
-    Py_XDECREF(msg);
-    Py_XDECREF(et);
-    Py_XDECREF(ev);
-    Py_XDECREF(tb);
 }
 
 /* The ints of an interface's shape (sizes >= 0) or strides (any sign) tuple, as the scalar rule reads ints
@@ -849,6 +866,31 @@ static int iface_unread_keys(PyObject *iface, PyObject *typestr, const char *arg
     return -1;
 }
 
+/* The interface's 'data' (pointer, read-only flag): the pointer an int that fits one, the flag as every flag
+ * reads (pf_as_flag). 0 with *ptr and *readonly set, or -1 with the error naming the argument and the item. */
+static int iface_data(PyObject *pointer, PyObject *flag, const char *argname, char **ptr, int *readonly)
+{
+    static const char pname[] = "__array_interface__ 'data' pointer";
+    static const char fname[] = "__array_interface__ 'data' read-only flag";
+    uint64_t p;
+    if (pf_as_uint64(pointer, pname, &p) < 0) {
+        prefix_error(argname, pname);
+        return -1;
+    }
+    if (p > UINTPTR_MAX) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': %s does not fit a pointer", argname, pname);
+        return -1;
+    }
+    const int ro = pf_as_flag(flag, fname);
+    if (ro < 0) {
+        prefix_error(argname, fname);
+        return -1;
+    }
+    *ptr = (char *)(uintptr_t)p;
+    *readonly = ro;
+    return 0;
+}
+
 static PfArray *view_from_array_interface(PyObject *obj, PyObject *iface, int writable, const char *argname)
 {
     if (!PyDict_Check(iface)) {
@@ -859,9 +901,9 @@ static PfArray *view_from_array_interface(PyObject *obj, PyObject *iface, int wr
     PyObject *typestr = PyDict_GetItemString(iface, "typestr");
     PyObject *data = PyDict_GetItemString(iface, "data");
     PyObject *strides = PyDict_GetItemString(iface, "strides");
-    if (iface_key(shape, "shape", "a tuple of sizes", argname) < 0 ||
-        iface_key(typestr, "typestr", "a str such as '<f4'", argname) < 0 ||
-        iface_key(data, "data", "a (pointer, read-only flag) tuple", argname) < 0)
+    if (iface_key(shape, &PyTuple_Type, "shape", "a tuple of sizes", argname) < 0 ||
+        iface_key(typestr, &PyUnicode_Type, "typestr", "a str such as '<f4'", argname) < 0 ||
+        iface_key(data, &PyTuple_Type, "data", "a (pointer, read-only flag) tuple", argname) < 0)
         return NULL;
     if (PyTuple_GET_SIZE(data) != 2) {
         PyErr_Format(PyExc_ValueError, "argument '%s': __array_interface__ 'data' must be a (pointer, read-only flag) "
@@ -907,7 +949,7 @@ static PfArray *view_from_array_interface(PyObject *obj, PyObject *iface, int wr
     a->ndim = (int)nd;
     if (strides == Py_None)
         strides = NULL;
-    if ((strides && iface_key(strides, "strides", "None or a tuple of byte strides", argname) < 0) ||
+    if ((strides && iface_key(strides, &PyTuple_Type, "strides", "None or a tuple of byte strides", argname) < 0) ||
         iface_ints(shape, "shape", 0, a->shape, argname) < 0 ||
         (strides && iface_strides(strides, nd, a->strides, argname) < 0)) {
         Py_DECREF(a);
@@ -915,24 +957,10 @@ static PfArray *view_from_array_interface(PyObject *obj, PyObject *iface, int wr
     }
     if (!strides)
         set_c_strides(a);
-    uint64_t ptr;
-    int ro = -1;
-    static const char pname[] = "__array_interface__ 'data' pointer", fname[] = "__array_interface__ 'data' "
-                                                                               "read-only flag";
-    const char *bad = pf_as_uint64(PyTuple_GET_ITEM(data, 0), pname, &ptr) < 0 ? pname
-                      : ptr > UINTPTR_MAX                                     ? ""
-                      : (ro = pf_as_flag(PyTuple_GET_ITEM(data, 1), fname)) < 0 ? fname
-                                                                                : NULL;
-    if (bad) {
-        if (!*bad)
-            PyErr_Format(PyExc_ValueError, "argument '%s': %s does not fit a pointer", argname, pname);
-        else
-            prefix_error(argname, bad);
+    if (iface_data(PyTuple_GET_ITEM(data, 0), PyTuple_GET_ITEM(data, 1), argname, &a->data, &a->readonly) < 0) {
         Py_DECREF(a);
         return NULL;
     }
-    a->data = (char *)(uintptr_t)ptr;
-    a->readonly = ro;
     if (writable && a->readonly) {
         PyErr_Format(PyExc_ValueError, "argument '%s': a writable buffer is required but %s is read-only",
                      argname, Py_TYPE(obj)->tp_name);
@@ -1032,15 +1060,20 @@ PfArray *pf_array_from_object(PyObject *obj, pf_dtype dt, int writable, const ch
         Py_DECREF(v);
         return NULL;
     }
-    if (pf_array_size(v) == 0 && (PyObject *)v != obj)
-        set_c_strides(v); /* empty: no element to copy, whatever the exporter's strides (NumPy's C strides) */
     int need_convert = dt != PF_DT_ANY && dt != v->dtype;
     /* kernels read elements with aligned loads (and vector code assumes element
      * alignment): data at an address that is not a multiple of the element
      * size (e.g. a NumPy view at byte offset 1 into a bytes buffer) is copied */
     int aligned = pf_array_size(v) == 0 || ((uintptr_t)v->data % pf_dtype_size(v->dtype)) == 0;
-    if (!need_convert && aligned && is_c_contiguous(v))
+    if (!need_convert && aligned && is_c_contiguous(v)) {
+        /* C-contiguous whatever the exporter's strides on dimensions of size 1 (or of an empty array):
+         * the view reports C strides, as NumPy's buffer export reports a contiguous array, so its buffer
+         * and DLPack exports agree (a stride of 2 bytes went out as 0 elements) and carry no negative or
+         * huge stride that a strict consumer would refuse */
+        if ((PyObject *)v != obj)
+            set_c_strides(v);
         return v;
+    }
     if (writable) {
         PyErr_Format(PyExc_ValueError,
                      "argument '%s': a writable %s C-contiguous array%s is required (got %s%s%s); it cannot be "

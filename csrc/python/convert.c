@@ -40,6 +40,8 @@ static void dtype_name(PyObject *obj, char *buf, size_t size)
     Py_XDECREF(dt);
 }
 
+static int is_bool_dtype(const char *dt) { return strcmp(dt, "bool") == 0 || strcmp(dt, "torch.bool") == 0; }
+
 /* A bool is a flag, not a quantity (True would read as 1 level, 1 ohm or 1 sigma): a bool scalar, or a
  * 0-d array or tensor of bools (their __float__ / __index__ take True as 1 too). */
 static int is_bool(PyObject *obj)
@@ -48,18 +50,19 @@ static int is_bool(PyObject *obj)
     if (is_bool_scalar(obj))
         return 1;
     dtype_name(obj, dt, sizeof dt);
-    return strcmp(dt, "bool") == 0 || strcmp(dt, "torch.bool") == 0 || PyErr_Occurred(); /* 1: not read */
+    return is_bool_dtype(dt) || PyErr_Occurred(); /* 1: not read */
 }
 
-/* A complex number is no real one: NumPy's complex scalars and 0-d arrays have a __float__ that drops
- * the imaginary part (with only a ComplexWarning), a complex tensor's raises an unnamed RuntimeError. */
-static int is_complex(PyObject *obj)
+/* A bool (is_bool) or a complex number, neither of which is a real one, with one dtype lookup: NumPy's
+ * complex scalars and 0-d arrays have a __float__ that drops the imaginary part (with only a
+ * ComplexWarning), a complex tensor's raises an unnamed RuntimeError. */
+static int is_bool_or_complex(PyObject *obj)
 {
     char dt[32];
-    if (PyComplex_Check(obj))
+    if (is_bool_scalar(obj) || PyComplex_Check(obj))
         return 1;
     dtype_name(obj, dt, sizeof dt);
-    return strstr(dt, "complex") != NULL || PyErr_Occurred(); /* 1: not read */
+    return is_bool_dtype(dt) || strstr(dt, "complex") != NULL || PyErr_Occurred(); /* 1: not read */
 }
 
 /* Whether a TypeError (or nothing) is pending: anything else raised by an object's own __index__ /
@@ -100,15 +103,17 @@ int pf_as_int64_clamped(PyObject *obj, const char *name, const char *what, int64
 
 /* Whether obj has a length (a list, a 1-D array, a tensor of one element): a container, not a number,
  * even where its __float__ would unwrap one element (NumPy deprecates that). A 0-d array or tensor
- * (len() refuses it) is a number. */
+ * (len() refuses it with a TypeError, as it refuses any object without a length) is a number. Any other
+ * exception of obj's own __len__ (a KeyboardInterrupt, a MemoryError) stays pending (user code's: it
+ * propagates as it is), with 1 (not read); callers check PyErr_Occurred(). */
 static int is_sized(PyObject *obj)
 {
     if (!PySequence_Check(obj) && !PyMapping_Check(obj))
         return 0;
-    Py_ssize_t n = PyObject_Size(obj);
-    if (n < 0)
-        PyErr_Clear();
-    return n >= 0;
+    if (PyObject_Size(obj) >= 0 || !PyErr_ExceptionMatches(PyExc_TypeError))
+        return 1;
+    PyErr_Clear();
+    return 0;
 }
 
 /* Whether PyFloat_AsDouble(obj) converts an int (int's own __float__, or __index__ where obj has no
@@ -124,11 +129,13 @@ int pf_as_double(PyObject *obj, const char *name, double *out)
     double v = -1.0;
     if (PyFloat_Check(obj))
         v = PyFloat_AS_DOUBLE(obj);
-    else if (!PyUnicode_Check(obj) && !PyBytes_Check(obj) && !is_bool(obj) && !is_complex(obj) && !is_sized(obj) &&
+    else if (!PyUnicode_Check(obj) && !PyBytes_Check(obj) && !is_bool_or_complex(obj) && !is_sized(obj) &&
              (PyIndex_Check(obj) || PyNumber_Check(obj)))
         v = PyFloat_AsDouble(obj);
-    else if (!PyErr_Occurred()) /* else the dtype property's own exception */
+    else if (!PyErr_Occurred())
         PyErr_SetNone(PyExc_TypeError);
+    else if (!only_type_error()) /* the dtype property's or __len__'s own exception (a TypeError is reworded) */
+        return -1;
     if (v == -1.0 && PyErr_Occurred()) {
         if (PyErr_ExceptionMatches(PyExc_OverflowError) && int_to_double(obj)) { /* an int beyond float64 */
             PyErr_Clear();
@@ -155,11 +162,11 @@ int pf_as_flag(PyObject *obj, const char *name)
 {
     if (PyBool_Check(obj))
         return obj == Py_True;
-    const int b = is_bool(obj);
-    if (PyErr_Occurred()) /* its dtype property's own exception */
-        return -1;
-    if (is_bool_scalar(obj) || (b && !is_sized(obj))) /* NumPy's bool, a 0-d bool array or tensor */
+    /* NumPy's bool, a 0-d bool array or tensor; a bool array of one element has a length */
+    if (is_bool(obj) && !PyErr_Occurred() && !is_sized(obj))
         return PyObject_IsTrue(obj);
+    if (PyErr_Occurred()) /* its dtype property's or __len__'s own exception */
+        return -1;
     int64_t v;
     if (PyFloat_Check(obj) || !PyIndex_Check(obj) || pf_as_int64_clamped(obj, name, "a bool", &v) < 0) {
         if (!only_type_error())

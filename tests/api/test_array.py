@@ -332,6 +332,22 @@ def test_buffer_requests_get_what_they_ask_for():
     assert _get_buffer(pyfastpim.asarray(np.float32(2)), PyBUF_SIMPLE)[:2] == (0, None)
 
 
+def test_a_single_byte_format_takes_any_byte_order():
+    # '>B' (a big-endian machine's ctypes uint8 array, or '!b'): one byte has no byte order, and NumPy
+    # reads it as uint8 / int8, as a '>u1' typestr (which asarray takes); the buffer route refused it as
+    # big-endian
+    tb = pytest.importorskip("_testbuffer")
+    for kind in "Bb":
+        for order in "<>=!@":
+            items = tb.ndarray(list(range(6)), shape=[6], format=order + kind)
+            a = pyfastpim.asarray(items)
+            assert a.dtype == np.asarray(items).dtype.name and a.data_ptr == np.asarray(items).ctypes.data
+            np.testing.assert_array_equal(np.asarray(a), np.arange(6))
+    for fmt in (">H", "!H"):  # two bytes do have one
+        with pytest.raises(ValueError, match="argument 'obj': non-native .big-endian. byte order"):
+            pyfastpim.asarray(tb.ndarray(list(range(6)), shape=[6], format=fmt))
+
+
 def test_a_non_numpy_operand_needing_layout_and_dtype_changes_is_copied_once():
     """One counted copy (layout and dtype together), as for a NumPy operand: not a layout copy then a
     dtype conversion."""

@@ -421,6 +421,37 @@ def test_element_strides_whose_byte_size_overflows_are_refused(strides):
     assert prod.deleted == 1
 
 
+def _interface(shape, strides, base):
+    return type("Interface", (), dict(__array_interface__=dict(shape=shape, strides=strides, typestr="<f4",
+                                                               data=(base.ctypes.data, False), version=3)))()
+
+
+_BASE = np.arange(12, dtype=np.float32)
+
+
+@pytest.mark.parametrize("make, shape", [
+    (lambda: _interface((1, 3), (2, 4), _BASE), (1, 3)),  # 2 bytes: no multiple of the item size
+    (lambda: _interface((3, 1), (4, -4), _BASE), (3, 1)),
+    (lambda: _interface((2, 1, 3), (12, 1, 4), _BASE), (2, 1, 3)),
+    (lambda: Tampered(_BASE[:3].reshape(1, 3), strides=(2 ** 62, 1)), (1, 3)),  # overflows in bytes
+    (lambda: Tampered(_BASE[:3].reshape(3, 1), strides=(1, -7)), (3, 1)),
+], ids=["interface-2-bytes", "interface-negative", "interface-3d", "dlpack-huge", "dlpack-negative"])
+def test_a_contiguous_view_reports_c_strides_whatever_its_size_1_strides(make, shape):
+    """A dimension of size 1 takes any stride (NumPy and DLPack consumers ignore it), and such a view is
+    C-contiguous: viewed without a copy, and exported with C strides, as NumPy's buffer export reports a
+    contiguous array. The exporter's own strides were kept: the buffer said 2 bytes where DLPack said
+    0 elements (2 // 4; np.from_dlpack(a).strides (0, 4) against memoryview(a).strides (2, 4)), negative
+    strides went out through DLPack, and a DLPack stride of 2**62 elements on the size-1 dimension was
+    refused as overflowing in bytes."""
+    with memory.trace() as t:
+        a = pyfastpim.asarray(make())
+    c_strides = np.empty(shape, np.float32).strides
+    assert t.copies == 0 and a.data_ptr == _BASE.ctypes.data and a.shape == shape
+    assert a.strides == memoryview(a).strides == np.from_dlpack(a).strides == c_strides
+    m = read_versioned(a.__dlpack__(max_version=(1, 0)))
+    assert [m.dl_tensor.strides[i] for i in range(len(shape))] == [s // 4 for s in c_strides]
+
+
 @pytest.mark.parametrize("device, exc", [("cpu", TypeError), (("a", 0), TypeError), ((1,), TypeError),
                                          ((2 ** 70, 0), ValueError),
                                          # the id was never read and a bool passed as an int (the int rule
@@ -469,26 +500,43 @@ def test_dlpack_device_as_int_enum_or_numpy_ints_is_accepted():
         assert pyfastpim.asarray(P(x)).data_ptr == x.ctypes.data
 
 
-def test_a_failing_dlpack_device_names_the_argument_and_interrupts_pass_through():
-    """A torch meta tensor's __dlpack_device__ raises ValueError('Unknown device type meta for Dlpack'):
-    it came out naming no argument. Ctrl-C inside a producer must stay a KeyboardInterrupt (it was turned
-    into TypeError when raised by __dlpack__)."""
-    class Fails:
-        def __init__(self, where, exc):
-            self.where, self.exc = where, exc
+class _Fails:
+    """A producer whose __dlpack_device__ (where == "device") or __dlpack__ raises `exc`."""
 
-        def __dlpack_device__(self):
-            if self.where == "device":
-                raise self.exc
-            return (1, 0)
+    def __init__(self, where, exc):
+        self.where, self.exc = where, exc
 
-        def __dlpack__(self, **kw):
+    def __dlpack_device__(self):
+        if self.where == "device":
             raise self.exc
-    with pytest.raises(TypeError, match="argument 'obj': its __dlpack_device__\\(\\) failed: .*ValueError.*meta"):
-        pyfastpim.asarray(Fails("device", ValueError("Unknown device type meta for Dlpack")))
+        return (1, 0)
+
+    def __dlpack__(self, **kw):
+        raise self.exc
+
+
+def test_a_failing_torch_tensor_names_the_argument_and_interrupts_pass_through():
+    """A torch meta tensor's __dlpack_device__ raises ValueError('Unknown device type meta for Dlpack'),
+    a bool tensor's __dlpack__ RuntimeError('Bool type is not supported by dlpack'): torch's refusals name
+    no argument, and came out so. Ctrl-C inside a producer must stay a KeyboardInterrupt (it was turned
+    into TypeError when raised by __dlpack__)."""
     for where in ("device", "dlpack"):
         with pytest.raises(KeyboardInterrupt):
-            pyfastpim.asarray(Fails(where, KeyboardInterrupt()))
+            pyfastpim.asarray(_Fails(where, KeyboardInterrupt()))
     if torch is not None:
-        with pytest.raises(TypeError, match="argument 'obj': its __dlpack_device__"):
+        with pytest.raises(TypeError, match="argument 'obj': its __dlpack_device__\\(\\) failed: .*ValueError.*meta"):
             pyfastpim.asarray(torch.empty(3, device="meta"))
+        with pytest.raises(TypeError, match="argument 'obj': its __dlpack__\\(\\) failed: .*RuntimeError.*Bool"):
+            pyfastpim.asarray(torch.zeros(3, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("exc", [ValueError("from user code"), RuntimeError("from user code"),
+                                 TypeError("from user code"), ZeroDivisionError("from user code"),
+                                 MemoryError("from user code")], ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("where", ["device", "dlpack"])
+def test_a_producers_own_exception_propagates(where, exc):
+    # any other producer's exception (an Exception) was turned into "TypeError: argument 'obj': its
+    # __dlpack__() failed: <class 'ValueError'>: from user code", against the rule for user code
+    with pytest.raises(BaseException) as info:
+        pyfastpim.asarray(_Fails(where, exc))
+    assert info.value is exc

@@ -106,3 +106,44 @@ def test_no_dtype_attribute_is_an_ordinary_number():
     assert _core.check_number(DtypeRaises(AttributeError("no dtype")), "x") == 1.0
     assert _core.check_number(DtypeRaises(AttributeError("no dtype")), "x", True) == 1
     assert _core.check_flag(DtypeRaises(AttributeError("no dtype")), "x") is True
+
+
+class LenRaises:
+    """A number that looks like a container (__getitem__, __len__) whose __len__ raises `exc`; `dtype`
+    'bool' makes it a 0-d bool for the flag rule, which asks whether it has a length too."""
+
+    def __init__(self, exc, dtype=None):
+        self.exc = exc
+        if dtype:
+            self.dtype = dtype
+
+    def __len__(self):
+        raise self.exc
+
+    def __getitem__(self, i):
+        raise IndexError(i)
+
+    def __index__(self):
+        return 1
+
+    def __float__(self):
+        return 1.0
+
+    def __bool__(self):
+        return True
+
+
+@pytest.mark.parametrize("exc", USER_ERRORS + [MemoryError("from user code")], ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("call", [lambda v: _core.check_number(v, "x"), lambda v: _core.check_sigma(v, "s"),
+                                  lambda v: _core.check_flag(LenRaises(v.exc, "bool"), "x")],
+                         ids=["real", "sigma", "flag"])
+def test_len_own_exception_propagates(call, exc):
+    # is_sized cleared whatever __len__ raised (a KeyboardInterrupt, a MemoryError swallowed) and read the
+    # value as a number
+    _raises_it(lambda: call(LenRaises(exc)), exc)
+
+
+def test_len_type_error_means_no_length():
+    # as len() says of an object without a length: a number, read through __float__ / its bool
+    assert _core.check_number(LenRaises(TypeError("no length")), "x") == 1.0
+    assert _core.check_flag(LenRaises(TypeError("no length"), "bool"), "x") is True

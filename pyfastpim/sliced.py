@@ -127,6 +127,8 @@ def _widths(slice_method, name="slice_method"):
 
 
 def _pair(value, argname):
+    if hasattr(value, "tolist"):  # a NumPy array or a tensor (MemIntelli's zoo hints sizes as tensors): its ints
+        value = value.tolist()
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
         raise TypeError("argument '%s': expected a pair of positive ints, got %r" % (argname, value))
     if len(value) != 2:

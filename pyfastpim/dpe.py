@@ -313,7 +313,10 @@ class DPETensor:
         self.rate_stuck_HGS = _number(rate_stuck_HGS, "rate_stuck_HGS", 0)
         self.rate_stuck_LGS = _number(rate_stuck_LGS, "rate_stuck_LGS", 0)
         # an int, or 1 to 16 ints (one per weight slice), each in 2..2**24: the core's rule (pf_conv_resolutions)
-        self.radc_is_list = isinstance(radc, (list, tuple, np.ndarray)) or _is_torch(radc)
+        # (a list, tuple or 1-D array / tensor; a 0-d array or tensor is one int by the type rule, as g_level's and
+        # rdac's are, and MemIntelli takes a 0-d tensor as one resolution)
+        self.radc_is_list = isinstance(radc, (list, tuple)) or \
+            (isinstance(radc, np.ndarray) or _is_torch(radc)) and radc.ndim != 0
         self.radc = _core.check_radc(_resolution_list(radc) if self.radc_is_list else radc)
         # the core's rules (csrc/core/contract.c), checked once by check_vread: first the conductance range
         # (check_conductance_range's: 2 <= g_level <= 256, 0 <= LGS < HGS <= 1e30, the level spacing a normal

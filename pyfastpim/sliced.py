@@ -142,6 +142,8 @@ def _pair(value, argname):
     """A block or granule size (SlicedData's paral_size, quant_gran): a pair of positive ints, TypeError
     naming ``argname`` for another type (an int too), ValueError for a sequence of another length than 2
     (the rule of every pair: pyfastpim.dpe._pair's, the core's converter's) or a value out of range."""
+    if hasattr(value, "tolist"):  # a NumPy array or a tensor (MemIntelli's zoo hints sizes as tensors): its ints
+        value = value.tolist()
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
         raise TypeError("argument '%s': expected a pair of positive ints, got %r" % (argname, value))
     if len(value) != 2:

@@ -20,7 +20,8 @@ memory while the parameter keeps it), so that storage cannot be freed and its ad
 to a later ``weight.data = t`` (which does not bump ``_version``) while the programmed
 crossbars derive from it. A replaced storage stays alive until the next forward re-programs.
 Not detected: in-place writes through ``weight.data`` (a tensor with
-its own version counter, e.g. ``layer.weight.data.mul_(2)``); call :meth:`update_weight`
+its own version counter, e.g. ``layer.weight.data.mul_(2)``) and to a weight made under
+``torch.inference_mode()`` (an inference tensor has no version counter); call :meth:`update_weight`
 after those, as MemIntelli requires after every change.
 
 The programmed crossbars are derived state: not in the ``state_dict``, dropped when a layer is
@@ -299,7 +300,11 @@ class _MemLayer(nn.Module):
 
     def _weight_key(self):
         w = self.weight
-        return (w._version, w.data_ptr(), tuple(w.shape), w.dtype, id(self.engine))
+        # a weight made under torch.inference_mode() is an inference tensor, which has no version counter
+        # (reading it raises): its in-place writes (only possible inside inference_mode) are not seen, as
+        # writes through weight.data are not; update_weight() after them, as MemIntelli requires
+        version = None if w.is_inference() else w._version
+        return (version, w.data_ptr(), tuple(w.shape), w.dtype, id(self.engine))
 
     def update_weight(self):
         """Re-slice and re-program this layer's weight into the crossbars (after changing it), with the

@@ -398,9 +398,10 @@ def test_interrupt_status_still_raises_keyboard_interrupt():
 
 @pytest.mark.parametrize("radc,exc", [([float("nan"), 16, 16, 16], TypeError), (["16", 16, 16, 16], TypeError),
                                       (np.array([[16, 16], [16, 16]]), TypeError), ((16.5, 16, 16, 16), TypeError),
-                                      (np.array(16), TypeError)])
+                                      (np.array(16.5), TypeError), (np.array([16.5, 16]), TypeError)])
 def test_radc_lists_of_non_ints_are_refused_naming_radc(radc, exc):
-    # were: a bare "cannot convert float NaN to integer", a NumPy TypeError, or "16" accepted
+    # were: a bare "cannot convert float NaN to integer", a NumPy TypeError, or "16" accepted (a 0-d int array,
+    # np.array(16), is one int, as for g_level and rdac: test_scalar_arguments.test_engine_takes_a_0d_radc_as_one_int)
     with pytest.raises(exc, match="argument 'radc'"):
         pyfastpim.DPETensor(radc=radc)
 

@@ -256,6 +256,38 @@ def test_paral_sizes_are_pairs_in_every_entry_point():
         assert all(g == got[0] for g in got), got
 
 
+@pytest.mark.parametrize("make", [np.array, torch.tensor])
+def test_paral_sizes_and_granules_given_as_arrays_or_tensors_work_everywhere(make):
+    # MemIntelli's zoo hints these sizes as tensors and its SlicedData takes tensor pairs, as pyfastpim's layers did;
+    # pyfastpim's SlicedData, slice_quantize, forward_linear / forward_conv2d and dpe_matmul refused a tensor pair
+    # ("expected ints, got tensor([ 1, 32])"): each gives what the tuple gives
+    eng = engine()
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((3, 40)).astype(np.float32), rng.standard_normal((40, 5)).astype(np.float32)
+    img = rng.standard_normal((1, 40, 3, 3)).astype(np.float32)
+    ws = pyfastpim.SlicedData(S8, is_weight=True, paral_size=(32, 32))
+    ws.slice_data_imp(eng, w)
+    def sliced(cls, data, p, g):
+        s = cls(S8, paral_size=p, quant_gran=g)
+        s.slice_data_imp(eng, data)
+        return s.quantized_data
+
+    calls = [
+        lambda p, g: sliced(pyfastpim.SlicedData, x, p, g),
+        lambda p, g: sliced(memintelli.pimpy.SlicedData, torch.from_numpy(x), p, g),
+        lambda p, g: pyfastpim.slice_quantize(x, S8, paral_size=p, quant_gran=g).dequant,
+        lambda p, g: eng.forward_linear(x, ws, S8, p, g)[0],
+        lambda p, g: eng.forward_conv2d(img, ws, 1, 1, 0, 1, S8, p, g)[0],
+        lambda p, g: pyfastpim.dpe_matmul(x, w, eng, S8, S8, p, make([32, 32]), g, make([32, 16])),
+    ]
+    for fn in calls:
+        want = np.asarray(fn((1, 32), (1, 16)))
+        assert np.array_equal(np.asarray(fn(make([1, 32]), make([1, 16]))), want)
+    for bad, exc in ((make([1.0, 32.0]), TypeError), (make([True, True]), TypeError), (make(32), TypeError),
+                     (make([1, 32, 2]), ValueError), (make([0, 32]), ValueError)):
+        assert outcome(lambda: pyfastpim.SlicedData(S8, paral_size=bad))[0] is exc, bad
+
+
 @pytest.mark.parametrize("grad", [False, True])
 def test_layers_name_their_input_argument(grad):
     # a NaN input to LinearMem (nn and compat) and map_reduce_dot_func was reported as argument 'x' (the

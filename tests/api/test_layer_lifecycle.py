@@ -66,6 +66,42 @@ def test_assigning_conv_weight_data_reprograms():
             assert torch.equal(conv(x), fresh_output(conv, x))
 
 
+@pytest.mark.parametrize("kind", ["linear", "conv", "lenet5"])
+def test_layers_built_under_inference_mode_work(kind):
+    """Parameters made under torch.inference_mode() are inference tensors, which have no version counter
+    (reading it raises RuntimeError): layers and zoo models built and run there work, as MemIntelli's do,
+    and compute what the same layer built outside computes; an in-place write there is programmed by
+    update_weight()."""
+    from pyfastpim.memintelli.NN_models import LeNet5
+
+    def build():
+        torch.manual_seed(4)
+        if kind == "linear":
+            return LinearMem(engine(), 12, 5, S8, S8), torch.randn(3, 12)
+        if kind == "conv":
+            return Conv2dMem(engine(), 2, 3, 3, S8, S8, padding=1), torch.randn(2, 2, 5, 5)
+        return (LeNet5(engine=engine(), input_slice=S8, weight_slice=S8, mem_enabled=True).eval(),
+                torch.randn(2, 1, 28, 28))
+
+    model, x = build()
+    with torch.no_grad():
+        expected = model(x)
+    with torch.inference_mode():
+        model, x = build()
+        assert next(model.parameters()).is_inference()
+        assert torch.equal(model(x), expected)
+        for p in model.parameters():
+            p.mul_(0.5)
+        model.update_weight()
+        halved = model(x)
+    assert torch.equal(model(x), halved)  # outside inference_mode too
+    model, x = build()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(0.5)
+        assert torch.equal(model(x), halved)
+
+
 def test_programmed_reference_is_not_state():
     layer = LinearMem(engine(), 8, 4, S8, S8)
     layer(torch.randn(2, 8))

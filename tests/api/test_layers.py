@@ -145,6 +145,28 @@ def test_linear_float64_input_and_params():
         assert torch.equal(layer(x.float()).double(), y.detach())
 
 
+@pytest.mark.parametrize("kind", ["linear", "conv"])
+def test_autocast_leaves_the_crossbar_arithmetic_alone(kind):
+    """README: under torch.autocast the layers compute as outside it (MemIntelli's move by ~3%): the same
+    outputs in the input's dtype, and the same gradients."""
+    torch.manual_seed(2)
+    if kind == "linear":
+        layer, x = LinearMem(engine(), 40, 8, S8, S8), torch.randn(5, 40)
+    else:
+        layer, x = Conv2dMem(engine(), 3, 4, 3, S8, S8, padding=1), torch.randn(2, 3, 6, 6)
+    runs = []
+    for autocast in (False, True):
+        xr = x.clone().requires_grad_()
+        layer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            y = layer(xr)
+        y.backward(torch.ones_like(y))
+        runs.append((y, xr.grad, layer.weight.grad.clone()))
+    (y0, dx0, dw0), (y1, dx1, dw1) = runs
+    assert y1.dtype == torch.float32
+    assert torch.equal(y1, y0) and torch.equal(dx1, dx0) and torch.equal(dw1, dw0)
+
+
 def test_linear_no_bias_and_partial_requires_grad():
     layer, _ = make_linear(LINEAR_CASES[0], bias=False)
     assert layer.bias is None

@@ -140,6 +140,28 @@ def test_engine_takes_a_0d_array_as_its_number(name):
     assert (a.read_variation, a.vnoise, a.HGS) == (b.read_variation, b.vnoise, b.HGS)
 
 
+@pytest.mark.parametrize("module", ["pyfastpim", "memintelli"])
+@pytest.mark.parametrize("make", [np.array, np.int64, "tensor"])
+def test_engine_takes_a_0d_radc_as_one_int(module, make):
+    # radc=np.array(256) / torch.tensor(256) was taken for a per-slice list and refused ("expected an int or a
+    # 1-D list of ints, got 256"), though a 0-d g_level or rdac is an int and MemIntelli takes radc=torch.tensor(256)
+    if make == "tensor":
+        make = pytest.importorskip("torch").tensor
+    if module == "memintelli":
+        from pyfastpim.memintelli.pimpy import DPETensor
+    else:
+        DPETensor = pyfastpim.DPETensor
+    kw = dict(g_level=16, rdac=16, seed=1, read_variation=0.0, write_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0)
+    a, b = DPETensor(radc=make(64), **kw), DPETensor(radc=64, **kw)
+    assert a.radc == 64 and type(a.radc) is int and a.radc_is_list is False
+    x = np.random.default_rng(0).standard_normal((3, 40)).astype(np.float32)
+    w = np.random.default_rng(1).standard_normal((40, 5)).astype(np.float32)
+    out = [np.asarray(pyfastpim.dpe_matmul(x, w, e, (1, 1, 2, 4), (1, 1, 2, 4))) for e in (a, b)]
+    assert np.array_equal(out[0], out[1])
+    with pytest.raises(TypeError, match="radc"):
+        DPETensor(radc=make(64.5) if make is not np.int64 else np.float64(64.5), **kw)
+
+
 # ---------------------------------------------------------------- integer conversions are exact
 
 @pytest.mark.parametrize("src,dst,bad", [(np.int64, "uint8", 256), (np.int64, "uint8", -1), (np.int16, "int8", 128),

@@ -24,6 +24,7 @@ __all__ = ["effective_conductance", "column_currents", "drift_conductance", "Dri
 #: accepts: its error grows as ~1e-16 * G R relative to the block's largest G_eff (1e-10 here;
 #: physical crossbars have G R ~ 1e-4 to 1e-2). Larger products raise ValueError.
 IRDROP_MAX_GR = _core.IRDROP_MAX_GR
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 def _finite(value, name):
@@ -191,8 +192,21 @@ def solve_physics(work):
         ref = _calibration_readout(ir(g0), work, LGS, q_g, g_level)
         now = _calibration_readout(geff, work, LGS, q_g, g_level)
         alpha = ref / now if now > 0 else 1.0
-        scale = (scale.astype(np.float64) * alpha).astype(np.float32)
+        scale = _compensated_scale(scale, alpha, ref, now, drift)
     return geff, scale
+
+
+def _compensated_scale(scale, alpha, ref, now, drift):
+    """The weight scales times the compensation ``alpha``, as float32; ValueError naming 'compensation'
+    when they leave float32's range (a readout that drifted to a few denormals gives an alpha of 1e40:
+    inf scales, then 0 * inf = NaN outputs) instead of returning inf or NaN."""
+    out = scale.astype(np.float64) * alpha
+    if not np.all(np.abs(out) <= _F32_MAX):  # NaN (0 * inf) included
+        raise ValueError("argument 'compensation': the drift compensation scale readout(t0) / readout(t) = %g / %g "
+                         "= %g takes the weight scales past float32's range (the conductances drifted to almost "
+                         "nothing at t_seconds=%g, nu_mean=%g); use compensation=False, a smaller t_seconds or "
+                         "a smaller nu_mean" % (ref, now, alpha, drift.t, drift.nu_mean))
+    return out.astype(np.float32)
 
 
 def commit_physics(mat, work, result):

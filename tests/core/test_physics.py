@@ -582,6 +582,27 @@ def test_global_compensation_undoes_a_uniform_drift():
     assert err_comp < 2 * err0, (err0, err_comp)  # one scale per layer restores them
 
 
+def test_compensation_of_a_vanished_readout_raises_instead_of_returning_nan():
+    """With LGS = 0 and conductances drifted to a few denormal siemens, alpha = readout(t0) / readout(t)
+    (about 1e40) took the float32 weight scales to inf, and the product returned NaN (0 * inf) with
+    numpy's cast warning. Every drift time must give finite outputs or the ValueError naming
+    'compensation'; the window where alpha overflows (t around 3e39 here) gives the error."""
+    rng = np.random.default_rng(27)
+    x, w = engine_case(rng)
+    raised = 0
+    for t in np.logspace(38, 41, 13):
+        eng = DPETensor(HGS=HGS, LGS=0.0, radc=2 ** 12, **NOISE_OFF).drift(t, nu_mean=1.0, nu_std=0.0,
+                                                                            compensation=True)
+        try:
+            y = dpe_matmul(x, w, eng)
+        except ValueError as e:
+            assert str(e).startswith("argument 'compensation': "), e
+            raised += 1
+            continue
+        assert np.isfinite(y).all(), t
+    assert raised
+
+
 def test_drift_then_ir_drop_compose():
     rng = np.random.default_rng(24)
     x, w = engine_case(rng)

@@ -68,16 +68,24 @@ def effective_conductance(G, wire_resistance):
 
 
 def column_currents(G, V, wire_resistance):
-    """Column currents in amperes of block G (rows, cols) for row voltages V (rows,) or (k, rows)."""
+    """Column currents in amperes of block G (rows, cols) for row voltages V (rows,) or (k, rows).
+
+    ``wire_resistance = 0`` is the ideal crossbar, ``V @ max(G, 0)``: the limit of the network for a
+    vanishing wire resistance, a cell below 0 S open as in the network. G and V are checked alike
+    for every wire resistance (a non-empty 2-D block, finite values; ValueError naming them)."""
     G, V = _host(G, "G", "float64"), _host(V, "V", "float64")
-    if G.ndim != 2:
-        raise ValueError("argument 'G': expected a 2-D (rows, cols) block, got shape %r" % (G.shape,))
+    if G.ndim != 2 or G.size == 0:
+        raise ValueError("argument 'G': expected a non-empty 2-D (rows, cols) block, got shape %r" % (G.shape,))
     if V.ndim not in (1, 2) or V.shape[-1] != G.shape[0]:
         raise ValueError("argument 'V': expected (rows,) or (k, rows) row voltages for a block of %d rows, got "
                          "shape %r" % (G.shape[0], V.shape))
+    if not np.isfinite(V).all():
+        raise ValueError("argument 'V': row voltages must be finite")
     # no wires; a bool (Python's or NumPy's) is no resistance: the type rule of every entry point first
     if _core.check_number(wire_resistance, "wire_resistance") == 0:
-        return V @ G
+        if not np.isfinite(G).all():
+            raise ValueError("argument 'G': conductances must be finite")
+        return V @ np.maximum(G, 0.0)
     return V @ effective_conductance(G, wire_resistance)
 
 

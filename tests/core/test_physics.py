@@ -57,6 +57,24 @@ def test_negative_conductance_is_an_open_cell(shape, h):
     np.testing.assert_allclose(physics.column_currents(G, V, 5.0), ref, rtol=1e-9, atol=1e-12 * np.abs(ref).max())
 
 
+def test_column_currents_without_wires_is_the_networks_limit_and_checks_alike():
+    # wire_resistance = 0 returned V @ G: a cell below 0 S conducted negative current there while any
+    # R > 0 treats it as open (3e-5 A against 2e-5 A at R = 1e-300 below), and G and V went unchecked
+    # (NaN / inf, an empty block: NaN currents or an empty result where R > 0 raises)
+    G = np.array([[1e-5, -1e-5], [2e-5, 3e-5]])
+    V = np.ones(2)
+    ideal = physics.column_currents(G, V, 0.0)
+    np.testing.assert_array_equal(ideal, V @ np.maximum(G, 0.0))
+    np.testing.assert_allclose(physics.column_currents(G, V, 1e-300), ideal, rtol=1e-12)
+    for r in (0.0, 2.0):
+        for bad_g in (np.full((2, 2), np.nan), np.full((2, 2), np.inf), np.zeros((0, 0)), np.zeros((2, 0))):
+            with pytest.raises(ValueError, match="^argument 'G': "):
+                physics.column_currents(bad_g, np.ones(bad_g.shape[0]), r)
+        for bad_v in (np.array([np.nan, 0.1]), np.array([[0.1, np.inf]])):
+            with pytest.raises(ValueError, match="^argument 'V': "):
+                physics.column_currents(np.abs(G), bad_v, r)
+
+
 def test_wire_bound_counts_a_hugely_negative_cell_as_open():
     # the network conducts max(G, 0), but the R * G bound took |G|: a cell at -1e4 S (open) tripped it at
     # 1e3 ohm (|G| R = 1e7 > 1e6) though every conducting cell has G R <= 1e-2, and the solve raised

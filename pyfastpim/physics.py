@@ -24,6 +24,8 @@ __all__ = ["effective_conductance", "column_currents", "drift_conductance", "Dri
 #: accepts: its error grows as ~1e-16 * G R relative to the block's largest G_eff (1e-10 here;
 #: physical crossbars have G R ~ 1e-4 to 1e-2). Larger products raise ValueError.
 IRDROP_MAX_GR = _core.IRDROP_MAX_GR
+#: Most rows and columns of one crossbar block (the weights' ``paral_size``) the IR-drop solver takes.
+IRDROP_MAX_BLOCK = _core.IRDROP_MAX_BLOCK
 _F32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -193,7 +195,14 @@ def solve_physics(work):
         if r == 0:
             return a
         with _renamed("r_wire", "wire_resistance"):  # the solver names its own parameter
-            return np.asarray(_core.irdrop_layer(a, r, pr, pc, LGS))
+            try:
+                return np.asarray(_core.irdrop_layer(a, r, pr, pc, LGS))
+            except ValueError as exc:  # its block limit, in the user's words (not its 'block_rows')
+                if not str(exc).startswith(("argument 'block_rows'", "argument 'block_cols'")):
+                    raise
+        raise ValueError("argument 'wire_resistance': IR drop solves crossbar blocks of at most %d rows and columns, "
+                         "the weights' paral_size (weight_paral_size) is %r; use smaller crossbars or "
+                         "wire_resistance=0" % (IRDROP_MAX_BLOCK, (pr, pc)))
     geff = ir(g)
     if drift is not None and drift.compensation:
         q_g = (HGS - LGS) / (g_level - 1)

@@ -176,6 +176,23 @@ def test_engine_refuses_cells_beyond_the_solver_range_naming_wire_resistance():
         sliced_pair(eng, x, w)
 
 
+def test_crossbars_beyond_the_solvers_block_limit_are_refused_naming_wire_resistance():
+    # the product raised the solver's "argument 'block_rows': block sizes must be 1 to 16384", a name the
+    # user never gave; now the error names wire_resistance and the weights' paral_size
+    limit = 16384  # physics.IRDROP_MAX_BLOCK, asserted last
+    eng = DPETensor(wire_resistance=1.0, rdac=2, g_level=4, **NOISE_OFF)
+    for wp in ((limit + 1, 1), (1, limit + 1), (limit, 1)):
+        x, w = np.ones((1, wp[0]), np.float32), np.ones(wp, np.float32)
+        kw = dict(input_paral_size=(1, wp[0]), weight_paral_size=wp, input_quant_gran=(1, wp[0]), weight_quant_gran=wp)
+        if max(wp) <= limit:
+            assert np.isfinite(dpe_matmul(x, w, eng, **kw)).all()
+            continue
+        with pytest.raises(ValueError, match=r"^argument 'wire_resistance': .*paral_size.*\(%d, %d\)" % wp):
+            dpe_matmul(x, w, eng, **kw)
+    assert dpe_matmul(x, w, DPETensor(rdac=2, g_level=4, **NOISE_OFF).drift(10.0), **kw).shape == (1, 1)
+    assert physics.IRDROP_MAX_BLOCK == limit
+
+
 def test_the_solver_names_the_callers_argument():
     # the bound lives in the core alone: its error names the caller's argument (before, pyfastpim.physics
     # repeated the check in Python only to name 'wire_resistance' instead of 'r_wire'); the core binding

@@ -127,6 +127,11 @@ class DriftSettings:
         """The settings as a tuple: cached drifted conductances are valid while it is unchanged."""
         return (self.t, self.t0, self.nu_mean, self.nu_std, self.compensation)
 
+    def __reduce__(self):
+        # rebuilt through the constructor: pickles with every protocol (a __slots__ class without a
+        # __getstate__ refuses protocols 0 and 1, so a drifted engine did while any other pickled)
+        return (DriftSettings, self.key())
+
     def __repr__(self):
         return ("DriftSettings(t_seconds=%g, t0=%g, nu_mean=%g, nu_std=%g, compensation=%s)"
                 % (self.t, self.t0, self.nu_mean, self.nu_std, self.compensation))

@@ -638,6 +638,21 @@ def test_compensation_of_a_vanished_readout_raises_instead_of_returning_nan():
     assert raised
 
 
+def test_a_drifted_engine_pickles_with_every_protocol():
+    # DriftSettings (__slots__, no __getstate__) refused pickle protocols 0 and 1, so a drifted engine did
+    # while an engine without drift pickled with all of them
+    import pickle
+    rng = np.random.default_rng(28)
+    x, w = engine_case(rng)
+    eng = DPETensor(radc=2 ** 12, seed=9, **NOISE_OFF).drift(1e3, t0=2.0, nu_mean=0.07, nu_std=0.02,
+                                                            compensation=True)
+    want = dpe_matmul(x, w, eng)
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        clone = pickle.loads(pickle.dumps(eng, protocol=protocol))
+        assert clone._drift.key() == (1e3, 2.0, 0.07, 0.02, True)
+        np.testing.assert_array_equal(dpe_matmul(x, w, clone), want)
+
+
 def test_drift_then_ir_drop_compose():
     rng = np.random.default_rng(24)
     x, w = engine_case(rng)

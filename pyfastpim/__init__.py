@@ -101,19 +101,23 @@ class threads:
 
     Like :func:`set_num_threads` it changes the process-wide count: while the block runs, kernels
     called from every Python thread use ``n`` threads. Blocks entered concurrently from several
-    threads restore in the order they exit.
+    threads restore in the order they exit. One instance may be entered again while it is active
+    (nested, or from another thread): each exit restores the count an entry found, last entered
+    first, so the count after the outermost exit is the one before the first entry.
     """
 
     def __init__(self, n):
         self.n = n
+        self._saved = []  # the counts found by the active entries, the last entered at the end
 
     def __enter__(self):
-        self._old = get_num_threads()
-        set_num_threads(self.n)
+        old = get_num_threads()
+        set_num_threads(self.n)  # a bad n raises before anything is saved
+        self._saved.append(old)
         return self
 
     def __exit__(self, *exc):
-        set_num_threads(self._old)
+        set_num_threads(self._saved.pop())
         return False
 
 

@@ -294,7 +294,7 @@ class DPETensor:
     :meth:`drift` ages the programmed conductances (G(t) = G(t0) (t/t0)^-nu, per-cell nu).
 
     Attributes ``seed`` and ``calls`` (the call counter, part of every noise counter) are
-    inspectable; :meth:`reset` rewinds them.
+    inspectable; :meth:`reset` rewinds the counter (and sets a new seed when given one).
     """
 
     def __init__(self, HGS=1e-5, LGS=1e-7, g_level=16, write_variation=0.02, read_variation=0.02, vnoise=0.05,
@@ -339,7 +339,8 @@ class DPETensor:
         self.Q_G = (self.HGS - self.LGS) / (self.g_level - 1)
         self.conductance_levels = np.array([self.LGS + i * self.Q_G for i in range(self.g_level)])
         self._drift = None  # pyfastpim.physics.DriftSettings once drift() is called
-        self.reset(seed)
+        self.seed = _core.check_seed(seed)  # the one seed converter of every entry point (csrc/python/convert.c)
+        self.reset()
 
     # -- copying and pickling ----------------------------------------------------
     # An OpenCL handle cannot be pickled: the state names the device ("opencl:P:D") and
@@ -369,8 +370,11 @@ class DPETensor:
 
     # -- noise state ---------------------------------------------------------
     def reset(self, seed=None):
-        """Rewind the call counter to 0 and set the seed (None: ``DEFAULT_SEED``)."""
-        self.seed = _core.check_seed(seed)  # the one seed converter of every entry point (csrc/python/convert.c)
+        """Rewind the call counter to 0, so the products since the engine was made (or last reset) replay;
+        ``seed`` (an int in [0, 2**64)) also replaces the engine seed, None keeps it (pass
+        ``pyfastpim.DEFAULT_SEED`` for the default one)."""
+        if seed is not None:
+            self.seed = _core.check_seed(seed)
         self._counter = _core.CallCounter(0)
 
     @property

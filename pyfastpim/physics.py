@@ -24,6 +24,9 @@ __all__ = ["effective_conductance", "column_currents", "drift_conductance", "Dri
 #: accepts: its error grows as ~1e-16 * G R relative to the block's largest G_eff (1e-10 here;
 #: physical crossbars have G R ~ 1e-4 to 1e-2). Larger products raise ValueError.
 IRDROP_MAX_GR = _core.IRDROP_MAX_GR
+#: Most rows and columns of one crossbar block (the weights' ``paral_size``) the IR-drop solver takes.
+IRDROP_MAX_BLOCK = _core.IRDROP_MAX_BLOCK
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 def _finite(value, name):
@@ -67,16 +70,24 @@ def effective_conductance(G, wire_resistance):
 
 
 def column_currents(G, V, wire_resistance):
-    """Column currents in amperes of block G (rows, cols) for row voltages V (rows,) or (k, rows)."""
+    """Column currents in amperes of block G (rows, cols) for row voltages V (rows,) or (k, rows).
+
+    ``wire_resistance = 0`` is the ideal crossbar, ``V @ max(G, 0)``: the limit of the network for a
+    vanishing wire resistance, a cell below 0 S open as in the network. G and V are checked alike
+    for every wire resistance (a non-empty 2-D block, finite values; ValueError naming them)."""
     G, V = _host(G, "G", "float64"), _host(V, "V", "float64")
-    if G.ndim != 2:
-        raise ValueError("argument 'G': expected a 2-D (rows, cols) block, got shape %r" % (G.shape,))
+    if G.ndim != 2 or G.size == 0:
+        raise ValueError("argument 'G': expected a non-empty 2-D (rows, cols) block, got shape %r" % (G.shape,))
     if V.ndim not in (1, 2) or V.shape[-1] != G.shape[0]:
         raise ValueError("argument 'V': expected (rows,) or (k, rows) row voltages for a block of %d rows, got "
                          "shape %r" % (G.shape[0], V.shape))
+    if not np.isfinite(V).all():
+        raise ValueError("argument 'V': row voltages must be finite")
     # no wires; a bool (Python's or NumPy's) is no resistance: the type rule of every entry point first
     if _core.check_number(wire_resistance, "wire_resistance") == 0:
-        return V @ G
+        if not np.isfinite(G).all():
+            raise ValueError("argument 'G': conductances must be finite")
+        return V @ np.maximum(G, 0.0)
     return V @ effective_conductance(G, wire_resistance)
 
 
@@ -115,6 +126,11 @@ class DriftSettings:
     def key(self):
         """The settings as a tuple: cached drifted conductances are valid while it is unchanged."""
         return (self.t, self.t0, self.nu_mean, self.nu_std, self.compensation)
+
+    def __reduce__(self):
+        # rebuilt through the constructor: pickles with every protocol (a __slots__ class without a
+        # __getstate__ refuses protocols 0 and 1, so a drifted engine did while any other pickled)
+        return (DriftSettings, self.key())
 
     def __repr__(self):
         return ("DriftSettings(t_seconds=%g, t0=%g, nu_mean=%g, nu_std=%g, compensation=%s)"
@@ -184,15 +200,35 @@ def solve_physics(work):
         if r == 0:
             return a
         with _renamed("r_wire", "wire_resistance"):  # the solver names its own parameter
-            return np.asarray(_core.irdrop_layer(a, r, pr, pc, LGS))
+            try:
+                return np.asarray(_core.irdrop_layer(a, r, pr, pc, LGS))
+            except ValueError as exc:  # its block limit, in the user's words (not its 'block_rows')
+                if not str(exc).startswith(("argument 'block_rows'", "argument 'block_cols'")):
+                    raise
+        raise ValueError("argument 'wire_resistance': IR drop solves crossbar blocks of at most %d rows and columns, "
+                         "the weights' paral_size (weight_paral_size) is %r; use smaller crossbars or "
+                         "wire_resistance=0" % (IRDROP_MAX_BLOCK, (pr, pc)))
     geff = ir(g)
     if drift is not None and drift.compensation:
         q_g = (HGS - LGS) / (g_level - 1)
         ref = _calibration_readout(ir(g0), work, LGS, q_g, g_level)
         now = _calibration_readout(geff, work, LGS, q_g, g_level)
         alpha = ref / now if now > 0 else 1.0
-        scale = (scale.astype(np.float64) * alpha).astype(np.float32)
+        scale = _compensated_scale(scale, alpha, ref, now, drift)
     return geff, scale
+
+
+def _compensated_scale(scale, alpha, ref, now, drift):
+    """The weight scales times the compensation ``alpha``, as float32; ValueError naming 'compensation'
+    when they leave float32's range (a readout that drifted to a few denormals gives an alpha of 1e40:
+    inf scales, then 0 * inf = NaN outputs) instead of returning inf or NaN."""
+    out = scale.astype(np.float64) * alpha
+    if not np.all(np.abs(out) <= _F32_MAX):  # NaN (0 * inf) included
+        raise ValueError("argument 'compensation': the drift compensation scale readout(t0) / readout(t) = %g / %g "
+                         "= %g takes the weight scales past float32's range (the conductances drifted to almost "
+                         "nothing at t_seconds=%g, nu_mean=%g); use compensation=False, a smaller t_seconds or "
+                         "a smaller nu_mean" % (ref, now, alpha, drift.t, drift.nu_mean))
+    return out.astype(np.float32)
 
 
 def commit_physics(mat, work, result):

@@ -166,5 +166,7 @@ int pf_bind_physics_init(PyObject *module)
 {
     if (PyModule_AddFunctions(module, physics_methods) < 0)
         return -1;
+    if (PyModule_AddIntConstant(module, "IRDROP_MAX_BLOCK", PF_IRDROP_MAX_BLOCK) < 0)
+        return -1;
     return PyModule_AddObject(module, "IRDROP_MAX_GR", PyFloat_FromDouble(PF_IRDROP_MAX_GR));
 }

@@ -511,6 +511,29 @@ def test_count_is_process_wide_worker_threads_see_the_main_setting():
         pyfastpim.set_num_threads(old)
 
 
+def test_one_threads_instance_entered_again_restores_the_count_before_its_first_entry():
+    # the instance kept one saved count: a nested (or concurrent) second entry overwrote it with the
+    # first entry's n, so after both exits the process stayed at n instead of the count before
+    old = pyfastpim.get_num_threads()
+    try:
+        pyfastpim.set_num_threads(2)
+        one = pyfastpim.threads(1)
+        with one:
+            with one:
+                assert pyfastpim.get_num_threads() == 1
+            assert pyfastpim.get_num_threads() == 1
+        assert pyfastpim.get_num_threads() == 2
+        bad = pyfastpim.threads(0)
+        with pytest.raises(ValueError, match="^argument 'n': "):
+            with bad:
+                pass
+        with one:  # a failed entry saved nothing
+            pass
+        assert pyfastpim.get_num_threads() == 2 and one._saved == [] and bad._saved == []
+    finally:
+        pyfastpim.set_num_threads(old)
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 def test_worker_thread_products_use_the_main_threads_count():
     # Per-thread CPU accounting (independent of the machine's load): with the count at 1 a

@@ -89,6 +89,31 @@ def test_call_counter_seed_and_reset():
     assert default.seed == pyfastpim.DEFAULT_SEED
 
 
+def test_reset_without_a_seed_keeps_the_engines_seed_and_its_programmed_cells():
+    # reset() set the seed to DEFAULT_SEED: an engine made with seed=123 then drew other noise (no replay)
+    # and re-programmed its weights with other write variation and stuck cells
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((4, 64)).astype(np.float32), rng.standard_normal((64, 20)).astype(np.float32)
+    eng = DPETensor(g_level=4, rdac=4, radc=2 ** 12, read_variation=0.05, vnoise=0.05, write_variation=0.1,
+                    rate_stuck_HGS=0.05, seed=123)
+    xs = SlicedData([1, 1, 2, 2], paral_size=(1, 32), quant_gran=(1, 32))
+    ws = SlicedData([1, 1, 2, 2], is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+    xs.slice_data_imp(eng, x)
+    ws.slice_data_imp(eng, w)
+    first = [eng(xs, ws) for _ in range(2)]
+    cells = np.array(ws.G)
+    eng.reset()
+    assert eng.seed == 123 and eng.calls == 0
+    for y in first:
+        np.testing.assert_array_equal(eng(xs, ws), y)
+    np.testing.assert_array_equal(np.array(ws.G), cells)
+    eng.reset(pyfastpim.DEFAULT_SEED)  # a seed given replaces it
+    assert eng.seed == pyfastpim.DEFAULT_SEED and not np.array_equal(eng(xs, ws), first[0])
+    with pytest.raises(ValueError, match="seed"):
+        eng.reset(-1)
+    assert eng.seed == pyfastpim.DEFAULT_SEED
+
+
 def test_snr_matches_the_numpy_transcription_with_its_own_noise():
     rng = np.random.default_rng(2)
     x = rng.standard_normal((128, 256)).astype(np.float32)

@@ -57,6 +57,24 @@ def test_negative_conductance_is_an_open_cell(shape, h):
     np.testing.assert_allclose(physics.column_currents(G, V, 5.0), ref, rtol=1e-9, atol=1e-12 * np.abs(ref).max())
 
 
+def test_column_currents_without_wires_is_the_networks_limit_and_checks_alike():
+    # wire_resistance = 0 returned V @ G: a cell below 0 S conducted negative current there while any
+    # R > 0 treats it as open (3e-5 A against 2e-5 A at R = 1e-300 below), and G and V went unchecked
+    # (NaN / inf, an empty block: NaN currents or an empty result where R > 0 raises)
+    G = np.array([[1e-5, -1e-5], [2e-5, 3e-5]])
+    V = np.ones(2)
+    ideal = physics.column_currents(G, V, 0.0)
+    np.testing.assert_array_equal(ideal, V @ np.maximum(G, 0.0))
+    np.testing.assert_allclose(physics.column_currents(G, V, 1e-300), ideal, rtol=1e-12)
+    for r in (0.0, 2.0):
+        for bad_g in (np.full((2, 2), np.nan), np.full((2, 2), np.inf), np.zeros((0, 0)), np.zeros((2, 0))):
+            with pytest.raises(ValueError, match="^argument 'G': "):
+                physics.column_currents(bad_g, np.ones(bad_g.shape[0]), r)
+        for bad_v in (np.array([np.nan, 0.1]), np.array([[0.1, np.inf]])):
+            with pytest.raises(ValueError, match="^argument 'V': "):
+                physics.column_currents(np.abs(G), bad_v, r)
+
+
 def test_wire_bound_counts_a_hugely_negative_cell_as_open():
     # the network conducts max(G, 0), but the R * G bound took |G|: a cell at -1e4 S (open) tripped it at
     # 1e3 ohm (|G| R = 1e7 > 1e6) though every conducting cell has G R <= 1e-2, and the solve raised
@@ -156,6 +174,23 @@ def test_engine_refuses_cells_beyond_the_solver_range_naming_wire_resistance():
     eng.wire_resistance = 1e200  # changed after construction: the programming check catches it
     with pytest.raises(ValueError, match="argument 'wire_resistance'"):
         sliced_pair(eng, x, w)
+
+
+def test_crossbars_beyond_the_solvers_block_limit_are_refused_naming_wire_resistance():
+    # the product raised the solver's "argument 'block_rows': block sizes must be 1 to 16384", a name the
+    # user never gave; now the error names wire_resistance and the weights' paral_size
+    limit = 16384  # physics.IRDROP_MAX_BLOCK, asserted last
+    eng = DPETensor(wire_resistance=1.0, rdac=2, g_level=4, **NOISE_OFF)
+    for wp in ((limit + 1, 1), (1, limit + 1), (limit, 1)):
+        x, w = np.ones((1, wp[0]), np.float32), np.ones(wp, np.float32)
+        kw = dict(input_paral_size=(1, wp[0]), weight_paral_size=wp, input_quant_gran=(1, wp[0]), weight_quant_gran=wp)
+        if max(wp) <= limit:
+            assert np.isfinite(dpe_matmul(x, w, eng, **kw)).all()
+            continue
+        with pytest.raises(ValueError, match=r"^argument 'wire_resistance': .*paral_size.*\(%d, %d\)" % wp):
+            dpe_matmul(x, w, eng, **kw)
+    assert dpe_matmul(x, w, DPETensor(rdac=2, g_level=4, **NOISE_OFF).drift(10.0), **kw).shape == (1, 1)
+    assert physics.IRDROP_MAX_BLOCK == limit
 
 
 def test_the_solver_names_the_callers_argument():
@@ -580,6 +615,42 @@ def test_global_compensation_undoes_a_uniform_drift():
     err_comp = np.abs(eng(xs, ws) - exact).mean()
     assert err_drift > 5 * err0  # every conductance lost ~44%: outputs shrink
     assert err_comp < 2 * err0, (err0, err_comp)  # one scale per layer restores them
+
+
+def test_compensation_of_a_vanished_readout_raises_instead_of_returning_nan():
+    """With LGS = 0 and conductances drifted to a few denormal siemens, alpha = readout(t0) / readout(t)
+    (about 1e40) took the float32 weight scales to inf, and the product returned NaN (0 * inf) with
+    numpy's cast warning. Every drift time must give finite outputs or the ValueError naming
+    'compensation'; the window where alpha overflows (t around 3e39 here) gives the error."""
+    rng = np.random.default_rng(27)
+    x, w = engine_case(rng)
+    raised = 0
+    for t in np.logspace(38, 41, 13):
+        eng = DPETensor(HGS=HGS, LGS=0.0, radc=2 ** 12, **NOISE_OFF).drift(t, nu_mean=1.0, nu_std=0.0,
+                                                                            compensation=True)
+        try:
+            y = dpe_matmul(x, w, eng)
+        except ValueError as e:
+            assert str(e).startswith("argument 'compensation': "), e
+            raised += 1
+            continue
+        assert np.isfinite(y).all(), t
+    assert raised
+
+
+def test_a_drifted_engine_pickles_with_every_protocol():
+    # DriftSettings (__slots__, no __getstate__) refused pickle protocols 0 and 1, so a drifted engine did
+    # while an engine without drift pickled with all of them
+    import pickle
+    rng = np.random.default_rng(28)
+    x, w = engine_case(rng)
+    eng = DPETensor(radc=2 ** 12, seed=9, **NOISE_OFF).drift(1e3, t0=2.0, nu_mean=0.07, nu_std=0.02,
+                                                            compensation=True)
+    want = dpe_matmul(x, w, eng)
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        clone = pickle.loads(pickle.dumps(eng, protocol=protocol))
+        assert clone._drift.key() == (1e3, 2.0, 0.07, 0.02, True)
+        np.testing.assert_array_equal(dpe_matmul(x, w, clone), want)
 
 
 def test_drift_then_ir_drop_compose():

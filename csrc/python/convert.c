@@ -291,6 +291,17 @@ static PyObject *as_sequence(PyObject *obj, const char *name, const char *what)
     return seq;
 }
 
+/* The items of a sequence made by as_sequence as int64 (v holds them all): 0, or -1 with an exception.
+ * Callers check the length on this same sequence, so a user sequence is read once and cannot change
+ * its length between the check and the read. */
+static int seq_int64s(PyObject *seq, const char *name, int64_t *v)
+{
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++)
+        if (pf_as_int64(PySequence_Fast_GET_ITEM(seq, i), name, &v[i]) < 0)
+            return -1;
+    return 0;
+}
+
 /* Items of a sequence as int64 (n <= cap): the count, or -1 with an exception. */
 static Py_ssize_t int_items(PyObject *obj, const char *name, const char *what, int64_t *v, Py_ssize_t cap)
 {
@@ -298,18 +309,11 @@ static Py_ssize_t int_items(PyObject *obj, const char *name, const char *what, i
     if (!seq)
         return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    if (n > cap) {
-        Py_DECREF(seq);
+    if (n > cap)
         PyErr_Format(PyExc_ValueError, "argument '%s': expected %s, got %zd values", name, what, n);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++)
-        if (pf_as_int64(PySequence_Fast_GET_ITEM(seq, i), name, &v[i]) < 0) {
-            Py_DECREF(seq);
-            return -1;
-        }
+    int rc = n > cap ? -1 : seq_int64s(seq, name, v);
     Py_DECREF(seq);
-    return n;
+    return rc < 0 ? -1 : n;
 }
 
 /* A pair: a sequence of another length than 2 is a ValueError, raised before its items are read (the rule
@@ -322,12 +326,11 @@ int pf_conv_pair(PyObject *obj, void *arg)
     if (!seq)
         return 0;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    Py_DECREF(seq);
-    if (n != 2) {
+    if (n != 2)
         PyErr_Format(PyExc_ValueError, "argument '%s': expected a pair of ints, got %zd values", a->name, n);
-        return 0;
-    }
-    if (int_items(obj, a->name, "a pair of ints", v, 2) < 0)
+    int rc = n != 2 ? -1 : seq_int64s(seq, a->name, v);
+    Py_DECREF(seq);
+    if (rc < 0)
         return 0;
     pf_status st = pf_validate_pair(a->name, v[0], v[1], a->min);
     if (st != PF_OK)
@@ -351,13 +354,13 @@ int pf_conv_slice_method(PyObject *obj, void *arg)
     if (!seq)
         return 0;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    Py_DECREF(seq);
-    if (n < 1 || n > PF_MAX_SLICES) {
+    int bad_count = n < 1 || n > PF_MAX_SLICES;
+    if (bad_count)
         PyErr_Format(PyExc_ValueError, "argument '%s': expected 1 to %d slice widths, got %zd", a->name,
                      PF_MAX_SLICES, n);
-        return 0;
-    }
-    if (int_items(obj, a->name, "a sequence of slice widths", w, PF_MAX_SLICES) < 0)
+    int rc = bad_count ? -1 : seq_int64s(seq, a->name, w);
+    Py_DECREF(seq);
+    if (rc < 0)
         return 0;
     pf_status st = pf_validate_slice_method(a->name, w, n, a->min_total_bits, &a->sm);
     return st == PF_OK ? 1 : fail_converter(st);

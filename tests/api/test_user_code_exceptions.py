@@ -147,3 +147,41 @@ def test_len_type_error_means_no_length():
     # as len() says of an object without a length: a number, read through __float__ / its bool
     assert _core.check_number(LenRaises(TypeError("no length")), "x") == 1.0
     assert _core.check_flag(LenRaises(TypeError("no length"), "bool"), "x") is True
+
+
+class _ChangingSequence:
+    """A sequence whose length changes after its first full read (each __iter__ pass yields the next list of
+    ``passes``): the converters must check and read one snapshot of it, not read it twice."""
+
+    def __init__(self, *passes):
+        self.passes, self.reads = list(passes), 0
+
+    def __len__(self):
+        return len(self.passes[min(self.reads, len(self.passes) - 1)])
+
+    def __getitem__(self, i):
+        return self.passes[min(self.reads, len(self.passes) - 1)][i]
+
+    def __iter__(self):
+        items = self.passes[min(self.reads, len(self.passes) - 1)]
+        self.reads += 1
+        return iter(items)
+
+
+@pytest.mark.parametrize("arg, passes, same_as", [
+    ("stride", ([1, 1], [1]), (1, 1)),
+    ("dilation", ([1, 1], [1]), (1, 1)),
+    ("x_widths", ([1, 1, 2], [1]), (1, 1, 2)),
+    ("w_widths", ([1, 1], [2]), (1, 1)),
+])
+def test_converters_read_a_user_sequence_once(arg, passes, same_as):
+    # pf_conv_pair and pf_conv_slice_method took a sequence's length from one read and its items from a
+    # second: a sequence shorter on the second read left items uninitialised (stride=(1, <garbage>) gave a
+    # (1, 4, 3, 1) output where (1, 1) gives (1, 4, 3, 3)). Now one snapshot is checked and read.
+    from helpers import conv_kwargs
+    seq = _ChangingSequence(*passes)
+    got = _core.dpe_conv2d(**conv_kwargs(**{arg: seq}))[0]
+    want = _core.dpe_conv2d(**conv_kwargs(**{arg: same_as}))[0]
+    assert seq.reads == 1
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

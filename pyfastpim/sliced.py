@@ -329,7 +329,8 @@ def _check_engine(engine):
     # the core's type and range rule (contract.c): TypeError / ValueError naming HGS or LGS (float() named neither)
     _core.check_conductance_range(engine.HGS, engine.LGS, g_level)
     HGS, LGS = float(engine.HGS), float(engine.LGS)
-    wv, rh, rl = float(engine.write_variation), float(engine.rate_stuck_HGS), float(engine.rate_stuck_LGS)
+    # the scalar type rule of every entry (float() took "0.02" and True)
+    wv, rh, rl = (_core.check_number(getattr(engine, n), n) for n in names[3:])
     if not (np.isfinite(wv) and wv >= 0):
         raise ValueError("argument 'engine': write_variation must be finite and >= 0, got %r" % wv)
     if not (0 <= rh <= 1 and 0 <= rl <= 1 and rh + rl <= 1):

@@ -351,6 +351,26 @@ def test_conductance_range_names_the_argument_at_fault_on_every_entry(hgs, lgs, 
         assert "below HGS" in core[1]
 
 
+@pytest.mark.parametrize("name", ["write_variation", "rate_stuck_HGS", "rate_stuck_LGS"])
+@pytest.mark.parametrize("bad", ["0.02", True, None, [0.0]], ids=repr)
+def test_an_engines_programming_numbers_follow_the_type_rule_on_every_entry(name, bad):
+    # weights programmed with an engine read write_variation and the stuck rates through float(), which
+    # took "0.02" and True (and named nothing for None); now the scalar rule, a TypeError naming the number,
+    # as the engine's constructor gives for the same value
+    def engine_with(value):
+        engine = pyfastpim.DPETensor()
+        setattr(engine, name, value)
+        return engine
+    entries = {"SlicedData.slice_data_imp": lambda v: pyfastpim.SlicedData(S2, is_weight=True, paral_size=(4, 4))
+               .slice_data_imp(engine_with(v), XS[:4, :4])}
+    if pnn is not None:
+        entries["LinearMem"] = lambda v: pnn.LinearMem(engine_with(v), 8, 4, S2, S2)
+    want = outcome(lambda: pyfastpim.DPETensor(**{name: bad}))
+    assert want[0] is TypeError and want[1].startswith("argument '%s': " % name), want
+    for label, fn in entries.items():
+        assert outcome(fn, bad) == want, label
+
+
 # ---------------------------------------------------------------- read_variation's dict keys are ints
 
 @pytest.mark.parametrize("keys,got", [((True, 0), "bool key True"), ((False, True), "bool key False"),

@@ -36,7 +36,7 @@ import weakref
 import numpy as np
 
 from . import _core
-from .sliced import _int_item
+from .sliced import _int_item, _is_pair_sequence, _pair_items
 
 __all__ = ["DPETensor", "dpe_matmul", "DEFAULT_SEED"]
 
@@ -153,15 +153,18 @@ def _is_torch(obj):
 
 def _pair(value, name, minimum, maximum=None):
     """A geometry argument as torch's ``kernel_size`` takes it (the layers' and forward_conv2d's): an int n
-    as (n, n) or a pair of ints (a list, tuple, NumPy array or tensor; a 0-d one is an int), not a bool;
-    each >= ``minimum`` (and <= ``maximum``, where given). TypeError naming ``name`` for a wrong type,
-    ValueError for a wrong value: a list, tuple or array of another length than 2 (the rule of every
-    pair, SlicedData's and the core's converter's too) or a value out of range."""
-    if hasattr(value, "tolist"):  # a NumPy array or a tensor, 0-d (an int) or 1-D (a pair)
-        value = value.tolist()
-    if isinstance(value, (tuple, list)) and len(value) != 2:
+    as (n, n) or a pair of ints (a sequence: a list, tuple, range, 1-D NumPy array or tensor; a 0-d one is
+    an int), not a bool; each >= ``minimum`` (and <= ``maximum``, where given). TypeError naming ``name``
+    for a wrong type (an array of more than one dimension too), ValueError for a wrong value: a sequence of
+    another length than 2 (the rule of every pair, SlicedData's and the core's converter's too) or a value
+    out of range."""
+    value = _pair_items(value, name)  # a NumPy array or a tensor: 0-d an int, 1-D a pair
+    if isinstance(value, (str, bytes)):
+        raise TypeError("argument '%s': expected an int or a pair of ints, got %r" % (name, value))
+    sequence = _is_pair_sequence(value)
+    if sequence and len(value) != 2:
         raise ValueError("argument '%s': expected an int or a pair of ints, got %d values" % (name, len(value)))
-    items = value if isinstance(value, (tuple, list)) else (value, value)
+    items = list(value) if sequence else (value, value)
     words = "argument '%s': expected an int or a pair of ints, got %r" % (name, value)
     pair = tuple(_int_item(v, name, words) for v in items)
     if min(pair) < minimum:

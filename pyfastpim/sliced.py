@@ -138,13 +138,29 @@ def _int_item(v, name, refusal):
         raise TypeError(refusal) from None
 
 
+def _pair_items(value, argname):
+    """A pair argument's items: a NumPy array's or a tensor's as a list (MemIntelli's zoo passes sizes as
+    tensors; a 0-d one is its int, more than one dimension a TypeError naming ``argname``), anything else as
+    it is (the caller checks it is a sequence)."""
+    if not (isinstance(value, np.ndarray) or _is_torch_tensor(value)):
+        return value
+    if value.ndim > 1:
+        raise TypeError("argument '%s': expected a pair of ints, got a %d-D array" % (argname, value.ndim))
+    return value.tolist()
+
+
+def _is_pair_sequence(value):
+    # the core converter's rule (PySequence_Check, not a str): a list, a tuple, a range, a user sequence
+    return (not isinstance(value, (str, bytes, collections.abc.Mapping)) and hasattr(value, "__len__")
+            and hasattr(value, "__getitem__"))
+
+
 def _pair(value, argname):
     """A block or granule size (SlicedData's paral_size, quant_gran): a pair of positive ints, TypeError
     naming ``argname`` for another type (an int too), ValueError for a sequence of another length than 2
     (the rule of every pair: pyfastpim.dpe._pair's, the core's converter's) or a value out of range."""
-    if hasattr(value, "tolist"):  # a NumPy array or a tensor (MemIntelli's zoo hints sizes as tensors): its ints
-        value = value.tolist()
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+    value = _pair_items(value, argname)
+    if not _is_pair_sequence(value):
         raise TypeError("argument '%s': expected a pair of positive ints, got %r" % (argname, value))
     if len(value) != 2:
         raise ValueError("argument '%s': expected a pair of ints, got %d values" % (argname, len(value)))
@@ -153,8 +169,6 @@ def _pair(value, argname):
         v = _int_item(v, argname, "argument '%s': expected ints, got %r" % (argname, value))
         if v < 1:
             raise ValueError("argument '%s': values must be positive, got %r" % (argname, tuple(value)))
-        if v > _SIZE_MAX:
-            raise ValueError("argument '%s': values must be at most 2**63-1, got %r" % (argname, tuple(value)))
         out.append(int(v))
     return tuple(out)
 

@@ -168,6 +168,25 @@ def test_pairs_of_the_wrong_length_are_a_value_error_everywhere(bad):
             assert outcome(call, np.array(bad))[0] is ValueError, (label, name)
 
 
+class _NotAnArray:
+    tolist = 3  # an attribute named tolist is not an array's method
+
+
+def test_every_pair_entry_takes_the_same_sequences_and_refuses_the_same_types():
+    # dpe._pair (the layers, forward_*, dpe_matmul) took only lists, tuples and anything with a tolist
+    # attribute, while SlicedData and the core take any sequence: range(1, 3) worked in SlicedData and
+    # failed in LinearMem. A (1, 2) array was unpacked to one row and called "1 values"; an object whose
+    # tolist is not callable raised Python's bare "'int' object is not callable". Now one rule everywhere.
+    import numpy as np
+    for label, name, call in _pair_entries():
+        taken = outcome(call, (2, 3))
+        assert outcome(call, range(2, 4)) == taken and outcome(call, np.array([2, 3])) == taken, (label, name)
+        # (the core's converter, below the public layer, reads any sequence's items: a 2-D array's rows)
+        for bad in ((np.array([[2, 2]]),) if label != "_core.dpe_conv2d" else ()) + (_NotAnArray(), {2: 2, 3: 3}):
+            exc, msg = outcome(call, bad)
+            assert exc is TypeError and msg.startswith("argument '%s': expected " % name), (label, name, bad, msg)
+
+
 @pytest.mark.parametrize("exc_type", [ValueError, OverflowError, ArithmeticError, KeyError],
                          ids=lambda t: t.__name__)
 def test_pair_items_own_exceptions_propagate_unchanged(exc_type):

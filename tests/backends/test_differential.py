@@ -30,7 +30,6 @@ from helpers import (CL_TILES, HAVE_CL, HGS, LGS, NOISE_OFF, SIMD_NOISE, availab
 from reference.dpe_ref import mvm_exact
 
 
-
 @st.composite
 def slice_method(draw, widest=8):
     """(1, ...): a sign bit, then slices of 1..widest bits, 2 to 16 bits in all."""

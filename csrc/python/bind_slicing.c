@@ -284,6 +284,23 @@ int pf_program_call_parse(PyObject *args, PyObject *kwds, PfArray **levels_out, 
     return 0;
 }
 
+/* Runs a parsed program_conductance call on device d (lock held, GIL released); Ctrl-C stops it
+ * between rows of cells (CPU) or pieces (OpenCL) (bind_interrupt.h). */
+static pf_status run_program(pf_device *d, const PfArray *levels, const pf_program_params *p, PfArray *g)
+{
+    pf_status status;
+    pf_sigint_guard guard;
+    do {
+        pf_cancel *cancel = pf_sigint_begin(&guard);
+        pf_clear_error();
+        Py_BEGIN_ALLOW_THREADS
+        status = d->be->program_conductance(d->dev, (const uint8_t *)levels->data, levels->shape[0], levels->shape[1],
+                                            levels->shape[2], p, (float *)g->data, cancel);
+        Py_END_ALLOW_THREADS
+    } while (pf_sigint_end(&guard, status == PF_EINTR) > 0);
+    return status;
+}
+
 static PyObject *py_program_conductance(PyObject *self, PyObject *args, PyObject *kwds)
 {
     PF_UNUSED(self);
@@ -293,15 +310,20 @@ static PyObject *py_program_conductance(PyObject *self, PyObject *args, PyObject
     pf_program_params p;
     if (pf_device_from_kwds(kwds, &kw, "program_conductance", &d) < 0)
         return NULL;
-    int rc = pf_program_call_parse(args, kw, &levels, &g, &p), st;
+    int rc = pf_program_call_parse(args, kw, &levels, &g, &p);
     Py_XDECREF(kw);
-    if (rc == 0) {
-        PF_DEVICE_CALL(&d, st, d.be->program_conductance(d.dev, (const uint8_t *)levels->data, levels->shape[0],
-                                                          levels->shape[1], levels->shape[2], &p, (float *)g->data));
-        Py_DECREF(levels);
-        if (st != PF_OK)
+    if (rc == 0 && pf_device_lock(&d) < 0) {
+        Py_CLEAR(g);
+    } else if (rc == 0) {
+        pf_status st = run_program(&d, levels, &p, g);
+        pf_device_unlock(&d);
+        if (st != PF_OK) {
+            pf_raise_status(st, d.what); /* PF_EINTR: the signal handler's exception (or KeyboardInterrupt) */
             Py_CLEAR(g);
+        }
     }
+    if (rc == 0)
+        Py_DECREF(levels);
     pf_device_clear(&d);
     return (PyObject *)g;
 }

@@ -430,9 +430,10 @@ class _ContextCore:
         self._guard.release()
 
     def __repr__(self):
+        def shape(m):  # the matrix's actual (D, D), not a placeholder
+            return "None" if m is None else str(tuple(int(n) for n in m.shape))
         return "AttentionContext(update_rate=%r, strength=%r, embed_dim=%r, incoming=%s, outgoing=%s)" % (
-            self._rate, self._strength, self._embed, "None" if self._incoming is None else "(D, D)",
-            "None" if self._outgoing is None else "(D, D)")
+            self._rate, self._strength, self._embed, shape(self._incoming), shape(self._outgoing))
 
     def __reduce__(self):
         return (_rebuild, (None, _ctx_state(self)))

@@ -37,9 +37,10 @@ typedef struct pf_backend {
                                 int64_t gran_rows, int64_t gran_cols, const pf_slice_method *sm, int bfp,
                                 uint8_t *codes, float *gran_max, float *gran_scale, int32_t *gran_exp,
                                 float *dequant, int g_level, uint8_t *levels, pf_cancel *cancel);
-    /* pf_program_conductance */
+    /* pf_program_conductance_cancel (cancel may be NULL) */
     pf_status (*program_conductance)(void *dev, const uint8_t *levels, int64_t n_slices, int64_t rows,
-                                     int64_t cols, const pf_program_params *p, float *conductance);
+                                     int64_t cols, const pf_program_params *p, float *conductance,
+                                     pf_cancel *cancel);
     /* out[e] = standard normal of element idx0 + e of a Philox stream (cpu/noise.h pf_normals) */
     pf_status (*normals)(void *dev, uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0, int64_t count,
                          float *out);

@@ -81,5 +81,9 @@ typedef struct {
  * PF_EINVAL for invalid parameters. */
 pf_status pf_program_conductance(const uint8_t *levels, int64_t n_slices, int64_t rows, int64_t cols,
                            const pf_program_params *params, float *conductance);
+/* The same, polling cancel (may be NULL) between rows of cells: PF_EINTR when it is set
+ * (conductance then partly written). */
+pf_status pf_program_conductance_cancel(const uint8_t *levels, int64_t n_slices, int64_t rows, int64_t cols,
+                                        const pf_program_params *params, float *conductance, pf_cancel *cancel);
 
 #endif

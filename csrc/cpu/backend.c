@@ -35,10 +35,11 @@ static pf_status cpu_slice_quantize(void *dev, const float *x, int64_t n, int64_
 }
 
 static pf_status cpu_program_conductance(void *dev, const uint8_t *levels, int64_t n_slices, int64_t rows,
-                                         int64_t cols, const pf_program_params *p, float *conductance)
+                                         int64_t cols, const pf_program_params *p, float *conductance,
+                                         pf_cancel *cancel)
 {
     (void)dev;
-    return pf_program_conductance(levels, n_slices, rows, cols, p, conductance);
+    return pf_program_conductance_cancel(levels, n_slices, rows, cols, p, conductance, cancel);
 }
 
 static pf_status cpu_normals(void *dev, uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0, int64_t count,

@@ -404,6 +404,12 @@ pf_status pf_program_levels(const uint8_t *codes, int64_t cells_per_slice, const
 pf_status pf_program_conductance(const uint8_t *levels, int64_t n_slices, int64_t rows, int64_t cols,
                            const pf_program_params *p, float *conductance)
 {
+    return pf_program_conductance_cancel(levels, n_slices, rows, cols, p, conductance, NULL);
+}
+
+pf_status pf_program_conductance_cancel(const uint8_t *levels, int64_t n_slices, int64_t rows, int64_t cols,
+                                        const pf_program_params *p, float *conductance, pf_cancel *cancel)
+{
     pf_status st = pf_validate_program_params(p);
     if (st != PF_OK)
         return st;
@@ -424,6 +430,8 @@ pf_status pf_program_conductance(const uint8_t *levels, int64_t n_slices, int64_
     const uint64_t seed = p->seed;
 #pragma omp parallel for num_threads(pf_get_num_threads()) schedule(static)
     for (int64_t line = 0; line < lines; line++) {
+        if (pf_cancelled(cancel))
+            continue; /* cancelled: skip the remaining rows (PF_EINTR below) */
         const size_t base = (size_t)line * (size_t)cols;
         for (int64_t c = 0; c < cols; c++) {
             const uint64_t idx = (uint64_t)base + (uint64_t)c;
@@ -440,5 +448,5 @@ pf_status pf_program_conductance(const uint8_t *levels, int64_t n_slices, int64_
             conductance[idx] = g;
         }
     }
-    return PF_OK;
+    return pf_cancelled(cancel) ? PF_EINTR : PF_OK;
 }

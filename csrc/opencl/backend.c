@@ -32,9 +32,10 @@ static pf_status cl_slice_quantize(void *dev, const float *x, int64_t n, int64_t
 }
 
 static pf_status cl_program_conductance(void *dev, const uint8_t *levels, int64_t n_slices, int64_t rows,
-                                        int64_t cols, const pf_program_params *p, float *conductance)
+                                        int64_t cols, const pf_program_params *p, float *conductance,
+                                        pf_cancel *cancel)
 {
-    return pf_cl_program_conductance((pf_cl_device *)dev, levels, n_slices, rows, cols, p, conductance);
+    return pf_cl_program_conductance((pf_cl_device *)dev, levels, n_slices, rows, cols, p, conductance, cancel);
 }
 
 static pf_status cl_normals(void *dev, uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0, int64_t count,

@@ -129,7 +129,8 @@ pf_status pf_cl_slice_quantize(pf_cl_device *dev, const float *x, int64_t n, int
                                uint8_t *codes, float *gran_max, float *gran_scale, int32_t *gran_exp, float *dequant,
                                int g_level, uint8_t *levels);
 pf_status pf_cl_program_conductance(pf_cl_device *dev, const uint8_t *levels, int64_t n_slices, int64_t rows,
-                                    int64_t cols, const pf_program_params *p, float *conductance);
+                                    int64_t cols, const pf_program_params *p, float *conductance,
+                                    pf_cancel *cancel);
 
 /* Attention context (contract of attention.h): pf_attn_update (outgoing d x d
  * updated in place) and pf_attn_apply (out may be x itself, else must not

@@ -98,7 +98,8 @@ static float float_ceil(double t)
 }
 
 pf_status pf_cl_program_conductance(pf_cl_device *dev, const uint8_t *levels, int64_t n_slices, int64_t rows,
-                                    int64_t cols, const pf_program_params *p, float *conductance)
+                                    int64_t cols, const pf_program_params *p, float *conductance,
+                                    pf_cancel *cancel)
 {
     pf_status vst = pf_validate_program_params(p); /* the one contract (core/contract.h) */
     if (vst != PF_OK)
@@ -119,7 +120,9 @@ pf_status pf_cl_program_conductance(pf_cl_device *dev, const uint8_t *levels, in
     pf_cl_set_init(&s, dev);
     cl_mem ml = pf_cl_set_in(&s, levels, total, "levels");
     cl_mem mg = pf_cl_set_out(&s, conductance, b_g, "conductance");
-    const pf_cl_range r = pf_cl_range_1d(dev, (total + 3) / 4);
+    pf_cl_range r = pf_cl_range_1d(dev, (total + 3) / 4);
+    r.cancel = cancel; /* in pieces, polling it between them (Ctrl-C) */
+    r.pieces = total / PF_CL_PIECE_ELEMS + 1;
     PF_CL_SET_LAUNCH(&s, K_PCOND, &r, ARG_MEM(ml), ARG_MEM(mg), ARG_U64(total),
                      ARG_F32((p->hgs - p->lgs) / (double)(p->g_level - 1)), ARG_F32(p->lgs), ARG_F32(p->hgs),
                      ARG_F32(p->write_variation), ARG_I32(p->write_variation > 0),

@@ -48,6 +48,20 @@ pf_cancel *pf_sigint_begin(pf_sigint_guard *g)
     return &g_cancel;
 }
 
+pf_status pf_sigint_run(pf_status (*call)(void *ctx, pf_cancel *cancel), void *ctx)
+{
+    pf_status status;
+    pf_sigint_guard guard;
+    do {
+        pf_cancel *cancel = pf_sigint_begin(&guard);
+        pf_clear_error();
+        Py_BEGIN_ALLOW_THREADS
+        status = call(ctx, cancel);
+        Py_END_ALLOW_THREADS
+    } while (pf_sigint_end(&guard, status == PF_EINTR) > 0);
+    return status;
+}
+
 int pf_sigint_end(pf_sigint_guard *g, int interrupted)
 {
     if (!g->active)

@@ -24,6 +24,7 @@
 #include <signal.h>
 
 #include "core/interrupt.h"
+#include "core/pf_common.h"
 
 typedef struct {
     int active;
@@ -32,5 +33,10 @@ typedef struct {
 
 pf_cancel *pf_sigint_begin(pf_sigint_guard *g);
 int pf_sigint_end(pf_sigint_guard *g, int interrupted);
+
+/* The loop above around status = call(ctx, cancel), run with the GIL released (held on entry and
+ * exit; the backend's error record cleared before each run). Returns call's status: PF_EINTR with
+ * the signal handler's exception set, when interrupted. */
+pf_status pf_sigint_run(pf_status (*call)(void *ctx, pf_cancel *cancel), void *ctx);
 
 #endif

@@ -163,22 +163,26 @@ PyObject *pf_slice_call_finish(pf_slice_call *c, pf_status status, const char *w
 
 /* Runs a parsed slice_quantize call on device d (lock held, GIL released); Ctrl-C stops the CPU's
  * slicing between bands / rows (bind_interrupt.h). */
+typedef struct {
+    pf_device *d;
+    pf_slice_call *c;
+} slice_run;
+
+static pf_status slice_on_device(void *ctx, pf_cancel *cancel)
+{
+    const slice_run *r = ctx;
+    pf_slice_call *c = r->c;
+    return r->d->be->slice_quantize(r->d->dev, (const float *)c->x->data, c->n, c->rows, c->cols, c->gran[0],
+                                    c->gran[1], &c->sm, c->bfp, (uint8_t *)c->codes->data, (float *)c->gmax->data,
+                                    (float *)c->gscale->data, c->gexp ? (int32_t *)c->gexp->data : NULL,
+                                    c->dq ? (float *)c->dq->data : NULL, c->g_level,
+                                    c->levels ? (uint8_t *)c->levels->data : NULL, cancel);
+}
+
 static pf_status run_slice(pf_device *d, pf_slice_call *c)
 {
-    pf_status status;
-    pf_sigint_guard guard;
-    do {
-        pf_cancel *cancel = pf_sigint_begin(&guard);
-        pf_clear_error();
-        Py_BEGIN_ALLOW_THREADS
-        status = d->be->slice_quantize(d->dev, (const float *)c->x->data, c->n, c->rows, c->cols, c->gran[0],
-                                       c->gran[1], &c->sm, c->bfp, (uint8_t *)c->codes->data, (float *)c->gmax->data,
-                                       (float *)c->gscale->data, c->gexp ? (int32_t *)c->gexp->data : NULL,
-                                       c->dq ? (float *)c->dq->data : NULL, c->g_level,
-                                       c->levels ? (uint8_t *)c->levels->data : NULL, cancel);
-        Py_END_ALLOW_THREADS
-    } while (pf_sigint_end(&guard, status == PF_EINTR) > 0);
-    return status;
+    slice_run r = {d, c};
+    return pf_sigint_run(slice_on_device, &r);
 }
 
 static PyObject *py_slice_quantize(PyObject *self, PyObject *args, PyObject *kwds)
@@ -284,6 +288,29 @@ int pf_program_call_parse(PyObject *args, PyObject *kwds, PfArray **levels_out, 
     return 0;
 }
 
+/* Runs a parsed program_conductance call on device d (lock held, GIL released); Ctrl-C stops it
+ * between rows of cells (CPU) or pieces (OpenCL) (bind_interrupt.h). */
+typedef struct {
+    pf_device *d;
+    const PfArray *levels;
+    const pf_program_params *p;
+    PfArray *g;
+} program_run;
+
+static pf_status program_on_device(void *ctx, pf_cancel *cancel)
+{
+    const program_run *r = ctx;
+    return r->d->be->program_conductance(r->d->dev, (const uint8_t *)r->levels->data, r->levels->shape[0],
+                                         r->levels->shape[1], r->levels->shape[2], r->p, (float *)r->g->data,
+                                         cancel);
+}
+
+static pf_status run_program(pf_device *d, const PfArray *levels, const pf_program_params *p, PfArray *g)
+{
+    program_run r = {d, levels, p, g};
+    return pf_sigint_run(program_on_device, &r);
+}
+
 static PyObject *py_program_conductance(PyObject *self, PyObject *args, PyObject *kwds)
 {
     PF_UNUSED(self);
@@ -293,15 +320,20 @@ static PyObject *py_program_conductance(PyObject *self, PyObject *args, PyObject
     pf_program_params p;
     if (pf_device_from_kwds(kwds, &kw, "program_conductance", &d) < 0)
         return NULL;
-    int rc = pf_program_call_parse(args, kw, &levels, &g, &p), st;
+    int rc = pf_program_call_parse(args, kw, &levels, &g, &p);
     Py_XDECREF(kw);
-    if (rc == 0) {
-        PF_DEVICE_CALL(&d, st, d.be->program_conductance(d.dev, (const uint8_t *)levels->data, levels->shape[0],
-                                                          levels->shape[1], levels->shape[2], &p, (float *)g->data));
-        Py_DECREF(levels);
-        if (st != PF_OK)
+    if (rc == 0 && pf_device_lock(&d) < 0) {
+        Py_CLEAR(g);
+    } else if (rc == 0) {
+        pf_status st = run_program(&d, levels, &p, g);
+        pf_device_unlock(&d);
+        if (st != PF_OK) {
+            pf_raise_status(st, d.what); /* PF_EINTR: the signal handler's exception (or KeyboardInterrupt) */
             Py_CLEAR(g);
+        }
     }
+    if (rc == 0)
+        Py_DECREF(levels);
     pf_device_clear(&d);
     return (PyObject *)g;
 }

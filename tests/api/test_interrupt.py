@@ -137,6 +137,48 @@ def test_ctrl_c_interrupts_ir_drop_programming():
 
 
 
+PROGRAM_CHILD = textwrap.dedent("""
+    import sys, time
+    import numpy as np
+    import pyfastpim as pf
+    K, device = int(sys.argv[1]), None if sys.argv[2] == "cpu" else sys.argv[2]
+    rng = np.random.default_rng(0)
+    e = pf.DPETensor(device=device, seed=5)           # write variation and stuck cells: programmed cells
+    w = rng.standard_normal((K, K)).astype(np.float32)
+
+    def program(data):
+        s = pf.SlicedData((1, 1, 2, 2), is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+        s.slice_data_imp(e, data)
+        return s
+
+    ref = np.asarray(program(w[:96, :8])._conductance)
+    print("ready", flush=True)
+    try:
+        while True:                                   # programming these cells takes seconds
+            program(w)
+    except KeyboardInterrupt:
+        t = time.monotonic()
+    again = np.asarray(program(w[:96, :8])._conductance)  # works afterwards, same cells
+    assert np.array_equal(again, ref)
+    print("interrupted", t, flush=True)
+""")
+
+
+@pytest.mark.parametrize("device", ["cpu", "opencl"])
+def test_ctrl_c_interrupts_weight_programming(device):
+    """Programming noisy weights (write variation and stuck cells: program_conductance, ~10 s for a
+    4096 x 4096 weight's 4 slices on 2 loaded cores, the bulk of a first dpe_matmul or layer forward)
+    stops between rows of cells (CPU) or pieces (OpenCL); it ran to the end before, so a notebook's
+    interrupt waited for it."""
+    if device == "opencl":
+        device = _opencl_device()
+        if device is None:
+            pytest.skip("no OpenCL device")
+    latency = _child_latency(PROGRAM_CHILD, 1024 if SANITIZED else 4096, device)
+    assert latency < LIMIT_S, "KeyboardInterrupt %.2f s after SIGINT" % latency
+
+
+
 LOCK_CHILD = textwrap.dedent("""
     import sys, threading, time
     sys.path.insert(0, sys.argv[1])                   # tests/: helpers

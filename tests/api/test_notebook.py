@@ -199,3 +199,15 @@ def test_progress_is_off_when_captured_and_optional(monkeypatch):
     assert b.n == 2
     monkeypatch.setenv("PYFASTPIM_PROGRESS", "0")
     assert isinstance(_progress.progress(3, "x", enable=None), _progress._Silent)
+
+
+def test_attention_context_repr_shows_its_matrices_shapes():
+    # the repr printed the placeholder "outgoing=(D, D)" whatever D was, so a notebook could not tell a
+    # context's size from it
+    ctx = pyfastpim.AttentionContext(update_rate=0.5, strength=1.0)
+    assert repr(ctx).endswith("embed_dim=None, incoming=None, outgoing=None)")
+    x = np.ones((4, 24), np.float32)
+    ctx.update_outgoing(x, x)
+    assert repr(ctx).endswith("incoming=None, outgoing=(24, 24))"), repr(ctx)
+    ctx.incoming = ctx.outgoing
+    assert "incoming=(24, 24), outgoing=(24, 24)" in repr(ctx)

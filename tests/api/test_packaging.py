@@ -216,3 +216,20 @@ def test_numpy_only_use_does_not_import_torch():
         "print('ok')\n")
     r = _run(code)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr[-3000:]
+
+
+def test_command_line_info_lists_devices_and_a_missing_command_is_named(tmp_path):
+    # `python -m pyfastpim info` ("print build and device information") printed no device at all, and
+    # `python -m pyfastpim` without a command said "the following arguments are required: cmd", a name
+    # the usage line never showed
+    env = dict(os.environ, PYFASTPIM_OPENCL_LIBRARY=str(tmp_path / "libOpenCL-missing.so.1"))
+    r = _run("import sys; from pyfastpim.__main__ import main; sys.exit(main(['info']))", env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "pyfastpim %s (" % pyfastpim.__version__ in r.stdout and "cpu: isa " in r.stdout, r.stdout
+    assert "opencl: no device (" in r.stdout and "libOpenCL-missing.so.1" in r.stdout, r.stdout
+    r = _run("import sys; from pyfastpim.__main__ import main; sys.exit(main(['info']))", cwd=tmp_path)
+    opencl = [d["device"] for d in pyfastpim.devices() if d["device"] != "cpu"]
+    for dev in opencl:
+        assert "\n%s: " % dev in r.stdout, r.stdout
+    r = _run("import sys; from pyfastpim.__main__ import main; sys.exit(main([]))", cwd=tmp_path)
+    assert r.returncode == 2 and "required: {demo,info}" in r.stderr and "cmd" not in r.stderr, r.stderr

@@ -81,7 +81,8 @@ def _number(value, name, minimum=None, integer=False):
 def _level_key(key, g_level):
     """A read_variation dict key as a level: an int by the library's type rule for ints (_core.check_number:
     operator.index, a NumPy integer too; not a bool, a float or a str), else TypeError naming read_variation.
-    An exception raised by the key's own __index__ (other than the rule's TypeError) propagates."""
+    An exception raised by the key's own __index__ (a TypeError too: only the rule's words are replaced)
+    propagates unchanged."""
     try:
         return _core.check_number(key, "read_variation", True)
     except TypeError as exc:

@@ -409,3 +409,34 @@ def test_read_variation_takes_integer_keys_and_lets_key_errors_propagate():
     # wrong levels stay ValueError (a missing or extra level)
     for bad in ({0: 0.1}, {0: 0.1, 1: 0.1, 2: 0.1}, {0: 0.1, -1: 0.1}):
         assert outcome(lambda: pyfastpim.DPETensor(g_level=2, read_variation=bad))[0] is ValueError, bad
+
+
+# ---------------------------------------------------------------- vread: one rule, the core's
+
+BAD_VREAD = [NAN, INF, -INF, -0.2, 0.0, -0.0, 1e40, 10 ** 400, np.float32("nan"), np.array(INF), "0.2", True, None,
+             [0.2], np.array([0.2])]
+VREAD_COMPANIONS = [dict(), dict(HGS=-1e-5), dict(HGS=NAN), dict(LGS=2e-5), dict(g_level=1)]
+
+
+def _vread_entries():
+    """Every public entry taking vread, each a function of (vread, **other engine arguments): the engines
+    (pyfastpim's and the MemIntelli mirror's; no physics function or layer takes one)."""
+    from pyfastpim.memintelli.pimpy import DPETensor as MiDPETensor
+    return {"DPETensor": lambda v, **kw: pyfastpim.DPETensor(vread=v, **kw),
+            "memintelli DPETensor": lambda v, **kw: MiDPETensor(vread=v, device="cpu", **kw)}
+
+
+@pytest.mark.parametrize("others", VREAD_COMPANIONS, ids=repr)
+@pytest.mark.parametrize("vread", BAD_VREAD, ids=repr)
+def test_vread_is_validated_once_by_the_core_on_every_entry(vread, others):
+    # DPETensor checked vread's finiteness in Python before the core's check_vread checked it again, so a
+    # NaN or infinite vread was named before a bad HGS, LGS or g_level that the core names first for any
+    # other bad vread (a negative one): the engine's answer depended on which check saw it. Now the core's
+    # rule alone, the same answer as _core.check_vread's on every entry
+    core = outcome(_core.check_vread, vread, others.get("HGS", HGS), others.get("LGS", LGS),
+                   others.get("g_level", 16), 16)
+    assert core[0] in (TypeError, ValueError), core
+    if not others:
+        assert core[1].startswith("argument 'vread': "), core
+    for label, fn in _vread_entries().items():
+        assert outcome(fn, vread, **others) == core, label

@@ -81,7 +81,8 @@ def _number(value, name, minimum=None, integer=False):
 def _level_key(key, g_level):
     """A read_variation dict key as a level: an int by the library's type rule for ints (_core.check_number:
     operator.index, a NumPy integer too; not a bool, a float or a str), else TypeError naming read_variation.
-    An exception raised by the key's own __index__ (other than the rule's TypeError) propagates."""
+    An exception raised by the key's own __index__ (a TypeError too: only the rule's words are replaced)
+    propagates unchanged."""
     try:
         return _core.check_number(key, "read_variation", True)
     except TypeError as exc:
@@ -285,7 +286,8 @@ class DPETensor:
             16, the kernels' limit), each in 2..2**24 (rdac too).
         vread: read voltage, in (0, 5.7e31] volts, and (HGS - LGS) * vread * n (the ADC reference
             current) finite in float32 for the tallest crossbar n that rdac and g_level allow; else
-            ValueError naming vread. It cancels out of every result (docs/semantics.md section 7).
+            ValueError naming vread (checked after HGS, LGS and g_level, which the bound depends on);
+            TypeError for a non-number. It cancels out of every result (docs/semantics.md section 7).
         rate_stuck_HGS, rate_stuck_LGS: probabilities of cells stuck at HGS / LGS.
         device: None, "cpu" or torch.device("cpu") (the CPU kernels), "opencl" (first GPU, else first
             OpenCL device), "cuda[:N]" / torch.device("cuda") (the best OpenCL GPU, else the CPU) or
@@ -312,7 +314,9 @@ class DPETensor:
         self.vnoise = _sigma(vnoise, "vnoise")
         self.wire_resistance = _number(wire_resistance, "wire_resistance", 0)
         self.rdac = _core.check_rdac(rdac)  # an int in 2..2**24 (the core's rule, pf_conv_rdac)
-        self.vread = _number(vread, "vread")
+        # vread: only the type rule here; its value (NaN, inf, <= 0, too large) is validated once, by the core's
+        # rule in check_vread below, after the conductance range it depends on
+        self.vread = _core.check_number(vread, "vread")
         self.rate_stuck_HGS = _number(rate_stuck_HGS, "rate_stuck_HGS", 0)
         self.rate_stuck_LGS = _number(rate_stuck_LGS, "rate_stuck_LGS", 0)
         # an int, or 1 to 16 ints (one per weight slice), each in 2..2**24: the core's rule (pf_conv_resolutions)

@@ -129,7 +129,8 @@ def _widths(slice_method, name="slice_method"):
 def _int_item(v, name, refusal):
     """An item of a pair as an int by the library's type rule for ints (_core.check_number: operator.index,
     not a bool, a float or a str): the rule's TypeError is raised as TypeError(``refusal``), the caller's
-    words; any other exception (one raised by the item's own __index__) propagates unchanged."""
+    words; an exception raised by the item's own __index__ (a TypeError too: check_number lets it through
+    as it is, so only the rule's own words are replaced) propagates unchanged."""
     try:
         return _core.check_number(v, name, True)
     except TypeError as exc:

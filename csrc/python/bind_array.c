@@ -1016,8 +1016,9 @@ static PfArray *view_any(PyObject *obj, int writable, const char *argname)
 /* The exporter's shape and strides must describe a byte range whose size and every offset fit in
  * Py_ssize_t (an exporter can claim anything: a lying __array_interface__ with strides of 2**62
  * would otherwise send the copy loops far outside the buffer). The shape first (check_shape), except
- * for a DLPack import, whose shape dl_layout checked before scaling its strides to bytes. Returns 0 or
- * -1 with ValueError. */
+ * for a DLPack import, whose shape dl_layout checked before scaling its strides to bytes. The stride of
+ * a dimension of size 1 is never stepped along: any value passes (a view is given C strides, a copy
+ * reads index 0 only). Returns 0 or -1 with ValueError. */
 static int check_extent(const PfArray *a, const char *argname)
 {
     if (!a->dl && !a->dlv && check_shape(a, argname) < 0)
@@ -1027,6 +1028,8 @@ static int check_extent(const PfArray *a, const char *argname)
     for (int i = 0; i < a->ndim; i++) {
         if (a->shape[i] == 0)
             return 0; /* empty: nothing is read */
+        if (a->shape[i] == 1)
+            continue; /* any stride, -2**63 too: no step is taken along it (as dl_layout's DLPack import) */
         Py_ssize_t st = a->strides[i], term;
         if (st == PY_SSIZE_T_MIN || __builtin_mul_overflow(st < 0 ? -st : st, a->shape[i] - 1, &term) ||
             __builtin_add_overflow(span, term, &span) || __builtin_mul_overflow(n, a->shape[i], &n) ||

@@ -53,31 +53,84 @@ static int is_bool(PyObject *obj)
     return is_bool_dtype(dt) || PyErr_Occurred(); /* 1: not read */
 }
 
-/* A bool (is_bool) or a complex number, neither of which is a real one, with one dtype lookup: NumPy's
- * complex scalars and 0-d arrays have a __float__ that drops the imaginary part (with only a
- * ComplexWarning), a complex tensor's raises an unnamed RuntimeError. */
-static int is_bool_or_complex(PyObject *obj)
+/* A bool (is_bool) or a complex number, neither of which is a real one, with one dtype lookup (its name
+ * left in dt, "" where obj has none): NumPy's complex scalars and 0-d arrays have a __float__ that drops
+ * the imaginary part (with only a ComplexWarning), a complex tensor's raises an unnamed RuntimeError. */
+static int is_bool_or_complex(PyObject *obj, char *dt, size_t size)
 {
-    char dt[32];
+    dt[0] = 0;
     if (is_bool_scalar(obj) || PyComplex_Check(obj))
         return 1;
-    dtype_name(obj, dt, sizeof dt);
+    dtype_name(obj, dt, size);
     return is_bool_dtype(dt) || strstr(dt, "complex") != NULL || PyErr_Occurred(); /* 1: not read */
 }
 
-/* Whether a TypeError (or nothing) is pending: anything else raised by an object's own __index__ /
- * __float__ (a ZeroDivisionError, a KeyboardInterrupt) propagates as it is. */
+/* Whether a TypeError (or nothing) is pending: anything else raised by an object's own dtype property or
+ * __len__ (a ZeroDivisionError, a KeyboardInterrupt) propagates as it is. */
 static int only_type_error(void) { return !PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError); }
+
+/* After a value's own __index__ / __float__ failed: 0 (nothing pending) where the failure is the rule's
+ * refusal, -1 (the exception pending) where it is the value's own. The array libraries' values (a NumPy
+ * scalar or array, a tensor: anything with a dtype, dt) refuse a conversion they cannot make (a float
+ * array's __index__, an object array's __float__) with a TypeError: the rule's refusal. Any other value's
+ * __index__ / __float__ is its author's code, whose exception (a TypeError too) propagates as it is. */
+static int own_failure(const char *dt)
+{
+    if (dt[0] && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        return 0;
+    }
+    return -1;
+}
+
+/* obj's int through its own __index__ (obj has one, or is an int): 1 with a new reference in *idx; 0 where
+ * obj is refused (nothing pending: its __index__ returned another type, or own_failure); -1 with the
+ * exception of its own __index__ pending. */
+static int own_index(PyObject *obj, const char *dt, PyObject **idx)
+{
+    if (PyLong_Check(obj)) {
+        Py_INCREF(obj);
+        *idx = obj;
+        return 1;
+    }
+    *idx = Py_TYPE(obj)->tp_as_number->nb_index(obj);
+    if (*idx && PyLong_Check(*idx))
+        return 1;
+    if (*idx) { /* "__index__ returned non-int": no int, the rule's refusal */
+        Py_CLEAR(*idx);
+        return 0;
+    }
+    return own_failure(dt);
+}
+
+/* obj as an int by the rule for ints: 1 with a new reference in *idx; 0 where obj is no int (a bool, a
+ * float, no __index__, refused by own_index; nothing pending); -1 with an exception pending: obj's own,
+ * raised by its __index__ (a TypeError too) or its dtype property (other than a TypeError). */
+static int int_value(PyObject *obj, PyObject **idx)
+{
+    char dt[32];
+    *idx = NULL;
+    if (is_bool_scalar(obj) || PyFloat_Check(obj) || !PyIndex_Check(obj))
+        return 0;
+    dtype_name(obj, dt, sizeof dt);
+    if (PyErr_Occurred()) { /* the dtype property's own exception (a TypeError is the rule's refusal) */
+        if (!only_type_error())
+            return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    return is_bool_dtype(dt) ? 0 : own_index(obj, dt, idx);
+}
 
 /* pf_as_int64 and pf_as_int64_clamped: `what` the accepted values in the TypeError, `clamp` whether
  * ints beyond int64 clamp (else ValueError). */
 static int as_int64(PyObject *obj, const char *name, const char *what, int clamp, int64_t *out)
 {
-    PyObject *idx = is_bool(obj) || PyFloat_Check(obj) || !PyIndex_Check(obj) ? NULL : PyNumber_Index(obj);
-    if (!idx) { /* e.g. a NumPy array or tensor of several elements: __index__ refuses it */
-        if (!only_type_error())
-            return -1;
-        PyErr_Clear();
+    PyObject *idx;
+    int rc = int_value(obj, &idx);
+    if (rc < 0)
+        return -1;
+    if (rc == 0) { /* e.g. a NumPy array or tensor of several elements: __index__ refuses it */
         PyErr_Format(PyExc_TypeError, "argument '%s': expected %s, got %s", name, what, Py_TYPE(obj)->tp_name);
         return -1;
     }
@@ -116,40 +169,62 @@ static int is_sized(PyObject *obj)
     return 0;
 }
 
-/* Whether PyFloat_AsDouble(obj) converts an int (int's own __float__, or __index__ where obj has no
- * __float__): its OverflowError is then an int beyond float64, not the exception of obj's own __float__. */
-static int int_to_double(PyObject *obj)
+/* obj (a number: not a float, a str, a bool, ...) as a double through its own __float__, or its int
+ * (own_index) where it has none or has int's, as float() reads it: 0 with *out; -1 as own_index (0 or
+ * -1, the exception pending); -2 (nothing pending) for an int beyond float64. */
+static int own_float(PyObject *obj, const char *dt, double *out)
 {
     PyNumberMethods *nb = Py_TYPE(obj)->tp_as_number;
-    return !nb || !nb->nb_float || nb->nb_float == PyLong_Type.tp_as_number->nb_float;
+    if (nb->nb_float && nb->nb_float != PyLong_Type.tp_as_number->nb_float) {
+        PyObject *f = nb->nb_float(obj);
+        if (!f) {
+            own_failure(dt);
+            return -1;
+        }
+        if (!PyFloat_Check(f)) { /* "__float__ returned non-float": no real number, the rule's refusal */
+            Py_DECREF(f);
+            return -1;
+        }
+        *out = PyFloat_AS_DOUBLE(f);
+        Py_DECREF(f);
+        return 0;
+    }
+    PyObject *idx = NULL;
+    int rc = nb->nb_index || PyLong_Check(obj) ? own_index(obj, dt, &idx) : 0;
+    if (rc <= 0)
+        return -1;
+    *out = PyLong_AsDouble(idx);
+    Py_DECREF(idx);
+    if (*out == -1.0 && PyErr_Occurred()) { /* an OverflowError: the int is beyond float64 */
+        PyErr_Clear();
+        return -2;
+    }
+    return 0;
 }
 
 int pf_as_double(PyObject *obj, const char *name, double *out)
 {
-    double v = -1.0;
-    if (PyFloat_Check(obj))
-        v = PyFloat_AS_DOUBLE(obj);
-    else if (!PyUnicode_Check(obj) && !PyBytes_Check(obj) && !is_bool_or_complex(obj) && !is_sized(obj) &&
-             (PyIndex_Check(obj) || PyNumber_Check(obj)))
-        v = PyFloat_AsDouble(obj);
-    else if (!PyErr_Occurred())
-        PyErr_SetNone(PyExc_TypeError);
-    else if (!only_type_error()) /* the dtype property's or __len__'s own exception (a TypeError is reworded) */
-        return -1;
-    if (v == -1.0 && PyErr_Occurred()) {
-        if (PyErr_ExceptionMatches(PyExc_OverflowError) && int_to_double(obj)) { /* an int beyond float64 */
-            PyErr_Clear();
-            PyErr_Format(PyExc_ValueError, "argument '%s': must be finite, got an int beyond float64's range", name);
-            return -1;
-        }
-        if (!only_type_error())
-            return -1;
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "argument '%s': expected a real number, got %s", name, Py_TYPE(obj)->tp_name);
+    char dt[32];
+    if (PyFloat_Check(obj)) {
+        *out = PyFloat_AS_DOUBLE(obj);
+        return 0;
+    }
+    int number = !PyUnicode_Check(obj) && !PyBytes_Check(obj) && !is_bool_or_complex(obj, dt, sizeof dt) &&
+                 !is_sized(obj) && (PyIndex_Check(obj) || PyNumber_Check(obj));
+    int rc = number ? own_float(obj, dt, out) : -1;
+    if (rc == 0)
+        return 0;
+    if (rc == -2) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': must be finite, got an int beyond float64's range", name);
         return -1;
     }
-    *out = v;
-    return 0;
+    /* pending: the own exception of obj's __float__ / __index__ (number), of its dtype property or __len__
+     * (not a number: a TypeError there is the rule's refusal) */
+    if (PyErr_Occurred() && (number || !only_type_error()))
+        return -1;
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "argument '%s': expected a real number, got %s", name, Py_TYPE(obj)->tp_name);
+    return -1;
 }
 
 int pf_conv_real(PyObject *obj, void *arg)
@@ -167,16 +242,19 @@ int pf_as_flag(PyObject *obj, const char *name)
         return PyObject_IsTrue(obj);
     if (PyErr_Occurred()) /* its dtype property's or __len__'s own exception */
         return -1;
-    int64_t v;
-    if (PyFloat_Check(obj) || !PyIndex_Check(obj) || pf_as_int64_clamped(obj, name, "a bool", &v) < 0) {
-        if (!only_type_error())
-            return -1;
-        PyErr_Clear();
+    PyObject *idx;
+    int rc = int_value(obj, &idx);
+    if (rc < 0) /* the own exception of its __index__ (a TypeError too) */
+        return -1;
+    if (rc == 0) {
         PyErr_Format(PyExc_TypeError, "argument '%s': expected a bool (True/False or 0/1), got %s", name,
                      Py_TYPE(obj)->tp_name);
         return -1;
     }
-    if (v != 0 && v != 1) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(idx, &overflow);
+    Py_DECREF(idx);
+    if (overflow || (v != 0 && v != 1)) {
         PyErr_Format(PyExc_ValueError, "argument '%s': expected a bool (True/False or 0/1), got %R", name, obj);
         return -1;
     }
@@ -213,11 +291,11 @@ static int fail_converter(pf_status st)
 
 static int as_uint64(PyObject *obj, const char *name, uint64_t *out)
 {
-    PyObject *idx = is_bool(obj) || PyFloat_Check(obj) || !PyIndex_Check(obj) ? NULL : PyNumber_Index(obj);
-    if (!idx) { /* as as_int64: a TypeError (or none) is reworded, the object's own exception propagates */
-        if (!only_type_error())
-            return 0;
-        PyErr_Clear();
+    PyObject *idx;
+    int rc = int_value(obj, &idx);
+    if (rc < 0) /* as as_int64: the object's own exception propagates, a refusal is reworded */
+        return 0;
+    if (rc == 0) {
         PyErr_Format(PyExc_TypeError, "argument '%s': expected an int in [0, 2**64), got %s", name,
                      Py_TYPE(obj)->tp_name);
         return 0;

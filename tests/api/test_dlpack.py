@@ -433,9 +433,12 @@ _BASE = np.arange(12, dtype=np.float32)
     (lambda: _interface((1, 3), (2, 4), _BASE), (1, 3)),  # 2 bytes: no multiple of the item size
     (lambda: _interface((3, 1), (4, -4), _BASE), (3, 1)),
     (lambda: _interface((2, 1, 3), (12, 1, 4), _BASE), (2, 1, 3)),
+    (lambda: _interface((1, 3), (-2 ** 63, 4), _BASE), (1, 3)),  # int64's lowest: refused as overflowing
+    (lambda: _interface((3, 1), (4, 2 ** 63 - 1), _BASE), (3, 1)),
     (lambda: Tampered(_BASE[:3].reshape(1, 3), strides=(2 ** 62, 1)), (1, 3)),  # overflows in bytes
     (lambda: Tampered(_BASE[:3].reshape(3, 1), strides=(1, -7)), (3, 1)),
-], ids=["interface-2-bytes", "interface-negative", "interface-3d", "dlpack-huge", "dlpack-negative"])
+], ids=["interface-2-bytes", "interface-negative", "interface-3d", "interface-int64-min", "interface-int64-max",
+        "dlpack-huge", "dlpack-negative"])
 def test_a_contiguous_view_reports_c_strides_whatever_its_size_1_strides(make, shape):
     """A dimension of size 1 takes any stride (NumPy and DLPack consumers ignore it), and such a view is
     C-contiguous: viewed without a copy, and exported with C strides, as NumPy's buffer export reports a
@@ -450,6 +453,25 @@ def test_a_contiguous_view_reports_c_strides_whatever_its_size_1_strides(make, s
     assert a.strides == memoryview(a).strides == np.from_dlpack(a).strides == c_strides
     m = read_versioned(a.__dlpack__(max_version=(1, 0)))
     assert [m.dl_tensor.strides[i] for i in range(len(shape))] == [s // 4 for s in c_strides]
+
+
+def test_any_size_1_stride_is_taken_by_every_import_path():
+    """check_extent refused a stride of exactly -2**63 on a dimension of size 1 ("its shape and strides
+    overflow the address space") through __array_interface__ and the buffer protocol, though no step is
+    taken along it (DLPack import takes any: dl_layout). A contiguous one is viewed (C strides), a strided
+    one copied, reading index 0 of the size-1 dimension."""
+    tb = pytest.importorskip("_testbuffer")
+    buf = tb.ndarray([1.0, 2.0, 3.0], shape=[1, 3], format="f", strides=[-2 ** 63, 4])
+    assert memoryview(buf).strides == (-2 ** 63, 4)
+    with memory.trace() as t:
+        a = pyfastpim.asarray(buf)
+    assert t.copies == 0 and a.strides == (12, 4)
+    np.testing.assert_array_equal(np.asarray(a), [[1, 2, 3]])
+    strided = _interface((3, 1, 2), (4, -2 ** 63, 12), _BASE)  # a transposed (2, 3) block, size-1 axis between
+    with memory.trace() as t:
+        a = pyfastpim.asarray(strided)
+    assert t.copies == 1 and a.strides == (8, 8, 4)
+    np.testing.assert_array_equal(np.asarray(a), _BASE[:6].reshape(2, 1, 3).transpose(2, 1, 0))
 
 
 @pytest.mark.parametrize("device, exc", [("cpu", TypeError), (("a", 0), TypeError), ((1,), TypeError),

@@ -94,3 +94,8 @@ def test_dpe_int_path_flag():
 def test_flag_raising_index_propagates():
     with pytest.raises(ZeroDivisionError):
         _core.check_flag(Raises(ZeroDivisionError("from __index__")), "x")
+    # a TypeError of its own too (it was "argument 'x': expected a bool (True/False or 0/1), got Raises")
+    err = TypeError("from __index__")
+    with pytest.raises(TypeError) as info:
+        _core.check_flag(Raises(err), "x")
+    assert info.value is err

@@ -187,14 +187,14 @@ def test_every_pair_entry_takes_the_same_sequences_and_refuses_the_same_types():
             assert exc is TypeError and msg.startswith("argument '%s': expected " % name), (label, name, bad, msg)
 
 
-@pytest.mark.parametrize("exc_type", [ValueError, OverflowError, ArithmeticError, KeyError],
+@pytest.mark.parametrize("exc_type", [ValueError, OverflowError, ArithmeticError, KeyError, TypeError],
                          ids=lambda t: t.__name__)
 def test_pair_items_own_exceptions_propagate_unchanged(exc_type):
     # dpe._pair took only numbers.Integral items, so an object with __index__ was refused without being asked,
     # a TypeError in the checker's words whatever its __index__ raised (a ValueError among them); now the
     # library's int rule (operator.index): an __index__ object is its int, and the exception its __index__
-    # raises reaches the caller as it is (the same object; a TypeError from __index__ is the rule's "expected
-    # an int", as _core.check_number has it for every int argument)
+    # raises reaches the caller as it is (the same object; a TypeError too: it was the rule's "expected an
+    # int", as _core.check_number had it for every int argument)
     from helpers import Raises
 
     class Index:

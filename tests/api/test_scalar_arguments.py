@@ -57,6 +57,15 @@ ENTRY = {
     "irdrop_block": _call(_core.irdrop_block, dict(g=np.full((3, 3), 1e-5), r_wire=1.0)),
     "normals": lambda **o: _core.normals(*dict(dict(seed=1, stream=0, call=0, idx0=0, count=4), **o).values()),
 }
+def _own_type_error_propagates(call):
+    """call(v) with a v whose own __index__ / __float__ raises a TypeError: that very exception reaches the
+    caller (it was reworded "argument 'X': expected an int / a real number, got Raises")."""
+    err = TypeError("mine")
+    with pytest.raises(TypeError) as info:
+        call(Raises(err))
+    assert info.value is err, repr(info.value)
+
+
 RAW_FLOATS = [("dpe_mvm", p) for p in ("HGS", "LGS", "vnoise")] + \
              [("dpe_conv2d", p) for p in ("HGS", "LGS", "vnoise")] + [("dpe_pack", p) for p in ("HGS", "LGS")] + \
              [("program_conductance", p) for p in ("HGS", "LGS", "write_variation", "rate_stuck_HGS",
@@ -87,6 +96,7 @@ def test_raw_float_parameters_nan_and_raising_conversions(entry, name):
     assert exc is ValueError and name in msg, msg
     with pytest.raises(ZeroDivisionError, match="from __float__"):
         ENTRY[entry](**{name: RaisingNumber()})
+    _own_type_error_propagates(lambda v: ENTRY[entry](**{name: v}))
     # a float subclass, a NumPy scalar and a 0-d array are numbers: the same outcome as the float
     ref = outcome(lambda: ENTRY[entry](**{name: 0.5}))
     for v in (FloatSub(0.5), np.float32(0.5), np.float64(0.5), np.array(0.5)):
@@ -110,6 +120,7 @@ def test_raw_int_parameters_refuse_bools_floats_and_out_of_range(entry, name, va
     assert got[0] is exc and got[1].startswith("argument '%s'" % name), got
     with pytest.raises(ZeroDivisionError, match="from __index__"):
         ENTRY[entry](**{name: RaisingNumber()})
+    _own_type_error_propagates(lambda v: ENTRY[entry](**{name: v}))
 
 
 def test_normals_stream_call_and_index_do_not_wrap():
@@ -130,6 +141,7 @@ def test_engine_lets_a_raising_conversion_propagate(name):
     # refused such objects before calling them: the object's own error is the caller's to see
     with pytest.raises(ZeroDivisionError):
         pyfastpim.DPETensor(**{name: RaisingNumber()})
+    _own_type_error_propagates(lambda v: pyfastpim.DPETensor(**{name: v}))
 
 
 @pytest.mark.parametrize("name", ["vnoise", "read_variation", "HGS"])
@@ -261,6 +273,12 @@ def test_public_scalar_sweep(label, kind, name):
             continue  # the number's own error
         assert got[0] in (TypeError, ValueError), (value, got)
         assert {"value": "calls"}.get(name, name) in got[1], (value, got)  # CallCounter's value: the calls
+
+
+@pytest.mark.parametrize("label,kind,name", SWEEP, ids=["%s-%s" % (c[0], c[2]) for c in SWEEP])
+def test_public_scalars_own_type_error_propagates(label, kind, name):
+    fn, base, _ = PUBLIC[label]
+    _own_type_error_propagates(lambda v: fn(**dict(base, **{name: v})))
 
 
 def test_zero_d_bools_and_complex_numbers_are_not_real_numbers():
@@ -405,6 +423,40 @@ def test_read_variation_takes_integer_keys_and_lets_key_errors_propagate():
     assert engine.read_variation == {0: 0.1, 1: 0.2} and all(type(k) is int for k in engine.read_variation)
     with pytest.raises(ArithmeticError, match="^mine$"):  # the key's own __index__ error, unchanged
         pyfastpim.DPETensor(g_level=2, read_variation={0: 0.1, Raises(ArithmeticError("mine")): 0.1})
+    # a TypeError too (it was "a dict's keys must be ints ..., got the Raises key"), and a sigma's own
+    _own_type_error_propagates(lambda v: pyfastpim.DPETensor(g_level=2, read_variation={0: 0.1, v: 0.1}))
+    _own_type_error_propagates(lambda v: pyfastpim.DPETensor(g_level=2, read_variation={0: 0.1, 1: v}))
     # wrong levels stay ValueError (a missing or extra level)
     for bad in ({0: 0.1}, {0: 0.1, 1: 0.1, 2: 0.1}, {0: 0.1, -1: 0.1}):
         assert outcome(lambda: pyfastpim.DPETensor(g_level=2, read_variation=bad))[0] is ValueError, bad
+
+
+# ---------------------------------------------------------------- vread: one rule, the core's
+
+BAD_VREAD = [NAN, INF, -INF, -0.2, 0.0, -0.0, 1e40, 10 ** 400, np.float32("nan"), np.array(INF), "0.2", True, None,
+             [0.2], np.array([0.2])]
+VREAD_COMPANIONS = [dict(), dict(HGS=-1e-5), dict(HGS=NAN), dict(LGS=2e-5), dict(g_level=1)]
+
+
+def _vread_entries():
+    """Every public entry taking vread, each a function of (vread, **other engine arguments): the engines
+    (pyfastpim's and the MemIntelli mirror's; no physics function or layer takes one)."""
+    from pyfastpim.memintelli.pimpy import DPETensor as MiDPETensor
+    return {"DPETensor": lambda v, **kw: pyfastpim.DPETensor(vread=v, **kw),
+            "memintelli DPETensor": lambda v, **kw: MiDPETensor(vread=v, device="cpu", **kw)}
+
+
+@pytest.mark.parametrize("others", VREAD_COMPANIONS, ids=repr)
+@pytest.mark.parametrize("vread", BAD_VREAD, ids=repr)
+def test_vread_is_validated_once_by_the_core_on_every_entry(vread, others):
+    # DPETensor checked vread's finiteness in Python before the core's check_vread checked it again, so a
+    # NaN or infinite vread was named before a bad HGS, LGS or g_level that the core names first for any
+    # other bad vread (a negative one): the engine's answer depended on which check saw it. Now the core's
+    # rule alone, the same answer as _core.check_vread's on every entry
+    core = outcome(_core.check_vread, vread, others.get("HGS", HGS), others.get("LGS", LGS),
+                   others.get("g_level", 16), 16)
+    assert core[0] in (TypeError, ValueError), core
+    if not others:
+        assert core[1].startswith("argument 'vread': "), core
+    for label, fn in _vread_entries().items():
+        assert outcome(fn, vread, **others) == core, label

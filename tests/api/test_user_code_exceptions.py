@@ -1,13 +1,14 @@
 """An exception raised by user code while an argument is parsed (the value's own __index__, __float__ or
 dtype property) propagates unchanged: the same object, type and message. Only the library's own parse
 errors (a TypeError from the value, which the scalar rule answers in its words, and the converters'
-messages) are named "argument 'X': ..."."""
+messages) are named "argument 'X': ..."; a TypeError raised by the value's own __index__ / __float__ is its
+own too (only an array library's value, with a dtype, refusing a conversion is the rule's refusal)."""
 import numpy as np
 import pytest
 
 import pyfastpim
 from pyfastpim import _core
-from helpers import Iface, Raises
+from helpers import Iface, Raises, outcome as _outcome, type_name
 
 
 class MyValueError(ValueError):
@@ -18,9 +19,16 @@ class MyOverflowError(OverflowError):
     pass
 
 
+class MyTypeError(TypeError):
+    pass
+
+
 USER_ERRORS = [ValueError("from user code"), MyValueError("from user code"), OverflowError("from user code"),
                MyOverflowError("from user code"), ZeroDivisionError("from user code"),
                KeyboardInterrupt("from user code")]
+# what a value's own __index__ / __float__ may raise: a TypeError too (the dtype property's and __len__'s
+# TypeError mean "not a number" and "no length", tested below)
+CONVERSION_ERRORS = USER_ERRORS + [TypeError("from user code"), MyTypeError("from user code")]
 
 
 def _raises_it(call, exc):
@@ -48,7 +56,7 @@ def _iface(key, bad):
     return Iface(d)
 
 
-@pytest.mark.parametrize("exc", USER_ERRORS, ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("exc", CONVERSION_ERRORS, ids=lambda e: type(e).__name__)
 @pytest.mark.parametrize("key", ["shape", "strides", "pointer", "read-only flag", "version", "offset"])
 def test_interface_values_own_exception_propagates(key, exc):
     # a plain ValueError of the value's own __index__ was reworded "argument 'obj': __array_interface__
@@ -56,14 +64,54 @@ def test_interface_values_own_exception_propagates(key, exc):
     _raises_it(lambda: pyfastpim.asarray(_iface(key, Raises(exc))), exc)
 
 
-@pytest.mark.parametrize("exc", USER_ERRORS, ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("exc", CONVERSION_ERRORS, ids=lambda e: type(e).__name__)
 @pytest.mark.parametrize("call", [lambda v: _core.check_number(v, "x"), lambda v: _core.check_sigma(v, "s"),
                                   lambda v: _core.irdrop_block(np.ones((2, 2), np.float32), v)],
                          ids=["check_number", "check_sigma", "irdrop_block"])
 def test_real_values_own_exception_propagates(call, exc):
     # an OverflowError (or subclass) of the value's own __float__ became "ValueError: argument 'x': must be
-    # finite, got an int beyond float64's range": the value is no int
+    # finite, got an int beyond float64's range": the value is no int; a TypeError became "argument 'x':
+    # expected a real number, got Raises"
     _raises_it(lambda: call(Raises(exc)), exc)
+
+
+@pytest.mark.parametrize("exc", CONVERSION_ERRORS, ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("call", [lambda v: _core.check_number(v, "x", True), lambda v: _core.check_flag(v, "x"),
+                                  lambda v: _core.check_seed(v), lambda v: _core.check_bw_e(v),
+                                  lambda v: _core.normals(1, v, 0, 0, 4)],
+                         ids=["check_number", "check_flag", "check_seed", "check_bw_e", "normals"])
+def test_int_values_own_exception_propagates(call, exc):
+    # a TypeError of the value's own __index__ became "argument 'x': expected an int, got Raises" (the
+    # rule's words for a value that is no int), hiding the user's error
+    _raises_it(lambda: call(Raises(exc)), exc)
+
+
+class Index:
+    def __init__(self, v):
+        self.v = v
+
+    def __index__(self):
+        return self.v
+
+
+class Float:
+    def __float__(self):
+        return "0.5"
+
+
+@pytest.mark.parametrize("integer", [False, True])
+def test_values_that_are_no_numbers_keep_the_rules_words(integer):
+    # what the array libraries' conversions refuse with a TypeError (a float or object array's __index__,
+    # a 1-element array, an object array holding None) and an __index__ / __float__ returning another type
+    # are the rule's refusal, in its words naming the argument
+    torch = pytest.importorskip("torch")
+    values = [np.array([3]), np.array(None, dtype=object), torch.tensor([0.5, 1.0]), Index(2.5), "3", None, True,
+              [3]]
+    values += [np.array(0.5), np.float32(0.5), torch.tensor(0.5), 1.5] if integer else [Float()]
+    what = "an int" if integer else "a real number"
+    for v in values:
+        exc, msg = _outcome(lambda: _core.check_number(v, "x", integer))
+        assert (exc, msg) == (TypeError, "argument 'x': expected %s, got %s" % (what, type_name(v))), v
 
 
 def test_an_int_beyond_float64_is_still_named():

@@ -79,17 +79,11 @@ def _number(value, name, minimum=None, integer=False):
 
 
 def _level_key(key, g_level):
-    """A read_variation dict key as a level: an int by the library's type rule for ints (_core.check_number:
-    operator.index, a NumPy integer too; not a bool, a float or a str), else TypeError naming read_variation.
-    An exception raised by the key's own __index__ (a TypeError too: only the rule's words are replaced)
-    propagates unchanged."""
-    try:
-        return _core.check_number(key, "read_variation", True)
-    except TypeError as exc:
-        if not str(exc).startswith("argument 'read_variation': expected an int, got "):
-            raise
-        raise TypeError("argument 'read_variation': a dict's keys must be ints (the levels 0..%d), got the %s key %r"
-                        % (g_level - 1, str(exc).rsplit(" ", 1)[1], key)) from None
+    """A read_variation dict key as a level: an int by the library's type rule for ints (sliced._int_item:
+    a NumPy integer too; not a bool, a float or a str), else TypeError naming read_variation. An exception
+    raised by the key's own __index__ propagates unchanged."""
+    return _int_item(key, "read_variation", lambda got: "argument 'read_variation': a dict's keys must be ints "
+                     "(the levels 0..%d), got the %s key %r" % (g_level - 1, got, key))
 
 
 def _read_variation_dict(value, g_level):

@@ -100,7 +100,7 @@ def _widths(slice_method, name="slice_method"):
     """The slice method as a tuple of Python ints (list, tuple, NumPy array or torch tensor); errors name
     ``name`` (the caller's argument: input_slice, weight_slice, ...)."""
     sm = slice_method
-    if hasattr(sm, "tolist"):
+    if isinstance(sm, np.ndarray) or _is_torch_tensor(sm):
         sm = sm.tolist()
     # a str, a dict (its keys) or a set (no order) is no sequence of widths, as the core's converter has it
     if isinstance(sm, (str, bytes, collections.abc.Mapping, collections.abc.Set)) or not hasattr(sm, "__iter__"):
@@ -127,16 +127,18 @@ def _widths(slice_method, name="slice_method"):
 
 
 def _int_item(v, name, refusal):
-    """An item of a pair as an int by the library's type rule for ints (_core.check_number: operator.index,
-    not a bool, a float or a str): the rule's TypeError is raised as TypeError(``refusal``), the caller's
-    words; an exception raised by the item's own __index__ (a TypeError too: check_number lets it through
-    as it is, so only the rule's own words are replaced) propagates unchanged."""
+    """An item of a pair (or a read_variation key) as an int by the library's type rule for ints
+    (_core.check_number: operator.index, not a bool, a float or a str): the rule's TypeError is raised as
+    TypeError(``refusal``), the caller's words, or TypeError(refusal(type name)) where ``refusal`` is
+    callable; an exception raised by the item's own __index__ (a TypeError too: check_number lets it
+    through as it is, so only the rule's own words are replaced) propagates unchanged."""
+    rule = "argument '%s': expected an int, got " % name
     try:
         return _core.check_number(v, name, True)
     except TypeError as exc:
-        if not str(exc).startswith("argument '%s': expected an int, got " % name):
+        if not str(exc).startswith(rule):
             raise
-        raise TypeError(refusal) from None
+        raise TypeError(refusal(str(exc)[len(rule):]) if callable(refusal) else refusal) from None
 
 
 def _pair_items(value, argname):

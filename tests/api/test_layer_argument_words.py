@@ -187,6 +187,18 @@ def test_every_pair_entry_takes_the_same_sequences_and_refuses_the_same_types():
             assert exc is TypeError and msg.startswith("argument '%s': expected " % name), (label, name, bad, msg)
 
 
+def test_slice_widths_with_a_tolist_attribute_are_not_taken_for_an_array():
+    # sliced._widths called any tolist attribute: a non-callable one raised Python's bare "'int' object is
+    # not callable", naming no argument; now only NumPy arrays and tensors are unpacked
+    exc, msg = outcome(pyfastpim.SlicedData, _NotAnArray())
+    assert exc is TypeError and msg.startswith("argument 'slice_method': expected a sequence of bit widths"), msg
+    layer = LinearMem(ENGINE, 8, 4, S, S)
+    layer.input_slice_method = _NotAnArray()
+    import torch
+    exc, msg = outcome(layer, torch.ones(2, 8))
+    assert exc is TypeError and msg.startswith("argument 'input_slice_method': expected a sequence"), msg
+
+
 @pytest.mark.parametrize("exc_type", [ValueError, OverflowError, ArithmeticError, KeyError, TypeError],
                          ids=lambda t: t.__name__)
 def test_pair_items_own_exceptions_propagate_unchanged(exc_type):

@@ -56,10 +56,9 @@ class MapReduceDot(torch.autograd.Function):
     @staticmethod
     def forward(ctx, engine, input, input_slice_method, weight_sliced):
         rows = weight_sliced.paral_size[0]
-        widths = input_slice_method.tolist() if hasattr(input_slice_method, "tolist") else input_slice_method
-        with _as_input():  # errors about x name this function's argument 'input'
-            out, _ = engine.forward_linear(_host32(input.detach()), weight_sliced, widths, (1, rows), (1, rows),
-                                           bw_e=weight_sliced.bw_e, return_dequant=False)
+        with _as_input():  # errors about x name this function's argument 'input', its widths input_slice_method
+            out, _ = engine.forward_linear(_host32(input.detach()), weight_sliced, input_slice_method, (1, rows),
+                                           (1, rows), bw_e=weight_sliced.bw_e, return_dequant=False)
         ctx.save_for_backward(_host32(weight_sliced.quantized_data))
         ctx.like = input
         return _result(out, input)

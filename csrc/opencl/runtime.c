@@ -265,7 +265,9 @@ static pf_status find_device(int platform, int device, cl_platform_id *pid, cl_d
     pf_status st = get_platforms(&plats, &np);
     if (st != PF_OK)
         return st;
-    if (np == 0)
+    if (np == 0 && pf_cl_loader_error())
+        st = pf_fail(PF_EDEVICE, NULL, "OpenCL is not available: %s", pf_cl_loader_error());
+    else if (np == 0)
         st = pf_fail(PF_EDEVICE, NULL, "no OpenCL platform found: the OpenCL ICD loader lists none (is an ICD such as "
                      "pocl-opencl-icd installed under /etc/OpenCL/vendors?)");
     else if (platform < 0 || (cl_uint)platform >= np)

@@ -275,8 +275,9 @@ static int cache_forget_pending(PfCLDevice *self)
 static PyObject *PfCLDevice_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"platform", "device", "zero_copy", NULL};
-    pf_int_arg pa = {.name = "platform", .min = INT_MIN, .max = INT_MAX};
-    pf_int_arg da = {.name = "device", .min = INT_MIN, .max = INT_MAX};
+    /* numbers as pyfastpim.devices() lists them: a negative one is a bad argument, not a missing device */
+    pf_int_arg pa = {.name = "platform", .min = 0, .max = INT_MAX};
+    pf_int_arg da = {.name = "device", .min = 0, .max = INT_MAX};
     pf_flag_arg zc = {.name = "zero_copy", .value = 1};
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&O&|O&:OpenCLDevice", kwlist, pf_conv_int, &pa, pf_conv_int, &da,
                                      pf_conv_flag, &zc))

@@ -284,7 +284,7 @@ class DPETensor:
             current) finite in float32 for the tallest crossbar n that rdac and g_level allow; else
             ValueError naming vread. It cancels out of every result (docs/semantics.md section 7).
         rate_stuck_HGS, rate_stuck_LGS: probabilities of cells stuck at HGS / LGS.
-        device: None, "cpu" or torch.device("cpu") (the CPU kernels), "opencl" (first GPU, else first
+        device: None, "cpu[:N]" or torch.device("cpu"[, N]) (the CPU kernels), "opencl" (first GPU, else first
             OpenCL device), "cuda[:N]" / torch.device("cuda") (the best OpenCL GPU, else the CPU) or
             "opencl:P:D" (see pyfastpim.devices()): the same results on any device. On OpenCL, MVMs
             (MapReduceDot, forward_linear) and convolutions (forward_conv2d) run on the device.

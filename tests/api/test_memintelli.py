@@ -113,7 +113,8 @@ def test_compat_engine_is_pyfastpims_engine(bw_e):
     assert torch.equal(y1, y2)
 
 
-@pytest.mark.parametrize("device", ["cpu", "CPU", torch.device("cpu"), "cuda", "cuda:1", torch.device("cuda", 0)])
+@pytest.mark.parametrize("device", ["cpu", "CPU", torch.device("cpu"), "cuda", "cuda:1", torch.device("cuda", 0),
+                                    torch.device("cpu", 0), "cpu:0", " CPU:1 "])
 def test_device_arguments_accept_torch_devices_and_strings(device):
     e = DPETensor(device=device)
     assert e.device == torch_device(str(device).lower())

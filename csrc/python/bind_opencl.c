@@ -85,10 +85,16 @@ static int wait_device_lock(PfCLDevice *self)
     }
 }
 
-/* 0, or -1 with RuntimeError for a reentrant call from the holding thread, or with the
- * exception of a signal handler (KeyboardInterrupt) raised while waiting for another thread. */
+static int fork_check(const char *what);
+
+/* 0, or -1 with RuntimeError for a reentrant call from the holding thread or in a forked child
+ * (see "fork" below: the lock may have been held by a thread of the parent, which the child
+ * lacks, so waiting would never end), or with the exception of a signal handler
+ * (KeyboardInterrupt) raised while waiting for another thread. */
 static int lock_device(PfCLDevice *self)
 {
+    if (fork_check("OpenCL device handle") < 0)
+        return -1;
     unsigned long me = PyThread_get_thread_ident();
     if (self->owner == me) {
         PyErr_SetString(PyExc_RuntimeError, "OpenCL device handle is in use by this thread (a reentrant call from "

@@ -73,6 +73,8 @@ def _env_device():
                          "as pyfastpim.devices() lists them), got %r" % (_ENV_DEVICE, raw))
     return int(m.group(1)), int(m.group(2))
 _CUDA_RE = re.compile(r"^cuda(?::\d+)?$")
+_TORCH_CPU_RE = re.compile(r"^cpu:\d+$")  # torch's 'cpu:0' (torch.device('cpu', 0)): the host, as 'cpu'
+
 
 
 def devices():
@@ -167,12 +169,14 @@ def resolve_engine_device(device):
     """The compute handle for an engine's ``device=`` argument: :func:`resolve_device`'s values plus
     ``torch.device`` objects and 'cuda[:N]' strings (as MemIntelli scripts pass them).
 
-    'cpu' / torch.device('cpu') is the CPU kernels; 'cuda[:N]' / torch.device('cuda') is the OpenCL
+    'cpu' / 'cpu:N' / torch.device('cpu'[, N]) is the CPU kernels; 'cuda[:N]' / torch.device('cuda') is the OpenCL
     GPU with the most compute units when one is present, else the CPU kernels (None). Tensors on
     CUDA are handled by :mod:`pyfastpim.memintelli` (copied to the host and back, counted).
     """
     if type(device).__module__ == "torch" and type(device).__name__ == "device":
         device = str(device)  # torch.device('cpu') / torch.device('cuda', 0)
+    if isinstance(device, str) and _TORCH_CPU_RE.match(device.strip().lower()):
+        return None
     if isinstance(device, str) and _CUDA_RE.match(device.strip().lower()):
         _, cl = _core.cl_devices()
         gpus = [d for d in cl if d["type"] == "gpu"]
@@ -181,7 +185,7 @@ def resolve_engine_device(device):
         pick = max(gpus, key=lambda d: (d.get("compute_units", 0), d.get("global_mem_bytes", 0)))
         return resolve_device("opencl:%d:%d" % (pick["platform"], pick["device"]))
     if device is not None and not isinstance(device, (str, OpenCLDevice)):
-        raise TypeError("argument 'device': expected None, 'cpu', 'cuda[:N]', 'opencl', 'opencl:P:D' or a "
+        raise TypeError("argument 'device': expected None, 'cpu[:N]', 'cuda[:N]', 'opencl', 'opencl:P:D' or a "
                         "torch.device, got %r" % (device,))
     return resolve_device(device)
 

@@ -283,7 +283,7 @@ class DPETensor:
             ValueError naming vread (checked after HGS, LGS and g_level, which the bound depends on);
             TypeError for a non-number. It cancels out of every result (docs/semantics.md section 7).
         rate_stuck_HGS, rate_stuck_LGS: probabilities of cells stuck at HGS / LGS.
-        device: None, "cpu" or torch.device("cpu") (the CPU kernels), "opencl" (first GPU, else first
+        device: None, "cpu[:N]" or torch.device("cpu"[, N]) (the CPU kernels), "opencl" (first GPU, else first
             OpenCL device), "cuda[:N]" / torch.device("cuda") (the best OpenCL GPU, else the CPU) or
             "opencl:P:D" (see pyfastpim.devices()): the same results on any device. On OpenCL, MVMs
             (MapReduceDot, forward_linear) and convolutions (forward_conv2d) run on the device.

@@ -29,7 +29,7 @@ typedef enum {
 typedef struct {
     pf_status status;
     char arg[48];      /* the argument at fault, "" when none is */
-    char message[256]; /* without the argument name */
+    char message[2048]; /* without the argument name; room for an OpenCL build log or a loader path */
 } pf_error;
 
 pf_status pf_fail(pf_status status, const char *arg, const char *fmt, ...)

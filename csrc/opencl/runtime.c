@@ -3,6 +3,7 @@
 #include "opencl/internal.h"
 #include "pf_cl_sources.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -233,7 +234,35 @@ void pf_cl_tile(const pf_cl_device *dev, int *tm, int *tn, size_t *lx, size_t *l
     *ly = dev->ly;
 }
 
-static void choose_tile(pf_cl_device *dev)
+/* The PYFASTPIM_CL_TILE tuning "TM,TN,LX,LY[,PANEL]" into v (PANEL keeps v[4]); 0, or -1 when the
+ * value is not five or four integers within the kernels' limits (whole string, nothing after). */
+static int parse_tile(const char *env, long v[5])
+{
+    const char *p = env;
+    int n = 0;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (end == p || errno)
+            return -1;
+        v[n++] = x;
+        p = end;
+        if (*p != ',' || n == 5)
+            break;
+        p++;
+    }
+    while (*p == ' ' || *p == '\t')
+        p++;
+    const long tn = v[1];
+    if (*p || n < 4 || v[0] < 1 || v[0] > 16 || (tn != 1 && tn != 2 && tn != 4 && tn != 8 && tn != 16))
+        return -1;
+    return v[2] >= 1 && v[3] >= 1 && v[2] <= 1024 && v[3] <= 1024 && (v[4] == 0 || v[4] == 1) ? 0 : -1;
+}
+
+/* The register tile and work-group shape: the device type's, or PYFASTPIM_CL_TILE's (a malformed
+ * value is an error naming the variable, not silently the default). */
+static pf_status choose_tile(pf_cl_device *dev)
 {
     int is_cpu = strcmp(dev->info.type, "cpu") == 0;
     dev->tm = is_cpu ? 6 : 4;
@@ -242,16 +271,19 @@ static void choose_tile(pf_cl_device *dev)
     dev->ly = is_cpu ? 1 : 8;
     dev->b_panel = is_cpu;
     const char *env = getenv("PYFASTPIM_CL_TILE");
-    int tm, tn, panel = dev->b_panel;
-    long lx, ly;
-    if (env && sscanf(env, "%d,%d,%ld,%ld,%d", &tm, &tn, &lx, &ly, &panel) >= 4 && tm >= 1 && tm <= 16 &&
-        (tn == 1 || tn == 2 || tn == 4 || tn == 8 || tn == 16) && lx >= 1 && ly >= 1 && lx <= 1024 && ly <= 1024) {
-        dev->tm = tm;
-        dev->tn = tn;
-        dev->lx = (size_t)lx;
-        dev->ly = (size_t)ly;
-        dev->b_panel = panel != 0;
-    }
+    if (!env || !env[0])
+        return PF_OK;
+    long v[5] = {0, 0, 0, 0, dev->b_panel};
+    if (parse_tile(env, v) < 0)
+        return pf_fail(PF_EINVAL, "PYFASTPIM_CL_TILE", "environment variable PYFASTPIM_CL_TILE: expected "
+                       "'TM,TN,LX,LY[,PANEL]' with TM in 1..16, TN 1, 2, 4, 8 or 16, LX and LY in 1..1024 and "
+                       "PANEL 0 or 1, got '%.64s'", env);
+    dev->tm = (int)v[0];
+    dev->tn = (int)v[1];
+    dev->lx = (size_t)v[2];
+    dev->ly = (size_t)v[3];
+    dev->b_panel = (int)v[4];
+    return PF_OK;
 }
 
 /* ---- devices ---- */
@@ -265,7 +297,9 @@ static pf_status find_device(int platform, int device, cl_platform_id *pid, cl_d
     pf_status st = get_platforms(&plats, &np);
     if (st != PF_OK)
         return st;
-    if (np == 0)
+    if (np == 0 && pf_cl_loader_error())
+        st = pf_fail(PF_EDEVICE, NULL, "OpenCL is not available: %s", pf_cl_loader_error());
+    else if (np == 0)
         st = pf_fail(PF_EDEVICE, NULL, "no OpenCL platform found: the OpenCL ICD loader lists none (is an ICD such as "
                      "pocl-opencl-icd installed under /etc/OpenCL/vendors?)");
     else if (platform < 0 || (cl_uint)platform >= np)
@@ -513,8 +547,9 @@ pf_status pf_cl_build(pf_cl_device *dev)
 {
     if (dev->built)
         return PF_OK;
-    choose_tile(dev);
-    pf_status st = compile_program(dev);
+    pf_status st = choose_tile(dev);
+    if (st == PF_OK)
+        st = compile_program(dev);
     if (st == PF_OK)
         st = pf_cl_create_kernels(dev);
     if (st == PF_OK)

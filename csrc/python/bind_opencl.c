@@ -85,10 +85,16 @@ static int wait_device_lock(PfCLDevice *self)
     }
 }
 
-/* 0, or -1 with RuntimeError for a reentrant call from the holding thread, or with the
- * exception of a signal handler (KeyboardInterrupt) raised while waiting for another thread. */
+static int fork_check(const char *what);
+
+/* 0, or -1 with RuntimeError for a reentrant call from the holding thread or in a forked child
+ * (see "fork" below: the lock may have been held by a thread of the parent, which the child
+ * lacks, so waiting would never end), or with the exception of a signal handler
+ * (KeyboardInterrupt) raised while waiting for another thread. */
 static int lock_device(PfCLDevice *self)
 {
+    if (fork_check("OpenCL device handle") < 0)
+        return -1;
     unsigned long me = PyThread_get_thread_ident();
     if (self->owner == me) {
         PyErr_SetString(PyExc_RuntimeError, "OpenCL device handle is in use by this thread (a reentrant call from "
@@ -275,8 +281,9 @@ static int cache_forget_pending(PfCLDevice *self)
 static PyObject *PfCLDevice_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"platform", "device", "zero_copy", NULL};
-    pf_int_arg pa = {.name = "platform", .min = INT_MIN, .max = INT_MAX};
-    pf_int_arg da = {.name = "device", .min = INT_MIN, .max = INT_MAX};
+    /* numbers as pyfastpim.devices() lists them: a negative one is a bad argument, not a missing device */
+    pf_int_arg pa = {.name = "platform", .min = 0, .max = INT_MAX};
+    pf_int_arg da = {.name = "device", .min = 0, .max = INT_MAX};
     pf_flag_arg zc = {.name = "zero_copy", .value = 1};
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&O&|O&:OpenCLDevice", kwlist, pf_conv_int, &pa, pf_conv_int, &da,
                                      pf_conv_flag, &zc))

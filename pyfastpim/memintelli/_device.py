@@ -38,6 +38,12 @@ def to_host(t):
     return t.to(_CPU)
 
 
+def unavailable(device):
+    """True for a CUDA device on a machine where torch has no CUDA (not built with it, or no driver or GPU):
+    tensors meant for it stay on the host, where pyfastpim computes anyway."""
+    return device is not None and torch_device(device).type == "cuda" and not torch.cuda.is_available()
+
+
 def to_device(t, device):
     """Host tensor ``t`` on ``device`` (counted as host_to_cuda when that is not the CPU)."""
     if t is None or not isinstance(t, torch.Tensor):

@@ -50,6 +50,20 @@ def _run_child(method, target=_child_product, *args):
     return res
 
 
+def _fork_while_held(hold, held, release, child, *args):
+    """_run_child("fork", child, *args) while a parent thread running hold() holds a lock (held set),
+    until release is set; fails the test on a hang."""
+    import threading
+    t = threading.Thread(target=hold)
+    t.start()
+    try:
+        assert held.wait(TIMEOUT)
+        return _run_child("fork", child, *args)
+    finally:
+        release.set()
+        t.join()
+
+
 def _parent_runs_parallel_kernels():
     x, w = _inputs()
     with pyfastpim.threads(2):
@@ -112,6 +126,52 @@ def test_fork_child_refuses_the_parents_opencl_context_with_a_clear_error():
     assert msgs[2] > 0
 
 
+def _child_handle_settings(q, dev):
+    msgs = []
+    for name, fn in (("scratch_bytes", lambda: dev.scratch_bytes),
+                     ("paired_calls", lambda: dev.paired_calls),
+                     ("resident_weights", lambda: dev.resident_weights),
+                     ("resident_budget", lambda: setattr(dev, "resident_budget", 1 << 20)),
+                     ("mvm_kernel", lambda: setattr(dev, "mvm_kernel", "untiled")),
+                     ("pair_slices", lambda: setattr(dev, "pair_slices", True))):
+        try:
+            fn()
+            msgs.append((name, "no error"))
+        except RuntimeError as exc:
+            msgs.append((name, str(exc)))
+    q.put(("ok", msgs))
+
+
+@pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform")
+def test_fork_while_a_thread_holds_an_opencl_device_refuses_the_handle_instead_of_hanging():
+    """A thread of the parent was inside a call on an OpenCL handle (its lock held) at fork time: in the
+    child, where that thread does not exist, the handle's settings and counters (scratch_bytes,
+    resident_budget = ..., mvm_kernel = ...) waited for the lock forever; they raise the fork
+    RuntimeError as every OpenCL operation there does."""
+    import threading
+    from helpers import engine_args, engine_case
+    dev = pyfastpim._core.OpenCLDevice(*[pyfastpim.resolve_device("opencl").info[k] for k in ("platform", "device")])
+    xs, xsc, wl, wsc = engine_case(np.random.default_rng(7))
+    args = engine_args(xs, xsc, wl, wsc)
+    held, release = threading.Event(), threading.Event()
+
+    class Key:  # its __eq__ runs under the device lock while the resident-weights cache is searched
+        def __hash__(self):
+            return 1
+
+        def __eq__(self, other):
+            if threading.current_thread() is not threading.main_thread():
+                held.set()
+                release.wait(TIMEOUT)
+            return isinstance(other, Key)
+
+    pyfastpim.devices.cl_dpe_mvm(dev, *args, weights_key=Key())
+    res = _fork_while_held(lambda: pyfastpim.devices.cl_dpe_mvm(dev, *args, weights_key=Key()), held, release,
+                           _child_handle_settings, dev)
+    for name, msg in res[1]:
+        assert "forked" in msg and "OpenCL" in msg, (name, msg)
+
+
 DATALOADER = """
 import numpy as np, torch, pyfastpim
 from pyfastpim.nn import LinearMem
@@ -172,14 +232,7 @@ def test_fork_while_other_threads_hold_pyfastpims_locks():
             held.set()
             release.wait(TIMEOUT)
             ctx._guard.release()
-    t = threading.Thread(target=hold)
-    t.start()
-    try:
-        assert held.wait(TIMEOUT)
-        res = _run_child("fork", _child_with_context, ctx)  # fails the test on a hang
-    finally:
-        release.set()
-        t.join()
+    res = _fork_while_held(hold, held, release, _child_with_context, ctx)
     np.testing.assert_array_equal(res[1], dpe_matmul(x, w, DPETensor(seed=3)))
 
 

@@ -113,7 +113,8 @@ def test_compat_engine_is_pyfastpims_engine(bw_e):
     assert torch.equal(y1, y2)
 
 
-@pytest.mark.parametrize("device", ["cpu", "CPU", torch.device("cpu"), "cuda", "cuda:1", torch.device("cuda", 0)])
+@pytest.mark.parametrize("device", ["cpu", "CPU", torch.device("cpu"), "cuda", "cuda:1", torch.device("cuda", 0),
+                                    torch.device("cpu", 0), "cpu:0", " CPU:1 "])
 def test_device_arguments_accept_torch_devices_and_strings(device):
     e = DPETensor(device=device)
     assert e.device == torch_device(str(device).lower())
@@ -127,6 +128,28 @@ def test_device_arguments_accept_torch_devices_and_strings(device):
     assert (core._cl is not None) == expect_cl
     s = SlicedData([1, 1, 2], device=device)
     assert s.device == torch_device(str(device).lower())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-CUDA fallback")
+@pytest.mark.parametrize("device", ["cuda", "cuda:1", torch.device("cuda", 0)])
+def test_a_cuda_engine_without_cuda_multiplies_on_the_host(device):
+    # DPETensor(device='cuda') on a machine without CUDA: the engine's tensors and the sliced attributes
+    # stay on the host, and so does the product (before: torch's AssertionError "Torch not compiled with
+    # CUDA enabled" from moving the result to x.device)
+    rng = torch.Generator().manual_seed(3)
+    x, w = torch.randn(4, 40, generator=rng), torch.randn(40, 6, generator=rng)
+    out = []
+    for dev in (device, "cpu"):
+        e = DPETensor(device=dev, **NOISE_OFF)
+        ws = SlicedData([1, 1, 2, 2], is_weight=True, device=dev)
+        xs = SlicedData([1, 1, 2, 2], device=dev)
+        ws.slice_data_imp(e, w)
+        xs.slice_data_imp(e, x)
+        assert ws.G.device.type == "cpu"
+        out.append(e(xs, ws))
+        assert out[-1].device.type == "cpu"
+        assert torch.equal(e.MapReduceDot(xs, ws), out[-1])
+    assert torch.equal(out[0], out[1])
 
 
 @pytest.mark.parametrize("bad, exc", [("tpu", ValueError), ("cuda:x", ValueError), (3, TypeError)])

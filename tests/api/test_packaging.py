@@ -116,9 +116,33 @@ def test_without_the_opencl_library_import_and_cpu_work_and_devices_say_why(tmp_
         "maps = open('/proc/self/maps').read()\n"
         "assert 'libOpenCL' not in maps, 'libOpenCL is mapped'\n"
         "print('ok')\n")
+    _run_without_opencl(code, tmp_path)
+
+
+def _run_without_opencl(code, tmp_path):
+    """Runs code in a child whose OpenCL ICD loader is a missing file; it must print 'ok'."""
     env = dict(os.environ, PYFASTPIM_OPENCL_LIBRARY=str(tmp_path / "libOpenCL-missing.so.1"))
     r = _run(code, env=env, cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr[-3000:]
+
+
+def test_without_the_opencl_library_opening_a_device_directly_names_the_library(tmp_path):
+    """pyfastpim.OpenCLDevice(P, D) (no device string) on a machine without the ICD loader: the
+    RuntimeError names the missing library and its package, as DPETensor(device=...) does, not an
+    empty platform list (the loader was never loaded, so it listed nothing)."""
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None\n"
+        "import pyfastpim\n"
+        "def message(p, d):\n"
+        "    try:\n"
+        "        pyfastpim.OpenCLDevice(p, d)\n"
+        "    except RuntimeError as e:\n"
+        "        return str(e)\n"
+        "for m in (message(0, 0), message(1, 2)):\n"
+        "    assert 'libOpenCL-missing.so.1' in m and 'ocl-icd-libopencl1' in m and 'lists none' not in m, m\n"
+        "print('ok')\n")
+    _run_without_opencl(code, tmp_path)
 
 
 def test_unbuilt_source_tree_gives_a_clear_import_error(tmp_path):

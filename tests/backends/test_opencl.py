@@ -76,6 +76,13 @@ def test_opening_a_missing_device_directly_raises_runtime_error():
         _core.OpenCLDevice(NPLAT + 5, 0)
 
 
+@pytest.mark.parametrize("args, word", [((-1, 0), "platform"), ((0, -1), "device"), ((-(2 ** 31), 0), "platform")])
+def test_opening_a_device_with_a_negative_number_names_the_argument(args, word):
+    # a negative platform or device number is a bad argument (ValueError naming it), not a missing device
+    with pytest.raises(ValueError, match="argument '%s'" % word):
+        _core.OpenCLDevice(*args)
+
+
 def test_cl_dpe_mvm_rejects_a_non_handle():
     with pytest.raises(TypeError, match="handle"):
         pyfastpim.cl_dpe_mvm("opencl", None)

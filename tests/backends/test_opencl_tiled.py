@@ -193,6 +193,21 @@ def test_environment_chooses_the_kernel_at_open(monkeypatch):
         _core.OpenCLDevice(p, i)
 
 
+@pytest.mark.parametrize("tile", ["32,4,16,8", "4,3,16,8", "4,4", "a,b,c,d", "4,4,16,8,0,1", "4,4,0,8",
+                                  "4,4,16,8x", "4,4,16,8,2", "4,4,2000,8"])
+def test_a_malformed_tile_variable_raises_naming_it(monkeypatch, tile):
+    # PYFASTPIM_CL_TILE out of the kernels' limits or not "TM,TN,LX,LY[,PANEL]": ValueError naming the
+    # variable at build, not the default shape used silently (the user believes the tuning took effect)
+    base = pyfastpim.resolve_device("opencl")
+    monkeypatch.setenv("PYFASTPIM_CL_TILE", tile)
+    d = _core.OpenCLDevice(base.info["platform"], base.info["device"])
+    with pytest.raises(ValueError, match="PYFASTPIM_CL_TILE.*TM,TN,LX,LY"):
+        d.build()
+    monkeypatch.setenv("PYFASTPIM_CL_TILE", " 3,2,4,2,1 ")  # well formed: taken, and the same handle builds
+    d.build()
+    assert (d.tile["rows"], d.tile["cols"]) == (3, 2)
+
+
 # Tall crossbars: n far above the rows present. Block b stores only its min(n, K - b*n) rows (K here,
 # one block), as the CPU packs them: before, every block was padded to n rows, so the packed weights
 # (Sw x n x Pp floats) and inputs took hundreds of MB here, and the kernels looped over the empty rows.

@@ -7,8 +7,9 @@ rate_stuck_LGS=0.0, device=<cuda:0 if available else cpu>, seed=None)``.
 ``device`` is a torch.device or a string. ``engine.device`` is that torch.device (MemIntelli
 code moves tensors ``.to(engine.device)``). The products run on the CPU kernels for ``cpu``;
 for ``cuda`` on the best OpenCL GPU when one is present, else on the CPU kernels. Results are
-torch tensors on the device of the input's SlicedData (``x.device``); the host copies are
-counted in :mod:`pyfastpim.memory` (``cuda_to_host`` / ``host_to_cuda``).
+torch tensors on the device of the input's SlicedData (``x.device``; on the host when that is
+CUDA and this machine has none); the host copies are counted in :mod:`pyfastpim.memory`
+(``cuda_to_host`` / ``host_to_cuda``).
 
 Attributes as MemIntelli's: ``conductance_levels`` is a float tensor on ``device``; a per-slice
 ``radc`` is an int64 tensor on ``device`` in MemIntelli's order, least significant slice first
@@ -78,7 +79,10 @@ class DPETensor(_BaseDPETensor):
         result = super().MapReduceDot(x, mat, out=out)
         if not isinstance(result, torch.Tensor):
             result = torch.from_numpy(result)
-        return _device.to_device(result, getattr(x, "device", None))
+        device = getattr(x, "device", None)
+        if _device.unavailable(device):  # device='cuda' without CUDA: on the host, as the attributes (data_formats)
+            return result
+        return _device.to_device(result, device)
 
     def __call__(self, x, mat):
         return self.MapReduceDot(x, mat)

@@ -36,7 +36,7 @@ import weakref
 import numpy as np
 
 from . import _core
-from .sliced import _int_item, _is_pair_sequence, _pair_items
+from .sliced import _int_item, _is_pair_sequence, _pair_items, _pair_snapshot
 
 __all__ = ["DPETensor", "dpe_matmul", "DEFAULT_SEED"]
 
@@ -157,9 +157,9 @@ def _pair(value, name, minimum, maximum=None):
     if isinstance(value, (str, bytes)):
         raise TypeError("argument '%s': expected an int or a pair of ints, got %r" % (name, value))
     sequence = _is_pair_sequence(value)
-    if sequence and len(value) != 2:
-        raise ValueError("argument '%s': expected an int or a pair of ints, got %d values" % (name, len(value)))
-    items = list(value) if sequence else (value, value)
+    if sequence:
+        value = _pair_snapshot(value, "argument '%s': expected an int or a pair of ints, got %%d values" % name)
+    items = value if sequence else (value, value)
     words = "argument '%s': expected an int or a pair of ints, got %r" % (name, value)
     pair = tuple(_int_item(v, name, words) for v in items)
     if min(pair) < minimum:

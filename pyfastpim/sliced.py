@@ -153,9 +153,21 @@ def _pair_items(value, argname):
 
 
 def _is_pair_sequence(value):
-    # the core converter's rule (PySequence_Check, not a str): a list, a tuple, a range, a user sequence
-    return (not isinstance(value, (str, bytes, collections.abc.Mapping)) and hasattr(value, "__len__")
-            and hasattr(value, "__getitem__"))
+    # the core converter's rule (PySequence_Check; not a str or bytes-like data): a list, a tuple, a range,
+    # a user sequence; _pair_snapshot reads it
+    return (not isinstance(value, (str, bytes, bytearray, memoryview, collections.abc.Mapping))
+            and hasattr(value, "__len__") and hasattr(value, "__getitem__"))
+
+
+def _pair_snapshot(value, wrong_length):
+    """A pair sequence's two items, read once (a user sequence's items then cannot disagree with the
+    length checked); ValueError(``wrong_length`` % count) for another length than 2, from its len()
+    (no long sequence is copied) or, where its items disagree with that, from the items read."""
+    n = len(value)
+    items = tuple(itertools.islice(value, 3)) if n == 2 else ()
+    if n != 2 or len(items) != 2:
+        raise ValueError(wrong_length % (n if n != 2 else len(items)))
+    return items
 
 
 def _pair(value, argname):
@@ -165,8 +177,7 @@ def _pair(value, argname):
     value = _pair_items(value, argname)
     if not _is_pair_sequence(value):
         raise TypeError("argument '%s': expected a pair of positive ints, got %r" % (argname, value))
-    if len(value) != 2:
-        raise ValueError("argument '%s': expected a pair of ints, got %d values" % (argname, len(value)))
+    value = _pair_snapshot(value, "argument '%s': expected a pair of ints, got %%d values" % argname)
     out = []
     for v in value:
         v = _int_item(v, argname, "argument '%s': expected ints, got %r" % (argname, value))

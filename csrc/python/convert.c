@@ -354,15 +354,20 @@ int pf_conv_g_level(PyObject *obj, void *out) { return conv_checked_int(obj, out
 
 int pf_conv_rdac(PyObject *obj, void *out) { return conv_checked_int(obj, out, "rdac", pf_validate_resolution); }
 
-/* obj as a non-string sequence (new reference) or NULL with TypeError naming `name`. */
+/* obj as a tuple snapshot of a non-string sequence (new reference) or NULL with TypeError naming `name`.
+ * A tuple, not PySequence_Fast's list: a list would be the caller's own object, which an item's
+ * __index__ can shorten (items left unread) or free while it is read. Bytes-like objects (bytes,
+ * bytearray, memoryview) are data, not sequences of ints. An exception of the sequence's own __iter__
+ * or __getitem__ (user code) propagates; only a TypeError (no sequence after all) is reworded. */
 static PyObject *as_sequence(PyObject *obj, const char *name, const char *what)
 {
-    if (PyUnicode_Check(obj) || PyBytes_Check(obj) || !PySequence_Check(obj)) {
+    if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj) || PyMemoryView_Check(obj) ||
+        !PySequence_Check(obj)) {
         PyErr_Format(PyExc_TypeError, "argument '%s': expected %s, got %s", name, what, Py_TYPE(obj)->tp_name);
         return NULL;
     }
-    PyObject *seq = PySequence_Fast(obj, "");
-    if (!seq) {
+    PyObject *seq = PySequence_Tuple(obj);
+    if (!seq && PyErr_ExceptionMatches(PyExc_TypeError)) {
         PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "argument '%s': expected %s, got %s", name, what, Py_TYPE(obj)->tp_name);
     }
@@ -374,8 +379,8 @@ static PyObject *as_sequence(PyObject *obj, const char *name, const char *what)
  * its length between the check and the read. */
 static int seq_int64s(PyObject *seq, const char *name, int64_t *v)
 {
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++)
-        if (pf_as_int64(PySequence_Fast_GET_ITEM(seq, i), name, &v[i]) < 0)
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(seq); i++)
+        if (pf_as_int64(PyTuple_GET_ITEM(seq, i), name, &v[i]) < 0)
             return -1;
     return 0;
 }
@@ -386,7 +391,7 @@ static Py_ssize_t int_items(PyObject *obj, const char *name, const char *what, i
     PyObject *seq = as_sequence(obj, name, what);
     if (!seq)
         return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
     if (n > cap)
         PyErr_Format(PyExc_ValueError, "argument '%s': expected %s, got %zd values", name, what, n);
     int rc = n > cap ? -1 : seq_int64s(seq, name, v);
@@ -403,7 +408,7 @@ int pf_conv_pair(PyObject *obj, void *arg)
     PyObject *seq = as_sequence(obj, a->name, "a pair of ints");
     if (!seq)
         return 0;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
     if (n != 2)
         PyErr_Format(PyExc_ValueError, "argument '%s': expected a pair of ints, got %zd values", a->name, n);
     int rc = n != 2 ? -1 : seq_int64s(seq, a->name, v);
@@ -431,7 +436,7 @@ int pf_conv_slice_method(PyObject *obj, void *arg)
     PyObject *seq = as_sequence(obj, a->name, "a sequence of slice widths");
     if (!seq)
         return 0;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
     int bad_count = n < 1 || n > PF_MAX_SLICES;
     if (bad_count)
         PyErr_Format(PyExc_ValueError, "argument '%s': expected 1 to %d slice widths, got %zd", a->name,

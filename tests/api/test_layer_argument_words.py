@@ -182,7 +182,8 @@ def test_every_pair_entry_takes_the_same_sequences_and_refuses_the_same_types():
         taken = outcome(call, (2, 3))
         assert outcome(call, range(2, 4)) == taken and outcome(call, np.array([2, 3])) == taken, (label, name)
         # (the core's converter, below the public layer, reads any sequence's items: a 2-D array's rows)
-        for bad in ((np.array([[2, 2]]),) if label != "_core.dpe_conv2d" else ()) + (_NotAnArray(), {2: 2, 3: 3}):
+        bads = (_NotAnArray(), {2: 2, 3: 3}, bytearray(b"\x02\x03"), memoryview(b"\x02\x03"))  # bytes-like: data
+        for bad in ((np.array([[2, 2]]),) if label != "_core.dpe_conv2d" else ()) + bads:
             exc, msg = outcome(call, bad)
             assert exc is TypeError and msg.startswith("argument '%s': expected " % name), (label, name, bad, msg)
 

@@ -233,3 +233,76 @@ def test_converters_read_a_user_sequence_once(arg, passes, same_as):
     assert seq.reads == 1
     assert got.shape == want.shape
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+class _ClearsItsList:
+    """An int whose __index__ empties the list holding it (and drops the list's reference to itself)."""
+
+    def __init__(self, owner):
+        self.owner = owner
+
+    def __index__(self):
+        self.owner.clear()
+        return 1
+
+
+@pytest.mark.parametrize("arg, n", [("stride", 2), ("padding", 2), ("x_widths", 3)])
+def test_an_item_changing_its_own_list_does_not_change_what_the_converter_reads(arg, n):
+    # seq_int64s read the caller's own list (PySequence_Fast returns a list itself): an item's __index__
+    # that cleared it stopped the loop early with items unwritten (stride=(1, <stack garbage>): "values must
+    # be at most 2147483647, got (1, 140127264242570)"), and the item was borrowed, freed while read. Now a
+    # tuple snapshot holds every item
+    from helpers import conv_kwargs
+    same = {"stride": [1, 1], "padding": [1, 1], "x_widths": [1, 1, 2]}[arg]
+    value = list(same)
+    value[0] = _ClearsItsList(value)
+    got = _core.dpe_conv2d(**conv_kwargs(**{arg: value}))[0]
+    want = _core.dpe_conv2d(**conv_kwargs(**{arg: same}))[0]
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+class _IterRaises:
+    def __init__(self, exc):
+        self.exc = exc
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        raise self.exc
+
+    def __iter__(self):
+        raise self.exc
+
+
+@pytest.mark.parametrize("exc", USER_ERRORS, ids=lambda e: type(e).__name__)
+def test_a_sequences_own_iteration_error_propagates_through_the_core_converters(exc):
+    # as_sequence cleared any exception of PySequence_Fast: a user sequence whose __iter__ raised
+    # KeyboardInterrupt came out as "TypeError: argument 'stride': expected a pair of ints, got ..."
+    from helpers import conv_kwargs
+    _raises_it(lambda: _core.dpe_conv2d(**conv_kwargs(stride=_IterRaises(exc))), exc)
+    _raises_it(lambda: _core.dpe_conv2d(**conv_kwargs(x_widths=_IterRaises(exc))), exc)
+
+
+class _LongerThanItsLen:
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        if i < 3:
+            return 1
+        raise IndexError(i)
+
+
+def test_the_python_pair_rule_reads_a_sequence_once():
+    # sliced._pair and dpe._pair took len() and then iterated: a sequence whose len() says 2 but which
+    # yields three items became the pair (1, 1, 1) (SlicedData stored paral_size == (1, 1, 1)). Now the
+    # items read are the pair, and disagreeing with len() is a ValueError
+    for call in (lambda v: pyfastpim.SlicedData((1, 1), paral_size=v),
+                 lambda v: pyfastpim.slice_quantize(np.ones((2, 2), np.float32), (1, 1), paral_size=v)):
+        with pytest.raises(ValueError, match="^argument 'paral_size': expected a pair of ints, got 3 values"):
+            call(_LongerThanItsLen())
+    from pyfastpim.dpe import _pair
+    with pytest.raises(ValueError, match="^argument 'stride': expected an int or a pair of ints, got 3 values"):
+        _pair(_LongerThanItsLen(), "stride", 1)

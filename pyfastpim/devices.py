@@ -72,9 +72,10 @@ def _env_device():
         raise ValueError("environment variable %s: expected 'opencl:P:D' or 'P:D' (platform and device numbers "
                          "as pyfastpim.devices() lists them), got %r" % (_ENV_DEVICE, raw))
     return int(m.group(1)), int(m.group(2))
+
+
 _CUDA_RE = re.compile(r"^cuda(?::\d+)?$")
 _TORCH_CPU_RE = re.compile(r"^cpu:\d+$")  # torch's 'cpu:0' (torch.device('cpu', 0)): the host, as 'cpu'
-
 
 
 def devices():

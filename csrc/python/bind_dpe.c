@@ -118,6 +118,19 @@ int pf_dpe_parse_weights_and_device(pf_dpe_args *a, pf_dpe_refs *refs, const pf_
     return 0;
 }
 
+typedef struct {
+    pf_device *d;
+    pf_dpe_args *a;
+    const void *w;
+} mvm_run;
+
+static pf_status mvm_on_device(void *ctx, pf_cancel *cancel)
+{
+    mvm_run *r = ctx;
+    r->a->cancel = cancel;
+    return r->d->be->dpe_mvm(r->d->dev, r->a, r->w);
+}
+
 /* Runs the MVM on device d with the GIL released (its lock held, the resident weights of key;
  * bind_device.h); Ctrl-C stops it within one block of work and raises KeyboardInterrupt
  * (bind_interrupt.h). 0, or -1 with an exception. */
@@ -133,15 +146,8 @@ static int run_mvm(pf_device *d, pf_dpe_args *a, const pf_dpe_refs *refs, PyObje
         pf_device_unlock(d);
         return -1;
     }
-    pf_status st;
-    pf_sigint_guard guard;
-    do {
-        a->cancel = pf_sigint_begin(&guard);
-        pf_clear_error();
-        Py_BEGIN_ALLOW_THREADS
-        st = d->be->dpe_mvm(d->dev, a, w);
-        Py_END_ALLOW_THREADS
-    } while (pf_sigint_end(&guard, st == PF_EINTR) > 0);
+    mvm_run r = {d, a, w};
+    pf_status st = pf_sigint_run(mvm_on_device, &r);
     a->cancel = NULL;
     pf_device_weights_done(d, w, transient);
     pf_device_unlock(d);

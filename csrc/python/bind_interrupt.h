@@ -6,14 +6,13 @@
  * the flag for the kernel to poll; elsewhere it returns NULL (the kernel then
  * runs to completion, as before). pf_sigint_end restores the previous handler.
  *
- * Use (with the GIL held around both):
- *     pf_sigint_guard g;
+ * Callers use pf_sigint_run (below), which loops (with the GIL held around both):
  *     do {
  *         cancel = pf_sigint_begin(&g);
  *         Py_BEGIN_ALLOW_THREADS  st = kernel(..., cancel);  Py_END_ALLOW_THREADS
  *     } while (pf_sigint_end(&g, st == PF_EINTR) > 0);
- *     if (st == PF_EINTR) -> an exception is set (KeyboardInterrupt, or what the
- *                            Python handler raised): return NULL
+ * and on st == PF_EINTR an exception is set (KeyboardInterrupt, or what the
+ * Python handler raised): the caller returns NULL.
  * pf_sigint_end returns -1 when the kernel was interrupted and the Python
  * signal handlers raised, 1 when it was interrupted but they did not raise
  * (a handler that ignores Ctrl-C: the kernel is deterministic, run it again),

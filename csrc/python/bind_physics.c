@@ -67,6 +67,19 @@ static PyObject *py_irdrop_block(PyObject *self, PyObject *args, PyObject *kwds)
     return physics_result(st, out, "irdrop_block");
 }
 
+typedef struct {
+    const PfArray *g, *out;
+    int64_t block_rows, block_cols;
+    double r_wire, pad_g;
+} irdrop_run;
+
+static pf_status irdrop_on_cpu(void *ctx, pf_cancel *cancel)
+{
+    const irdrop_run *r = ctx;
+    return pf_irdrop_layer((const float *)r->g->data, r->g->shape[0], r->g->shape[1], r->g->shape[2], r->block_rows,
+                           r->block_cols, r->r_wire, r->pad_g, (float *)r->out->data, cancel);
+}
+
 static PyObject *py_irdrop_layer(PyObject *self, PyObject *args, PyObject *kwds)
 {
     PF_UNUSED(self);
@@ -94,16 +107,8 @@ static PyObject *py_irdrop_layer(PyObject *self, PyObject *args, PyObject *kwds)
     PfArray *out = output_like(g, PF_DT_F32);
     if (!out)
         return NULL;
-    pf_status st;
-    pf_sigint_guard guard; /* Ctrl-C stops the solve between blocks (bind_interrupt.h) */
-    do {
-        pf_cancel *cancel = pf_sigint_begin(&guard);
-        Py_BEGIN_ALLOW_THREADS
-        st = pf_irdrop_layer((const float *)g->data, g->shape[0], g->shape[1], g->shape[2], br.value, bc.value, r_wire,
-                             pad_g.value,
-                             (float *)out->data, cancel);
-        Py_END_ALLOW_THREADS
-    } while (pf_sigint_end(&guard, st == PF_EINTR) > 0);
+    irdrop_run r = {g, out, br.value, bc.value, r_wire, pad_g.value};
+    pf_status st = pf_sigint_run(irdrop_on_cpu, &r); /* Ctrl-C stops the solve between blocks */
     Py_DECREF(g);
     return physics_result(st, out, "irdrop_layer");
 }

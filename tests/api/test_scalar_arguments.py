@@ -400,11 +400,13 @@ def test_read_variation_keys_must_be_ints(keys, got):
     # {0, 1}), where every other int argument refuses a bool or a float; now the type rule for ints
     # (operator.index, not a bool) on each key, a TypeError naming read_variation
     rv = dict.fromkeys(keys, 0.1)
-    from pyfastpim.memintelli.pimpy import DPETensor as MiDPETensor
     engine = pyfastpim.DPETensor(g_level=2)
-    for label, call in {"DPETensor": lambda: pyfastpim.DPETensor(g_level=2, read_variation=rv),
-                        "memintelli DPETensor": lambda: MiDPETensor(g_level=2, read_variation=rv, device="cpu"),
-                        "setter": lambda: setattr(engine, "read_variation", rv)}.items():
+    entries = {"DPETensor": lambda: pyfastpim.DPETensor(g_level=2, read_variation=rv),
+               "setter": lambda: setattr(engine, "read_variation", rv)}
+    if pnn is not None:  # the MemIntelli mirror needs torch, an optional dependency
+        from pyfastpim.memintelli.pimpy import DPETensor as MiDPETensor
+        entries["memintelli DPETensor"] = lambda: MiDPETensor(g_level=2, read_variation=rv, device="cpu")
+    for label, call in entries.items():
         exc, msg = outcome(call)
         assert exc is TypeError, (label, exc, msg)
         assert msg.startswith("argument 'read_variation': a dict's keys must be ints (the levels 0..1), got the "
@@ -441,9 +443,11 @@ VREAD_COMPANIONS = [dict(), dict(HGS=-1e-5), dict(HGS=NAN), dict(LGS=2e-5), dict
 def _vread_entries():
     """Every public entry taking vread, each a function of (vread, **other engine arguments): the engines
     (pyfastpim's and the MemIntelli mirror's; no physics function or layer takes one)."""
-    from pyfastpim.memintelli.pimpy import DPETensor as MiDPETensor
-    return {"DPETensor": lambda v, **kw: pyfastpim.DPETensor(vread=v, **kw),
-            "memintelli DPETensor": lambda v, **kw: MiDPETensor(vread=v, device="cpu", **kw)}
+    entries = {"DPETensor": lambda v, **kw: pyfastpim.DPETensor(vread=v, **kw)}
+    if pnn is not None:  # the MemIntelli mirror needs torch, an optional dependency
+        from pyfastpim.memintelli.pimpy import DPETensor as MiDPETensor
+        entries["memintelli DPETensor"] = lambda v, **kw: MiDPETensor(vread=v, device="cpu", **kw)
+    return entries
 
 
 @pytest.mark.parametrize("others", VREAD_COMPANIONS, ids=repr)

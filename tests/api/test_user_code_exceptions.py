@@ -8,7 +8,7 @@ import pytest
 
 import pyfastpim
 from pyfastpim import _core
-from helpers import Iface, Raises, outcome as _outcome, type_name
+from helpers import Iface, Raises, conv_kwargs, outcome as _outcome, type_name
 
 
 class MyValueError(ValueError):
@@ -197,6 +197,14 @@ def test_len_type_error_means_no_length():
     assert _core.check_flag(LenRaises(TypeError("no length"), "bool"), "x") is True
 
 
+def _assert_conv2d_reads_as(arg, value, same):
+    """_core.dpe_conv2d with ``arg=value`` gives exactly the output of ``arg=same``."""
+    got = _core.dpe_conv2d(**conv_kwargs(**{arg: value}))[0]
+    want = _core.dpe_conv2d(**conv_kwargs(**{arg: same}))[0]
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
 class _ChangingSequence:
     """A sequence whose length changes after its first full read (each __iter__ pass yields the next list of
     ``passes``): the converters must check and read one snapshot of it, not read it twice."""
@@ -226,13 +234,9 @@ def test_converters_read_a_user_sequence_once(arg, passes, same_as):
     # pf_conv_pair and pf_conv_slice_method took a sequence's length from one read and its items from a
     # second: a sequence shorter on the second read left items uninitialised (stride=(1, <garbage>) gave a
     # (1, 4, 3, 1) output where (1, 1) gives (1, 4, 3, 3)). Now one snapshot is checked and read.
-    from helpers import conv_kwargs
     seq = _ChangingSequence(*passes)
-    got = _core.dpe_conv2d(**conv_kwargs(**{arg: seq}))[0]
-    want = _core.dpe_conv2d(**conv_kwargs(**{arg: same_as}))[0]
+    _assert_conv2d_reads_as(arg, seq, same_as)
     assert seq.reads == 1
-    assert got.shape == want.shape
-    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
 class _ClearsItsList:
@@ -246,20 +250,16 @@ class _ClearsItsList:
         return 1
 
 
-@pytest.mark.parametrize("arg, n", [("stride", 2), ("padding", 2), ("x_widths", 3)])
-def test_an_item_changing_its_own_list_does_not_change_what_the_converter_reads(arg, n):
+@pytest.mark.parametrize("arg", ["stride", "padding", "x_widths"])
+def test_an_item_changing_its_own_list_does_not_change_what_the_converter_reads(arg):
     # seq_int64s read the caller's own list (PySequence_Fast returns a list itself): an item's __index__
     # that cleared it stopped the loop early with items unwritten (stride=(1, <stack garbage>): "values must
     # be at most 2147483647, got (1, 140127264242570)"), and the item was borrowed, freed while read. Now a
     # tuple snapshot holds every item
-    from helpers import conv_kwargs
     same = {"stride": [1, 1], "padding": [1, 1], "x_widths": [1, 1, 2]}[arg]
     value = list(same)
     value[0] = _ClearsItsList(value)
-    got = _core.dpe_conv2d(**conv_kwargs(**{arg: value}))[0]
-    want = _core.dpe_conv2d(**conv_kwargs(**{arg: same}))[0]
-    assert got.shape == want.shape
-    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    _assert_conv2d_reads_as(arg, value, same)
 
 
 class _IterRaises:
@@ -280,7 +280,6 @@ class _IterRaises:
 def test_a_sequences_own_iteration_error_propagates_through_the_core_converters(exc):
     # as_sequence cleared any exception of PySequence_Fast: a user sequence whose __iter__ raised
     # KeyboardInterrupt came out as "TypeError: argument 'stride': expected a pair of ints, got ..."
-    from helpers import conv_kwargs
     _raises_it(lambda: _core.dpe_conv2d(**conv_kwargs(stride=_IterRaises(exc))), exc)
     _raises_it(lambda: _core.dpe_conv2d(**conv_kwargs(x_widths=_IterRaises(exc))), exc)
 

@@ -36,7 +36,7 @@ import weakref
 import numpy as np
 
 from . import _core
-from .sliced import _int_item, _is_pair_sequence, _pair_items, _pair_snapshot
+from .sliced import _is_pair_sequence, _pair_items, _pair_snapshot, _rule_number
 
 __all__ = ["DPETensor", "dpe_matmul", "DEFAULT_SEED"]
 
@@ -79,10 +79,10 @@ def _number(value, name, minimum=None, integer=False):
 
 
 def _level_key(key, g_level):
-    """A read_variation dict key as a level: an int by the library's type rule for ints (sliced._int_item:
+    """A read_variation dict key as a level: an int by the library's type rule for ints (sliced._rule_number:
     a NumPy integer too; not a bool, a float or a str), else TypeError naming read_variation. An exception
     raised by the key's own __index__ propagates unchanged."""
-    return _int_item(key, "read_variation", lambda got: "argument 'read_variation': a dict's keys must be ints "
+    return _rule_number(key, "read_variation", lambda got: "argument 'read_variation': a dict's keys must be ints "
                      "(the levels 0..%d), got the %s key %r" % (g_level - 1, got, key))
 
 
@@ -99,14 +99,11 @@ def _read_variation_dict(value, g_level):
             raise ValueError("argument 'read_variation': a dict needs the keys 0..%d (one sigma per level), got %r"
                              % (g_level - 1, sorted(levels)))
         return {k: _sigma(v, "read_variation[%d]" % k, True) for k, v in levels.items()}
-    try:  # one sigma: the type rule of every entry point (_core.check_number: a 0-d array too, not a bool)
-        number = _core.check_number(value, "read_variation")
-    except TypeError as exc:  # the rule's TypeError, its words naming the dict form too (a wrong value: ValueError)
-        words = "argument 'read_variation': expected a real number"
-        if not str(exc).startswith(words + ", got "):
-            raise
-        raise TypeError("%s (one sigma for every level; 0 for no read noise) or a dict {level: sigma} for levels "
-                        "0..%d%s" % (words, g_level - 1, str(exc)[len(words):])) from None
+    # one sigma: the type rule of every entry point (a 0-d array too, not a bool), its refusal naming the dict
+    # form too (a wrong value: ValueError)
+    number = _rule_number(value, "read_variation", lambda got: "argument 'read_variation': expected a real number "
+                          "(one sigma for every level; 0 for no read noise) or a dict {level: sigma} for levels "
+                          "0..%d, got %s" % (g_level - 1, got), integer=False)
     sigma = _sigma(number, "read_variation", True)
     return {i: sigma for i in range(g_level)}
 
@@ -154,14 +151,12 @@ def _pair(value, name, minimum, maximum=None):
     another length than 2 (the rule of every pair, SlicedData's and the core's converter's too) or a value
     out of range."""
     value = _pair_items(value, name)  # a NumPy array or a tensor: 0-d an int, 1-D a pair
-    if isinstance(value, (str, bytes)):
-        raise TypeError("argument '%s': expected an int or a pair of ints, got %r" % (name, value))
     sequence = _is_pair_sequence(value)
     if sequence:
         value = _pair_snapshot(value, "argument '%s': expected an int or a pair of ints, got %%d values" % name)
     items = value if sequence else (value, value)
     words = "argument '%s': expected an int or a pair of ints, got %r" % (name, value)
-    pair = tuple(_int_item(v, name, words) for v in items)
+    pair = tuple(_rule_number(v, name, words) for v in items)
     if min(pair) < minimum:
         raise ValueError("argument '%s': values must be >= %d, got %r" % (name, minimum, value))
     if maximum is not None and max(pair) > maximum:  # beyond, torch's int64 size arithmetic can wrap

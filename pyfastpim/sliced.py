@@ -126,15 +126,15 @@ def _widths(slice_method, name="slice_method"):
     return tuple(out)
 
 
-def _int_item(v, name, refusal):
-    """An item of a pair (or a read_variation key) as an int by the library's type rule for ints
-    (_core.check_number: operator.index, not a bool, a float or a str): the rule's TypeError is raised as
-    TypeError(``refusal``), the caller's words, or TypeError(refusal(type name)) where ``refusal`` is
-    callable; an exception raised by the item's own __index__ (a TypeError too: check_number lets it
-    through as it is, so only the rule's own words are replaced) propagates unchanged."""
-    rule = "argument '%s': expected an int, got " % name
+def _rule_number(v, name, refusal, integer=True):
+    """``v`` by the library's type rule for scalars (_core.check_number: with ``integer`` an int by
+    operator.index, else a real number; not a bool or a str), in the caller's words where the rule refuses
+    it: TypeError(``refusal``), or TypeError(refusal(the refused type's name)) where ``refusal`` is
+    callable. An exception raised by the value's own __index__ / __float__ (a TypeError too: check_number
+    lets it through as it is, so only the rule's own words are replaced) propagates unchanged."""
+    rule = "argument '%s': expected %s, got " % (name, "an int" if integer else "a real number")
     try:
-        return _core.check_number(v, name, True)
+        return _core.check_number(v, name, integer)
     except TypeError as exc:
         if not str(exc).startswith(rule):
             raise
@@ -180,7 +180,7 @@ def _pair(value, argname):
     value = _pair_snapshot(value, "argument '%s': expected a pair of ints, got %%d values" % argname)
     out = []
     for v in value:
-        v = _int_item(v, argname, "argument '%s': expected ints, got %r" % (argname, value))
+        v = _rule_number(v, argname, "argument '%s': expected ints, got %r" % (argname, value))
         if v < 1:
             raise ValueError("argument '%s': values must be positive, got %r" % (argname, tuple(value)))
         out.append(int(v))

@@ -79,8 +79,12 @@ def _out(a):
 
 
 def _numeric(value, name):
-    """An assigned attribute as a NumPy array of numbers (bool, int or float), else TypeError naming it."""
-    a = np.asarray(value)
+    """An assigned attribute as a NumPy array of numbers (bool, int or float), else TypeError naming it
+    (ValueError naming it for ragged nested sequences, which NumPy refuses with its own message)."""
+    try:
+        a = np.asarray(value)
+    except ValueError as exc:
+        raise ValueError("argument '%s': expected a rectangular array of numbers (%s)" % (name, exc)) from None
     if a.dtype.kind not in "biuf":
         raise TypeError("argument '%s': expected numbers, got an array of dtype %s" % (name, a.dtype))
     return a
@@ -724,17 +728,19 @@ class SlicedData:
         """``None`` frees the stored dequantized copy (it is recomputed from the codes on access, so
         training after the fork's ``prepare_for_inference`` still works); a tensor of the data's
         shape replaces the values returned here (used, as in MemIntelli, only by backward passes;
-        the product reads the codes)."""
+        the product reads the codes). The values must be numbers, finite in float32, as every
+        assigned attribute's (else TypeError / ValueError naming 'quantized_data')."""
         if value is None:
             self._dequant = None
             return
         self._require()
         if _is_torch_tensor(value):
             value = value.detach().cpu().numpy()
-        a = np.asarray(value, dtype=np.float32)
+        a = _numeric(value, "quantized_data")  # numbers only, as every assigned attribute (not str, complex)
         want = tuple(self.shape)
         if a.shape != want:
             raise ValueError("argument 'quantized_data': expected shape %r, got %r" % (want, a.shape))
+        a = _finite32(a, "quantized_data")  # dequantized values are finite, as the codes' always are
         self._dequant = np.ascontiguousarray(a[None] if self._data_2d else a)
 
     @property

@@ -369,6 +369,26 @@ def test_assignments_are_validated():
     assert torch.equal(ws.quantized_data, q)
 
 
+def test_assigned_attributes_refuse_what_is_not_numbers_naming_the_attribute():
+    """Ragged nested lists, strings, complex or non-finite values: an exception naming the attribute
+    (quantized_data cast them with NumPy's unnamed messages, dropped imaginary parts, kept NaN)."""
+    engine = _noisy_engine()
+    xs, ws = _sliced_pair(engine, torch.randn(3, 40), torch.randn(40, 20))
+    for obj, name in ((ws, "sliced_data"), (ws, "max_data"), (ws, "G"), (ws, "quantized_data"), (xs, "max_data")):
+        with pytest.raises(ValueError, match="argument '%s': expected a rectangular array" % name):
+            setattr(obj, name, [[1.0, 2.0], [3.0]])
+    shape = tuple(ws.quantized_data.shape)
+    for bad in ("abc", np.ones(shape, complex), [[object()] * shape[1]] * shape[0]):
+        with pytest.raises(TypeError, match="argument 'quantized_data': expected numbers"):
+            ws.quantized_data = bad
+    for bad in (np.nan, np.inf, 1e39):
+        with pytest.raises(ValueError, match="argument 'quantized_data': values must be finite"):
+            ws.quantized_data = np.full(shape, bad)
+    q = np.ones(shape, np.float64)
+    ws.quantized_data = q  # numbers of any real dtype: stored as float32
+    assert torch.equal(ws.quantized_data, torch.ones(shape))
+
+
 # ----------------------------------------------------------------------------- functions and layers
 
 def test_linear_mem_func_forward_and_straight_through_gradients():

@@ -17,6 +17,7 @@ import numpy as np
 
 from . import _core
 from .dpe import _renamed
+from .sliced import _nested
 
 __all__ = ["effective_conductance", "column_currents", "drift_conductance", "DriftSettings"]
 
@@ -51,7 +52,7 @@ def _host(a, name, dtype):
     objects, no array is copied). Errors (no buffer; bool or complex data, which hold no conductance)
     name the argument ``name``."""
     if isinstance(a, (list, tuple, numbers.Number)):
-        a = np.asarray(a)
+        a = _nested(a, name)
     return np.asarray(_core._view(a, name, dtype))
 
 

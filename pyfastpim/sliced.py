@@ -78,13 +78,19 @@ def _out(a):
     return torch.from_numpy(np.ascontiguousarray(a)) if torch is not None else a
 
 
-def _numeric(value, name):
-    """An assigned attribute as a NumPy array of numbers (bool, int or float), else TypeError naming it
-    (ValueError naming it for ragged nested sequences, which NumPy refuses with its own message)."""
+def _nested(value, name):
+    """np.asarray(value) of a user's nested sequences; a ragged one is a ValueError naming ``name``
+    (NumPy refuses it with its own message, which names nothing)."""
     try:
-        a = np.asarray(value)
+        return np.asarray(value)
     except ValueError as exc:
         raise ValueError("argument '%s': expected a rectangular array of numbers (%s)" % (name, exc)) from None
+
+
+def _numeric(value, name):
+    """An assigned attribute as a NumPy array of numbers (bool, int or float), else TypeError naming it
+    (ValueError naming it for ragged nested sequences)."""
+    a = _nested(value, name)
     if a.dtype.kind not in "biuf":
         raise TypeError("argument '%s': expected numbers, got an array of dtype %s" % (name, a.dtype))
     return a
@@ -301,7 +307,7 @@ def program_weights(codes, slice_method, g_level, HGS=1e-5, LGS=1e-7, write_vari
     (default :data:`DEFAULT_SEED`): programming twice gives the same cells.
     """
     widths = _widths(slice_method)
-    codes = np.asarray(codes)
+    codes = _nested(codes, "codes")
     if codes.ndim == 4 and codes.shape[1] == 1:
         codes = codes[:, 0]
     if codes.ndim != 3:

@@ -731,3 +731,15 @@ def test_physics_conversions_are_counted_copies():
             physics.drift_conductance(bad, 10.0)
     with pytest.raises(TypeError, match="argument 'V'"):
         physics.column_currents(G, V.astype(complex), 2.0)
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda rag: physics.effective_conductance(rag, 1.0), "G"),
+    (lambda rag: physics.column_currents(rag, [1.0, 1.0], 1.0), "G"),
+    (lambda rag: physics.column_currents(np.full((2, 2), 1e-5), rag, 1.0), "V"),
+    (lambda rag: physics.drift_conductance(rag, 10.0), "G"),
+])
+def test_ragged_nested_lists_are_refused_naming_the_argument(call, name):
+    # NumPy refused them with its own 'setting an array element with a sequence', naming nothing
+    with pytest.raises(ValueError, match="argument '%s': expected a rectangular array" % name):
+        call([[1e-5, 2e-5], [3e-5]])

@@ -519,3 +519,9 @@ def test_huge_granule_is_one_granule():
     r = slice_quantize(x, (1, 1, 2), (2, 3), (2 ** 62, 2 ** 62))
     assert r.gran_max.shape == (2, 1, 1)
     np.testing.assert_array_equal(r.codes, slice_quantize(x, (1, 1, 2), (2, 3), "per-matrix").codes)
+
+
+def test_program_weights_refuses_ragged_codes_naming_them():
+    # NumPy refused them with its own 'setting an array element with a sequence', naming nothing
+    with pytest.raises(ValueError, match="argument 'codes': expected a rectangular array"):
+        program_weights([[[0, 1], [1]]], (1, 1), 4)

@@ -36,6 +36,7 @@ except ImportError as _exc:
     raise _clear from None
 from ._core import Array
 from . import memory
+from ._torch_check import is_torch as _is_torch
 
 __version__ = "0.1.0"
 
@@ -64,17 +65,12 @@ def asarray(obj, dtype=None, writable=False):
     ``offset`` or a ``descr`` other than ``[('', typestr)]``, is refused (ValueError naming the key).
     """
     writable = _core.check_flag(writable, "writable")  # bool or 0/1, as every flag (csrc/python/convert.c)
-    if _is_torch_tensor(obj) and obj.requires_grad:
+    if _is_torch(obj) and obj.requires_grad:
         if writable:
             raise ValueError("argument 'obj': the tensor requires grad, and writes through a writable view would "
                              "bypass autograd; pass writable=False, or obj.detach() (under torch.no_grad())")
         obj = obj.detach()
     return _core.asarray(obj, dtype, writable)
-
-
-def _is_torch_tensor(obj):
-    t = type(obj)
-    return t.__module__.startswith("torch") and t.__name__ in ("Tensor", "Parameter")
 
 
 def set_num_threads(n):

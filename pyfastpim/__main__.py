@@ -7,7 +7,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python3 -m pyfastpim", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="{demo,info}")  # named in its error
     demo = sub.add_parser("demo", help="run the demo")
-    demo.add_argument("--plot", metavar="PNG", help="save a plot of accuracy vs ADC bits and read variation")
+    demo.add_argument("--plot", metavar="PNG",
+                      help="save a plot of accuracy vs ADC bits, read variation, wire resistance and drift time")
     demo.add_argument("--quick", action="store_true", help="fewer engine settings (for tests)")
     sub.add_parser("info", help="print build and device information")
     args = parser.parse_args(argv)

@@ -32,15 +32,11 @@ from math import prod
 import numpy as np
 
 from . import _core
+from ._torch_check import is_torch as _is_torch
 
 __all__ = ["AttentionContext"]
 
 _get_ident = threading.get_ident
-
-
-def _is_torch(obj):
-    t = type(obj)
-    return t.__module__.startswith("torch") and t.__name__ in ("Tensor", "Parameter")
 
 
 def _view(obj, name, writable=False):

@@ -29,13 +29,13 @@ call ``c``: a RuntimeWarning says so when the counter crosses a multiple of 2**3
 import contextlib
 import math
 import numbers
-import sys
 import warnings
 import weakref
 
 import numpy as np
 
 from . import _core
+from ._torch_check import is_torch as _is_torch
 from .sliced import _is_pair_sequence, _pair_items, _pair_snapshot, _rule_number
 
 __all__ = ["DPETensor", "dpe_matmul", "DEFAULT_SEED"]
@@ -135,12 +135,6 @@ _EXACT_SUM_LIMIT = 2 ** 24
 #: How the entry points' users give the crossbar height (the core's argument 'n').
 _ROWS_SLICED = ("paral_size", "the weights' paral_size[0] (= the input's paral_size[1])")
 _ROWS_LAYER = ("weight_paral_size", "weight_paral_size[0] (= input_paral_size[1])")
-
-
-def _is_torch(obj):
-    # an object is a tensor only once torch is imported: never import it (seconds) to ask
-    t = sys.modules.get("torch")
-    return t is not None and isinstance(obj, t.Tensor)
 
 
 def _pair(value, name, minimum, maximum=None):

@@ -26,6 +26,7 @@ from collections import namedtuple
 import numpy as np
 
 from . import _core
+from ._torch_check import is_torch as _is_torch
 
 __all__ = ["SlicedData", "slice_quantize", "program_weights", "slice_params", "DEFAULT_SEED"]
 
@@ -57,17 +58,12 @@ def _torch():
     return _torch_module or None
 
 
-def _is_torch_tensor(obj):
-    t = type(obj)
-    return t.__module__.startswith("torch") and hasattr(obj, "detach") and hasattr(obj, "data_ptr")
-
-
 def _operand(data, name):
     """A NumPy array or torch tensor as it is; any other operand (an ``__array_interface__``, buffer or
     DLPack exporter, a pyfastpim.Array, a memoryview) as a float32 NumPy view of it (the kernels read
     float32), so its shape is known and it slices: no copy when it is float32 and C-contiguous, else the
     one counted copy asarray makes. Errors (no buffer, unsupported dtype) name the argument ``name``."""
-    if isinstance(data, np.ndarray) or _is_torch_tensor(data):
+    if isinstance(data, np.ndarray) or _is_torch(data):
         return data
     return np.asarray(_core._view(data, name))
 
@@ -110,7 +106,7 @@ def _widths(slice_method, name="slice_method"):
     """The slice method as a tuple of Python ints (list, tuple, NumPy array or torch tensor); errors name
     ``name`` (the caller's argument: input_slice, weight_slice, ...)."""
     sm = slice_method
-    if isinstance(sm, np.ndarray) or _is_torch_tensor(sm):
+    if isinstance(sm, np.ndarray) or _is_torch(sm):
         sm = sm.tolist()
     # a str, a dict (its keys) or a set (no order) is no sequence of widths, as the core's converter has it
     if isinstance(sm, (str, bytes, collections.abc.Mapping, collections.abc.Set)) or not hasattr(sm, "__iter__"):
@@ -155,7 +151,7 @@ def _pair_items(value, argname):
     """A pair argument's items: a NumPy array's or a tensor's as a list (MemIntelli's zoo passes sizes as
     tensors; a 0-d one is its int, more than one dimension a TypeError naming ``argname``), anything else as
     it is (the caller checks it is a sequence)."""
-    if not (isinstance(value, np.ndarray) or _is_torch_tensor(value)):
+    if not (isinstance(value, np.ndarray) or _is_torch(value)):
         return value
     if value.ndim > 1:
         raise TypeError("argument '%s': expected a pair of ints, got a %d-D array" % (argname, value.ndim))
@@ -289,7 +285,7 @@ def slice_quantize(data, slice_method, paral_size=(64, 64), quant_gran=None, bw_
     widths = _widths(slice_method)
     paral = _pair(paral_size, "paral_size")
     gran = _quant_gran(quant_gran)
-    if _is_torch_tensor(data) and getattr(data, "requires_grad", False):
+    if _is_torch(data) and getattr(data, "requires_grad", False):
         data = data.detach()
     r = _core.slice_quantize(data, widths, paral, gran, bw_e, dequant, g_level)
     return SliceResult(*(_np(a) for a in r[:6]), tuple(r[6]))
@@ -495,7 +491,7 @@ class SlicedData:
     def slice_data_imp(self, engine, data):
         """Quantize, slice and (for weights) program ``data`` with ``engine``'s device parameters."""
         data = _operand(data, "data")
-        is_torch = _is_torch_tensor(data)
+        is_torch = _is_torch(data)
         if is_torch and data.requires_grad:
             data = data.detach()
         ndim = len(data.shape)
@@ -613,7 +609,7 @@ class SlicedData:
 
     def _unblocks(self, value, name, dtype):
         """Inverse of :meth:`_blocks`: a getter-layout value -> (S, N, R, C) NumPy array of ``dtype``."""
-        if _is_torch_tensor(value):
+        if _is_torch(value):
             value = value.detach().cpu().numpy()
         a = _numeric(value, name)
         N, R, C, Rp, Cp = self._padded_grid()
@@ -636,7 +632,7 @@ class SlicedData:
 
     def _per_granule(self, value, name):
         """Inverse of :meth:`_per_block`: one value per granule (N, gr, gc); blocks of a granule must agree."""
-        if _is_torch_tensor(value):
+        if _is_torch(value):
             value = value.detach().cpu().numpy()
         a = _numeric(value, name).astype(np.float64)
         ref = self._per_block(self._gran_max)
@@ -740,7 +736,7 @@ class SlicedData:
             self._dequant = None
             return
         self._require()
-        if _is_torch_tensor(value):
+        if _is_torch(value):
             value = value.detach().cpu().numpy()
         a = _numeric(value, "quantized_data")  # numbers only, as every assigned attribute (not str, complex)
         want = tuple(self.shape)

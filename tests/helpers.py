@@ -17,6 +17,7 @@ import pyfastpim  # noqa: E402
 from pyfastpim import _core  # noqa: E402
 from reference.dpe_ref import conductance_levels, mvm_exact, slice_constants  # noqa: E402
 from reference.spec import program_levels_reference, quantize_reference, slice_reference  # noqa: E402
+import noise_off  # noqa: E402
 
 # ---- environment ----------------------------------------------------------------------------------
 
@@ -251,13 +252,12 @@ def conv_args(c, sigma=0.0, vnoise=0.0, cond=False, dequant=True):
             vnoise, 7, 3, dequant)
 
 
-# an engine's noise switched off: write / read variation, DAC noise and stuck cells (DPETensor(**NOISE_OFF))
-NOISE_OFF = dict(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
+NOISE_OFF = noise_off.NOISE_OFF  # the noise-off settings (noise_off.py, which child interpreters import)
 
 
 def layer_engine(**kw):
     """The layer tests' engine: noise off, 16 levels, a 16-level DAC, a 2**10-level ADC, seed 3; kw override."""
-    return pyfastpim.DPETensor(**dict(dict(NOISE_OFF, g_level=16, rdac=16, radc=2 ** 10, seed=3), **kw))
+    return noise_off.noise_free_engine(**dict(dict(g_level=16, rdac=16, radc=2 ** 10, seed=3), **kw))
 
 
 # keyword arguments of one valid call of each raw entry point, for the argument tests to break one at a time

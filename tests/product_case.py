@@ -1,9 +1,10 @@
 """The engine product the thread-count tests run, in the test process and in clean child
 interpreters alike: noise-free x (R, K) @ W (K, P), slices (1, 1, 2, 2), 32 x 32 crossbars.
-Imports only NumPy and pyfastpim (a child must not pay for helpers' OpenCL device enumeration)."""
+Imports only NumPy, pyfastpim and noise_off (a child must not pay for helpers' OpenCL device enumeration)."""
 import numpy as np
 
-from pyfastpim import DPETensor, SlicedData
+from noise_off import noise_free_engine
+from pyfastpim import SlicedData
 
 
 def noise_free_product(R, K, P, seed):
@@ -11,8 +12,7 @@ def noise_free_product(R, K, P, seed):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((R, K)).astype(np.float32)
     w = rng.standard_normal((K, P)).astype(np.float32)
-    eng = DPETensor(g_level=4, rdac=4, radc=2 ** 12, read_variation=0.0, vnoise=0.0, write_variation=0.0,
-                    rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
+    eng = noise_free_engine(g_level=4, rdac=4, radc=2 ** 12)
     slices = (1, 1, 2, 2)
     ws = SlicedData(slices, is_weight=True, paral_size=(32, 32), quant_gran=(32, 32), inference=True)
     ws.slice_data_imp(eng, w)

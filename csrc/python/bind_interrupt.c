@@ -3,7 +3,13 @@
 #include "python/bind_interrupt.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <string.h>
+
+typedef struct {
+    int active;
+    struct sigaction previous;
+} pf_sigint_guard;
 
 static pf_cancel g_cancel;
 static struct sigaction g_previous; /* the handler chained to; read by the signal handler */
@@ -23,7 +29,7 @@ static void sigint_handler(int sig, siginfo_t *info, void *uctx)
     errno = saved;
 }
 
-pf_cancel *pf_sigint_begin(pf_sigint_guard *g)
+static pf_cancel *pf_sigint_begin(pf_sigint_guard *g)
 {
     g->active = 0;
     if (g_installed || !_PyOS_IsMainThread())
@@ -48,6 +54,20 @@ pf_cancel *pf_sigint_begin(pf_sigint_guard *g)
     return &g_cancel;
 }
 
+static int pf_sigint_end(pf_sigint_guard *g, int interrupted)
+{
+    if (!g->active)
+        return 0;
+    sigaction(SIGINT, &g->previous, NULL);
+    g->active = 0;
+    g_installed = 0;
+    if (!interrupted)
+        return 0; /* a signal that came late stays pending for the interpreter */
+    if (PyErr_CheckSignals() < 0)
+        return -1;
+    return 1;
+}
+
 pf_status pf_sigint_run(pf_status (*call)(void *ctx, pf_cancel *cancel), void *ctx)
 {
     pf_status status;
@@ -60,18 +80,4 @@ pf_status pf_sigint_run(pf_status (*call)(void *ctx, pf_cancel *cancel), void *c
         Py_END_ALLOW_THREADS
     } while (pf_sigint_end(&guard, status == PF_EINTR) > 0);
     return status;
-}
-
-int pf_sigint_end(pf_sigint_guard *g, int interrupted)
-{
-    if (!g->active)
-        return 0;
-    sigaction(SIGINT, &g->previous, NULL);
-    g->active = 0;
-    g_installed = 0;
-    if (!interrupted)
-        return 0; /* a signal that came late stays pending for the interpreter */
-    if (PyErr_CheckSignals() < 0)
-        return -1;
-    return 1;
 }

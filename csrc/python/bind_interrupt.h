@@ -6,7 +6,8 @@
  * the flag for the kernel to poll; elsewhere it returns NULL (the kernel then
  * runs to completion, as before). pf_sigint_end restores the previous handler.
  *
- * Callers use pf_sigint_run (below), which loops (with the GIL held around both):
+ * Callers use pf_sigint_run (below; begin and end are bind_interrupt.c's own), which loops (with the GIL
+ * held around both):
  *     do {
  *         cancel = pf_sigint_begin(&g);
  *         Py_BEGIN_ALLOW_THREADS  st = kernel(..., cancel);  Py_END_ALLOW_THREADS
@@ -20,18 +21,8 @@
 #ifndef PF_BIND_INTERRUPT_H
 #define PF_BIND_INTERRUPT_H
 
-#include <signal.h>
-
 #include "core/interrupt.h"
 #include "core/pf_common.h"
-
-typedef struct {
-    int active;
-    struct sigaction previous;
-} pf_sigint_guard;
-
-pf_cancel *pf_sigint_begin(pf_sigint_guard *g);
-int pf_sigint_end(pf_sigint_guard *g, int interrupted);
 
 /* The loop above around status = call(ctx, cancel), run with the GIL released (held on entry and
  * exit; the backend's error record cleared before each run). Returns call's status: PF_EINTR with

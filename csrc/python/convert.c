@@ -42,20 +42,11 @@ static void dtype_name(PyObject *obj, char *buf, size_t size)
 
 static int is_bool_dtype(const char *dt) { return strcmp(dt, "bool") == 0 || strcmp(dt, "torch.bool") == 0; }
 
-/* A bool is a flag, not a quantity (True would read as 1 level, 1 ohm or 1 sigma): a bool scalar, or a
- * 0-d array or tensor of bools (their __float__ / __index__ take True as 1 too). */
-static int is_bool(PyObject *obj)
-{
-    char dt[32];
-    if (is_bool_scalar(obj))
-        return 1;
-    dtype_name(obj, dt, sizeof dt);
-    return is_bool_dtype(dt) || PyErr_Occurred(); /* 1: not read */
-}
-
-/* A bool (is_bool) or a complex number, neither of which is a real one, with one dtype lookup (its name
- * left in dt, "" where obj has none): NumPy's complex scalars and 0-d arrays have a __float__ that drops
- * the imaginary part (with only a ComplexWarning), a complex tensor's raises an unnamed RuntimeError. */
+/* A bool or a complex number, neither of which is a real one, with one dtype lookup (its name left in dt,
+ * "" where obj has none). A bool is a flag, not a quantity (True would read as 1 level, 1 ohm or 1 sigma):
+ * a bool scalar, or a 0-d array or tensor of bools (their __float__ / __index__ take True as 1 too).
+ * NumPy's complex scalars and 0-d arrays have a __float__ that drops the imaginary part (with only a
+ * ComplexWarning), a complex tensor's raises an unnamed RuntimeError. */
 static int is_bool_or_complex(PyObject *obj, char *dt, size_t size)
 {
     dt[0] = 0;
@@ -233,17 +224,22 @@ int pf_conv_real(PyObject *obj, void *arg)
     return pf_as_double(obj, a->name, &a->value) == 0;
 }
 
+/* obj as a flag: 1 or 0, or -1 with an exception naming `name`. One dtype lookup serves both rules: a bool
+ * dtype (NumPy's bool, a 0-d bool array or tensor; a bool array of one element has a length and is
+ * refused) reads as itself, any other value with __index__ must give 0 or 1. */
 int pf_as_flag(PyObject *obj, const char *name)
 {
-    if (PyBool_Check(obj))
-        return obj == Py_True;
-    /* NumPy's bool, a 0-d bool array or tensor; a bool array of one element has a length */
-    if (is_bool(obj) && !PyErr_Occurred() && !is_sized(obj))
+    char dt[32];
+    if (is_bool_scalar(obj))
         return PyObject_IsTrue(obj);
+    dtype_name(obj, dt, sizeof dt);
+    int sized = !PyErr_Occurred() && is_bool_dtype(dt) && is_sized(obj);
     if (PyErr_Occurred()) /* its dtype property's or __len__'s own exception */
         return -1;
-    PyObject *idx;
-    int rc = int_value(obj, &idx);
+    if (is_bool_dtype(dt) && !sized)
+        return PyObject_IsTrue(obj);
+    PyObject *idx = NULL;
+    int rc = sized || PyFloat_Check(obj) || !PyIndex_Check(obj) ? 0 : own_index(obj, dt, &idx);
     if (rc < 0) /* the own exception of its __index__ (a TypeError too) */
         return -1;
     if (rc == 0) {

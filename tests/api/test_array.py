@@ -65,6 +65,26 @@ def test_a_tensor_that_requires_grad_is_not_viewed_writable():
     assert pyfastpim.asarray(x).data_ptr == x.data_ptr()  # reading needs no detach
 
 
+def test_a_tensor_subclass_is_a_tensor_to_every_entry_point():
+    """A user's own torch.Tensor subclass is a tensor (isinstance, as the layers take it) to asarray,
+    SlicedData and AttentionContext alike: one check (pyfastpim._torch_check) serves them all. Four copies
+    differed: asarray and the attention context took only types named Tensor/Parameter of a torch module
+    (asarray then refused a subclass that requires grad with DLPack's error, apply answered NumPy), the
+    slicing one any torch-module object with detach and data_ptr, the engine's isinstance."""
+    class Own(torch.Tensor):
+        pass
+    x = torch.randn(4, 6, requires_grad=True).as_subclass(Own)
+    assert pyfastpim.asarray(x).data_ptr == x.data_ptr()  # read through detach(), zero-copy
+    with pytest.raises(ValueError, match="argument 'obj': the tensor requires grad"):
+        pyfastpim.asarray(x, writable=True)
+    sd = pyfastpim.SlicedData([1, 1, 2, 4], paral_size=(4, 4), quant_gran=(4, 4))
+    sd.slice_data_imp(pyfastpim.DPETensor(), x)
+    assert sd._is_torch and isinstance(sd.quantized_data, torch.Tensor)
+    c = pyfastpim.AttentionContext(update_rate=0.1, strength=0.5)
+    c.incoming = np.eye(6, dtype=np.float32)
+    assert isinstance(c.apply(x), torch.Tensor)
+
+
 def test_float64_input_counts_exactly_one_conversion():
     a = np.random.default_rng(0).standard_normal((8, 9))
     with memory.trace() as t:

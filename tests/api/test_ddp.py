@@ -22,9 +22,8 @@ BATCH = 8
 
 
 def _engine():
-    import pyfastpim
-    return pyfastpim.DPETensor(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0,
-                               rate_stuck_LGS=0.0, radc=2 ** 10, seed=0)
+    from noise_off import noise_free_engine  # tests/: on sys.path here (conftest) and in the workers (PYTHONPATH)
+    return noise_free_engine(radc=2 ** 10, seed=0)
 
 
 def _model(seed):
@@ -85,7 +84,8 @@ def test_ddp_two_processes_match_one(tmp_path):
     port = _free_port()
     # the children import the same pyfastpim as this process (the checkout or the installed package)
     pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(pyfastpim.__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([pkg_root] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+    paths = [pkg_root, os.path.dirname(HERE)] + [p for p in [os.environ.get("PYTHONPATH")] if p]  # + tests/
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths),
                OMP_NUM_THREADS="1")
     procs = [subprocess.Popen([sys.executable, __file__, str(r), str(port), str(tmp_path / ("r%d.pt" % r))],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(WORLD)]

@@ -89,3 +89,35 @@ def test_public_api_has_docstrings(name, needs_torch):
         pytest.importorskip("torch")
     assert _undocumented(importlib.import_module(name)) == []
 
+
+
+def _readme():
+    return open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+
+
+def test_readme_names_every_copy_kind_of_memory_stats():
+    """The README's list of memory.stats() copy kinds is memory.COPY_KINDS: it named four of the six
+    (not cuda_to_host / host_to_cuda, which pyfastpim.memintelli counts)."""
+    from pyfastpim import memory
+    listed = re.search(r"its copies by kind\s*\(([^;]*)\);", _readme())
+    assert listed, "README: the sentence on memory.stats()'s copy kinds is gone"
+    assert set(re.findall(r"`(\w+)`", listed.group(1))) == set(memory.COPY_KINDS)
+
+
+def test_readme_names_every_command_of_the_command_line():
+    """Each subcommand of `python3 -m pyfastpim` is in the README (`info` was not), and the README's
+    make targets and PYFASTPIM_* variables exist (in the Makefile; read by the package's sources)."""
+    import subprocess
+    import sys
+    from helpers import PKG_ROOT
+    out = subprocess.run([sys.executable, "-m", "pyfastpim", "--help"], capture_output=True, text=True, cwd="/",
+                         env=dict(os.environ, PYTHONPATH=PKG_ROOT), timeout=120).stdout
+    commands = re.search(r"\{([a-z,]+)\}", out).group(1).split(",")
+    readme = _readme()
+    assert "demo" in commands and [c for c in commands if "python3 -m pyfastpim " + c not in readme] == []
+    makefile = open(os.path.join(ROOT, "Makefile"), encoding="utf-8").read()
+    targets = set(re.findall(r"^([a-z][a-z0-9-]*):", makefile, re.M))
+    assert set(re.findall(r"`make ([a-z][a-z0-9-]*)", readme)) - targets == set()
+    sources = "".join(open(p, encoding="utf-8", errors="replace").read() for pat in (
+        "pyfastpim/**/*.py", "csrc/**/*.[ch]", "setup.py") for p in glob.glob(os.path.join(ROOT, pat), recursive=True))
+    assert set(re.findall(r"PYFASTPIM_[A-Z0-9_]+", readme)) - set(re.findall(r"PYFASTPIM_[A-Z0-9_]+", sources)) == set()

@@ -99,3 +99,20 @@ def test_flag_raising_index_propagates():
     with pytest.raises(TypeError) as info:
         _core.check_flag(Raises(err), "x")
     assert info.value is err
+
+
+def test_a_flag_reads_its_dtype_once():
+    """pf_as_flag looks an argument's dtype up once for both of its rules (the bool dtype, the 0/1 int):
+    it read a user's dtype property twice (is_bool's lookup, then int_value's)."""
+    class Counted:
+        reads = 0
+
+        @property
+        def dtype(self):
+            Counted.reads += 1
+            return "int64"
+
+        def __index__(self):
+            return 1
+
+    assert _core.check_flag(Counted(), "x") is True and Counted.reads == 1

@@ -136,6 +136,35 @@ def test_jit_trace_records_the_crossbar_product_not_its_result(kind, grad):
     assert not torch.equal(traced(x), got)
 
 
+@pytest.mark.parametrize("kind", ["linear", "conv"])
+def test_functional_call_computes_with_the_parameters_given(kind):
+    """torch.nn.utils.stateless.functional_call swaps the parameters for one call: the layer computes
+    with the ones given (their gradients go to them), then again with its own (MemIntelli's crossbars
+    keep the weights programmed before)."""
+    from torch.nn.utils.stateless import functional_call
+    layer, shape = _small_layer(kind)
+    doubled = copy.deepcopy(layer)
+    with torch.no_grad():
+        for p in doubled.parameters():
+            p.mul_(2)
+    x = torch.randn(shape)
+    own = layer(x)
+    given = {name: (2 * p).detach().requires_grad_() for name, p in layer.named_parameters()}
+    out = functional_call(layer, given, (x,))
+    assert torch.equal(out, doubled(x))
+    out.square().sum().backward()
+    assert given["weight"].grad is not None and layer.weight.grad is None
+    assert torch.equal(layer(x), own)
+
+
+@pytest.mark.parametrize("padding", ["same", "valid"])
+@pytest.mark.parametrize("cls", ["nn", "memintelli"])
+def test_conv2dmem_string_padding_is_a_type_error_naming_padding(padding, cls):
+    from pyfastpim.memintelli.NN_layers import Conv2dMem as MemIntelliConv2dMem
+    with pytest.raises(TypeError, match="'padding'"):
+        (Conv2dMem if cls == "nn" else MemIntelliConv2dMem)(engine(), 3, 5, 3, S8, S8, padding=padding)
+
+
 class _Halve(torch.nn.Module):
     def forward(self, w):
         return w * 0.5

@@ -103,6 +103,14 @@ def _needs_grad(*tensors):
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
+def _through_function(*tensors):
+    """Whether a forward runs through the layer's autograd Function: when a gradient is needed, and
+    under ``torch.jit.trace``, which records the Function as one node that calls the engine at each
+    run (the direct inference path would be recorded as its output, a constant, so the traced
+    module would return the traced input's result for every input)."""
+    return _needs_grad(*tensors) or torch.jit.is_tracing()
+
+
 # ----------------------------------------------------------------------------- engine calls
 # The engine's fused entry points slice the input inside the kernel (and, for convolutions,
 # read the unfolded patch matrix implicitly), so no slice codes or unfolded copies are stored.
@@ -115,20 +123,23 @@ def _engine_method(engine, name):
     return fn
 
 
-def _engine_linear(layer, x, return_dequant):
-    """forward_linear of the layer's input x, its errors about x naming the layer's argument 'input'."""
+def _engine_linear(layer, x, return_dequant, sliced=None):
+    """forward_linear of the layer's input x, its errors about x naming the layer's argument 'input';
+    sliced: the layer's weight_sliced when the caller has read it (reading it again re-programs a weight
+    that is recomputed at each access, as under torch.nn.utils.parametrize)."""
     fn = _engine_method(layer.engine, "forward_linear")
     with _as_input():
-        out, xq = fn(x, layer.weight_sliced, layer.input_slice_method, layer.input_paral_size, layer.input_quant_gran,
+        out, xq = fn(x, layer.weight_sliced if sliced is None else sliced, layer.input_slice_method, layer.input_paral_size, layer.input_quant_gran,
                      bw_e=layer.bw_e, return_dequant=return_dequant)
     return _as_torch(out), _as_torch(xq)
 
 
-def _engine_conv2d(layer, x, return_dequant):
-    """forward_conv2d of the layer's input x, its errors about x naming the layer's argument 'input'."""
+def _engine_conv2d(layer, x, return_dequant, sliced=None):
+    """forward_conv2d of the layer's input x, its errors about x naming the layer's argument 'input';
+    sliced as for _engine_linear."""
     fn = _engine_method(layer.engine, "forward_conv2d")
     with _as_input():
-        out, xq = fn(x, layer.weight_sliced, layer._kernel2d, layer._stride2d, layer._padding2d, layer._dilation2d,
+        out, xq = fn(x, layer.weight_sliced if sliced is None else sliced, layer._kernel2d, layer._stride2d, layer._padding2d, layer._dilation2d,
                      layer.input_slice_method, layer.input_paral_size, layer.input_quant_gran, bw_e=layer.bw_e,
                      return_dequant=return_dequant)
     return _as_torch(out), _as_torch(xq)
@@ -166,8 +177,9 @@ class _LinearMemFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, layer):
-        out, xq = _engine_linear(layer, x.detach(), return_dequant=True)
-        wq = _host_quantized(layer.weight_sliced)  # (in, out): dequantized W^T
+        sliced = layer.weight_sliced  # read once: programs the weight at most once per forward
+        out, xq = _engine_linear(layer, x.detach(), return_dequant=True, sliced=sliced)
+        wq = _host_quantized(sliced)  # (in, out): dequantized W^T
         if bias is not None:
             out = out + bias.detach().to(out.dtype)
         ctx.save_for_backward(xq, wq)
@@ -195,8 +207,9 @@ class _Conv2dMemFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, layer):
-        out, xq = _engine_conv2d(layer, x.detach(), return_dequant=True)  # xq: (N, L, C_in*kh*kw)
-        wq = _host_quantized(layer.weight_sliced)                         # (C_in*kh*kw, C_out)
+        sliced = layer.weight_sliced  # read once, as in _LinearMemFunction
+        out, xq = _engine_conv2d(layer, x.detach(), return_dequant=True, sliced=sliced)  # xq: (N, L, C_in*kh*kw)
+        wq = _host_quantized(sliced)                                                     # (C_in*kh*kw, C_out)
         if bias is not None:
             out = out + bias.detach().to(out.dtype).view(1, -1, 1, 1)
         ctx.save_for_backward(xq, wq)
@@ -476,7 +489,7 @@ class LinearMem(_MemLayer):
         elif x.dim() > 3:
             x = x.reshape(-1, shape[-2], shape[-1])
         x = x.to(torch.float32)
-        if _needs_grad(input, self.weight, self.bias):
+        if _through_function(input, self.weight, self.bias):
             out = _LinearMemFunction.apply(x, self.weight, self.bias, self)
         else:
             out, _ = _engine_linear(self, x.detach(), return_dequant=False)
@@ -544,7 +557,7 @@ class Conv2dMem(_MemLayer):
             return torch.nn.functional.conv2d(x, self.weight.to(x.dtype),
                                               None if self.bias is None else self.bias.to(x.dtype), s, p, d)
         x = x.to(torch.float32)
-        if _needs_grad(input, self.weight, self.bias):
+        if _through_function(input, self.weight, self.bias):
             out = _Conv2dMemFunction.apply(x, self.weight, self.bias, self)
         else:
             out, _ = _engine_conv2d(self, x.detach(), return_dequant=False)

@@ -110,6 +110,94 @@ def test_programmed_reference_is_not_state():
     assert state["_programmed_ref"] is None and state["_weight_sliced"] is None
 
 
+# ----------------------------------------------------------------------------- torch's module tools
+# torch.jit.trace and torch.nn.utils.parametrize with the layers (found comparing with MemIntelli:
+# its layers crash under trace and compute with stale weights under a parametrization)
+
+def _small_layer(kind, cls=None):
+    torch.manual_seed(0)
+    if kind == "linear":
+        return (cls or LinearMem)(engine(), 20, 7, S8, S8), (4, 20)
+    return (cls or Conv2dMem)(engine(), 3, 5, 3, S8, S8, padding=1), (2, 3, 6, 6)
+
+
+@pytest.mark.parametrize("kind", ["linear", "conv"])
+@pytest.mark.parametrize("grad", [False, True])
+def test_jit_trace_records_the_crossbar_product_not_its_result(kind, grad):
+    """A module traced (under torch.no_grad(), as for inference, or with grad) computes each new input on
+    the crossbar: the inference path was recorded as its output, a constant, so the traced module
+    returned the traced input's result for every input (and the trace's own check failed)."""
+    layer, shape = _small_layer(kind)
+    x, x2 = torch.randn(shape), torch.randn(shape)
+    with torch.set_grad_enabled(grad):
+        traced = torch.jit.trace(layer, (x,))
+        got, want = traced(x2), layer(x2)
+    assert torch.equal(got, want)
+    assert not torch.equal(traced(x), got)
+
+
+@pytest.mark.parametrize("kind", ["linear", "conv"])
+def test_functional_call_computes_with_the_parameters_given(kind):
+    """torch.nn.utils.stateless.functional_call swaps the parameters for one call: the layer computes
+    with the ones given (their gradients go to them), then again with its own (MemIntelli's crossbars
+    keep the weights programmed before)."""
+    from torch.nn.utils.stateless import functional_call
+    layer, shape = _small_layer(kind)
+    doubled = copy.deepcopy(layer)
+    with torch.no_grad():
+        for p in doubled.parameters():
+            p.mul_(2)
+    x = torch.randn(shape)
+    own = layer(x)
+    given = {name: (2 * p).detach().requires_grad_() for name, p in layer.named_parameters()}
+    out = functional_call(layer, given, (x,))
+    assert torch.equal(out, doubled(x))
+    out.square().sum().backward()
+    assert given["weight"].grad is not None and layer.weight.grad is None
+    assert torch.equal(layer(x), own)
+
+
+@pytest.mark.parametrize("padding", ["same", "valid"])
+@pytest.mark.parametrize("cls", ["nn", "memintelli"])
+def test_conv2dmem_string_padding_is_a_type_error_naming_padding(padding, cls):
+    from pyfastpim.memintelli.NN_layers import Conv2dMem as MemIntelliConv2dMem
+    with pytest.raises(TypeError, match="'padding'"):
+        (Conv2dMem if cls == "nn" else MemIntelliConv2dMem)(engine(), 3, 5, 3, S8, S8, padding=padding)
+
+
+class _Halve(torch.nn.Module):
+    def forward(self, w):
+        return w * 0.5
+
+
+@pytest.mark.parametrize("kind", ["linear", "conv", "conv1d"])
+def test_parametrized_weight_is_programmed_once_per_forward(kind, monkeypatch):
+    """Under torch.nn.utils.parametrize the weight is recomputed at each access, so each read of
+    weight_sliced re-programmed it: twice per training forward. Now once, with the parametrized values."""
+    from torch.nn.utils import parametrize
+    from pyfastpim.memintelli.NN_layers import Conv1dMem
+    from pyfastpim.nn import layers
+    if kind == "conv1d":
+        torch.manual_seed(0)
+        layer, shape = Conv1dMem(engine(), 3, 5, 3, S8, S8), (2, 3, 9)
+    else:
+        layer, shape = _small_layer(kind)
+    halved = copy.deepcopy(layer)  # (a parametrized module cannot be deep-copied)
+    with torch.no_grad():
+        halved.weight.mul_(0.5)
+    parametrize.register_parametrization(layer, "weight", _Halve())
+    calls = []
+    original = layers._MemLayer.update_weight
+    monkeypatch.setattr(layers._MemLayer, "update_weight", lambda self: calls.append(1) or original(self))
+    x = torch.randn(shape, requires_grad=True)
+    out = layer(x)
+    assert len(calls) == 1
+    out.square().sum().backward()
+    assert layer.parametrizations.weight.original.grad is not None
+    with torch.no_grad():
+        assert torch.equal(out, halved(x))  # computed with the halved weights
+
+
 # ----------------------------------------------------------------------------- 7. empty batches
 
 @pytest.mark.parametrize("device", DEVICES)

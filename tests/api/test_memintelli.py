@@ -880,6 +880,24 @@ def test_resnet_zoo_initialises_as_memintelli(factory, mem_enabled, convs_kaimin
     assert abs(float(fc.std()) / _uniform_std(512) - 1) < 4 / np.sqrt(2 * fc.numel())
 
 
+def test_vgg_cifar_builds_through_memintellis_overridable_methods():
+    """MemIntelli's VGG_CIFAR builds features and classifier with _make_layers(cfg) / _make_classifier(n), so a
+    subclass changes the head by overriding one (found comparing the classes' members; pyfastpim built them
+    inline, so an override was silently ignored). ResNet's _make_layer and MobileNetV2's _make_divisible exist."""
+    from pyfastpim.memintelli.NN_models import MobileNetV2, ResNet_CIFAR, VGG_CIFAR, cfgs
+
+    class SmallHead(VGG_CIFAR):
+        def _make_classifier(self, num_classes):
+            return torch.nn.Linear(512, num_classes)
+
+    model = SmallHead("vgg11_bn", num_classes=3, mem_enabled=False)
+    assert isinstance(model.classifier, torch.nn.Linear)
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 3)
+    features = model._make_layers(cfgs["vgg11_bn"])
+    assert isinstance(features, torch.nn.Sequential) and len(features) == len(model.features)
+    assert callable(ResNet_CIFAR._make_layer) and callable(MobileNetV2._make_divisible)
+
+
 # ----------------------------------------------------------------------------- attribute types
 
 def test_conv_geometry_attributes_are_kept_as_given():

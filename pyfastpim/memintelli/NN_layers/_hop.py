@@ -22,15 +22,16 @@ class HostLinear(torch.autograd.Function):
     def forward(ctx, x, weight, bias, layer, need):
         dev = x.device
         xh = _device.to_host(x.detach()).to(torch.float32)
+        sliced = layer.weight_sliced  # read once: programs the weight at most once per forward
         with _as_input():  # errors about x name the layer's argument 'input', its slice widths input_slice_method
-            out, xq = layer.engine.forward_linear(xh, layer.weight_sliced, layer.input_slice_method,
+            out, xq = layer.engine.forward_linear(xh, sliced, layer.input_slice_method,
                                                   layer.input_paral_size, layer.input_quant_gran, bw_e=layer.bw_e,
                                                   return_dequant=need)
         out = torch.as_tensor(out)
         if bias is not None:
             out = out + _host_param(bias)
         if need:
-            ctx.save_for_backward(torch.as_tensor(xq), _host_quantized(layer.weight_sliced))
+            ctx.save_for_backward(torch.as_tensor(xq), _host_quantized(sliced))
         ctx.meta = (x.dtype, weight.device, weight.dtype, None if bias is None else (bias.device, bias.dtype), dev)
         return _device.to_device(out, dev).to(x.dtype)
 
@@ -58,15 +59,16 @@ class HostConv2d(torch.autograd.Function):
         dev = x.device
         xh = _device.to_host(x.detach()).to(torch.float32)
         geom = (layer._kernel2d, layer._stride2d, layer._padding2d, layer._dilation2d)
+        sliced = layer.weight_sliced  # read once, as in HostLinear
         with _as_input():
-            out, xq = layer.engine.forward_conv2d(xh, layer.weight_sliced, *geom, layer.input_slice_method,
+            out, xq = layer.engine.forward_conv2d(xh, sliced, *geom, layer.input_slice_method,
                                                   layer.input_paral_size, layer.input_quant_gran, bw_e=layer.bw_e,
                                                   return_dequant=need)
         out = torch.as_tensor(out)
         if bias is not None:
             out = out + _host_param(bias).view(1, -1, 1, 1)
         if need:
-            ctx.save_for_backward(torch.as_tensor(xq), _host_quantized(layer.weight_sliced))
+            ctx.save_for_backward(torch.as_tensor(xq), _host_quantized(sliced))
         ctx.geom = (tuple(x.shape), geom)
         ctx.meta = (x.dtype, tuple(weight.shape), weight.device, weight.dtype,
                     None if bias is None else (bias.device, bias.dtype), dev)

@@ -41,18 +41,28 @@ class VGG_CIFAR(MemModel):
             raise ValueError("Invalid model name: %r (available: %s)" % (cfg, ", ".join(cfgs)))
         self.mem_enabled = mem_enabled
         self.mem_args = dict(mem_args or {}) if mem_enabled else {}
-        a, m = self.mem_args, mem_enabled
+        # built by the methods MemIntelli's VGG_CIFAR builds them with (a subclass may override them)
+        self.features = self._make_layers(cfgs[cfg])
+        self.classifier = self._make_classifier(num_classes)
+
+    def _make_layers(self, cfg):
+        """The feature extractor for ``cfg`` (widths and 'M' for a pool, as the lists in ``cfgs``)."""
         layers, c_in = [], 3
-        for v in cfgs[cfg]:
+        for v in cfg:
             if v == "M":
                 layers.append(nn.MaxPool2d(kernel_size=2, stride=2))
             else:
-                layers += [conv(a, m, c_in, v, 3, padding=1), nn.BatchNorm2d(v), nn.ReLU()]
+                layers += [conv(self.mem_args, self.mem_enabled, c_in, v, 3, padding=1), nn.BatchNorm2d(v),
+                           nn.ReLU()]
                 c_in = v
-        self.features = nn.Sequential(*layers)
-        self.classifier = nn.Sequential(linear(a, m, 512, 512), nn.ReLU(), nn.Dropout(),
-                                        linear(a, m, 512, 512), nn.ReLU(), nn.Dropout(),
-                                        linear(a, m, 512, num_classes))
+        return nn.Sequential(*layers)
+
+    def _make_classifier(self, num_classes):
+        """The 512-512-512-num_classes head with dropout."""
+        a, m = self.mem_args, self.mem_enabled
+        return nn.Sequential(linear(a, m, 512, 512), nn.ReLU(), nn.Dropout(),
+                             linear(a, m, 512, 512), nn.ReLU(), nn.Dropout(),
+                             linear(a, m, 512, num_classes))
 
     def forward(self, x):
         x = self.features(x)

@@ -472,14 +472,14 @@ def _engine_apply(res, xa, w, s, engine, kw, xname):
 
 class AttentionContext(_ContextCore):
     __doc__ = ("AttentionContext(update_rate=0.01, strength=0.0, embed_dim=None, device=None)\n\n" + _DOC
-               + "\ndevice: None or 'cpu' (default), 'opencl' or 'opencl:P:D': where update_outgoing and "
-                 "apply (without engine=) run.")
+               + "\ndevice: where update_outgoing and apply (without engine=) run, as DPETensor's device: None or "
+                 "'cpu[:N]' (default), 'opencl', 'opencl:P:D', 'cuda[:N]' (the best OpenCL GPU, else the CPU) or a "
+                 "torch.device.")
 
     def __init__(self, update_rate=0.01, strength=0.0, embed_dim=None, device=None):
         super().__init__(update_rate=update_rate, strength=strength, embed_dim=embed_dim)
-        from .devices import resolve_device
-        self._device = resolve_device(device)
-        self.device = "cpu" if self._device is None else (device if isinstance(device, str) else "opencl")
+        from .devices import _engine_device  # the engines' device forms (DPETensor's), one rule
+        self._device, self.device = _engine_device(device)
 
     def update_outgoing(self, x, y):
         return self._update_rows(x, y, self._device)

@@ -57,6 +57,17 @@ OpenCLDevice = _core.OpenCLDevice
 _handles = {}
 _lock = threading.Lock()
 os.register_at_fork(after_in_child=_lock._at_fork_reinit)  # free in a forked child (see sliced._state_lock)
+_parent_handles = []  # the parent's handles in a forked child: kept, never used nor freed there
+
+
+def _forget_handles_in_child():
+    """A forked child does not reuse the parent's handles: resolve_device opens anew, and the handle
+    refuses there at once (bind_opencl.c "fork") instead of at the first operation."""
+    _parent_handles.extend(_handles.values())
+    _handles.clear()
+
+
+os.register_at_fork(after_in_child=_forget_handles_in_child)
 _DEVICE_RE = re.compile(r"^opencl(?::(\d+):(\d+))?$")
 _ENV_DEVICE = "PYFASTPIM_OPENCL_DEVICE"
 _ENV_RE = re.compile(r"^(?:opencl:)?(\d+):(\d+)$")
@@ -166,29 +177,56 @@ def resolve_device(device):
         return handle
 
 
+_ENGINE_FORMS = "None, 'cpu[:N]', 'cuda[:N]', 'opencl', 'opencl:P:D' or a torch.device"
+
+
+def _engine_form(device):
+    """An engine's ``device=`` argument checked without opening a device: None, an
+    :class:`OpenCLDevice` as given, else the device string (a torch.device as its ``str``) stripped
+    and lower-cased, one of 'cpu[:N]', 'cuda[:N]', 'opencl', 'opencl:P:D'. The one rule of
+    DPETensor, AttentionContext and SlicedData: TypeError / ValueError naming 'device' otherwise."""
+    if type(device).__module__ == "torch" and type(device).__name__ == "device":
+        device = str(device)  # torch.device('cpu') / torch.device('cuda', 0)
+    if device is None or isinstance(device, OpenCLDevice):
+        return device
+    if not isinstance(device, str):
+        raise TypeError("argument 'device': expected %s, got %r" % (_ENGINE_FORMS, device))
+    s = device.strip().lower()
+    if s == "cpu" or _TORCH_CPU_RE.match(s) or _CUDA_RE.match(s) or _DEVICE_RE.match(s):
+        return s
+    raise ValueError("argument 'device': expected %s (P:D: platform and device numbers), got %r"
+                     % (_ENGINE_FORMS, device))
+
+
 def resolve_engine_device(device):
     """The compute handle for an engine's ``device=`` argument: :func:`resolve_device`'s values plus
-    ``torch.device`` objects and 'cuda[:N]' strings (as MemIntelli scripts pass them).
+    ``torch.device`` objects and 'cuda[:N]' strings (as MemIntelli scripts pass them), checked by
+    :func:`_engine_form`.
 
     'cpu' / 'cpu:N' / torch.device('cpu'[, N]) is the CPU kernels; 'cuda[:N]' / torch.device('cuda') is the OpenCL
     GPU with the most compute units when one is present, else the CPU kernels (None). Tensors on
     CUDA are handled by :mod:`pyfastpim.memintelli` (copied to the host and back, counted).
     """
-    if type(device).__module__ == "torch" and type(device).__name__ == "device":
-        device = str(device)  # torch.device('cpu') / torch.device('cuda', 0)
-    if isinstance(device, str) and _TORCH_CPU_RE.match(device.strip().lower()):
-        return None
-    if isinstance(device, str) and _CUDA_RE.match(device.strip().lower()):
+    return _engine_device(device)[0]
+
+
+def _engine_device(device):
+    """``(handle, name)`` for an engine's ``device=``: :func:`resolve_engine_device`'s handle and the
+    name the engine shows as ``.device``: 'cpu' on the CPU kernels, else the device string as
+    :func:`_engine_form` normalizes it ('opencl' for a handle or a torch.device)."""
+    form = _engine_form(device)
+    if isinstance(form, str) and _CUDA_RE.match(form):
         _, cl = _core.cl_devices()
         gpus = [d for d in cl if d["type"] == "gpu"]
         if not gpus:
-            return None
+            return None, "cpu"
         pick = max(gpus, key=lambda d: (d.get("compute_units", 0), d.get("global_mem_bytes", 0)))
-        return resolve_device("opencl:%d:%d" % (pick["platform"], pick["device"]))
-    if device is not None and not isinstance(device, (str, OpenCLDevice)):
-        raise TypeError("argument 'device': expected None, 'cpu[:N]', 'cuda[:N]', 'opencl', 'opencl:P:D' or a "
-                        "torch.device, got %r" % (device,))
-    return resolve_device(device)
+        handle = resolve_device("opencl:%d:%d" % (pick["platform"], pick["device"]))
+    else:
+        handle = resolve_device(None if isinstance(form, str) and _TORCH_CPU_RE.match(form) else form)
+    if handle is None:
+        return None, "cpu"
+    return handle, form if isinstance(device, str) else "opencl"
 
 
 def cl_dpe_mvm(handle, *args, weights_key=None, **kwargs):

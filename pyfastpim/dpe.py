@@ -323,9 +323,8 @@ class DPETensor:
             raise ValueError("argument 'rate_stuck_LGS': rate_stuck_HGS + rate_stuck_LGS exceeds 1 (%g + %g)"
                              % (self.rate_stuck_HGS, self.rate_stuck_LGS))
         self.read_variation = read_variation
-        from .devices import resolve_engine_device
-        self._cl = resolve_engine_device(device)  # None: CPU; ValueError / RuntimeError naming the device
-        self.device = "cpu" if self._cl is None else (device if isinstance(device, str) else "opencl")
+        from .devices import _engine_device
+        self._cl, self.device = _engine_device(device)  # _cl None: CPU; ValueError / RuntimeError naming the device
         self.Q_G = (self.HGS - self.LGS) / (self.g_level - 1)
         self.conductance_levels = np.array([self.LGS + i * self.Q_G for i in range(self.g_level)])
         self._drift = None  # pyfastpim.physics.DriftSettings once drift() is called

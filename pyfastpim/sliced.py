@@ -419,6 +419,10 @@ class SlicedData:
         gran = paral if quant_gran is None else _quant_gran(quant_gran)
         _check_sizes(paral, gran, "paral_size", "quant_gran")
         inference = _core.check_flag(inference, "inference")
+        if device is not None:  # DPETensor's device forms and messages; a string as the engines show it
+            from .devices import _engine_form
+            form = _engine_form(device)
+            device = form if isinstance(device, str) else device
         self._setup(slice_method, widths, bw_e, is_weight, paral, gran, device, inference)
 
     @classmethod

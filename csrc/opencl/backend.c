@@ -26,9 +26,8 @@ static pf_status cl_slice_quantize(void *dev, const float *x, int64_t n, int64_t
                                    uint8_t *codes, float *gran_max, float *gran_scale, int32_t *gran_exp,
                                    float *dequant, int g_level, uint8_t *levels, pf_cancel *cancel)
 {
-    (void)cancel; /* one enqueued pass: not interruptible */
     return pf_cl_slice_quantize((pf_cl_device *)dev, x, n, rows, cols, gran_rows, gran_cols, sm, bfp, codes,
-                                gran_max, gran_scale, gran_exp, dequant, g_level, levels);
+                                gran_max, gran_scale, gran_exp, dequant, g_level, levels, cancel);
 }
 
 static pf_status cl_program_conductance(void *dev, const uint8_t *levels, int64_t n_slices, int64_t rows,

@@ -123,11 +123,12 @@ pf_status pf_cl_im2col_dequantize(pf_cl_device *dev, const pf_im2col *c, int64_t
                                   const float *gran_max, int total_bits, int bfp, float *out);
 
 /* Bit-slice/quantize (contract of pf_slice_quantize in slicing.h, same
- * outputs bit for bit) and weight programming (pf_program_conductance). */
+ * outputs bit for bit) and weight programming (pf_program_conductance); both
+ * run in pieces polling cancel (may be NULL) between them: PF_EINTR when set. */
 pf_status pf_cl_slice_quantize(pf_cl_device *dev, const float *x, int64_t n, int64_t rows, int64_t cols,
                                int64_t gran_rows, int64_t gran_cols, const pf_slice_method *sm, int bfp,
                                uint8_t *codes, float *gran_max, float *gran_scale, int32_t *gran_exp, float *dequant,
-                               int g_level, uint8_t *levels);
+                               int g_level, uint8_t *levels, pf_cancel *cancel);
 pf_status pf_cl_program_conductance(pf_cl_device *dev, const uint8_t *levels, int64_t n_slices, int64_t rows,
                                     int64_t cols, const pf_program_params *p, float *conductance,
                                     pf_cancel *cancel);

@@ -329,7 +329,10 @@ static pf_status open_context(pf_cl_device *dev)
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)dev->platform, 0};
     dev->ctx = clCreateContext(props, 1, &dev->device, NULL, NULL, &rc);
     PF_CL_TRY(rc, "clCreateContext");
-    const char *prof = getenv("PYFASTPIM_CL_PROFILE");
+    const char *prof = getenv("PYFASTPIM_CL_PROFILE"); /* "1" on; "0", empty or unset off (PYFASTPIM_PROGRESS's) */
+    if (prof && *prof && strcmp(prof, "0") != 0 && strcmp(prof, "1") != 0)
+        return pf_fail(PF_EINVAL, "PYFASTPIM_CL_PROFILE", "environment variable PYFASTPIM_CL_PROFILE: expected '1' "
+                       "(print kernel times) or '0', got '%.64s'", prof);
     dev->profile = prof && strcmp(prof, "1") == 0;
     dev->queue = clCreateCommandQueue(dev->ctx, dev->device, dev->profile ? CL_QUEUE_PROFILING_ENABLE : 0, &rc);
     PF_CL_TRY(rc, "clCreateCommandQueue");

@@ -162,7 +162,7 @@ PyObject *pf_slice_call_finish(pf_slice_call *c, pf_status status, const char *w
 }
 
 /* Runs a parsed slice_quantize call on device d (lock held, GIL released); Ctrl-C stops the CPU's
- * slicing between bands / rows (bind_interrupt.h). */
+ * slicing between bands / rows, OpenCL's between pieces of its kernels (bind_interrupt.h). */
 typedef struct {
     pf_device *d;
     pf_slice_call *c;

@@ -237,3 +237,35 @@ def test_ctrl_c_interrupts_a_wait_for_a_busy_opencl_device(kind):
     tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     latency = _child_latency(LOCK_CHILD, tests_dir, device, kind)
     assert latency < LIMIT_S, "KeyboardInterrupt %.2f s after SIGINT" % latency
+
+
+SLICE_CHILD = textwrap.dedent("""
+    import sys, time
+    import numpy as np
+    import pyfastpim as pf
+    from pyfastpim import _core
+    R, C = int(sys.argv[1]), int(sys.argv[2])
+    dev = pf.resolve_device(sys.argv[3])
+    x = np.random.default_rng(0).standard_normal((R, C)).astype(np.float32)
+    args = ((1,) * 8, (32, 32), (32, 32), None, True, 16)   # 8 slices, dequantized data and levels
+    ref = _core.slice_quantize(x[:96, :64], *args, device=dev)
+    print("ready", flush=True)
+    try:
+        while True:                                   # each call takes seconds on PoCL
+            _core.slice_quantize(x, *args, device=dev)
+    except KeyboardInterrupt:
+        t = time.monotonic()
+    again = _core.slice_quantize(x[:96, :64], *args, device=dev)   # works afterwards, same results
+    assert all(a is None and b is None or np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(ref, again))
+    print("interrupted", t, flush=True)
+""")
+
+
+def test_ctrl_c_interrupts_opencl_slicing():
+    """slice_quantize on an OpenCL device (SlicedData.slice_data_imp with an OpenCL engine; ~3 s
+    here on PoCL) stops between pieces of its kernels; it ran its three passes to the end before."""
+    device = _opencl_device()
+    if device is None:
+        pytest.skip("no OpenCL device")
+    latency = _child_latency(SLICE_CHILD, *((1024, 1024) if SANITIZED else (8192, 6144)), device)
+    assert latency < LIMIT_S, "KeyboardInterrupt %.2f s after SIGINT" % latency

@@ -193,6 +193,20 @@ def test_environment_chooses_the_kernel_at_open(monkeypatch):
         _core.OpenCLDevice(p, i)
 
 
+@pytest.mark.parametrize("value", ["true", " 1", "2"])
+def test_a_malformed_profile_variable_raises_naming_it(monkeypatch, value):
+    # PYFASTPIM_CL_PROFILE is '1' (kernel times on stderr) or '0' / empty / unset (off), as
+    # PYFASTPIM_PROGRESS: anything else was silently off (the user waited for timings that never came)
+    base = pyfastpim.resolve_device("opencl")
+    p, i = base.info["platform"], base.info["device"]
+    monkeypatch.setenv("PYFASTPIM_CL_PROFILE", value)
+    with pytest.raises(ValueError, match="PYFASTPIM_CL_PROFILE.*'1'.*'0'"):
+        _core.OpenCLDevice(p, i)
+    for ok in ("0", "", "1"):
+        monkeypatch.setenv("PYFASTPIM_CL_PROFILE", ok)
+        _core.OpenCLDevice(p, i)
+
+
 @pytest.mark.parametrize("tile", ["32,4,16,8", "4,3,16,8", "4,4", "a,b,c,d", "4,4,16,8,0,1", "4,4,0,8",
                                   "4,4,16,8x", "4,4,16,8,2", "4,4,2000,8"])
 def test_a_malformed_tile_variable_raises_naming_it(monkeypatch, tile):

@@ -398,7 +398,9 @@ def test_device_and_defaults_like_memintelli():
     sd = SlicedData((1, 1, 2))
     assert sd.device == torch.device("cpu") and sd.paral_size == (64, 64) and sd.quant_gran == (64, 64)
     assert SlicedData((1, 1, 2), device="cpu").device == "cpu"
-    assert SlicedData((1, 1, 2), device="opencl:0").device == "opencl:0"
+    assert SlicedData((1, 1, 2), device=" OpenCL:0:0 ").device == "opencl:0:0"  # DPETensor's forms, normalized
+    with pytest.raises(ValueError, match="argument 'device'"):  # no device string DPETensor refuses
+        SlicedData((1, 1, 2), device="opencl:0")
     assert sd.sliced_data is None and sd.max_data is None and sd.quantized_data is None and sd.G is None
 
 

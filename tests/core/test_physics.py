@@ -731,3 +731,13 @@ def test_physics_conversions_are_counted_copies():
             physics.drift_conductance(bad, 10.0)
     with pytest.raises(TypeError, match="argument 'V'"):
         physics.column_currents(G, V.astype(complex), 2.0)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_column_currents_refuses_a_non_finite_g_in_one_message_at_every_resistance(bad):
+    # R = 0 said "conductances must be finite", R > 0 "conductances must be finite and the network solvable"
+    G = np.full((3, 3), 1e-5)
+    G[1, 2] = bad
+    for r in (0, 0.0, 1.0, 1e-300):
+        with pytest.raises(ValueError, match=r"^argument 'G': conductances must be finite$"):
+            physics.column_currents(G, np.ones(3), r)

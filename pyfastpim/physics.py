@@ -84,10 +84,11 @@ def column_currents(G, V, wire_resistance):
                          "shape %r" % (G.shape[0], V.shape))
     if not np.isfinite(V).all():
         raise ValueError("argument 'V': row voltages must be finite")
-    # no wires; a bool (Python's or NumPy's) is no resistance: the type rule of every entry point first
-    if _core.check_number(wire_resistance, "wire_resistance") == 0:
-        if not np.isfinite(G).all():
-            raise ValueError("argument 'G': conductances must be finite")
+    # a bool (Python's or NumPy's) is no resistance: the type rule of every entry point first
+    r_wire = _core.check_number(wire_resistance, "wire_resistance")
+    if not np.isfinite(G).all():  # one message at every wire resistance (the solver's added "solvable")
+        raise ValueError("argument 'G': conductances must be finite")
+    if r_wire == 0:  # no wires
         return V @ np.maximum(G, 0.0)
     return V @ effective_conductance(G, wire_resistance)
 

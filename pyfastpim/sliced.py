@@ -112,7 +112,7 @@ def _widths(slice_method, name="slice_method"):
     if isinstance(sm, (str, bytes, collections.abc.Mapping, collections.abc.Set)) or not hasattr(sm, "__iter__"):
         raise TypeError("argument '%s': expected a sequence of bit widths, got %r" % (name, slice_method))
     out = []
-    for v in sm:
+    for v in itertools.islice(sm, _core.SLICE_MAX_TOTAL_BITS + 1):  # more widths are too many bits: no endless read
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or \
                 not math.isfinite(v) or v != int(v):
             raise TypeError("argument '%s': widths must be integers, got %r" % (name, v))
@@ -123,6 +123,9 @@ def _widths(slice_method, name="slice_method"):
         raise ValueError("argument '%s': the first (sign) slice must be 1 bit wide, got %d" % (name, out[0]))
     if min(out) < 1:
         raise ValueError("argument '%s': every width must be positive, got %r" % (name, tuple(out)))
+    if len(out) > _core.SLICE_MAX_TOTAL_BITS:  # read no further (a range(2**100) would never end)
+        raise ValueError("argument '%s': total bits must be 2 to %d, got more than %d slice widths"
+                         % (name, _core.SLICE_MAX_TOTAL_BITS, _core.SLICE_MAX_TOTAL_BITS))
     if sum(out) > _core.SLICE_MAX_TOTAL_BITS or sum(out) < 2:
         raise ValueError("argument '%s': total bits must be 2 to %d, got %d"
                          % (name, _core.SLICE_MAX_TOTAL_BITS, sum(out)))
@@ -165,11 +168,19 @@ def _is_pair_sequence(value):
             and hasattr(value, "__len__") and hasattr(value, "__getitem__"))
 
 
+def _length(value):
+    """len(value), a range's too where len() cannot count it (range(2**100): OverflowError, naming nothing)."""
+    if isinstance(value, range):
+        steps, rest = divmod(value.stop - value.start, value.step)
+        return max(0, steps + (rest != 0))
+    return len(value)
+
+
 def _pair_snapshot(value, wrong_length):
     """A pair sequence's two items, read once (a user sequence's items then cannot disagree with the
     length checked); ValueError(``wrong_length`` % count) for another length than 2, from its len()
     (no long sequence is copied) or, where its items disagree with that, from the items read."""
-    n = len(value)
+    n = _length(value)
     items = tuple(itertools.islice(value, 3)) if n == 2 else ()
     if n != 2 or len(items) != 2:
         raise ValueError(wrong_length % (n if n != 2 else len(items)))

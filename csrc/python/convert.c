@@ -56,10 +56,6 @@ static int is_bool_or_complex(PyObject *obj, char *dt, size_t size)
     return is_bool_dtype(dt) || strstr(dt, "complex") != NULL || PyErr_Occurred(); /* 1: not read */
 }
 
-/* Whether a TypeError (or nothing) is pending: anything else raised by an object's own dtype property or
- * __len__ (a ZeroDivisionError, a KeyboardInterrupt) propagates as it is. */
-static int only_type_error(void) { return !PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError); }
-
 /* After a value's own __index__ / __float__ failed: 0 (nothing pending) where the failure is the rule's
  * refusal, -1 (the exception pending) where it is the value's own. The array libraries' values (a NumPy
  * scalar or array, a tensor: anything with a dtype, dt) refuse a conversion they cannot make (a float
@@ -96,7 +92,7 @@ static int own_index(PyObject *obj, const char *dt, PyObject **idx)
 
 /* obj as an int by the rule for ints: 1 with a new reference in *idx; 0 where obj is no int (a bool, a
  * float, no __index__, refused by own_index; nothing pending); -1 with an exception pending: obj's own,
- * raised by its __index__ (a TypeError too) or its dtype property (other than a TypeError). */
+ * raised by its __index__ or its dtype property (a TypeError too). */
 static int int_value(PyObject *obj, PyObject **idx)
 {
     char dt[32];
@@ -104,12 +100,8 @@ static int int_value(PyObject *obj, PyObject **idx)
     if (is_bool_scalar(obj) || PyFloat_Check(obj) || !PyIndex_Check(obj))
         return 0;
     dtype_name(obj, dt, sizeof dt);
-    if (PyErr_Occurred()) { /* the dtype property's own exception (a TypeError is the rule's refusal) */
-        if (!only_type_error())
-            return -1;
-        PyErr_Clear();
-        return 0;
-    }
+    if (PyErr_Occurred()) /* the dtype property's own exception (a TypeError too): user code's */
+        return -1;
     return is_bool_dtype(dt) ? 0 : own_index(obj, dt, idx);
 }
 
@@ -147,17 +139,22 @@ int pf_as_int64_clamped(PyObject *obj, const char *name, const char *what, int64
 
 /* Whether obj has a length (a list, a 1-D array, a tensor of one element): a container, not a number,
  * even where its __float__ would unwrap one element (NumPy deprecates that). A 0-d array or tensor
- * (len() refuses it with a TypeError, as it refuses any object without a length) is a number. Any other
- * exception of obj's own __len__ (a KeyboardInterrupt, a MemoryError) stays pending (user code's: it
+ * (len() refuses it with a TypeError, as it refuses any object without a length) is a number; a range
+ * whose length len() cannot count (range(2**100)) is a container. Any other exception of obj's own __len__ (a KeyboardInterrupt, a MemoryError) stays pending (user code's: it
  * propagates as it is), with 1 (not read); callers check PyErr_Occurred(). */
 static int is_sized(PyObject *obj)
 {
     if (!PySequence_Check(obj) && !PyMapping_Check(obj))
         return 0;
-    if (PyObject_Size(obj) >= 0 || !PyErr_ExceptionMatches(PyExc_TypeError))
+    if (PyObject_Size(obj) >= 0)
         return 1;
-    PyErr_Clear();
-    return 0;
+    if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (PyRange_Check(obj) && PyErr_ExceptionMatches(PyExc_OverflowError))
+        PyErr_Clear(); /* range(2**100): a container, its length beyond Py_ssize_t (CPython's error) */
+    return 1;
 }
 
 /* obj (a number: not a float, a str, a bool, ...) as a double through its own __float__, or its int
@@ -209,9 +206,9 @@ int pf_as_double(PyObject *obj, const char *name, double *out)
         PyErr_Format(PyExc_ValueError, "argument '%s': must be finite, got an int beyond float64's range", name);
         return -1;
     }
-    /* pending: the own exception of obj's __float__ / __index__ (number), of its dtype property or __len__
-     * (not a number: a TypeError there is the rule's refusal) */
-    if (PyErr_Occurred() && (number || !only_type_error()))
+    /* pending: the own exception of obj's __float__ / __index__ (number), of its dtype property (a TypeError
+     * too) or __len__ (is_sized took a TypeError there for "no length") */
+    if (PyErr_Occurred())
         return -1;
     PyErr_Clear();
     PyErr_Format(PyExc_TypeError, "argument '%s': expected a real number, got %s", name, Py_TYPE(obj)->tp_name);
@@ -350,6 +347,39 @@ int pf_conv_g_level(PyObject *obj, void *out) { return conv_checked_int(obj, out
 
 int pf_conv_rdac(PyObject *obj, void *out) { return conv_checked_int(obj, out, "rdac", pf_validate_resolution); }
 
+/* 0 where obj, a sequence, can be read item by item as `what` (1 for a 1-D array: its __index__, which it
+ * has too, refuses it); else -1 with an exception naming `name`: an
+ * array of two or more dimensions (np.array([[16, 16]]), whose items are its rows) is a TypeError, as the
+ * Python layer's pair and slice rules refuse it; a range too long to count (range(2**100)) a ValueError.
+ * An exception of obj's own ndim property (other than AttributeError) propagates. */
+static int flat_sequence(PyObject *obj, const char *name, const char *what)
+{
+    if (PyList_Check(obj) || PyTuple_Check(obj))
+        return 0;
+    if (PyRange_Check(obj)) {
+        if (PyObject_Size(obj) >= 0)
+            return 0;
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "argument '%s': expected %s, got %R", name, what, obj);
+        return -1;
+    }
+    PyObject *nd = PyObject_GetAttrString(obj, "ndim");
+    if (!nd) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    long ndim = PyLong_Check(nd) ? PyLong_AsLong(nd) : 1;
+    Py_DECREF(nd);
+    if (ndim == -1 && PyErr_Occurred())
+        PyErr_Clear(); /* an ndim beyond long: no array of ours */
+    if (ndim < 2)
+        return ndim == 1;
+    PyErr_Format(PyExc_TypeError, "argument '%s': expected %s, got a %ld-D array", name, what, ndim);
+    return -1;
+}
+
 /* obj as a tuple snapshot of a non-string sequence (new reference) or NULL with TypeError naming `name`.
  * A tuple, not PySequence_Fast's list: a list would be the caller's own object, which an item's
  * __index__ can shorten (items left unread) or free while it is read. Bytes-like objects (bytes,
@@ -362,6 +392,8 @@ static PyObject *as_sequence(PyObject *obj, const char *name, const char *what)
         PyErr_Format(PyExc_TypeError, "argument '%s': expected %s, got %s", name, what, Py_TYPE(obj)->tp_name);
         return NULL;
     }
+    if (flat_sequence(obj, name, what) < 0)
+        return NULL;
     PyObject *seq = PySequence_Tuple(obj);
     if (!seq && PyErr_ExceptionMatches(PyExc_TypeError)) {
         PyErr_Clear();
@@ -448,13 +480,16 @@ int pf_conv_slice_method(PyObject *obj, void *arg)
 int pf_conv_resolutions(PyObject *obj, void *arg)
 {
     pf_resolutions_arg *a = arg;
+    static const char what[] = "an int or a sequence of at most " STR(PF_MAX_SLICES) " ints (one per weight slice)";
     Py_ssize_t n = 0;
-    if (PyIndex_Check(obj) && !PyBool_Check(obj)) {
+    int array = PySequence_Check(obj) ? flat_sequence(obj, a->name, what) : 0; /* an array has __index__ too */
+    if (array < 0)
+        return 0;
+    if (!array && PyIndex_Check(obj) && !PyBool_Check(obj)) {
         if (pf_as_int64(obj, a->name, &a->v[0]) < 0)
             return 0;
     } else {
-        if ((n = int_items(obj, a->name, "an int or a sequence of at most " STR(PF_MAX_SLICES)
-                           " ints (one per weight slice)", a->v, PF_MAX_SLICES)) < 0)
+        if ((n = int_items(obj, a->name, what, a->v, PF_MAX_SLICES)) < 0)
             return 0;
         if (n < 1) {
             PyErr_Format(PyExc_ValueError, "argument '%s': expected at least one resolution", a->name);

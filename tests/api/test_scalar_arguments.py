@@ -464,3 +464,81 @@ def test_vread_is_validated_once_by_the_core_on_every_entry(vread, others):
         assert core[1].startswith("argument 'vread': "), core
     for label, fn in _vread_entries().items():
         assert outcome(fn, vread, **others) == core, label
+
+
+# ---------------------------------------------------------------- a range too long for len()
+
+HUGE = range(2 ** 100)  # len() raises CPython's OverflowError, naming no argument
+
+
+@pytest.mark.parametrize("label,kind,name", SWEEP, ids=["%s-%s" % (c[0], c[2]) for c in SWEEP])
+def test_a_range_too_long_to_count_is_refused_naming_the_argument(label, kind, name):
+    # range(2**100) as a real number gave "OverflowError: Python int too large to convert to C ssize_t" from
+    # is_sized's len(), naming nothing; now the rule's TypeError (a container is no number)
+    fn, base, _ = PUBLIC[label]
+    exc, msg = outcome(lambda: fn(**dict(base, **{name: HUGE})))
+    assert exc in (TypeError, ValueError) and {"value": "calls"}.get(name, name) in msg, (exc, msg)
+
+
+def _huge_sequence_entries():
+    entries = {
+        "radc": lambda r: pyfastpim.DPETensor(radc=r),
+        "slice_method": lambda r: pyfastpim.SlicedData(r),
+        "paral_size": lambda r: pyfastpim.slice_quantize(XS, S2, paral_size=r),
+        "quant_gran": lambda r: pyfastpim.SlicedData(S2, quant_gran=r),
+        "input_slice": lambda r: pyfastpim.dpe_matmul(XS, XS.T.copy(), ENGINE, r, S2),
+        "weight_paral_size": lambda r: pyfastpim.dpe_matmul(XS, XS.T.copy(), ENGINE, S2, S2, (1, 8), r),
+        "stride": lambda r: _core.dpe_conv2d(**conv_kwargs(stride=r)),
+        "x_widths": lambda r: _core.dpe_mvm(**mvm_kwargs(x_widths=r)),
+    }
+    if pnn is not None:
+        entries["kernel_size"] = lambda r: pnn.Conv2dMem(ENGINE, 2, 4, r, S2, S2)
+    return entries
+
+
+@pytest.mark.parametrize("name", sorted(_huge_sequence_entries()))
+def test_a_range_too_long_to_count_as_a_sequence_argument(name):
+    # len() / tuple() of the range raised the bare OverflowError (radc, the pairs, the core's converters), and
+    # the Python slice rule read range(2**100) item by item until memory ran out; now a ValueError naming it
+    for r in (HUGE, range(1, 2 ** 100)):
+        exc, msg = outcome(lambda: _huge_sequence_entries()[name](r))
+        assert exc is ValueError and msg.startswith("argument '%s': " % name), (r, exc, msg)
+
+
+def test_a_long_slice_method_is_read_no_further_than_the_bit_limit():
+    with pytest.raises(ValueError, match="^argument 'slice_method': total bits must be 2 to 16, got more than 16"):
+        pyfastpim.SlicedData([1] * 10 ** 6)
+
+
+# ---------------------------------------------------------------- a 2-D array where a 1-D list is expected
+
+@pytest.mark.parametrize("arg,value,what", [
+    ("stride", np.array([[1, 1]]), "a pair of ints"), ("stride", np.array([[1], [1]]), "a pair of ints"),
+    ("x_widths", np.array([[1, 1, 2]]), "a sequence of slice widths"),
+    ("radc", np.array([[16, 16]]), "an int or a sequence of at most 16 ints (one per weight slice)"),
+])
+def test_the_core_converter_refuses_a_2d_array_by_its_shape(arg, value, what):
+    # the core's sequence converter read a 2-D array's rows as its items: stride=np.array([[1, 1]]) was "a pair
+    # of ints, got 1 values" and radc=np.array([[16, 16]]) "expected an int, got numpy.ndarray"; now the Python
+    # layer's rule (dpe._pair, sliced._pair_items): a TypeError naming the argument and the array's dimensions
+    call = {"stride": lambda v: _core.dpe_conv2d(**conv_kwargs(stride=v)),
+            "x_widths": lambda v: _core.dpe_mvm(**mvm_kwargs(x_widths=v)),
+            "radc": _core.check_radc}[arg]
+    assert outcome(lambda: call(value)) == (TypeError, "argument '%s': expected %s, got a 2-D array" % (arg, what))
+    if arg != "x_widths":  # the same numbers as a 1-D array are taken
+        assert outcome(lambda: call(value.ravel()))[0] == "ok"
+
+
+@pytest.mark.parametrize("vread", [-1, 0.0, NAN, INF, "0.2", None, True], ids=repr)
+def test_vread_set_after_construction_is_checked_at_the_product(vread):
+    # engine.vread = -1 (or NaN, or a str) after construction was kept and every product ran, where HGS, vnoise,
+    # rdac and the other numbers set so are refused at the next product; now the constructor's rule, naming vread
+    engine = pyfastpim.DPETensor()
+    want = outcome(lambda: pyfastpim.DPETensor(vread=vread))
+    assert want[0] in (TypeError, ValueError) and want[1].startswith("argument 'vread': "), want
+    engine.vread = vread
+    assert outcome(pyfastpim.dpe_matmul, XS, np.ones((8, 3), np.float32), engine, S2, S2, (1, 8), (8, 8), (1, 8),
+                   (8, 8)) == want
+    engine.vread = 0.3
+    assert outcome(pyfastpim.dpe_matmul, XS, np.ones((8, 3), np.float32), engine, S2, S2, (1, 8), (8, 8), (1, 8),
+                   (8, 8))[0] == "ok"

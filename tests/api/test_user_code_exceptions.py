@@ -305,3 +305,15 @@ def test_the_python_pair_rule_reads_a_sequence_once():
     from pyfastpim.dpe import _pair
     with pytest.raises(ValueError, match="^argument 'stride': expected an int or a pair of ints, got 3 values"):
         _pair(_LongerThanItsLen(), "stride", 1)
+
+
+@pytest.mark.parametrize("exc", [TypeError("from user code"), MyTypeError("from user code")],
+                         ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("call", [lambda v: _core.check_number(v, "x"), lambda v: _core.check_number(v, "x", True),
+                                  lambda v: _core.check_flag(v, "x"), lambda v: _core.check_seed(v),
+                                  lambda v: pyfastpim.DPETensor(vnoise=v), lambda v: pyfastpim.DPETensor(g_level=v)],
+                         ids=["real", "int", "flag", "seed", "DPETensor-vnoise", "DPETensor-g_level"])
+def test_dtype_propertys_type_error_propagates(call, exc):
+    # a TypeError of the dtype property was taken for the rule's refusal and reworded "argument 'x': expected
+    # a real number, got DtypeRaises", hiding the user's exception; it is user code's like any other
+    _raises_it(lambda: call(DtypeRaises(exc)), exc)

@@ -743,3 +743,13 @@ def test_ragged_nested_lists_are_refused_naming_the_argument(call, name):
     # NumPy refused them with its own 'setting an array element with a sequence', naming nothing
     with pytest.raises(ValueError, match="argument '%s': expected a rectangular array" % name):
         call([[1e-5, 2e-5], [3e-5]])
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_column_currents_refuses_a_non_finite_g_in_one_message_at_every_resistance(bad):
+    # R = 0 said "conductances must be finite", R > 0 "conductances must be finite and the network solvable"
+    G = np.full((3, 3), 1e-5)
+    G[1, 2] = bad
+    for r in (0, 0.0, 1.0, 1e-300):
+        with pytest.raises(ValueError, match=r"^argument 'G': conductances must be finite$"):
+            physics.column_currents(G, np.ones(3), r)

@@ -32,6 +32,7 @@
  * on a 2-core CPU device, far less on a GPU. */
 #define PF_CL_PIECE_MACS ((uint64_t)1 << 28) /* MVM multiply-adds */
 #define PF_CL_PIECE_ELEMS ((uint64_t)1 << 21) /* packed elements (noise draws, DAC/conductance conversions) */
+#define PF_CL_PIECE_S 0.02 /* a piece faster than this doubles the next (launcher.c) */
 #define PF_CL_PACK_LOCAL 64 /* work-group size of the pack kernels (at most; one noise group per item) */
 #define PF_CL_KT_MAX 32     /* crossbar rows per local-memory chunk of pf_dpe_mvm_tiled, at most */
 

@@ -3,6 +3,7 @@
 #include "opencl/internal.h"
 
 #include <stdio.h>
+#include <time.h>
 
 #define PF_CL_KERNEL_DECL(id, name, kinds) [K_##id] = {name, kinds},
 const pf_cl_kernel_decl pf_cl_kernel_table[K_COUNT] = {PF_CL_KERNELS(PF_CL_KERNEL_DECL)};
@@ -103,8 +104,22 @@ static pf_status enqueue(pf_cl_device *dev, int kid, cl_uint dims, const size_t 
     return PF_OK;
 }
 
+/* Seconds since an arbitrary start (CLOCK_MONOTONIC). */
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Doubled, up to limit (a multiple of the work-group, as per is). */
+static size_t grown(size_t per, size_t limit) { return per <= limit / 2 ? 2 * per : limit; }
+
 /* With a cancel flag: in about `pieces` pieces (global offsets aligned to lws: the kernels index
- * by get_global_id only), waiting for each and polling the flag in between: PF_EINTR when set. */
+ * by get_global_id only), waiting for each and polling the flag in between: PF_EINTR when set.
+ * A piece that finished in under PF_CL_PIECE_S doubles the next one (along dimension 0, then 1):
+ * the callers' counts suit PoCL's heaviest kernels, and on a fast device a piece of that size is
+ * mostly its enqueue and wait. */
 static pf_status enqueue_split(pf_cl_device *dev, int kid, const pf_cl_range *r, const size_t *gws,
                                const size_t *lws)
 {
@@ -114,23 +129,36 @@ static pf_status enqueue_split(pf_cl_device *dev, int kid, const pf_cl_range *r,
         return pf_fail(PF_EINTR, NULL, "interrupted");
     const size_t l0 = lws[0], l1 = dims > 1 ? lws[1] : 1;
     const uint64_t g0 = gws[0] / l0, g1 = dims > 1 ? gws[1] / l1 : 1; /* work-groups */
+    if (g0 == 0 || g1 == 0)
+        return PF_OK; /* nothing to run (and no piece size to divide by) */
     const uint64_t pieces = r->pieces < 1 ? 1 : r->pieces;
     const uint64_t p1 = pieces < g1 ? pieces : g1;
     uint64_t p0 = (pieces + p1 - 1) / p1;
     p0 = p0 < g0 ? p0 : g0;
-    const size_t per1 = (size_t)((g1 + p1 - 1) / p1) * l1, per0 = (size_t)((g0 + p0 - 1) / p0) * l0;
     const size_t n1 = dims > 1 ? gws[1] : 1;
-    for (size_t y0 = 0; y0 < n1; y0 += per1)
-        for (size_t x0 = 0; x0 < gws[0]; x0 += per0) {
+    size_t per1 = (size_t)((g1 + p1 - 1) / p1) * l1, per0 = (size_t)((g0 + p0 - 1) / p0) * l0;
+    for (size_t y0 = 0; y0 < n1;) {
+        const size_t h = n1 - y0 < per1 ? n1 - y0 : per1;
+        int fast = 0;
+        for (size_t x0 = 0; x0 < gws[0];) {
             if (pf_cancelled(r->cancel))
                 return pf_fail(PF_EINTR, NULL, "interrupted");
             size_t off[2] = {x0, y0};
-            size_t part[2] = {gws[0] - x0 < per0 ? gws[0] - x0 : per0, n1 - y0 < per1 ? n1 - y0 : per1};
+            size_t part[2] = {gws[0] - x0 < per0 ? gws[0] - x0 : per0, h};
+            const double t0 = now_s();
             pf_status st = enqueue(dev, kid, dims, part, lws, off);
             if (st != PF_OK)
                 return st;
             PF_CL_TRY(clFinish(dev->queue), "clFinish");
+            fast = now_s() - t0 < PF_CL_PIECE_S;
+            x0 += part[0];
+            if (fast && x0 < gws[0])
+                per0 = grown(per0, gws[0]);
         }
+        y0 += h;
+        if (fast && per0 >= gws[0])
+            per1 = grown(per1, n1);
+    }
     return pf_cancelled(r->cancel) ? pf_fail(PF_EINTR, NULL, "interrupted") : PF_OK;
 }
 

@@ -46,8 +46,10 @@ pf_status pf_cl_slice_quantize(pf_cl_device *dev, const float *x, int64_t n, int
         return pf_fail(PF_EOVERFLOW, "data", "slice_quantize: array sizes overflow");
     if ((st = pf_cl_build(dev)) != PF_OK)
         return st;
-    /* each kernel in pieces of about PF_CL_PIECE_ELEMS elements, polling cancel between them (Ctrl-C) */
+    /* each kernel in pieces of about PF_CL_PIECE_ELEMS elements, polling cancel between them (Ctrl-C);
+     * a call of one piece runs whole: a split launch waits on the queue before and after each piece */
     const uint64_t pieces = total / PF_CL_PIECE_ELEMS + 1;
+    pf_cancel *const kcancel = pieces > 1 ? cancel : NULL;
     cl_int bad = 0;
     pf_cl_set s;
     pf_cl_set_init(&s, dev);
@@ -64,20 +66,18 @@ pf_status pf_cl_slice_quantize(pf_cl_device *dev, const float *x, int64_t n, int
     const int row_max = (gran_rows == 1 || rows == 1) && pf_min64(gran_cols, cols) <= PF_CL_SQ_CHUNK;
     if (!row_max) {
         pf_cl_set_zero(&s, mgmax, b_g, "gran_max");
-        const pf_cl_range rmax = {2, {NR, ((size_t)cols + PF_CL_SLICE_SUB - 1) / PF_CL_SLICE_SUB}, {0, 0}, cancel,
+        const pf_cl_range rmax = {2, {NR, ((size_t)cols + PF_CL_SLICE_SUB - 1) / PF_CL_SLICE_SUB}, {0, 0}, kcancel,
                                   pieces, 0};
         PF_CL_SET_LAUNCH(&s, K_SMAX, &rmax, ARG_MEM(mx), ARG_MEM(mgmax), ARG_U64(NR), ARG_U64(rows), ARG_U64(cols),
                          ARG_U64(gran_rows), ARG_U64(gran_cols), ARG_U64(gr), ARG_U64(gcn),
                          ARG_U64(PF_CL_SLICE_SUB));
-        pf_cl_range rstats = pf_cl_range_1d(dev, ng);
-        rstats.cancel = cancel;
-        rstats.pieces = ng / PF_CL_PIECE_ELEMS + 1;
+        const pf_cl_range rstats = pf_cl_range_1d(dev, ng); /* a few flops per granule: whole */
         PF_CL_SET_LAUNCH(&s, K_SSTATS, &rstats, ARG_MEM(mgmax), ARG_MEM(mscale), ARG_MEM(mexp), ARG_MEM(mbad),
                          ARG_U64(ng), ARG_I32(sm->total_bits), ARG_I32(bfp != 0));
     }
     /* chunks of one row in dimension 0: a work-group streams along a row (with rows there, a group
      * read 256 columns of each of 64 rows: the weight case ran 1.6x slower on PoCL) */
-    const pf_cl_range rq = {2, {((size_t)cols + PF_CL_SQ_CHUNK - 1) / PF_CL_SQ_CHUNK, NR}, {0, 0}, cancel, pieces, 0};
+    const pf_cl_range rq = {2, {((size_t)cols + PF_CL_SQ_CHUNK - 1) / PF_CL_SQ_CHUNK, NR}, {0, 0}, kcancel, pieces, 0};
     PF_CL_SET_LAUNCH(&s, K_SQUANT, &rq, ARG_MEM(mx), ARG_MEM(mgmax), ARG_MEM(mcodes), ARG_MEM(mdq),
                      ARG_MEM(mlev), ARG_U64(total), ARG_U64(NR), ARG_U64(rows), ARG_U64(cols), ARG_U64(gran_rows),
                      ARG_U64(gran_cols), ARG_U64(gr), ARG_U64(gcn), ARG_I32(sm->total_bits), ARG_I32(bfp != 0),

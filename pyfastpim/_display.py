@@ -7,31 +7,44 @@ import html
 import numpy as np
 
 
+def _fmt(fmt, value):
+    """``fmt % value``, or ``repr(value)`` when ``value`` is not a number: a repr never raises, even for an
+    attribute the user set to a string after construction."""
+    try:
+        return fmt % value
+    except (TypeError, ValueError, OverflowError):
+        return repr(value)
+
+
 def sigma_summary(read_variation):
     """``0.05`` when every level has the same sigma, else ``{min..max over N levels}``."""
     if not isinstance(read_variation, dict) or not read_variation:
         return repr(read_variation)
     vals = [read_variation[k] for k in sorted(read_variation)]
-    lo, hi = min(vals), max(vals)
+    try:
+        lo, hi = min(vals), max(vals)
+    except TypeError:  # values that do not compare (set by hand)
+        return repr(read_variation)
     if lo == hi:
-        return "%g" % lo
-    return "{%g..%g over %d levels}" % (lo, hi, len(vals))
+        return _fmt("%g", lo)
+    return "{%s..%s over %d levels}" % (_fmt("%g", lo), _fmt("%g", hi), len(vals))
 
 
 def _radc(radc):
     if isinstance(radc, (list, tuple, np.ndarray)):
-        return "[%s]" % ", ".join("%d" % int(r) for r in radc)
-    return "%d" % int(radc)
+        return "[%s]" % ", ".join(_fmt("%d", r) for r in radc)
+    return _fmt("%d", radc)
 
 
 def engine_fields(e):
     """(name, value) pairs describing a DPETensor, in display order."""
-    return [("device", e.device), ("g_level", "%d" % e.g_level), ("HGS", "%g" % e.HGS), ("LGS", "%g" % e.LGS),
-            ("read_variation", sigma_summary(e.read_variation)), ("write_variation", "%g" % e.write_variation),
-            ("vnoise", "%g" % e.vnoise), ("wire_resistance", "%g" % e.wire_resistance),
-            ("drift", repr(e._drift)), ("rdac", "%d" % e.rdac), ("radc", _radc(e._radc_msb_first())), ("vread", "%g" % e.vread),
-            ("rate_stuck_HGS", "%g" % e.rate_stuck_HGS), ("rate_stuck_LGS", "%g" % e.rate_stuck_LGS),
-            ("seed", "%d" % e.seed), ("calls", "%d" % e.calls)]
+    return [("device", e.device), ("g_level", _fmt("%d", e.g_level)), ("HGS", _fmt("%g", e.HGS)),
+            ("LGS", _fmt("%g", e.LGS)), ("read_variation", sigma_summary(e.read_variation)),
+            ("write_variation", _fmt("%g", e.write_variation)), ("vnoise", _fmt("%g", e.vnoise)),
+            ("wire_resistance", _fmt("%g", e.wire_resistance)), ("drift", repr(e._drift)),
+            ("rdac", _fmt("%d", e.rdac)), ("radc", _radc(e._radc_msb_first())), ("vread", _fmt("%g", e.vread)),
+            ("rate_stuck_HGS", _fmt("%g", e.rate_stuck_HGS)), ("rate_stuck_LGS", _fmt("%g", e.rate_stuck_LGS)),
+            ("seed", _fmt("%d", e.seed)), ("calls", _fmt("%d", e.calls))]
 
 
 def engine_brief(e):
@@ -64,7 +77,7 @@ def engine_html(e):
     rows = engine_fields(e)
     rv = e.read_variation
     if isinstance(rv, dict) and len(set(rv.values())) > 1:
-        rows.append(("sigma per level", ", ".join("%d: %g" % (k, rv[k]) for k in sorted(rv))))
+        rows.append(("sigma per level", ", ".join("%s: %s" % (_fmt("%d", k), _fmt("%g", rv[k])) for k in sorted(rv))))
     return _table(rows, header=("parameter", "value"), caption="pyfastpim.DPETensor")
 
 

@@ -5,7 +5,8 @@ is enabled, else a silent stand-in with the same ``update`` / ``close`` / contex
 interface. tqdm is optional: nothing here needs it.
 
 ``enable``: True / False force the bar on / off. ``None`` (the default everywhere) follows
-``PYFASTPIM_PROGRESS`` ("1" on, "0" off) and otherwise shows a bar only where someone is
+``PYFASTPIM_PROGRESS`` ("1" on, "0" off; another value than those or empty is a ValueError naming
+it) and otherwise shows a bar only where someone is
 watching: stderr is a terminal, or the code runs in a Jupyter kernel (a notebook). Captured
 output (pytest, pipes, CI logs, subprocesses) stays clean. A bar appears only after ``delay``
 seconds, so quick work shows nothing even where bars are on.
@@ -50,6 +51,9 @@ def enabled(enable=None):
     env = os.environ.get("PYFASTPIM_PROGRESS", "")
     if env in ("0", "1"):
         return env == "1"
+    if env:  # as PYFASTPIM_CL_PROFILE: a value meant as a setting ('on', 'true', ' 1') is not silently automatic
+        raise ValueError("environment variable PYFASTPIM_PROGRESS: expected '1' (bars on), '0' (off) or empty "
+                         "(automatic), got %r" % env)
     try:
         if sys.stderr is not None and sys.stderr.isatty():
             return True

@@ -6,11 +6,13 @@ Sums are taken in float64 (MemIntelli sums in the inputs' dtype; the definitions
 """
 import numpy as np
 
+from .sliced import _nested
+
 __all__ = ["SNR", "RE", "ABSE"]
 
 
 def _pair(ytest, ypred, name):
-    a, b = _np(ytest), _np(ypred)
+    a, b = _np(ytest, "ytest"), _np(ypred, "ypred")
     if a.shape != b.shape:
         raise ValueError("%s: ytest and ypred must have the same shape, got %s and %s" % (name, a.shape, b.shape))
     if a.size == 0:
@@ -18,10 +20,11 @@ def _pair(ytest, ypred, name):
     return a, b
 
 
-def _np(x):
+def _np(x, name):
+    """x as a float64 NumPy array; nested sequences that are ragged are a ValueError naming ``name``."""
     if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch.Tensor
         x = x.detach().cpu().numpy()
-    return np.asarray(x, dtype=np.float64)
+    return np.asarray(_nested(x, name), dtype=np.float64)
 
 
 def SNR(ytest, ypred):

@@ -102,6 +102,16 @@ def _finite32(a, name):
     return a
 
 
+def _width(v, name):
+    """One slice width: an int by the library's rule for ints (_rule_number: an object with __index__ is its
+    int, a bool is none), or a float holding an integer (MemIntelli's slice methods may be float tensors)."""
+    if isinstance(v, (float, np.floating)):
+        if not math.isfinite(v) or v != int(v):
+            raise TypeError("argument '%s': widths must be integers, got %r" % (name, v))
+        return int(v)
+    return int(_rule_number(v, name, "argument '%s': widths must be integers, got %r" % (name, v)))
+
+
 def _widths(slice_method, name="slice_method"):
     """The slice method as a tuple of Python ints (list, tuple, NumPy array or torch tensor); errors name
     ``name`` (the caller's argument: input_slice, weight_slice, ...)."""
@@ -113,10 +123,7 @@ def _widths(slice_method, name="slice_method"):
         raise TypeError("argument '%s': expected a sequence of bit widths, got %r" % (name, slice_method))
     out = []
     for v in itertools.islice(sm, _core.SLICE_MAX_TOTAL_BITS + 1):  # more widths are too many bits: no endless read
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or \
-                not math.isfinite(v) or v != int(v):
-            raise TypeError("argument '%s': widths must be integers, got %r" % (name, v))
-        out.append(int(v))
+        out.append(_width(v, name))
     if not out:
         raise ValueError("argument '%s': expected at least one slice width" % name)
     if out[0] != 1:

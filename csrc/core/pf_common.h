@@ -28,9 +28,13 @@ typedef enum {
  * (kernels detect them before or after their parallel regions, never inside). */
 typedef struct {
     pf_status status;
-    char arg[48];      /* the argument at fault, "" when none is */
+    char arg[48];      /* the argument at fault, "" when none is; an environment variable's name
+                        * (PF_ENV_PREFIX...) where the value at fault was read from the environment */
     char message[2048]; /* without the argument name; room for an OpenCL build log or a loader path */
 } pf_error;
+
+/* pf_fail's arg naming an environment variable starts with this (the library's variables all do). */
+#define PF_ENV_PREFIX "PYFASTPIM_"
 
 pf_status pf_fail(pf_status status, const char *arg, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

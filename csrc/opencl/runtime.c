@@ -275,9 +275,8 @@ static pf_status choose_tile(pf_cl_device *dev)
         return PF_OK;
     long v[5] = {0, 0, 0, 0, dev->b_panel};
     if (parse_tile(env, v) < 0)
-        return pf_fail(PF_EINVAL, "PYFASTPIM_CL_TILE", "environment variable PYFASTPIM_CL_TILE: expected "
-                       "'TM,TN,LX,LY[,PANEL]' with TM in 1..16, TN 1, 2, 4, 8 or 16, LX and LY in 1..1024 and "
-                       "PANEL 0 or 1, got '%.64s'", env);
+        return pf_fail(PF_EINVAL, "PYFASTPIM_CL_TILE", "expected 'TM,TN,LX,LY[,PANEL]' with TM in 1..16, "
+                       "TN 1, 2, 4, 8 or 16, LX and LY in 1..1024 and PANEL 0 or 1, got '%.64s'", env);
     dev->tm = (int)v[0];
     dev->tn = (int)v[1];
     dev->lx = (size_t)v[2];
@@ -323,16 +322,15 @@ static pf_status open_context(pf_cl_device *dev)
     dev->mvm_mode = mv && *mv ? pf_cl_mvm_mode_parse(mv) : PF_CL_MVM_AUTO;
     dev->pair_slices = 1;
     if (dev->mvm_mode < 0)
-        return pf_fail(PF_EINVAL, "PYFASTPIM_CL_MVM", "environment variable PYFASTPIM_CL_MVM: expected 'auto', "
-                       "'tiled' or 'untiled', got '%.64s'", mv);
+        return pf_fail(PF_EINVAL, "PYFASTPIM_CL_MVM", "expected 'auto', 'tiled' or 'untiled', got '%.64s'", mv);
     cl_int rc;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)dev->platform, 0};
     dev->ctx = clCreateContext(props, 1, &dev->device, NULL, NULL, &rc);
     PF_CL_TRY(rc, "clCreateContext");
     const char *prof = getenv("PYFASTPIM_CL_PROFILE"); /* "1" on; "0", empty or unset off (PYFASTPIM_PROGRESS's) */
     if (prof && *prof && strcmp(prof, "0") != 0 && strcmp(prof, "1") != 0)
-        return pf_fail(PF_EINVAL, "PYFASTPIM_CL_PROFILE", "environment variable PYFASTPIM_CL_PROFILE: expected '1' "
-                       "(print kernel times) or '0', got '%.64s'", prof);
+        return pf_fail(PF_EINVAL, "PYFASTPIM_CL_PROFILE", "expected '1' (print kernel times) or '0', got '%.64s'",
+                       prof);
     dev->profile = prof && strcmp(prof, "1") == 0;
     dev->queue = clCreateCommandQueue(dev->ctx, dev->device, dev->profile ? CL_QUEUE_PROFILING_ENABLE : 0, &rc);
     PF_CL_TRY(rc, "clCreateCommandQueue");

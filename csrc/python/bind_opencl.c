@@ -290,7 +290,9 @@ static PyObject *PfCLDevice_new(PyTypeObject *type, PyObject *args, PyObject *kw
         return NULL;
     const int zero_copy = zc.value;
     const int platform = (int)pa.value, device = (int)da.value;
-    if (fork_check("opening the OpenCL device") < 0)
+    char opening[64]; /* the device named as pyfastpim.devices() lists it ('opencl:P:D') */
+    snprintf(opening, sizeof opening, "opening the OpenCL device 'opencl:%d:%d'", platform, device);
+    if (fork_check(opening) < 0)
         return NULL;
     PfCLDevice *self = (PfCLDevice *)type->tp_alloc(type, 0);
     if (!self)

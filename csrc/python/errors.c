@@ -4,8 +4,12 @@
  *   PF_ENOMEM                              -> MemoryError
  *   PF_EDEVICE (and unknown statuses)      -> RuntimeError
  *   PF_EINTR                               -> the pending exception (a signal handler's), else KeyboardInterrupt
- * The message names the argument recorded by pf_fail ("argument 'g_level': must be ..."); without a
- * record for this status it names the operation and, when given, the backend's own text. */
+ * The message names the argument recorded by pf_fail ("argument 'g_level': must be ..."), or the
+ * environment variable it records ("environment variable PYFASTPIM_CL_TILE: expected ...", the wording
+ * of pyfastpim.devices' PYFASTPIM_OPENCL_DEVICE error too); without a record for this status it names
+ * the operation and, when given, the backend's own text. */
+#include <string.h>
+
 #include "python/bindings.h"
 #include "core/pf_common.h"
 
@@ -47,7 +51,9 @@ PyObject *pf_raise_status_text(pf_status st, const char *what, const char *text)
     if (text && text[0]) /* the backend described this failure itself (OpenCL runtime errors) */
         PyErr_Format(type, "%s: %s", what ? what : "pyfastpim", text);
     else if (rec->status == st && rec->arg[0])
-        PyErr_Format(type, "argument '%s': %s", rec->arg, rec->message[0] ? rec->message : generic_text(st));
+        PyErr_Format(type, strncmp(rec->arg, PF_ENV_PREFIX, sizeof PF_ENV_PREFIX - 1) == 0
+                     ? "environment variable %s: %s" : "argument '%s': %s",
+                     rec->arg, rec->message[0] ? rec->message : generic_text(st));
     else if (rec->status == st && rec->message[0])
         PyErr_Format(type, "%s: %s", what ? what : "pyfastpim", rec->message);
     else if (st < PF_OK || st > PF_ENONFINITE)

@@ -98,10 +98,14 @@ def test_fork_child_refuses_the_parents_opencl_context_with_a_clear_error():
     ctx = mp.get_context("fork")
     q = ctx.Queue()
 
+    info = pyfastpim.resolve_device("opencl").info
+    name = "opencl:%d:%d" % (info["platform"], info["device"])
+
     def child(q):
         msgs = []
         for fn in (lambda: dpe_matmul(x, w, eng),                          # the parent's context
-                   lambda: pyfastpim._core.OpenCLDevice(0, 0)):            # a new one
+                   lambda: pyfastpim._core.OpenCLDevice(0, 0),             # a new one
+                   lambda: DPETensor(device=name)):                        # a new one, at construction
             try:
                 fn()
                 msgs.append("no error")
@@ -121,9 +125,12 @@ def test_fork_child_refuses_the_parents_opencl_context_with_a_clear_error():
         pytest.fail("the forked child hung on OpenCL")
     p.join(TIMEOUT)
     assert p.exitcode == 0
-    for m in msgs[:2]:
+    for m in msgs[:3]:
         assert "forked" in m and "OpenCL" in m and "spawn" in m, m
-    assert msgs[2] > 0
+    # opening a device names it ("opening the OpenCL device" named none)
+    assert msgs[1].startswith("opening the OpenCL device 'opencl:0:0': "), msgs[1]
+    assert msgs[2].startswith("opening the OpenCL device '%s': " % name), msgs[2]
+    assert msgs[3] > 0
 
 
 def _child_handle_settings(q, dev):

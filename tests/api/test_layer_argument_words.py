@@ -306,3 +306,47 @@ def test_every_entry_still_refuses_bad_input_widths():
             for grad in (False, True):
                 with torch.set_grad_enabled(grad):
                     assert outcome(layer, x) == named("input_slice_method"), (type(layer), bad, grad)
+
+
+@pytest.mark.parametrize("exc_type", [ValueError, ArithmeticError, TypeError], ids=lambda t: t.__name__)
+def test_slice_widths_follow_the_int_rule_of_pairs(exc_type):
+    # the slice-width check took only int, float and NumPy number types, so a width with __index__ (which
+    # the pairs and the core's own slice_method converter take as its int) was refused, "widths must be
+    # integers", whatever its __index__ would raise; now the one int rule: an __index__ object is its int,
+    # and the exception its __index__ raises reaches the caller as it is
+    import numpy as np
+    import torch
+    from helpers import Raises
+
+    class Index:
+        def __init__(self, v):
+            self.v = v
+
+        def __index__(self):
+            return self.v
+    data = np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8)
+    x = torch.ones(2, 8)
+    entries = [("slice_method", lambda sm: pyfastpim.SlicedData(sm, is_weight=True).slice_data_imp(ENGINE, data)),
+               ("slice_method", lambda sm: pyfastpim.slice_quantize(data, sm, paral_size=(8, 8))),
+               ("input_slice", lambda sm: LinearMem(ENGINE, 8, 4, sm, S)),
+               ("weight_slice", lambda sm: LinearMem(ENGINE, 8, 4, S, sm)),
+               ("input_slice", lambda sm: pyfastpim.dpe_matmul(x.numpy(), data, ENGINE, input_slice=sm)),
+               ("weight_slice", lambda sm: pyfastpim.dpe_matmul(x.numpy(), data, ENGINE, weight_slice=sm))]
+    for name, call in entries:
+        call([1, Index(1), np.int64(2)])  # accepted
+        err = exc_type("mine")
+        try:
+            call([1, Raises(err), 2])
+        except BaseException as got:  # noqa: B902 - compared below
+            assert got is err, (name, repr(got))
+        else:
+            raise AssertionError((name, "accepted"))
+        with pytest.raises(TypeError, match="^argument '%s': widths must be integers, got True$" % name):
+            call([1, True, 2])
+    quiet = pyfastpim.DPETensor(read_variation=0.0, write_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0)
+    layer = LinearMem(quiet, 8, 4, S, S)
+    reference = layer(x)
+    layer.input_slice_method = [1, Index(1), Index(2)]
+    assert torch.equal(layer(x), reference)
+    np.testing.assert_array_equal(pyfastpim.slice_quantize(data, [1, Index(3), 2.0], paral_size=(8, 8))[0],
+                                  pyfastpim.slice_quantize(data, [1, 3, 2], paral_size=(8, 8))[0])

@@ -503,6 +503,18 @@ def test_metrics_match_memintelli_definitions(to):
         pyfastpim.SNR(a, b[:, :4])
 
 
+def test_metrics_name_a_ragged_argument():
+    # ragged nested lists reached NumPy, whose "inhomogeneous shape" error named neither argument
+    ragged, ok = [[1.0, 2.0], [3.0]], [[1.0, 2.0], [3.0, 4.0]]
+    for fn in (pyfastpim.SNR, pyfastpim.RE, pyfastpim.ABSE):
+        with pytest.raises(ValueError, match="^argument 'ytest': expected a rectangular array"):
+            fn(ragged, ok)
+        with pytest.raises(ValueError, match="^argument 'ypred': expected a rectangular array"):
+            fn(ok, ragged)
+    assert pyfastpim.RE(ok, [[1.0, 2.0], [3.0, 4.0]]) == 0.0  # rectangular lists work as before
+    assert pyfastpim.SNR([1, 2], (1, 2)) == float("inf")
+
+
 def test_a_weight_too_large_is_a_clear_error_naming_the_sizes():
     """torch's allocator failure and size overflow (RuntimeErrors) reach the user as MemoryError /
     ValueError naming the constructor arguments that set the weight's shape (found by tests/fuzz.py)."""

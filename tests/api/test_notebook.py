@@ -1,6 +1,7 @@
 """Notebook-grade objects: the example notebook runs, reprs say what an object is, the demo
 draws on its own Figure, progress bars stay off where output is captured."""
 import importlib
+from html import escape as html_escape
 import json
 import os
 import subprocess
@@ -67,6 +68,17 @@ def test_engine_repr_is_compact_and_names_the_device():
     html = e._repr_html_()
     assert html.count("<tr>") == len(r.split(", ")) + 2  # header, one row per field, the per-level sigmas
     assert "63: 0.073" in html
+
+
+def test_engine_repr_shows_a_non_number_attribute_as_it_is():
+    # the engine's attributes are assignable (MemIntelli's); the repr formatted them with %g / %d, so
+    # print(engine) after e.g. engine.vnoise = "0.1" raised a bare "must be real number, not str"
+    for name, value in (("vnoise", "0.1"), ("g_level", "16"), ("HGS", [1e-5]), ("radc", "256"),
+                        ("rdac", None), ("seed", "x")):
+        e = DPETensor()
+        setattr(e, name, value)
+        assert "%s=%r," % (name, value) in repr(e), (name, repr(e))
+        assert "<td>%s</td><td>%s</td>" % (name, html_escape(repr(value))) in e._repr_html_()
 
 
 def test_sliced_repr_says_kind_shape_slicing_and_programming():

@@ -98,6 +98,24 @@ def test_convert_bar_is_off_by_default_where_output_is_captured(recorder, monkey
     assert len(recorder.bars) == 1
 
 
+@pytest.mark.parametrize("value", ["true", "on", " 1", "2"])
+def test_a_malformed_progress_variable_raises_naming_it(recorder, monkeypatch, value):
+    # PYFASTPIM_PROGRESS is '1' / '0' / empty (automatic), as PYFASTPIM_CL_PROFILE: any other value was
+    # silently automatic, so PYFASTPIM_PROGRESS=true under captured output showed no bar and said nothing
+    monkeypatch.setenv("PYFASTPIM_PROGRESS", value)
+    with pytest.raises(ValueError, match="^environment variable PYFASTPIM_PROGRESS: expected '1'.*'0'.*empty"):
+        _convert(Net())
+    with pytest.raises(ValueError, match="PYFASTPIM_PROGRESS"):
+        _progress.enabled()
+    assert _progress.enabled(True) is True and _progress.enabled(False) is False  # not read when forced
+    _convert(Net(), progress=False)
+    assert recorder.bars == []
+    for ok in ("", "0"):
+        monkeypatch.setenv("PYFASTPIM_PROGRESS", ok)
+        _convert(Net())
+    assert recorder.bars == []
+
+
 def test_bar_on_for_a_terminal_or_a_notebook(monkeypatch):
     monkeypatch.delenv("PYFASTPIM_PROGRESS", raising=False)
 

@@ -323,15 +323,16 @@ static pf_status open_context(pf_cl_device *dev)
     dev->pair_slices = 1;
     if (dev->mvm_mode < 0)
         return pf_fail(PF_EINVAL, "PYFASTPIM_CL_MVM", "expected 'auto', 'tiled' or 'untiled', got '%.64s'", mv);
-    cl_int rc;
-    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)dev->platform, 0};
-    dev->ctx = clCreateContext(props, 1, &dev->device, NULL, NULL, &rc);
-    PF_CL_TRY(rc, "clCreateContext");
-    const char *prof = getenv("PYFASTPIM_CL_PROFILE"); /* "1" on; "0", empty or unset off (PYFASTPIM_PROGRESS's) */
+    /* "1" on; "0", empty or unset off (PYFASTPIM_PROGRESS's values); checked before a context opens */
+    const char *prof = getenv("PYFASTPIM_CL_PROFILE");
     if (prof && *prof && strcmp(prof, "0") != 0 && strcmp(prof, "1") != 0)
         return pf_fail(PF_EINVAL, "PYFASTPIM_CL_PROFILE", "expected '1' (print kernel times) or '0', got '%.64s'",
                        prof);
     dev->profile = prof && strcmp(prof, "1") == 0;
+    cl_int rc;
+    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)dev->platform, 0};
+    dev->ctx = clCreateContext(props, 1, &dev->device, NULL, NULL, &rc);
+    PF_CL_TRY(rc, "clCreateContext");
     dev->queue = clCreateCommandQueue(dev->ctx, dev->device, dev->profile ? CL_QUEUE_PROFILING_ENABLE : 0, &rc);
     PF_CL_TRY(rc, "clCreateCommandQueue");
     cl_device_fp_config fp = 0;

@@ -48,6 +48,7 @@ import threading
 import types
 
 from . import _core
+from ._torch_check import is_torch_device
 
 __all__ = ["devices", "resolve_device", "resolve_engine_device", "cl_dpe_mvm", "cl_dpe_conv2d",
            "cl_attention_update", "cl_attention_apply", "OpenCLDevice"]
@@ -57,17 +58,10 @@ OpenCLDevice = _core.OpenCLDevice
 _handles = {}
 _lock = threading.Lock()
 os.register_at_fork(after_in_child=_lock._at_fork_reinit)  # free in a forked child (see sliced._state_lock)
-_parent_handles = []  # the parent's handles in a forked child: kept, never used nor freed there
-
-
-def _forget_handles_in_child():
-    """A forked child does not reuse the parent's handles: resolve_device opens anew, and the handle
-    refuses there at once (bind_opencl.c "fork") instead of at the first operation."""
-    _parent_handles.extend(_handles.values())
-    _handles.clear()
-
-
-os.register_at_fork(after_in_child=_forget_handles_in_child)
+# A forked child does not reuse the parent's handles: resolve_device opens anew, and the handle refuses
+# there at once (bind_opencl.c "fork") instead of at the first operation. Dropping the parent's handles
+# is safe: a handle freed in a forked child frees nothing of the parent's runtime (PfCLDevice_dealloc).
+os.register_at_fork(after_in_child=_handles.clear)
 _DEVICE_RE = re.compile(r"^opencl(?::(\d+):(\d+))?$")
 _ENV_DEVICE = "PYFASTPIM_OPENCL_DEVICE"
 _ENV_RE = re.compile(r"^(?:opencl:)?(\d+):(\d+)$")
@@ -108,23 +102,35 @@ def devices():
     return out
 
 
-def _parse(device):
-    if device is None:
-        return None
-    if isinstance(device, OpenCLDevice):
-        return device
+_ENGINE_FORMS = "None, 'cpu[:N]', 'cuda[:N]', 'opencl', 'opencl:P:D' or a torch.device"
+
+
+def _parse(device, engine=False):
+    """``(form, spec)`` of a ``device=`` argument, parsed once. form: the device string stripped and
+    lower-cased (None or an :class:`OpenCLDevice` as given); spec: what :func:`_open` opens, None for
+    the CPU, a handle, 'default' for 'opencl', (platform, device) for 'opencl:P:D', or 'cuda' for
+    'cuda[:N]'. engine: the engines' forms too (torch.device, 'cpu:N', 'cuda[:N]'); TypeError /
+    ValueError naming 'device' for any other value."""
+    if engine and is_torch_device(device):
+        device = str(device)  # torch.device('cpu') / torch.device('cuda', 0)
+    if device is None or isinstance(device, OpenCLDevice):
+        return device, device
     if not isinstance(device, str):
-        raise TypeError("argument 'device': expected None, 'cpu', 'opencl' or 'opencl:P:D', got %r" % (device,))
+        raise TypeError("argument 'device': expected %s, got %r"
+                        % (_ENGINE_FORMS if engine else "None, 'cpu', 'opencl' or 'opencl:P:D'", device))
     s = device.strip().lower()
-    if s == "cpu":
-        return None
     m = _DEVICE_RE.match(s)
-    if not m:
-        raise ValueError("argument 'device': expected 'cpu', 'opencl' or 'opencl:P:D' (platform and device "
-                         "numbers), got %r" % (device,))
-    if m.group(1) is None:
-        return "default"
-    return int(m.group(1)), int(m.group(2))
+    if m:
+        return s, "default" if m.group(1) is None else (int(m.group(1)), int(m.group(2)))
+    if s == "cpu" or engine and _TORCH_CPU_RE.match(s):
+        return s, None
+    if engine and _CUDA_RE.match(s):
+        return s, "cuda"
+    if engine:
+        raise ValueError("argument 'device': expected %s (P:D: platform and device numbers), got %r"
+                         % (_ENGINE_FORMS, device))
+    raise ValueError("argument 'device': expected 'cpu', 'opencl' or 'opencl:P:D' (platform and device "
+                     "numbers), got %r" % (device,))
 
 
 def _no_platform_error(what):
@@ -141,7 +147,11 @@ def resolve_device(device):
     Raises ValueError for a malformed device string and RuntimeError, naming what was looked
     for, when no OpenCL platform or no such device exists.
     """
-    spec = _parse(device)
+    return _open(_parse(device)[1], device)
+
+
+def _open(spec, device):
+    """The handle for a spec of :func:`_parse` (not 'cuda'); device: the argument as given, for messages."""
     if spec is None or isinstance(spec, OpenCLDevice):
         return spec
     nplat, cl = _core.cl_devices()
@@ -177,25 +187,12 @@ def resolve_device(device):
         return handle
 
 
-_ENGINE_FORMS = "None, 'cpu[:N]', 'cuda[:N]', 'opencl', 'opencl:P:D' or a torch.device"
-
-
 def _engine_form(device):
     """An engine's ``device=`` argument checked without opening a device: None, an
     :class:`OpenCLDevice` as given, else the device string (a torch.device as its ``str``) stripped
     and lower-cased, one of 'cpu[:N]', 'cuda[:N]', 'opencl', 'opencl:P:D'. The one rule of
     DPETensor, AttentionContext and SlicedData: TypeError / ValueError naming 'device' otherwise."""
-    if type(device).__module__ == "torch" and type(device).__name__ == "device":
-        device = str(device)  # torch.device('cpu') / torch.device('cuda', 0)
-    if device is None or isinstance(device, OpenCLDevice):
-        return device
-    if not isinstance(device, str):
-        raise TypeError("argument 'device': expected %s, got %r" % (_ENGINE_FORMS, device))
-    s = device.strip().lower()
-    if s == "cpu" or _TORCH_CPU_RE.match(s) or _CUDA_RE.match(s) or _DEVICE_RE.match(s):
-        return s
-    raise ValueError("argument 'device': expected %s (P:D: platform and device numbers), got %r"
-                     % (_ENGINE_FORMS, device))
+    return _parse(device, engine=True)[0]
 
 
 def resolve_engine_device(device):
@@ -214,16 +211,15 @@ def _engine_device(device):
     """``(handle, name)`` for an engine's ``device=``: :func:`resolve_engine_device`'s handle and the
     name the engine shows as ``.device``: 'cpu' on the CPU kernels, else the device string as
     :func:`_engine_form` normalizes it ('opencl' for a handle or a torch.device)."""
-    form = _engine_form(device)
-    if isinstance(form, str) and _CUDA_RE.match(form):
+    form, spec = _parse(device, engine=True)
+    if spec == "cuda":
         _, cl = _core.cl_devices()
         gpus = [d for d in cl if d["type"] == "gpu"]
         if not gpus:
             return None, "cpu"
         pick = max(gpus, key=lambda d: (d.get("compute_units", 0), d.get("global_mem_bytes", 0)))
-        handle = resolve_device("opencl:%d:%d" % (pick["platform"], pick["device"]))
-    else:
-        handle = resolve_device(None if isinstance(form, str) and _TORCH_CPU_RE.match(form) else form)
+        spec = (pick["platform"], pick["device"])
+    handle = _open(spec, device)
     if handle is None:
         return None, "cpu"
     return handle, form if isinstance(device, str) else "opencl"

@@ -58,7 +58,12 @@ static int pf_sigint_end(pf_sigint_guard *g, int interrupted)
 {
     if (!g->active)
         return 0;
-    sigaction(SIGINT, &g->previous, NULL);
+    /* Restore the previous handler only if ours is still installed: a chained handler may have replaced
+     * it on the signal (LLVM's, installed by PoCL's compiler, restores the handlers it saved and
+     * re-raises); putting that one back made the next SIGINT recurse through it until the stack overflowed. */
+    struct sigaction cur;
+    if (sigaction(SIGINT, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == sigint_handler)
+        sigaction(SIGINT, &g->previous, NULL);
     g->active = 0;
     g_installed = 0;
     if (!interrupted)

@@ -123,25 +123,23 @@ def _engine_method(engine, name):
     return fn
 
 
-def _engine_linear(layer, x, return_dequant, sliced=None):
-    """forward_linear of the layer's input x, its errors about x naming the layer's argument 'input';
-    sliced: the layer's weight_sliced when the caller has read it (reading it again re-programs a weight
-    that is recomputed at each access, as under torch.nn.utils.parametrize)."""
+def _engine_linear(layer, x, sliced, return_dequant):
+    """forward_linear of the layer's input x with its programmed weights sliced (layer._programmed_for),
+    its errors about x naming the layer's argument 'input'."""
     fn = _engine_method(layer.engine, "forward_linear")
     with _as_input():
-        out, xq = fn(x, layer.weight_sliced if sliced is None else sliced, layer.input_slice_method, layer.input_paral_size, layer.input_quant_gran,
+        out, xq = fn(x, sliced, layer.input_slice_method, layer.input_paral_size, layer.input_quant_gran,
                      bw_e=layer.bw_e, return_dequant=return_dequant)
     return _as_torch(out), _as_torch(xq)
 
 
-def _engine_conv2d(layer, x, return_dequant, sliced=None):
-    """forward_conv2d of the layer's input x, its errors about x naming the layer's argument 'input';
-    sliced as for _engine_linear."""
+def _engine_conv2d(layer, x, sliced, return_dequant):
+    """forward_conv2d of the layer's input x with its programmed weights sliced, as _engine_linear."""
     fn = _engine_method(layer.engine, "forward_conv2d")
+    geometry = (layer._kernel2d, layer._stride2d, layer._padding2d, layer._dilation2d)
     with _as_input():
-        out, xq = fn(x, layer.weight_sliced if sliced is None else sliced, layer._kernel2d, layer._stride2d, layer._padding2d, layer._dilation2d,
-                     layer.input_slice_method, layer.input_paral_size, layer.input_quant_gran, bw_e=layer.bw_e,
-                     return_dequant=return_dequant)
+        out, xq = fn(x, sliced, *geometry, layer.input_slice_method, layer.input_paral_size, layer.input_quant_gran,
+                     bw_e=layer.bw_e, return_dequant=return_dequant)
     return _as_torch(out), _as_torch(xq)
 
 
@@ -177,8 +175,8 @@ class _LinearMemFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, layer):
-        sliced = layer.weight_sliced  # read once: programs the weight at most once per forward
-        out, xq = _engine_linear(layer, x.detach(), return_dequant=True, sliced=sliced)
+        sliced = layer._programmed_for(weight)  # the weight autograd sees (read once, in forward)
+        out, xq = _engine_linear(layer, x.detach(), sliced, return_dequant=True)
         wq = _host_quantized(sliced)  # (in, out): dequantized W^T
         if bias is not None:
             out = out + bias.detach().to(out.dtype)
@@ -207,8 +205,8 @@ class _Conv2dMemFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, layer):
-        sliced = layer.weight_sliced  # read once, as in _LinearMemFunction
-        out, xq = _engine_conv2d(layer, x.detach(), return_dequant=True, sliced=sliced)  # xq: (N, L, C_in*kh*kw)
+        sliced = layer._programmed_for(weight)  # as in _LinearMemFunction
+        out, xq = _engine_conv2d(layer, x.detach(), sliced, return_dequant=True)  # xq: (N, L, C_in*kh*kw)
         wq = _host_quantized(sliced)                                                     # (C_in*kh*kw, C_out)
         if bias is not None:
             out = out + bias.detach().to(out.dtype).view(1, -1, 1, 1)
@@ -306,13 +304,14 @@ class _MemLayer(nn.Module):
         if engine is not None:
             self.update_weight()
 
-    # the matrix programmed into the crossbars: (C, P) = W.reshape(out, -1)^T
-    def _weight_matrix(self):
-        w = self.weight.detach()
+    # the matrix programmed into the crossbars: (C, P) = W.reshape(out, -1)^T of the weight w
+    @staticmethod
+    def _weight_matrix(w):
+        w = w.detach()
         return w.reshape(w.shape[0], -1).t().to(torch.float32)
 
-    def _weight_key(self):
-        w = self.weight
+    def _weight_key(self, w):
+        """The programmed-weight key of the weight tensor w (self.weight as one forward read it)."""
         # a weight made under torch.inference_mode() is an inference tensor, which has no version counter
         # (reading it raises): its in-place writes (only possible inside inference_mode) are not seen, as
         # writes through weight.data are not; update_weight() after them, as MemIntelli requires
@@ -323,6 +322,12 @@ class _MemLayer(nn.Module):
         """Re-slice and re-program this layer's weight into the crossbars (after changing it), with the
         settings of the SlicedData in ``weight_sliced`` (as MemIntelli, which re-slices into that object):
         one assigned there, or its ``bw_e`` / ``paral_size`` / ``quant_gran`` edited, is programmed so."""
+        self._program(self.weight)
+
+    def _program(self, w):
+        """update_weight with the weight tensor w: self.weight read once by the caller. Under
+        torch.nn.utils.parametrize each read of self.weight computes a new tensor, so the key, the
+        programmed values and the reference kept must all come from the one tensor the forward uses."""
         if self.engine is None:
             raise RuntimeError("%s has no engine: set layer.engine to a pyfastpim.DPETensor first"
                                % type(self).__name__)
@@ -334,8 +339,8 @@ class _MemLayer(nn.Module):
         # its slice_method attribute is the layer's weight_slice_method tensor, as in MemIntelli (layers
         # pickled before that keep the tuple); the slicing reads the widths checked at construction
         sliced.slice_method = getattr(self, "_weight_slice_tensor", self._weight_slice)
-        sliced.slice_data_imp(self.engine, self._weight_matrix())
-        self._set_programmed(sliced)
+        sliced.slice_data_imp(self.engine, self._weight_matrix(w))
+        self._set_programmed(sliced, w)
 
     def _adopt_weight_sliced_settings(self, current):
         """The layer's weight settings (weight_slice, bw_e, weight_paral_size, weight_quant_gran) taken
@@ -357,29 +362,36 @@ class _MemLayer(nn.Module):
         self._weight_slice = widths
         self.weight_slice_method = self._weight_slice_tensor = torch.tensor(widths).to(self.weight.device)
 
-    def _set_programmed(self, sliced):
+    def _set_programmed(self, sliced, w):
+        """sliced: the programmed weights, programmed from the weight tensor w."""
         self._weight_sliced = sliced
         if sliced is None:
             self._programmed_key = self._programmed_ref = None
             return
-        self._programmed_key = self._weight_key()
+        self._programmed_key = self._weight_key(w)
         # holding the programmed storage keeps its address from being reused by a new storage
-        # assigned through `weight.data = t` (which leaves _version unchanged)
-        self._programmed_ref = self.weight.detach()
+        # assigned through `weight.data = t` (which leaves _version unchanged) or by the next
+        # tensor a parametrization computes
+        self._programmed_ref = w.detach()
 
-    @property
-    def weight_sliced(self):
-        """The programmed weights (a SlicedData holding ``W.reshape(out, -1)^T``), re-programmed if stale."""
-        if self._weight_sliced is None or self._programmed_key != self._weight_key():
+    def _programmed_for(self, w):
+        """The programmed weights of the weight tensor w (self.weight as the forward read it, once),
+        re-programmed from w if stale."""
+        if self._weight_sliced is None or self._programmed_key != self._weight_key(w):
             try:
-                self.update_weight()
+                self._program(w)
             except AttributeError as exc:  # would be masked by nn.Module.__getattr__
                 raise RuntimeError("programming the weights of %s failed: %s" % (type(self).__name__, exc)) from exc
         return self._weight_sliced
 
+    @property
+    def weight_sliced(self):
+        """The programmed weights (a SlicedData holding ``W.reshape(out, -1)^T``), re-programmed if stale."""
+        return self._programmed_for(self.weight)
+
     @weight_sliced.setter
     def weight_sliced(self, value):
-        self._set_programmed(value)
+        self._set_programmed(value, self.weight)
 
     @property
     def _input_slice(self):
@@ -432,7 +444,7 @@ class _MemLayer(nn.Module):
                 % (input_slice, self._weight_slice, self.bw_e, self.input_paral_size, self.weight_paral_size,
                    self.input_quant_gran, self.weight_quant_gran, engine_brief(self.engine),
                    getattr(self.engine, "device", "cpu"),
-                   "programmed" if self._programmed_key is not None and self._programmed_key == self._weight_key()
+                   "programmed" if self._programmed_key is not None and self._programmed_key == self._weight_key(self.weight)
                    else "re-programs on next forward"))
 
 
@@ -478,10 +490,11 @@ class LinearMem(_MemLayer):
                                                  self.in_features))
         self._check_engine()
         shape = input.shape
+        weight = self.weight  # read once: the tensor programmed is the one autograd sees (_program)
         if input.numel() == 0:
             # an empty batch (0, in) or (B, 0, in): an empty output as nn.Linear gives (its graph
             # yields zero gradients), nothing to program or multiply
-            return torch.nn.functional.linear(input, self.weight.to(input.dtype),
+            return torch.nn.functional.linear(input, weight.to(input.dtype),
                                                None if self.bias is None else self.bias.to(input.dtype))
         x = input
         if x.dim() == 1:
@@ -489,10 +502,10 @@ class LinearMem(_MemLayer):
         elif x.dim() > 3:
             x = x.reshape(-1, shape[-2], shape[-1])
         x = x.to(torch.float32)
-        if _through_function(input, self.weight, self.bias):
-            out = _LinearMemFunction.apply(x, self.weight, self.bias, self)
+        if _through_function(input, weight, self.bias):
+            out = _LinearMemFunction.apply(x, weight, self.bias, self)
         else:
-            out, _ = _engine_linear(self, x.detach(), return_dequant=False)
+            out, _ = _engine_linear(self, x.detach(), self._programmed_for(weight), return_dequant=False)
             if self.bias is not None:
                 out += self.bias.detach().to(out.dtype)
         return out.reshape(shape[:-1] + (self.out_features,)).to(input.dtype)
@@ -552,15 +565,16 @@ class Conv2dMem(_MemLayer):
             raise ValueError("Conv2dMem: input of spatial size %s is too small for kernel_size=%s, padding=%s, "
                              "dilation=%s (output would be %dx%d)" % (tuple(x.shape[2:]), k, p, d, h_out, w_out))
         self._check_engine()
+        weight = self.weight  # read once, as in LinearMem.forward
         if x.shape[0] == 0:
             # an empty batch: (0, C_out, H_out, W_out) on every device, as nn.Conv2d gives
-            return torch.nn.functional.conv2d(x, self.weight.to(x.dtype),
+            return torch.nn.functional.conv2d(x, weight.to(x.dtype),
                                               None if self.bias is None else self.bias.to(x.dtype), s, p, d)
         x = x.to(torch.float32)
-        if _through_function(input, self.weight, self.bias):
-            out = _Conv2dMemFunction.apply(x, self.weight, self.bias, self)
+        if _through_function(input, weight, self.bias):
+            out = _Conv2dMemFunction.apply(x, weight, self.bias, self)
         else:
-            out, _ = _engine_conv2d(self, x.detach(), return_dequant=False)
+            out, _ = _engine_conv2d(self, x.detach(), self._programmed_for(weight), return_dequant=False)
             if self.bias is not None:
                 out += self.bias.detach().to(out.dtype).view(1, -1, 1, 1)
         out = out.to(input.dtype)

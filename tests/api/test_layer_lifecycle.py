@@ -136,6 +136,35 @@ def test_jit_trace_records_the_crossbar_product_not_its_result(kind, grad):
     assert not torch.equal(traced(x), got)
 
 
+def test_host_path_traced_under_no_grad_keeps_what_backward_needs():
+    """pyfastpim.memintelli's host path (tensors on CUDA, and Conv1dMem always) told its Function
+    whether to keep the dequantized input as a bool, which torch.jit.trace records as a constant: a
+    module traced under no_grad kept nothing forever, and its backward failed. Now the bool is
+    pyfastpim.nn.layers._through_function's (true while tracing), as for pyfastpim.nn's layers."""
+    from pyfastpim.memintelli.NN_layers import Conv1dMem
+    torch.manual_seed(0)
+    layer = Conv1dMem(engine(), 3, 5, 3, S8, S8)
+    with torch.no_grad():
+        traced = torch.jit.trace(layer, (torch.randn(2, 3, 9),))
+    x = torch.randn(2, 3, 9, requires_grad=True)
+    out = traced(x)
+    out.square().sum().backward()
+    want_x = x.detach().clone().requires_grad_()
+    layer(want_x).square().sum().backward()
+    assert torch.equal(x.grad, want_x.grad)
+
+
+@pytest.mark.parametrize("kind", ["linear", "conv"])
+def test_traced_module_cannot_be_saved(kind, tmp_path):
+    """README: a traced module calls the layers' Python Function at each run, so torch.jit.save
+    refuses it (it can be used in the process that traced it, not exported)."""
+    layer, shape = _small_layer(kind)
+    with torch.no_grad():
+        traced = torch.jit.trace(layer, (torch.randn(shape),))
+    with pytest.raises(RuntimeError, match="export Python function"):
+        torch.jit.save(traced, str(tmp_path / "traced.pt"))
+
+
 @pytest.mark.parametrize("kind", ["linear", "conv"])
 def test_functional_call_computes_with_the_parameters_given(kind):
     """torch.nn.utils.stateless.functional_call swaps the parameters for one call: the layer computes
@@ -166,36 +195,53 @@ def test_conv2dmem_string_padding_is_a_type_error_naming_padding(padding, cls):
 
 
 class _Halve(torch.nn.Module):
+    """w * 0.5, counting its evaluations."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
     def forward(self, w):
+        self.calls += 1
         return w * 0.5
 
 
 @pytest.mark.parametrize("kind", ["linear", "conv", "conv1d"])
-def test_parametrized_weight_is_programmed_once_per_forward(kind, monkeypatch):
-    """Under torch.nn.utils.parametrize the weight is recomputed at each access, so each read of
-    weight_sliced re-programmed it: twice per training forward. Now once, with the parametrized values."""
+@pytest.mark.parametrize("grad", [False, True])
+def test_parametrized_weight_is_programmed_once_per_forward(kind, grad):
+    """Under torch.nn.utils.parametrize the weight is recomputed at each access. The layer read it twice
+    when programming (once for the key, once for the reference it keeps), so the tensor of the key was
+    freed, the next forward's weight often got its address with version 0, the key matched and the old
+    crossbar was kept: only 8 of 30 forwards re-programmed under no_grad. Now a forward reads the weight
+    once (one evaluation of the parametrization), programs the crossbar from that very tensor (the one
+    the gradient goes through) and computes as a freshly programmed twin with the same weights."""
     from torch.nn.utils import parametrize
     from pyfastpim.memintelli.NN_layers import Conv1dMem
-    from pyfastpim.nn import layers
     if kind == "conv1d":
         torch.manual_seed(0)
         layer, shape = Conv1dMem(engine(), 3, 5, 3, S8, S8), (2, 3, 9)
     else:
         layer, shape = _small_layer(kind)
-    halved = copy.deepcopy(layer)  # (a parametrized module cannot be deep-copied)
-    with torch.no_grad():
-        halved.weight.mul_(0.5)
-    parametrize.register_parametrization(layer, "weight", _Halve())
-    calls = []
-    original = layers._MemLayer.update_weight
-    monkeypatch.setattr(layers._MemLayer, "update_weight", lambda self: calls.append(1) or original(self))
-    x = torch.randn(shape, requires_grad=True)
-    out = layer(x)
-    assert len(calls) == 1
-    out.square().sum().backward()
-    assert layer.parametrizations.weight.original.grad is not None
-    with torch.no_grad():
-        assert torch.equal(out, halved(x))  # computed with the halved weights
+    twin = copy.deepcopy(layer)  # (a parametrized module cannot be deep-copied)
+    halve = _Halve()
+    parametrize.register_parametrization(layer, "weight", halve)
+    original = layer.parametrizations.weight.original
+    torch.manual_seed(1)
+    for step in range(25):
+        with torch.no_grad():
+            original.copy_(torch.randn_like(original))  # in place: the parameter's storage is kept
+            twin.weight.copy_(original * 0.5)
+        x = torch.randn(shape, requires_grad=grad)
+        halve.calls = 0
+        with torch.set_grad_enabled(grad):
+            out = layer(x)
+        assert halve.calls == 1, (step, halve.calls)
+        with torch.no_grad():
+            assert torch.equal(out, twin(x)), step  # computed with this step's halved weights
+        if grad:
+            original.grad = None
+            out.square().sum().backward()
+            assert original.grad is not None and original.grad.abs().sum() > 0
 
 
 # ----------------------------------------------------------------------------- 7. empty batches

@@ -295,12 +295,12 @@ def test_inference_path_keeps_no_dequantized_copies(monkeypatch):
 
 def _programs(monkeypatch, layer):
     count = [0]
-    orig = type(layer).update_weight
+    orig = type(layer)._program  # update_weight and the automatic re-programming both program through it
 
-    def counting(self):
+    def counting(self, w):
         count[0] += 1
-        return orig(self)
-    monkeypatch.setattr(type(layer), "update_weight", counting)
+        return orig(self, w)
+    monkeypatch.setattr(type(layer), "_program", counting)
     return count
 
 

@@ -4,8 +4,9 @@ Used by the compatibility layers when the input or the parameters live on CUDA (
 Conv1dMem): the input is copied to the host, multiplied by the engine, and the result copied
 back; backward is straight-through like pyfastpim.nn's layers (gradients taken with the
 dequantized weights ``Wq`` and inputs ``xq``), computed on the host and returned on each
-argument's device. Every copy is counted in :mod:`pyfastpim.memory`. ``need`` (the caller's
-``torch.is_grad_enabled()`` and some argument requiring grad) keeps what backward needs.
+argument's device. Every copy is counted in :mod:`pyfastpim.memory`. ``need``
+(pyfastpim.nn.layers._through_function: a gradient is needed, or the call is being traced by
+torch.jit.trace, which records it as a constant) keeps what backward needs.
 """
 import torch
 
@@ -22,7 +23,7 @@ class HostLinear(torch.autograd.Function):
     def forward(ctx, x, weight, bias, layer, need):
         dev = x.device
         xh = _device.to_host(x.detach()).to(torch.float32)
-        sliced = layer.weight_sliced  # read once: programs the weight at most once per forward
+        sliced = layer._programmed_for(weight)  # the weight autograd sees, read once by the layer's forward
         with _as_input():  # errors about x name the layer's argument 'input', its slice widths input_slice_method
             out, xq = layer.engine.forward_linear(xh, sliced, layer.input_slice_method,
                                                   layer.input_paral_size, layer.input_quant_gran, bw_e=layer.bw_e,
@@ -59,7 +60,7 @@ class HostConv2d(torch.autograd.Function):
         dev = x.device
         xh = _device.to_host(x.detach()).to(torch.float32)
         geom = (layer._kernel2d, layer._stride2d, layer._padding2d, layer._dilation2d)
-        sliced = layer.weight_sliced  # read once, as in HostLinear
+        sliced = layer._programmed_for(weight)  # as in HostLinear
         with _as_input():
             out, xq = layer.engine.forward_conv2d(xh, sliced, *geom, layer.input_slice_method,
                                                   layer.input_paral_size, layer.input_quant_gran, bw_e=layer.bw_e,

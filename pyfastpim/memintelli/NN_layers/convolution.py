@@ -34,8 +34,9 @@ class Conv2dMem(_layers.Conv2dMem):
                          input_quant_gran=input_quant_gran, weight_quant_gran=weight_quant_gran)
         self.kernel_size, self.stride, self.padding, self.dilation = kernel_size, stride, padding, dilation
 
-    def _weight_matrix(self):
-        return _device.to_host(super()._weight_matrix())
+    @staticmethod
+    def _weight_matrix(w):
+        return _device.to_host(_layers._MemLayer._weight_matrix(w))
 
     def forward(self, input):
         if not (_device.is_foreign(input) or _device.is_foreign(self.weight)):
@@ -46,7 +47,8 @@ class Conv2dMem(_layers.Conv2dMem):
                              % (self.in_channels, self.in_channels, tuple(input.shape)))
         self._check_engine()
         x = input.unsqueeze(0) if input.dim() == 3 else input
-        out = HostConv2d.apply(x, self.weight, self.bias, self, _layers._needs_grad(input, self.weight, self.bias))
+        weight = self.weight  # read once, as in pyfastpim.nn.Conv2dMem.forward
+        out = HostConv2d.apply(x, weight, self.bias, self, _layers._through_function(input, weight, self.bias))
         return out.squeeze(0) if input.dim() == 3 else out
 
 
@@ -101,8 +103,9 @@ class Conv1dMem(_layers._MemLayer):
     _padding2d = property(lambda self: (0, _int1(self.padding, "padding", 0)))
     _dilation2d = property(lambda self: (1, _int1(self.dilation, "dilation", 1)))
 
-    def _weight_matrix(self):
-        return _device.to_host(super()._weight_matrix())
+    @staticmethod
+    def _weight_matrix(w):
+        return _device.to_host(_layers._MemLayer._weight_matrix(w))
 
     def forward(self, *args):
         if len(args) == 2:  # MemIntelli's stub signature forward(dot_engine, input)
@@ -124,8 +127,9 @@ class Conv1dMem(_layers._MemLayer):
                              % (input.shape[-1], k, p, d))
         self._check_engine()
         x = input.unsqueeze(0) if input.dim() == 2 else input
-        out = HostConv2d.apply(x.unsqueeze(2), self.weight, self.bias, self,
-                               _layers._needs_grad(input, self.weight, self.bias)).squeeze(2)
+        weight = self.weight  # read once, as in pyfastpim.nn.Conv2dMem.forward
+        out = HostConv2d.apply(x.unsqueeze(2), weight, self.bias, self,
+                               _layers._through_function(input, weight, self.bias)).squeeze(2)
         return out.squeeze(0) if input.dim() == 2 else out
 
     def extra_repr(self):

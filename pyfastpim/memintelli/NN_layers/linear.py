@@ -32,8 +32,9 @@ class LinearMem(_layers.LinearMem):
                          bw_e=bw_e, input_paral_size=input_paral_size, weight_paral_size=weight_paral_size,
                          input_quant_gran=input_quant_gran, weight_quant_gran=weight_quant_gran)
 
-    def _weight_matrix(self):
-        return _device.to_host(super()._weight_matrix())
+    @staticmethod
+    def _weight_matrix(w):
+        return _device.to_host(_layers._MemLayer._weight_matrix(w))
 
     def forward(self, input):
         if not (_device.is_foreign(input) or _device.is_foreign(self.weight)):
@@ -47,8 +48,9 @@ class LinearMem(_layers.LinearMem):
         x = input.unsqueeze(0) if input.dim() == 1 else input
         if x.dim() > 3:
             x = x.reshape(-1, shape[-2], shape[-1])
-        out = HostLinear.apply(x, self.weight, self.bias, self,
-                               _layers._needs_grad(input, self.weight, self.bias))  # on the input's device
+        weight = self.weight  # read once, as in pyfastpim.nn.LinearMem.forward
+        out = HostLinear.apply(x, weight, self.bias, self,
+                               _layers._through_function(input, weight, self.bias))  # on the input's device
         return out.reshape(shape[:-1] + (self.out_features,))
 
 

@@ -40,7 +40,8 @@ static pf_cancel *pf_sigint_begin(pf_sigint_guard *g)
     if (!(cur.sa_flags & SA_SIGINFO) && (cur.sa_handler == SIG_DFL || cur.sa_handler == SIG_IGN))
         return NULL; /* no handler to chain to: Ctrl-C keeps its default meaning */
     atomic_store_explicit(&g_cancel.flag, 0, memory_order_relaxed);
-    g_previous = cur;
+    if (!(cur.sa_flags & SA_SIGINFO) || cur.sa_sigaction != sigint_handler)
+        g_previous = cur; /* never chain to ourselves (we would recurse on the signal) */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = sigint_handler;
@@ -48,7 +49,7 @@ static pf_cancel *pf_sigint_begin(pf_sigint_guard *g)
     sigemptyset(&sa.sa_mask);
     if (sigaction(SIGINT, &sa, NULL) != 0)
         return NULL;
-    g->previous = cur;
+    g->previous = g_previous;
     g->active = 1;
     g_installed = 1;
     return &g_cancel;
@@ -58,11 +59,14 @@ static int pf_sigint_end(pf_sigint_guard *g, int interrupted)
 {
     if (!g->active)
         return 0;
-    /* Restore the previous handler only if ours is still installed: a chained handler may have replaced
-     * it on the signal (LLVM's, installed by PoCL's compiler, restores the handlers it saved and
-     * re-raises); putting that one back made the next SIGINT recurse through it until the stack overflowed. */
+    /* Put the previous handler back where ours is still installed, or where no signal came. LLVM's
+     * handler (PoCL's compiler registers it, also during a call) saves the one it finds and, on the
+     * signal, reinstalls that and re-raises: kept after a signal, or left on top of ours, it would
+     * chain back to ours, and the next SIGINT recursed until the stack overflowed. */
     struct sigaction cur;
-    if (sigaction(SIGINT, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == sigint_handler)
+    const int ours = sigaction(SIGINT, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
+                     cur.sa_sigaction == sigint_handler;
+    if (ours || !atomic_load_explicit(&g_cancel.flag, memory_order_relaxed))
         sigaction(SIGINT, &g->previous, NULL);
     g->active = 0;
     g_installed = 0;

@@ -2,6 +2,7 @@
 while the GIL is released, stop within one block of work and raise KeyboardInterrupt; the
 engine's state is intact afterwards. Each case runs in a subprocess that gets a real SIGINT."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -298,3 +299,63 @@ def test_ctrl_c_interrupts_opencl_slicing():
     assert max(latencies) < LIMIT_S, "KeyboardInterrupt %.2f s after SIGINT" % max(latencies)
     assert min(latencies) < full / 4, ("KeyboardInterrupt %s s after a SIGINT sent %.3f s into calls of %.3f s"
                                        % (latencies, full / 10, full))
+
+
+SHIM_CHILD = textwrap.dedent("""
+    import ctypes, os, signal, sys, threading, time
+    import numpy as np
+    from pyfastpim import _core
+    shim = ctypes.CDLL(sys.argv[1])
+    when = sys.argv[2]
+    g = np.random.default_rng(0).uniform(1e-6, 1e-4, (2, 256, 256)).astype(np.float32)
+    done = []
+
+    def long_call():                                  # an interruptible CPU call (IR drop solve)
+        _core.irdrop_layer(g, 1.0, 64, 64, 1e-6)
+        done.append(1)
+
+    t0 = time.monotonic()
+    long_call()
+    T = time.monotonic() - t0
+    if when == "before":                              # registered on top of Python's handler
+        shim.shim_register()
+    else:                                             # registered on top of ours, inside a call
+        th = threading.Thread(target=lambda: (time.sleep(T / 10), shim.shim_register()))
+        th.start()
+        long_call()
+        th.join()
+    inside = []
+    for trial in range(3):                            # Ctrl-C in three calls: each a KeyboardInterrupt
+        threading.Thread(target=lambda: (time.sleep(T / 10), os.kill(os.getpid(), signal.SIGINT))).start()
+        del done[:]
+        try:
+            long_call()
+            time.sleep(10)
+        except KeyboardInterrupt:
+            inside.append(not done)
+    try:                                              # and one between calls
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(10)
+    except KeyboardInterrupt:
+        inside.append("outside")
+    print("interrupts", *inside, flush=True)
+""")
+
+
+@pytest.mark.parametrize("when", ["before", "during"])
+def test_ctrl_c_with_a_chaining_handler_registered_by_another_library(when, tmp_path):
+    """A library that registers a SIGINT handler as LLVM does (PoCL's compiler: it saves the handler it
+    finds, and on the signal reinstalls it and re-raises), before a call or during one: every Ctrl-C is a
+    KeyboardInterrupt. The second one segfaulted (a loop through that handler and ours), first where it
+    was registered before the calls, then, after a first fix, where it was registered during one."""
+    cc = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler for the signal shim")
+    shim = str(tmp_path / "signal_shim.so")
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "signal_shim.c")
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", shim, src], check=True)
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(pyfastpim.__file__)))
+    p = subprocess.run([sys.executable, "-c", SHIM_CHILD, shim, when], capture_output=True, text=True, env=env,
+                       timeout=600)
+    assert p.returncode == 0, "child exited with %d: %s" % (p.returncode, p.stderr[-3000:])
+    assert p.stdout.split() == ["interrupts", "True", "True", "True", "outside"], p.stdout

@@ -316,7 +316,7 @@ class _MemLayer(nn.Module):
         # (reading it raises): its in-place writes (only possible inside inference_mode) are not seen, as
         # writes through weight.data are not; update_weight() after them, as MemIntelli requires
         version = None if w.is_inference() else w._version
-        return (version, w.data_ptr(), tuple(w.shape), w.dtype, id(self.engine))
+        return (version, w.data_ptr(), tuple(w.shape), w.stride(), w.storage_offset(), w.dtype, id(self.engine))
 
     def update_weight(self):
         """Re-slice and re-program this layer's weight into the crossbars (after changing it), with the
@@ -379,7 +379,10 @@ class _MemLayer(nn.Module):
         re-programmed from w if stale."""
         if self._weight_sliced is None or self._programmed_key != self._weight_key(w):
             try:
-                self._program(w)
+                if type(self).update_weight is _MemLayer.update_weight:
+                    self._program(w)
+                else:  # a subclass's override: re-programming goes through it, as it did
+                    self.update_weight()
             except AttributeError as exc:  # would be masked by nn.Module.__getattr__
                 raise RuntimeError("programming the weights of %s failed: %s" % (type(self).__name__, exc)) from exc
         return self._weight_sliced

@@ -267,11 +267,14 @@ SLICE_CHILD = textwrap.dedent("""
         started.clear()
         del sent[:]
         threading.Thread(target=interrupter).start()
+        returned = False
         try:
             started.set()
             _core.slice_quantize(x, *args, device=dev)
+            returned = True
             time.sleep(10)                            # (not interrupted in the call: the sleep is)
         except KeyboardInterrupt:
+            assert not returned, "the SIGINT came after the call had returned"
             latencies.append(time.monotonic() - sent[0])
     again = _core.slice_quantize(x[:96, :64], *args, device=dev)   # works afterwards, same results
     assert all(a is None and b is None or np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(ref, again))

@@ -66,6 +66,45 @@ def test_assigning_conv_weight_data_reprograms():
             assert torch.equal(conv(x), fresh_output(conv, x))
 
 
+def test_a_transposed_weight_of_the_same_storage_reprograms():
+    """`weight.data = weight.data.t()` on a square layer keeps the storage (address), shape and version:
+    only the strides tell the new weights from the programmed ones (the layer kept its old crossbars)."""
+    torch.manual_seed(3)
+    layer = LinearMem(engine(), 16, 16, S8, S8, bias=False)
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        before = layer(x)
+        layer.weight.data = layer.weight.data.t()
+        after = layer(x)
+    assert not torch.equal(after, before)
+    assert torch.equal(after, fresh_output(layer, x))
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_subclass_update_weight_is_called_when_a_forward_reprograms(grad):
+    """A subclass that overrides update_weight (MemIntelli's way to hook re-programming) sees the forward's
+    automatic re-programming go through it, as it did before the weight was read once per forward."""
+    class Counting(LinearMem):
+        calls = 0
+
+        def update_weight(self):
+            type(self).calls += 1
+            super().update_weight()
+
+    torch.manual_seed(4)
+    layer = Counting(engine(), 8, 4, S8, S8)
+    x = torch.randn(3, 8, requires_grad=grad)
+    start = Counting.calls
+    with torch.no_grad():
+        layer.weight.mul_(2)
+    y = layer(x)
+    assert Counting.calls == start + 1
+    layer(x)                                       # programmed: no second call
+    assert Counting.calls == start + 1
+    with torch.no_grad():
+        assert torch.equal(y, fresh_output(layer, x))
+
+
 @pytest.mark.parametrize("kind", ["linear", "conv", "lenet5"])
 def test_layers_built_under_inference_mode_work(kind):
     """Parameters made under torch.inference_mode() are inference tensors, which have no version counter

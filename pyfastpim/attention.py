@@ -373,7 +373,9 @@ class _ContextCore:
             strength = _finite(strength, "strength")
         xa = _view(x, "x")
         ga = _view(grad_out, "grad_out")
-        if xa.ndim < 1 or xa.shape != ga.shape:
+        if xa.ndim < 1:  # the message apply() gives: a 0-d x is no (..., D) array, whatever grad_out is
+            raise ValueError("argument 'x': expected an array (..., D), got 0 dimensions")
+        if xa.shape != ga.shape:
             raise ValueError("argument 'grad_out': shape %r does not match x's shape %r (both must be (..., D))"
                              % (ga.shape, xa.shape))
         oa = None if out is None else _out_for(out, ga)  # converted before the guard is taken

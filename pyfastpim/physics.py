@@ -75,7 +75,9 @@ def column_currents(G, V, wire_resistance):
 
     ``wire_resistance = 0`` is the ideal crossbar, ``V @ max(G, 0)``: the limit of the network for a
     vanishing wire resistance, a cell below 0 S open as in the network. G and V are checked alike
-    for every wire resistance (a non-empty 2-D block, finite values; ValueError naming them)."""
+    for every wire resistance (a non-empty 2-D block, finite values; ValueError naming them). Currents
+    beyond float64's range (volts and siemens near 1e300) raise ValueError naming 'V' rather than
+    returning inf."""
     G, V = _host(G, "G", "float64"), _host(V, "V", "float64")
     if G.ndim != 2 or G.size == 0:
         raise ValueError("argument 'G': expected a non-empty 2-D (rows, cols) block, got shape %r" % (G.shape,))
@@ -88,9 +90,13 @@ def column_currents(G, V, wire_resistance):
     r_wire = _core.check_number(wire_resistance, "wire_resistance")
     if not np.isfinite(G).all():  # one message at every wire resistance (the solver's added "solvable")
         raise ValueError("argument 'G': conductances must be finite")
-    if r_wire == 0:  # no wires
-        return V @ np.maximum(G, 0.0)
-    return V @ effective_conductance(G, wire_resistance)
+    geff = np.maximum(G, 0.0) if r_wire == 0 else effective_conductance(G, wire_resistance)  # R = 0: no wires
+    with np.errstate(over="ignore", invalid="ignore"):
+        currents = V @ geff
+    if not np.isfinite(currents).all():  # finite V and G whose products or sums pass float64's range
+        raise ValueError("argument 'V': the column currents of these row voltages and conductances 'G' exceed "
+                         "float64's range (|I| > %.4g A)" % np.finfo(np.float64).max)
+    return currents
 
 
 def drift_conductance(G, t_seconds, t0=1.0, nu_mean=0.05, nu_std=0.01, seed=_core.DEFAULT_SEED, return_nu=False):

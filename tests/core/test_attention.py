@@ -295,6 +295,20 @@ BAD_STEPS = {"x_vec 2-D": (np.ones((2, 8), F32), np.ones(8, F32)), "y_vec empty"
              "x_vec not an array": (None, np.ones(8, F32))}
 
 
+def test_gradients_of_a_0d_x_name_x_as_apply_does():
+    # gradients(np.float32(1), np.float32(1)) said "argument 'grad_out': shape () does not match x's
+    # shape ()": the shapes match, the problem is x (apply's "expected an array (..., D)"); found by a
+    # robustness hunt (round 11)
+    c = ctx_with_incoming(3)
+    for g in (np.float32(1), np.ones(3, F32)):
+        with pytest.raises(ValueError, match=r"^argument 'x': expected an array \(\.\.\., D\), got 0 dimensions$"):
+            c.gradients(np.float32(1), g)
+    with pytest.raises(ValueError, match=r"^argument 'x': expected an array \(\.\.\., D\), got 0 dimensions$"):
+        c.apply(np.float32(1))
+    with pytest.raises(ValueError, match="^argument 'grad_out': shape"):  # a mismatch still names grad_out
+        c.gradients(np.ones((2, 3), F32), np.ones((3, 3), F32))
+
+
 @pytest.mark.parametrize("case", list(BAD_UPDATES) + list(BAD_STEPS))
 def test_updates_check_their_arguments_whatever_the_rate(case):
     # update_rate <= 0 returned before the inputs were looked at: bad ones passed silently

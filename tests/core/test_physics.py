@@ -753,3 +753,17 @@ def test_column_currents_refuses_a_non_finite_g_in_one_message_at_every_resistan
     for r in (0, 0.0, 1.0, 1e-300):
         with pytest.raises(ValueError, match=r"^argument 'G': conductances must be finite$"):
             physics.column_currents(G, np.ones(3), r)
+
+
+def test_column_currents_beyond_float64_raise_naming_v_instead_of_returning_inf():
+    # finite volts and siemens whose currents pass 1.8e308 A returned inf (with NumPy's overflow
+    # RuntimeWarning) at R = 0 and at R > 0 alike; found by a robustness hunt (round 11)
+    G = np.full((3, 4), 1e308)
+    for r in (0.0, 1e-303):  # R G = 1e5, within IRDROP_MAX_GR
+        with pytest.raises(ValueError, match=r"^argument 'V': the column currents .* exceed float64's range"):
+            physics.column_currents(G, np.full(3, 1e10), r)
+        with pytest.raises(ValueError, match=r"^argument 'V': "):  # one row of a (k, rows) batch suffices
+            physics.column_currents(G, np.array([[1e-9, 0.0, 0.0], [-1e10, -1e10, 0.0]]), r)
+        # large currents that fit are returned as they are
+        geff = np.maximum(G, 0.0) if r == 0 else physics.effective_conductance(G, r)
+        np.testing.assert_allclose(physics.column_currents(G, np.array([1.0, 0.0, 0.0]), r), geff[0], rtol=1e-12)

@@ -23,6 +23,7 @@ from pyfastpim import _core, physics
 from helpers import HGS, LGS, at_isa, available_isas, needs_cl
 from reference.physics_ref import (DRIFT_STREAM, STUCK_STREAM, WRITE_STREAM, irdrop_currents, pf_normal,
                                    pf_normal64, pf_uniform)
+from reference.physics_ref import drift as drift_ref
 
 
 def _threads(fn):
@@ -159,6 +160,9 @@ def test_drift_where_t_over_t0_overflows_keeps_the_closed_form():
     np.testing.assert_array_equal(physics.drift_conductance(g, 1e300, t0=1e-300, nu_mean=0.0, nu_std=0.0), g)
     np.testing.assert_allclose(physics.drift_conductance(g, 1e300, t0=1e-300, nu_mean=0.05, nu_std=0.0),
                                g.astype(np.float64) * 1e-30, rtol=1e-5)
+    for nu_mean in (0.0, 0.05, 2.0):  # the transcription's closed form, bit for bit (nu_std = 0: no normals)
+        np.testing.assert_array_equal(physics.drift_conductance(g, 1e300, t0=1e-300, nu_mean=nu_mean, nu_std=0.0),
+                                      drift_ref(g, 0, 1e300, 1e-300, nu_mean, 0.0)[0])
 
 
 def test_drift_at_t0_leaves_every_cell_even_with_an_overflowing_nu():

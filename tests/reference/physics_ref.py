@@ -5,7 +5,8 @@
   eliminated), returning column currents for given row voltages; cells below 0 S are open.
 - ``philox4x32_10`` / ``pf_uniforms`` / ``pf_normal`` (float32, as the engine) / ``pf_normal64``:
   Philox4x32-10, the engine's uniforms and its Box-Muller normals; the engine's stream numbers.
-- ``drift``: G(t) = G(t0) (t / t0)^(-nu), per-cell nu = max(0, nu_mean + nu_std z).
+- ``drift``: G(t) = G(t0) (t / t0)^(-nu), per-cell nu = max(0, nu_mean + nu_std z) (log t - log t0 where
+  t / t0 overflows; G unchanged where nu = 0 or t = t0).
 """
 import numpy as np
 
@@ -120,5 +121,11 @@ def drift(G, seed, t, t0, nu_mean, nu_std):
     G = np.asarray(G, dtype=np.float32)
     idx = np.arange(G.size, dtype=np.uint64).reshape(G.shape)
     z = pf_normal(seed, DRIFT_STREAM, 0, idx).astype(np.float64) if nu_std > 0 else np.zeros(G.shape)
-    nu = np.maximum(nu_mean + nu_std * z, 0.0)
-    return (G.astype(np.float64) * np.exp(-nu * np.log(t / t0))).astype(np.float32), nu
+    with np.errstate(over="ignore", invalid="ignore"):
+        nu = np.maximum(nu_mean + nu_std * z, 0.0)
+        ratio = np.float64(t) / np.float64(t0)
+        # where t / t0 overflows a double the logarithm is log t - log t0 (docs/physics.md)
+        log_ratio = np.log(ratio) if np.isfinite(ratio) else np.log(np.float64(t)) - np.log(np.float64(t0))
+        drifted = (G.astype(np.float64) * np.exp(-nu * log_ratio)).astype(np.float32)
+    # nu = 0, and t = t0, keep G exactly (also for a nu that overflowed to inf)
+    return np.where((nu == 0) | (log_ratio == 0), G, drifted), nu

@@ -19,7 +19,7 @@ def _fmt(fmt, value):
 def sigma_summary(read_variation):
     """``0.05`` when every level has the same sigma, else ``{min..max over N levels}``."""
     if not isinstance(read_variation, dict) or not read_variation:
-        return repr(read_variation)
+        return _fmt("%g", read_variation)  # one sigma as given (repr when not a number)
     vals = [read_variation[k] for k in sorted(read_variation)]
     try:
         lo, hi = min(vals), max(vals)
@@ -39,7 +39,7 @@ def _radc(radc):
 def engine_fields(e):
     """(name, value) pairs describing a DPETensor, in display order."""
     return [("device", e.device), ("g_level", _fmt("%d", e.g_level)), ("HGS", _fmt("%g", e.HGS)),
-            ("LGS", _fmt("%g", e.LGS)), ("read_variation", sigma_summary(e.read_variation)),
+            ("LGS", _fmt("%g", e.LGS)), ("read_variation", sigma_summary(_read_variation(e))),
             ("write_variation", _fmt("%g", e.write_variation)), ("vnoise", _fmt("%g", e.vnoise)),
             ("wire_resistance", _fmt("%g", e.wire_resistance)), ("drift", repr(e._drift)),
             ("rdac", _fmt("%d", e.rdac)), ("radc", _radc(e._radc_msb_first())), ("vread", _fmt("%g", e.vread)),
@@ -73,9 +73,15 @@ def _table(rows, header=None, caption=None):
     return "".join(out)
 
 
+def _read_variation(e):
+    """read_variation as the user gave it (one sigma is not expanded over g_level, which may be unset)."""
+    given = getattr(e, "_read_variation_given", None)
+    return given() if given is not None else e.read_variation
+
+
 def engine_html(e):
     rows = engine_fields(e)
-    rv = e.read_variation
+    rv = _read_variation(e)
     if isinstance(rv, dict) and len(set(rv.values())) > 1:
         rows.append(("sigma per level", ", ".join("%s: %s" % (_fmt("%d", k), _fmt("%g", rv[k])) for k in sorted(rv))))
     return _table(rows, header=("parameter", "value"), caption="pyfastpim.DPETensor")

@@ -86,8 +86,9 @@ def _level_key(key, g_level):
                      "(the levels 0..%d), got the %s key %r" % (g_level - 1, got, key))
 
 
-def _read_variation_dict(value, g_level):
-    """read_variation as {level: sigma} for levels 0..g_level-1, each sigma validated."""
+def _read_variation_form(value, g_level):
+    """read_variation in the form given, validated: a dict as {level: sigma} for levels 0..g_level-1, a
+    number as one sigma (a float) that stays one sigma when g_level changes."""
     if isinstance(value, dict):
         levels = {}
         for k, v in value.items():
@@ -104,8 +105,26 @@ def _read_variation_dict(value, g_level):
     number = _rule_number(value, "read_variation", lambda got: "argument 'read_variation': expected a real number "
                           "(one sigma for every level; 0 for no read noise) or a dict {level: sigma} for levels "
                           "0..%d, got %s" % (g_level - 1, got), integer=False)
-    sigma = _sigma(number, "read_variation", True)
-    return {i: sigma for i in range(g_level)}
+    return _sigma(number, "read_variation", True)
+
+
+def _read_variation_dict(value, g_level):
+    """read_variation as {level: sigma} for levels 0..g_level-1, each sigma validated."""
+    form = _read_variation_form(value, g_level)
+    return form if isinstance(form, dict) else dict.fromkeys(range(g_level), form)
+
+
+def _radc_form(radc):
+    """The constructor's rule for radc, applied wherever radc is read: (is_list, radc checked). A list,
+    tuple or 1-D array / tensor gives one int per weight slice (the core's rule, pf_conv_resolutions);
+    anything else is one int (a 0-d array or tensor too, by the type rule, as g_level's and rdac's are, and
+    MemIntelli takes a 0-d tensor as one resolution); each in 2..2**24."""
+    is_list = _radc_is_list(radc)
+    return is_list, _core.check_radc(_resolution_list(radc) if is_list else radc)
+
+
+def _radc_is_list(radc):
+    return isinstance(radc, (list, tuple)) or (isinstance(radc, np.ndarray) or _is_torch(radc)) and radc.ndim != 0
 
 
 def _resolution_list(radc):
@@ -302,12 +321,9 @@ class DPETensor:
         self.vread = _core.check_number(vread, "vread")
         self.rate_stuck_HGS = _number(rate_stuck_HGS, "rate_stuck_HGS", 0)
         self.rate_stuck_LGS = _number(rate_stuck_LGS, "rate_stuck_LGS", 0)
-        # an int, or 1 to 16 ints (one per weight slice), each in 2..2**24: the core's rule (pf_conv_resolutions)
-        # (a list, tuple or 1-D array / tensor; a 0-d array or tensor is one int by the type rule, as g_level's and
-        # rdac's are, and MemIntelli takes a 0-d tensor as one resolution)
-        self.radc_is_list = isinstance(radc, (list, tuple)) or \
-            (isinstance(radc, np.ndarray) or _is_torch(radc)) and radc.ndim != 0
-        self.radc = _core.check_radc(_resolution_list(radc) if self.radc_is_list else radc)
+        # an int, or 1 to 16 ints (one per weight slice): _radc_form's rule, applied again at each product, so
+        # radc may be assigned any of these forms later (radc_is_list follows the value)
+        self.radc = _radc_form(radc)[1]
         # the core's rules (csrc/core/contract.c), checked once by check_vread: first the conductance range
         # (check_conductance_range's: 2 <= g_level <= 256, 0 <= LGS < HGS <= 1e30, the level spacing a normal
         # float32 of at least HGS * 2**-22; ValueError naming g_level, HGS or LGS, the message of every entry
@@ -347,6 +363,8 @@ class DPETensor:
         if "read_variation" in state:  # pickled before read_variation became a property
             state = dict(state, _read_variation=state.pop("read_variation"), _read_sigma_cache=None)
             state.pop("_read_sigma", None)
+        state = dict(state, _read_variation_view=state.get("_read_variation_view"))  # pickled before it existed
+        state.pop("radc_is_list", None)  # pickled before radc_is_list followed radc
         self.__dict__.update(state)
         if isinstance(spec, str):
             from .devices import resolve_device
@@ -410,21 +428,38 @@ class DPETensor:
 
         Assign a number (one sigma for every level) or such a dict. As in MemIntelli the dict is
         read at every product, so assigning it, or editing it in place, changes the next product's
-        read noise; each sigma must be in ``[0, READ_VARIATION_MAX]``."""
-        return self._read_variation
+        read noise; each sigma must be in ``[0, READ_VARIATION_MAX]``. A number stays one sigma:
+        changing ``g_level`` afterwards gives every new level that sigma (a dict needs the new
+        levels' keys), until the dict read here is edited in place, which makes it the dict given."""
+        rv = self._read_variation_given()
+        if isinstance(rv, dict):
+            return rv
+        view, g_level = self._read_variation_view, _number(self.g_level, "g_level", integer=True)  # maybe assigned
+        if view is None or view[0] != g_level:
+            view = self._read_variation_view = (g_level, dict.fromkeys(range(g_level), rv))
+        return view[1]
 
     @read_variation.setter
     def read_variation(self, value):
-        self._read_variation = _read_variation_dict(value, self.g_level)
-        self._read_sigma_cache = None
+        self._read_variation = _read_variation_form(value, self.g_level)
+        self._read_variation_view = self._read_sigma_cache = None
+
+    def _read_variation_given(self):
+        """read_variation in the user's form: one sigma, or a dict (the one assigned, or the per-level view
+        of one sigma that the user edited in place, which from then on is the dict given)."""
+        rv, view = self._read_variation, self._read_variation_view
+        if not isinstance(rv, dict) and view is not None and view[1] != dict.fromkeys(range(view[0]), rv):
+            rv, self._read_variation, self._read_variation_view = view[1], view[1], None
+        return rv
 
     def _read_sigmas(self):
         """The per-level sigmas (float32, g_level) of read_variation as it is now; None when all are 0."""
-        rv, cached = self._read_variation, self._read_sigma_cache
-        if cached is None or cached[0] != rv or cached[2] != self.g_level:  # assigned, edited in place, re-levelled
+        rv, cached = self._read_variation_given(), self._read_sigma_cache
+        given = dict(rv) if isinstance(rv, dict) else rv
+        if cached is None or cached[0] != given or cached[2] != self.g_level:  # assigned, edited, re-levelled
             checked = _read_variation_dict(rv, self.g_level)
             sigma = np.array([checked[i] for i in range(self.g_level)], dtype=np.float32)
-            cached = self._read_sigma_cache = (dict(rv), sigma if sigma.any() else None, self.g_level)
+            cached = self._read_sigma_cache = (given, sigma if sigma.any() else None, self.g_level)
         return cached[1]
 
     def drift(self, t_seconds, t0=1.0, nu_mean=0.05, nu_std=0.01, compensation=False):
@@ -487,9 +522,14 @@ class DPETensor:
         (pyfastpim.memintelli's engine holds MemIntelli's reversed tensor instead)."""
         return self.radc
 
+    @property
+    def radc_is_list(self):
+        """True when radc gives one resolution per weight slice (_radc_form's rule, on radc as it is now)."""
+        return _radc_is_list(self.radc)
+
     def _radc_lsb_first(self, n_slices):
-        radc = self._radc_msb_first()
-        if self.radc_is_list:
+        is_list, radc = _radc_form(self._radc_msb_first())  # radc may have been assigned since: checked again
+        if is_list:
             if len(radc) != n_slices:
                 raise ValueError(f'Length of radc array ({len(radc)}) must match number of weight slices '
                                  f'({n_slices})')

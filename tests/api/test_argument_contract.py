@@ -3,6 +3,7 @@ argument, from every entry point that takes it (the C converters of csrc/python/
 validator of csrc/core/contract.c), on the CPU and on OpenCL; plus regressions of the drifted parsers.
 """
 import math
+import pickle
 import re
 
 import numpy as np
@@ -631,3 +632,67 @@ def test_engine_checks_the_conductance_range_once(monkeypatch):
         assert got == outcome(lambda: core.check_conductance_range(args["HGS"], args["LGS"], 16))
         # with a bad vread (and an IR drop out of range) too, the range's error comes first, as before
         assert outcome(lambda: pyfastpim.DPETensor(vread=-1.0, wire_resistance=1e20, **over)) == got
+
+
+def _products_equal_after_assignment(device, before, after, **kw):
+    """dpe_matmul (and the conv path) of an engine built with `before` then given `after` by assignment,
+    against one built with `after` (same seed); both products run twice, so the noise streams match too."""
+    rng = np.random.default_rng(12)
+    x, w = rng.standard_normal((5, 64)).astype(np.float32), rng.standard_normal((64, 7)).astype(np.float32)
+    xc, wc = rng.standard_normal((1, 2, 5, 5)).astype(np.float32), rng.standard_normal((18, 3)).astype(np.float32)
+    base = dict(kw, device=device, seed=21)
+    changed = pyfastpim.DPETensor(**dict(base, **before))
+    for name, value in after.items():
+        setattr(changed, name, value)
+
+    def products(eng):
+        ws = pyfastpim.SlicedData((1, 1, 2, 2), is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+        ws.slice_data_imp(eng, wc)
+        return [np.asarray(pyfastpim.dpe_matmul(x, w, eng)) for _ in range(2)] + \
+            [np.asarray(eng.forward_conv2d(xc, ws, 3)[0]) for _ in range(2)]
+    ours = products(changed)
+    for a, b in zip(ours, products(pyfastpim.DPETensor(**dict(base, **after)))):
+        np.testing.assert_array_equal(a, b)
+    old = products(pyfastpim.DPETensor(**dict(base, **before)))
+    assert not all(np.array_equal(a, b) for a, b in zip(ours, old))  # the assignment took effect
+    return changed
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_read_variation_number_stays_one_sigma_when_g_level_changes(device):
+    # DPETensor(read_variation=0.05) stored {0..15: 0.05}: g_level = 8 afterwards made every product raise
+    # "read_variation: a dict needs the keys 0..7", a dict the user never gave (found by a parity hunt)
+    eng = _products_equal_after_assignment(device, dict(g_level=16), dict(g_level=8), read_variation=0.05)
+    assert eng.read_variation == dict.fromkeys(range(8), 0.05)  # MemIntelli's per-level dict view, re-levelled
+    assert "read_variation=0.05" in repr(eng)
+    again = pickle.loads(pickle.dumps(eng))
+    again.g_level = 4
+    assert again.read_variation == dict.fromkeys(range(4), 0.05) and not again.noise_free
+    eng.reset()
+    eng.read_variation[7] = 0.2  # edited in place: from then on the dict the user gave
+    eng.g_level = 4
+    with pytest.raises(ValueError, match=r"argument 'read_variation': a dict needs the keys 0\.\.3"):
+        pyfastpim.dpe_matmul(np.ones((2, 8), np.float32), np.ones((8, 2), np.float32), eng)
+    given = pyfastpim.DPETensor(g_level=4, read_variation={0: 0.1, 1: 0.1, 2: 0.1, 3: 0.1}, device=device)
+    given.g_level = 8  # a dict given with the old levels' keys: the clear error, as before
+    with pytest.raises(ValueError, match=r"argument 'read_variation': a dict needs the keys 0\.\.7"):
+        pyfastpim.dpe_matmul(np.ones((2, 8), np.float32), np.ones((8, 2), np.float32), given)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("before, after", [(256, [16, 32, 64, 128]), ([16, 32, 64, 128], 64),
+                                           (256, np.array([64, 64, 128, 256])), (256, (32, 32, 32, 32))])
+def test_radc_assigned_after_construction_in_any_form_is_used(device, before, after):
+    # radc_is_list was fixed at construction: engine.radc = [16, 32, 64, 128] on an engine built with an int
+    # radc made every product raise "argument 'radc': expected an int, got list" (found by a parity hunt)
+    eng = _products_equal_after_assignment(device, dict(radc=before), dict(radc=after), g_level=4,
+                                           read_variation=0.05, rdac=4)
+    assert eng.radc_is_list is not isinstance(after, int)
+    for bad, exc, msg in (([1, 64, 64, 64], ValueError, "converter resolutions must be in 2..2"),
+                          ("x", TypeError, "expected an int or a sequence"), ([64, 64], ValueError, "Length of radc")):
+        eng.radc = bad
+        with pytest.raises(exc, match=msg):
+            pyfastpim.dpe_matmul(np.ones((2, 8), np.float32), np.ones((8, 2), np.float32), eng)
+        if exc is not ValueError or "Length" not in msg:  # the constructor's message for the same value
+            with pytest.raises(exc, match=msg):
+                pyfastpim.DPETensor(radc=bad)

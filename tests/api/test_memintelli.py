@@ -979,6 +979,25 @@ def test_engine_conductance_levels_and_radc_as_memintelli():
     assert isinstance(_quiet_engine().radc, int) and not _quiet_engine().radc_is_list
 
 
+def test_engine_read_variation_and_radc_assigned_after_construction():
+    """read_variation=0.05 reads as MemIntelli's per-level dict, and stays one sigma when g_level is changed
+    (it was stored as a 16-key dict: the next product raised 'a dict needs the keys 0..7'); a per-slice radc
+    assigned to an engine built with one int is used (radc_is_list was fixed at construction: TypeError)."""
+    g = torch.Generator().manual_seed(4)
+    x, w = torch.randn(6, 64, generator=g), torch.randn(64, 9, generator=g)
+    e = _noisy_engine(read_variation=0.05)
+    assert e.read_variation == dict.fromkeys(range(16), 0.05)
+    e.g_level = 32
+    assert e.read_variation == dict.fromkeys(range(32), 0.05)
+    built = _noisy_engine(read_variation=0.05, g_level=32)
+    assert torch.equal(e(*_sliced_pair(e, x, w)), built(*_sliced_pair(built, x, w)))
+    e = _noisy_engine()
+    e.radc = [2 ** 12, 2 ** 10, 2 ** 8, 2 ** 6]  # the constructor's order, most significant slice first
+    assert e.radc_is_list
+    built = _noisy_engine(radc=[2 ** 12, 2 ** 10, 2 ** 8, 2 ** 6])
+    assert torch.equal(e(*_sliced_pair(e, x, w)), built(*_sliced_pair(built, x, w)))
+
+
 # ----------------------------------------------------------------------------- settings changed after construction
 
 def _twin_output(make, layer, x, **kw):

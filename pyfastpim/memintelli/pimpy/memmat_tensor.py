@@ -67,7 +67,7 @@ class DPETensor(_BaseDPETensor):
 
     def _radc_msb_first(self):
         radc = self.radc
-        if self.radc_is_list and isinstance(radc, torch.Tensor):  # MemIntelli's order: least significant first
+        if isinstance(radc, torch.Tensor) and radc.ndim != 0:  # MemIntelli's order: least significant first
             return tuple(int(v) for v in radc.flip(0).tolist())
         return radc
 

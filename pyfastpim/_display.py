@@ -39,7 +39,7 @@ def _radc(radc):
 def engine_fields(e):
     """(name, value) pairs describing a DPETensor, in display order."""
     return [("device", e.device), ("g_level", _fmt("%d", e.g_level)), ("HGS", _fmt("%g", e.HGS)),
-            ("LGS", _fmt("%g", e.LGS)), ("read_variation", sigma_summary(_read_variation(e))),
+            ("LGS", _fmt("%g", e.LGS)), ("read_variation", sigma_summary(e._read_variation_given())),
             ("write_variation", _fmt("%g", e.write_variation)), ("vnoise", _fmt("%g", e.vnoise)),
             ("wire_resistance", _fmt("%g", e.wire_resistance)), ("drift", repr(e._drift)),
             ("rdac", _fmt("%d", e.rdac)), ("radc", _radc(e._radc_msb_first())), ("vread", _fmt("%g", e.vread)),
@@ -73,15 +73,9 @@ def _table(rows, header=None, caption=None):
     return "".join(out)
 
 
-def _read_variation(e):
-    """read_variation as the user gave it (one sigma is not expanded over g_level, which may be unset)."""
-    given = getattr(e, "_read_variation_given", None)
-    return given() if given is not None else e.read_variation
-
-
 def engine_html(e):
     rows = engine_fields(e)
-    rv = _read_variation(e)
+    rv = e._read_variation_given()  # as given: one sigma is not expanded over g_level, which may be unset
     if isinstance(rv, dict) and len(set(rv.values())) > 1:
         rows.append(("sigma per level", ", ".join("%s: %s" % (_fmt("%d", k), _fmt("%g", rv[k])) for k in sorted(rv))))
     return _table(rows, header=("parameter", "value"), caption="pyfastpim.DPETensor")

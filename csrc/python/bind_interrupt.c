@@ -7,8 +7,7 @@
 #include <string.h>
 
 typedef struct {
-    int active;
-    struct sigaction previous;
+    int active; /* ours installed by this begin; the handler to put back is g_previous */
 } pf_sigint_guard;
 
 static pf_cancel g_cancel;
@@ -49,7 +48,6 @@ static pf_cancel *pf_sigint_begin(pf_sigint_guard *g)
     sigemptyset(&sa.sa_mask);
     if (sigaction(SIGINT, &sa, NULL) != 0)
         return NULL;
-    g->previous = g_previous;
     g->active = 1;
     g_installed = 1;
     return &g_cancel;
@@ -67,7 +65,7 @@ static int pf_sigint_end(pf_sigint_guard *g, int interrupted)
     const int ours = sigaction(SIGINT, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
                      cur.sa_sigaction == sigint_handler;
     if (ours || !atomic_load_explicit(&g_cancel.flag, memory_order_relaxed))
-        sigaction(SIGINT, &g->previous, NULL);
+        sigaction(SIGINT, &g_previous, NULL);
     g->active = 0;
     g_installed = 0;
     if (!interrupted)

@@ -140,8 +140,9 @@ int pf_as_int64_clamped(PyObject *obj, const char *name, const char *what, int64
 /* Whether obj has a length (a list, a 1-D array, a tensor of one element): a container, not a number,
  * even where its __float__ would unwrap one element (NumPy deprecates that). A 0-d array or tensor
  * (len() refuses it with a TypeError, as it refuses any object without a length) is a number; a range
- * whose length len() cannot count (range(2**100)) is a container. Any other exception of obj's own __len__ (a KeyboardInterrupt, a MemoryError) stays pending (user code's: it
- * propagates as it is), with 1 (not read); callers check PyErr_Occurred(). */
+ * whose length len() cannot count (range(2**100)) is a container. Any other exception of obj's own
+ * __len__ (a KeyboardInterrupt, a MemoryError) stays pending (user code's: it propagates as it is),
+ * with 1 (not read); callers check PyErr_Occurred(). */
 static int is_sized(PyObject *obj)
 {
     if (!PySequence_Check(obj) && !PyMapping_Check(obj))

@@ -207,7 +207,7 @@ class _Conv2dMemFunction(torch.autograd.Function):
     def forward(ctx, x, weight, bias, layer):
         sliced = layer._programmed_for(weight)  # as in _LinearMemFunction
         out, xq = _engine_conv2d(layer, x.detach(), sliced, return_dequant=True)  # xq: (N, L, C_in*kh*kw)
-        wq = _host_quantized(sliced)                                                     # (C_in*kh*kw, C_out)
+        wq = _host_quantized(sliced)                                              # (C_in*kh*kw, C_out)
         if bias is not None:
             out = out + bias.detach().to(out.dtype).view(1, -1, 1, 1)
         ctx.save_for_backward(xq, wq)

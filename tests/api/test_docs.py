@@ -47,8 +47,12 @@ def test_every_section_citation_resolves():
     assert not bad, bad
 
 
+def _readme():
+    return open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+
+
 def test_readme_points_at_the_contract_in_the_repository():
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    readme = _readme()
     assert "docs/semantics.md" in readme and "shared/spec" not in readme
     assert "Only the fused MVM is ported" not in readme and "AVX-512" in readme
 
@@ -88,11 +92,6 @@ def test_public_api_has_docstrings(name, needs_torch):
     if needs_torch:
         pytest.importorskip("torch")
     assert _undocumented(importlib.import_module(name)) == []
-
-
-
-def _readme():
-    return open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
 
 
 def test_readme_names_every_copy_kind_of_memory_stats():

@@ -10,13 +10,19 @@ torch.jit.trace, which records it as a constant) keeps what backward needs.
 """
 import torch
 
-from ...nn.layers import _as_input, _host_quantized
+from ...nn.layers import _MemLayer, _as_input, _host_quantized
 from .. import _device
 
 
 def _host_param(p):
     return None if p is None else _device.to_host(p.detach()).to(torch.float32)
 
+
+
+def host_weight_matrix(w):
+    """The crossbar matrix of the weight tensor w (_MemLayer._weight_matrix) on the host: the
+    compatibility layers' _weight_matrix, their parameters possibly on CUDA."""
+    return _device.to_host(_MemLayer._weight_matrix(w))
 
 class HostLinear(torch.autograd.Function):
     @staticmethod

@@ -4,7 +4,7 @@ from ... import _core
 from ...nn import layers as _layers
 from .. import _device
 from ..pimpy.data_formats import SlicedData
-from ._hop import HostConv2d
+from ._hop import HostConv2d, host_weight_matrix
 
 __all__ = ["Conv1dMem", "Conv2dMem"]
 
@@ -34,9 +34,7 @@ class Conv2dMem(_layers.Conv2dMem):
                          input_quant_gran=input_quant_gran, weight_quant_gran=weight_quant_gran)
         self.kernel_size, self.stride, self.padding, self.dilation = kernel_size, stride, padding, dilation
 
-    @staticmethod
-    def _weight_matrix(w):
-        return _device.to_host(_layers._MemLayer._weight_matrix(w))
+    _weight_matrix = staticmethod(host_weight_matrix)
 
     def forward(self, input):
         if not (_device.is_foreign(input) or _device.is_foreign(self.weight)):
@@ -103,9 +101,7 @@ class Conv1dMem(_layers._MemLayer):
     _padding2d = property(lambda self: (0, _int1(self.padding, "padding", 0)))
     _dilation2d = property(lambda self: (1, _int1(self.dilation, "dilation", 1)))
 
-    @staticmethod
-    def _weight_matrix(w):
-        return _device.to_host(_layers._MemLayer._weight_matrix(w))
+    _weight_matrix = staticmethod(host_weight_matrix)
 
     def forward(self, *args):
         if len(args) == 2:  # MemIntelli's stub signature forward(dot_engine, input)

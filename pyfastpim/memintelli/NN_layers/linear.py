@@ -4,7 +4,7 @@ import torch
 from ...nn import layers as _layers
 from .. import _device
 from ..pimpy.data_formats import SlicedData
-from ._hop import HostLinear
+from ._hop import HostLinear, host_weight_matrix
 
 __all__ = ["LinearMem"]
 
@@ -32,9 +32,7 @@ class LinearMem(_layers.LinearMem):
                          bw_e=bw_e, input_paral_size=input_paral_size, weight_paral_size=weight_paral_size,
                          input_quant_gran=input_quant_gran, weight_quant_gran=weight_quant_gran)
 
-    @staticmethod
-    def _weight_matrix(w):
-        return _device.to_host(_layers._MemLayer._weight_matrix(w))
+    _weight_matrix = staticmethod(host_weight_matrix)
 
     def forward(self, input):
         if not (_device.is_foreign(input) or _device.is_foreign(self.weight)):

@@ -339,10 +339,7 @@ class DPETensor:
             raise ValueError("argument 'rate_stuck_LGS': rate_stuck_HGS + rate_stuck_LGS exceeds 1 (%g + %g)"
                              % (self.rate_stuck_HGS, self.rate_stuck_LGS))
         self.read_variation = read_variation
-        from .devices import _engine_device
-        self._cl, self.device = _engine_device(device)  # _cl None: CPU; ValueError / RuntimeError naming the device
-        self.Q_G = (self.HGS - self.LGS) / (self.g_level - 1)
-        self.conductance_levels = np.array([self.LGS + i * self.Q_G for i in range(self.g_level)])
+        self.device = device  # the property: the handle it names (ValueError / RuntimeError naming the device)
         self._drift = None  # pyfastpim.physics.DriftSettings once drift() is called
         self.seed = _core.check_seed(seed)  # the one seed converter of every entry point (csrc/python/convert.c)
         self.reset()
@@ -360,6 +357,10 @@ class DPETensor:
 
     def __setstate__(self, state):
         spec = state.get("_cl")
+        # pickled before device, Q_G and conductance_levels followed the attributes they are made from
+        state = {k: v for k, v in state.items() if k not in ("Q_G", "conductance_levels")}
+        if "device" in state:
+            state["_device"] = state.pop("device")
         if "read_variation" in state:  # pickled before read_variation became a property
             state = dict(state, _read_variation=state.pop("read_variation"), _read_sigma_cache=None)
             state.pop("_read_sigma", None)
@@ -374,6 +375,33 @@ class DPETensor:
                 if self.device == spec:  # the user named this device: it must exist
                     raise
                 self._cl = resolve_device("opencl")
+
+    # -- attributes made from others: computed from their current values, so assigning HGS, LGS,
+    # g_level or device after construction acts as giving it to the constructor
+    @property
+    def device(self):
+        """The device the products run on: 'cpu', or the OpenCL device string as given ('opencl' for a
+        handle or a torch.device); assigning one opens it, as the constructor's ``device`` does."""
+        return self._device
+
+    @device.setter
+    def device(self, value):
+        from .devices import _engine_device
+        self._cl, self._device = _engine_device(value)  # _cl None: CPU; ValueError / RuntimeError naming it
+
+    @property
+    def Q_G(self):
+        """The level spacing (HGS - LGS) / (g_level - 1) of the current HGS, LGS and g_level (checked as
+        the constructor checks them: ValueError / TypeError naming the argument)."""
+        _core.check_conductance_range(self.HGS, self.LGS, self.g_level)
+        return (self.HGS - self.LGS) / (self.g_level - 1)
+
+    @property
+    def conductance_levels(self):
+        """The g_level conductances LGS + i * Q_G (float64) of the current HGS, LGS and g_level, made on
+        each access (not read back by the products: editing the array changes nothing)."""
+        q_g = self.Q_G
+        return np.array([self.LGS + i * q_g for i in range(int(self.g_level))])
 
     # -- noise state ---------------------------------------------------------
     def reset(self, seed=None):

@@ -49,21 +49,46 @@ class DPETensor(_BaseDPETensor):
     def __init__(self, HGS=1e-5, LGS=1e-7, g_level=16, write_variation=0.02, read_variation=0.02, vnoise=0.05,
                  wire_resistance=0, rdac=2 ** 4, radc=2 ** 8, vread=0.2, rate_stuck_HGS=0.001, rate_stuck_LGS=0.0,
                  device=None, seed=None):
-        device = _default_device() if device is None else device
-        if isinstance(device, str) and device.strip().lower().startswith("opencl"):
-            compute, user = device, torch.device("cpu")  # pyfastpim's own device strings: tensors stay on the host
-        else:
-            user = _device.torch_device(device)
-            compute = str(user)
         super().__init__(HGS=HGS, LGS=LGS, g_level=g_level, write_variation=write_variation,
                          read_variation=read_variation, vnoise=vnoise, wire_resistance=wire_resistance, rdac=rdac,
                          radc=radc, vread=vread, rate_stuck_HGS=rate_stuck_HGS, rate_stuck_LGS=rate_stuck_LGS,
-                         device=compute, seed=seed)
-        self.compute_device = "cpu" if self._cl is None else "opencl"
-        self.device = user
-        self.conductance_levels = _tensor_on(self.conductance_levels.tolist(), user)
+                         device=device, seed=seed)
         if self.radc_is_list:
-            self.radc = _tensor_on(self.radc[::-1], user)
+            self.radc = _tensor_on(self.radc[::-1], self.device)
+
+    # device, compute_device and conductance_levels follow the attributes they are made from (assigning
+    # device, HGS, LGS or g_level after construction acts as giving it to the constructor)
+    @property
+    def device(self):
+        """The torch.device given (tensors are made on it; cpu for pyfastpim's 'opencl...' strings)."""
+        return self._user_device
+
+    @device.setter
+    def device(self, value):
+        value = _default_device() if value is None else value
+        if isinstance(value, str) and value.strip().lower().startswith("opencl"):
+            compute, user = value, torch.device("cpu")  # pyfastpim's own device strings: tensors stay on the host
+        else:
+            user = _device.torch_device(value)
+            compute = str(user)
+        _BaseDPETensor.device.fset(self, compute)
+        self._user_device = user
+
+    @property
+    def compute_device(self):
+        """Where the products run: "cpu" (the C kernels) or "opencl"."""
+        return "cpu" if self._cl is None else "opencl"
+
+    @property
+    def conductance_levels(self):
+        """The g_level conductances LGS + i * Q_G, a float tensor on ``device`` (made on each access)."""
+        return _tensor_on(_BaseDPETensor.conductance_levels.fget(self).tolist(), self.device)
+
+    def __setstate__(self, state):
+        if "compute_device" in state:  # pickled before device and compute_device followed the device given
+            state = dict(state)
+            state["_user_device"], state["_device"] = state.pop("device"), state.pop("compute_device")
+        super().__setstate__(state)
 
     def _radc_msb_first(self):
         radc = self.radc

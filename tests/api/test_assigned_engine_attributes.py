@@ -1,0 +1,95 @@
+"""An engine attribute assigned after construction acts as if given to the constructor.
+
+For every constructor argument of DPETensor (and of pyfastpim.memintelli's DPETensor), an engine
+built with the defaults and then given the value by assignment must equal a twin built with that
+value: every public attribute (Q_G and conductance_levels were computed once in __init__, so
+``engine.g_level = 4`` left the 16-level values), the repr, and the products, noise-free and noisy
+with the same seed.
+"""
+import inspect
+
+import numpy as np
+import pytest
+
+import pyfastpim
+from helpers import HAVE_CL
+
+torch = pytest.importorskip("torch")
+from pyfastpim.memintelli.pimpy.memmat_tensor import DPETensor as MemDPETensor  # noqa: E402
+
+SEED = 1234
+NOISE_OFF = dict(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0)
+
+# one value other than the default for every constructor argument (the weights' slices fit g_level 4)
+VALUES = [
+    ("HGS", 2e-5), ("LGS", 1e-6), ("g_level", 4), ("g_level", 8), ("write_variation", 0.05),
+    ("read_variation", 0.1), ("read_variation", {k: 0.01 * k for k in range(16)}), ("vnoise", 0.1),
+    ("wire_resistance", 2.0), ("rdac", 8), ("radc", 64), ("radc", (64, 32, 16, 8)), ("vread", 0.5),
+    ("rate_stuck_HGS", 0.01), ("rate_stuck_LGS", 0.01), ("seed", 7), ("device", "cpu"),
+] + ([("device", "opencl")] if HAVE_CL else [])
+
+
+def test_every_constructor_argument_is_covered():
+    names = set(inspect.signature(pyfastpim.DPETensor).parameters)
+    assert names == {name for name, _ in VALUES}
+    assert names == set(inspect.signature(MemDPETensor).parameters)
+
+
+def _equal(a, b):
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.device == b.device \
+            and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return type(a) is type(b) and a.dtype == b.dtype and np.array_equal(a, b)
+    if isinstance(a, pyfastpim.DPETensor):
+        return repr(a) == repr(b)
+    return type(a) is type(b) and a == b
+
+
+def _public(engine):
+    out = {}
+    for name in dir(engine):
+        if name.startswith("_"):
+            continue
+        value = getattr(engine, name)
+        if not callable(value) or isinstance(value, torch.Tensor):
+            out[name] = value
+    return out
+
+
+def _products(engine):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 6, 40)).astype(np.float32)
+    w = rng.standard_normal((40, 12)).astype(np.float32)
+    wide = pyfastpim.dpe_matmul(x, w, engine, weight_paral_size=(16, 16), input_paral_size=(1, 16),
+                                input_quant_gran=(1, 16), weight_quant_gran=(16, 16))
+    again = pyfastpim.dpe_matmul(x, w, engine, weight_paral_size=(16, 16), input_paral_size=(1, 16),
+                                 input_quant_gran=(1, 16), weight_quant_gran=(16, 16))
+    return [np.asarray(wide), np.asarray(again)]
+
+
+@pytest.mark.parametrize("cls", [pyfastpim.DPETensor, MemDPETensor], ids=["DPETensor", "memintelli"])
+@pytest.mark.parametrize("base", [{}, NOISE_OFF], ids=["noisy", "noise_free"])
+@pytest.mark.parametrize("name, value", VALUES, ids=lambda v: v if isinstance(v, str) else None)
+def test_assigned_attribute_equals_a_twin_constructed_with_it(cls, base, name, value):
+    if cls is MemDPETensor and name == "radc" and not isinstance(value, int):
+        pytest.skip("MemIntelli's engine stores a per-slice radc as its own reversed tensor (README)")
+    kwargs = dict(base, seed=SEED, device="cpu")
+    twin = cls(**dict(kwargs, **{name: value}))
+    engine = cls(**kwargs)
+    setattr(engine, name, value)
+    got, want = _public(engine), _public(twin)
+    assert sorted(got) == sorted(want)
+    for attr in want:
+        assert _equal(got[attr], want[attr]), (attr, got[attr], want[attr])
+    assert repr(engine) == repr(twin)
+    assert type(engine._cl) is type(twin._cl)  # the device the products run on (the same numbers on any)
+    for a, b in zip(_products(engine), _products(twin)):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name, value", [("Q_G", 1e-6), ("conductance_levels", np.zeros(16))])
+def test_derived_attributes_are_not_assignable(name, value):
+    engine = pyfastpim.DPETensor()
+    with pytest.raises(AttributeError):
+        setattr(engine, name, value)

@@ -819,10 +819,11 @@ class DPETensor:
     def _ensure_programmed(self, mat):
         """Re-programs weights that were sliced with another engine's device parameters."""
         from .sliced import _check_engine, _state_lock, program_weights
-        key = _check_engine(self)
+        key = _check_engine(self)  # the conductance range too (_core.check_conductance_range), once
         # vread, as the constructor checks it (it cancels out of every result, but a NaN, negative or str vread
-        # set after construction was kept): the core's rule, re-checked at each product as every other number
-        _core.check_vread(self.vread, self.HGS, self.LGS, self.g_level, self.rdac)
+        # set after construction was kept): the core's rule, re-checked at each product as every other number,
+        # after the range _check_engine validated (not validated again)
+        _core.check_vread(self.vread, key[1], key[2], key[0], self.rdac, range_checked=True)
         with _state_lock:  # check, program and commit as one step (see pyfastpim.sliced._state_lock)
             if mat._levels is not None and mat._program == key:
                 return

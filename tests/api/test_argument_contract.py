@@ -696,3 +696,36 @@ def test_radc_assigned_after_construction_in_any_form_is_used(device, before, af
         if exc is not ValueError or "Length" not in msg:  # the constructor's message for the same value
             with pytest.raises(exc, match=msg):
                 pyfastpim.DPETensor(radc=bad)
+
+
+def test_product_checks_the_conductance_range_once_per_programming_check(monkeypatch):
+    # each product's programming check (DPETensor._ensure_programmed) validated HGS / LGS / g_level twice:
+    # in sliced._check_engine (_core.check_conductance_range) and again at the start of _core.check_vread;
+    # now check_vread is told the range was checked (the same messages: the range's error comes first)
+    from pyfastpim import _core as core
+    from pyfastpim.dpe import DPETensor
+    eng = pyfastpim.DPETensor(seed=3)
+    x, w = np.ones((2, 8), np.float32), np.ones((8, 4), np.float32)
+    ranges, ensures = [], []
+    real_range, real_vread, real_ensure = core.check_conductance_range, core.check_vread, DPETensor._ensure_programmed
+    monkeypatch.setattr(core, "check_conductance_range", lambda *a, **k: (ranges.append(1), real_range(*a, **k))[1])
+    monkeypatch.setattr(core, "check_vread", lambda *a, range_checked=False, **k: (
+        ranges.extend([1] * (not range_checked)), real_vread(*a, **dict(k, **({"range_checked": True} if range_checked else {}))))[1])
+
+    def ensure(self, mat):  # the range checks of one programming check
+        before = len(ranges)
+        real_ensure(self, mat)
+        ensures.append(len(ranges) - before)
+    monkeypatch.setattr(DPETensor, "_ensure_programmed", ensure)
+    pyfastpim.dpe_matmul(x, w, eng, input_paral_size=(1, 8), weight_paral_size=(8, 4), input_quant_gran=(1, 8),
+                         weight_quant_gran=(8, 4))
+    assert ensures and set(ensures) == {1}, ensures
+    eng.HGS, eng.vread = float("nan"), -1.0  # both bad: the range's error, as the constructor gives it
+    got = outcome(lambda: pyfastpim.dpe_matmul(x, w, eng, input_paral_size=(1, 8), weight_paral_size=(8, 4),
+                                               input_quant_gran=(1, 8), weight_quant_gran=(8, 4)))
+    assert got == outcome(lambda: pyfastpim.DPETensor(HGS=float("nan"), vread=-1.0))
+    assert got[0] is ValueError and got[1].startswith("argument 'HGS'"), got
+    eng.HGS = 1e-5  # vread alone: its own error, as the constructor's
+    got = outcome(lambda: pyfastpim.dpe_matmul(x, w, eng, input_paral_size=(1, 8), weight_paral_size=(8, 4),
+                                               input_quant_gran=(1, 8), weight_quant_gran=(8, 4)))
+    assert got == outcome(lambda: pyfastpim.DPETensor(vread=-1.0)) and got[1].startswith("argument 'vread'"), got

@@ -442,13 +442,14 @@ class _MemLayer(nn.Module):
             input_slice = self._input_slice
         except (TypeError, ValueError):  # an invalid input_slice_method assigned: the next forward names it,
             input_slice = "%r (invalid)" % (self.input_slice_method,)  # but print(model) must still work
+        key = self._programmed_key
+        current = key is not None and key == self._weight_key(self.weight)
+        state = "programmed" if current else "re-programs on next forward"
         return ("input_slice=%s, weight_slice=%s, bw_e=%s, input_paral_size=%s, weight_paral_size=%s, "
                 "input_quant_gran=%s, weight_quant_gran=%s, engine=(%s), device=%s, %s"
                 % (input_slice, self._weight_slice, self.bw_e, self.input_paral_size, self.weight_paral_size,
                    self.input_quant_gran, self.weight_quant_gran, engine_brief(self.engine),
-                   getattr(self.engine, "device", "cpu"),
-                   "programmed" if self._programmed_key is not None and self._programmed_key == self._weight_key(self.weight)
-                   else "re-programs on next forward"))
+                   getattr(self.engine, "device", "cpu"), state))
 
 
 class LinearMem(_MemLayer):

@@ -137,6 +137,19 @@ int pf_as_int64_clamped(PyObject *obj, const char *name, const char *what, int64
     return as_int64(obj, name, what, 1, out);
 }
 
+/* Whether obj is a range too long for len() to count (range(2**100): CPython's OverflowError, cleared): 1; 0 for
+ * anything else (a range len() counts, no range). The one place of that special case: is_sized reads such a
+ * range as a container, flat_sequence refuses it. Any other exception of len() stays pending, with -1. */
+static int uncountable_range(PyObject *obj)
+{
+    if (!PyRange_Check(obj) || PyObject_Size(obj) >= 0)
+        return 0;
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+        return -1;
+    PyErr_Clear();
+    return 1;
+}
+
 /* Whether obj has a length (a list, a 1-D array, a tensor of one element): a container, not a number,
  * even where its __float__ would unwrap one element (NumPy deprecates that). A 0-d array or tensor
  * (len() refuses it with a TypeError, as it refuses any object without a length) is a number; a range
@@ -147,14 +160,12 @@ static int is_sized(PyObject *obj)
 {
     if (!PySequence_Check(obj) && !PyMapping_Check(obj))
         return 0;
-    if (PyObject_Size(obj) >= 0)
-        return 1;
+    if (uncountable_range(obj) != 0 || PyObject_Size(obj) >= 0)
+        return 1; /* range(2**100): a container, its length beyond Py_ssize_t */
     if (PyErr_ExceptionMatches(PyExc_TypeError)) {
         PyErr_Clear();
         return 0;
     }
-    if (PyRange_Check(obj) && PyErr_ExceptionMatches(PyExc_OverflowError))
-        PyErr_Clear(); /* range(2**100): a container, its length beyond Py_ssize_t (CPython's error) */
     return 1;
 }
 
@@ -358,7 +369,7 @@ static int flat_sequence(PyObject *obj, const char *name, const char *what)
     if (PyList_Check(obj) || PyTuple_Check(obj))
         return 0;
     if (PyRange_Check(obj)) {
-        if (PyObject_Size(obj) >= 0)
+        if (uncountable_range(obj) == 0)
             return 0;
         PyErr_Clear();
         PyErr_Format(PyExc_ValueError, "argument '%s': expected %s, got %R", name, what, obj);

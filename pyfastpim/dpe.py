@@ -263,6 +263,51 @@ def _resident_key(handle, mat):
     return (id(mat), mat._version)
 
 
+_SETTINGS = ("HGS", "LGS", "g_level", "write_variation", "vnoise", "wire_resistance", "rdac", "vread",
+             "rate_stuck_HGS", "rate_stuck_LGS", "radc")
+
+
+def _checked_settings(HGS, LGS, g_level, write_variation, vnoise, wire_resistance, rdac, vread, rate_stuck_HGS,
+                      rate_stuck_LGS, radc):
+    """DPETensor's numeric settings as its constructor checks and converts them, in its order, each error naming
+    the argument: run by the constructor and, on the attributes as they are then (assigned ones too), by every
+    programming check of a product (DPETensor._programming_key), so an invalid value assigned after construction
+    fails there with the constructor's exception. Returns {name: converted value}."""
+    out = {}
+    # HGS and LGS: only the type rule here (_core.check_number); their values are validated once, by the
+    # core's conductance-range rule in check_vread below (NaN, inf, HGS <= 0: HGS; LGS < 0 or >= HGS: LGS)
+    out["HGS"] = _core.check_number(HGS, "HGS")
+    out["LGS"] = _core.check_number(LGS, "LGS")
+    out["g_level"] = _number(g_level, "g_level", integer=True)
+    out["write_variation"] = _sigma(write_variation, "write_variation")
+    out["vnoise"] = _sigma(vnoise, "vnoise")
+    out["wire_resistance"] = _number(wire_resistance, "wire_resistance", 0)
+    out["rdac"] = _core.check_rdac(rdac)  # an int in 2..2**24 (the core's rule, pf_conv_rdac)
+    # vread: only the type rule here; its value (NaN, inf, <= 0, too large) is validated once, by the core's
+    # rule in check_vread below, after the conductance range it depends on
+    out["vread"] = _core.check_number(vread, "vread")
+    out["rate_stuck_HGS"] = _number(rate_stuck_HGS, "rate_stuck_HGS", 0)
+    out["rate_stuck_LGS"] = _number(rate_stuck_LGS, "rate_stuck_LGS", 0)
+    # an int, or 1 to 16 ints (one per weight slice): _radc_form's rule, applied again at each product, so
+    # radc may be assigned any of these forms later (radc_is_list follows the value)
+    out["radc"] = _radc_form(radc)[1]
+    # the core's rules (csrc/core/contract.c), checked once by check_vread: first the conductance range
+    # (check_conductance_range's: 2 <= g_level <= 256, 0 <= LGS < HGS <= 1e30, the level spacing a normal
+    # float32 of at least HGS * 2**-22; ValueError naming g_level, HGS or LGS, the message of every entry
+    # point), then 0 < vread <= 5.7e31 V with the ADC reference current finite in float32
+    _core.check_vread(out["vread"], out["HGS"], out["LGS"], out["g_level"], out["rdac"])
+    if out["wire_resistance"] > 0:  # the solver's rule for R * HGS, on one HGS cell (ValueError naming it)
+        from .physics import effective_conductance
+        effective_conductance(np.full((1, 1), out["HGS"]), out["wire_resistance"])
+    for name in ("rate_stuck_HGS", "rate_stuck_LGS"):
+        if out[name] > 1:
+            raise ValueError("argument '%s': must be in [0, 1], got %r" % (name, out[name]))
+    if out["rate_stuck_HGS"] + out["rate_stuck_LGS"] > 1:
+        raise ValueError("argument 'rate_stuck_LGS': rate_stuck_HGS + rate_stuck_LGS exceeds 1 (%g + %g)"
+                         % (out["rate_stuck_HGS"], out["rate_stuck_LGS"]))
+    return out
+
+
 class DPETensor:
     """Dot-product engine simulating bit-sliced matrix products on memristor crossbars.
 
@@ -307,37 +352,8 @@ class DPETensor:
     def __init__(self, HGS=1e-5, LGS=1e-7, g_level=16, write_variation=0.02, read_variation=0.02, vnoise=0.05,
                  wire_resistance=0, rdac=2 ** 4, radc=2 ** 8, vread=0.2, rate_stuck_HGS=0.001, rate_stuck_LGS=0.0,
                  device=None, seed=None):
-        # HGS and LGS: only the type rule here (_core.check_number); their values are validated once, by the
-        # core's conductance-range rule in check_vread below (NaN, inf, HGS <= 0: HGS; LGS < 0 or >= HGS: LGS)
-        self.HGS = _core.check_number(HGS, "HGS")
-        self.LGS = _core.check_number(LGS, "LGS")
-        self.g_level = _number(g_level, "g_level", integer=True)
-        self.write_variation = _sigma(write_variation, "write_variation")
-        self.vnoise = _sigma(vnoise, "vnoise")
-        self.wire_resistance = _number(wire_resistance, "wire_resistance", 0)
-        self.rdac = _core.check_rdac(rdac)  # an int in 2..2**24 (the core's rule, pf_conv_rdac)
-        # vread: only the type rule here; its value (NaN, inf, <= 0, too large) is validated once, by the core's
-        # rule in check_vread below, after the conductance range it depends on
-        self.vread = _core.check_number(vread, "vread")
-        self.rate_stuck_HGS = _number(rate_stuck_HGS, "rate_stuck_HGS", 0)
-        self.rate_stuck_LGS = _number(rate_stuck_LGS, "rate_stuck_LGS", 0)
-        # an int, or 1 to 16 ints (one per weight slice): _radc_form's rule, applied again at each product, so
-        # radc may be assigned any of these forms later (radc_is_list follows the value)
-        self.radc = _radc_form(radc)[1]
-        # the core's rules (csrc/core/contract.c), checked once by check_vread: first the conductance range
-        # (check_conductance_range's: 2 <= g_level <= 256, 0 <= LGS < HGS <= 1e30, the level spacing a normal
-        # float32 of at least HGS * 2**-22; ValueError naming g_level, HGS or LGS, the message of every entry
-        # point), then 0 < vread <= 5.7e31 V with the ADC reference current finite in float32
-        _core.check_vread(self.vread, self.HGS, self.LGS, self.g_level, self.rdac)
-        if self.wire_resistance > 0:  # the solver's rule for R * HGS, on one HGS cell (ValueError naming it)
-            from .physics import effective_conductance
-            effective_conductance(np.full((1, 1), self.HGS), self.wire_resistance)
-        for name in ("rate_stuck_HGS", "rate_stuck_LGS"):
-            if getattr(self, name) > 1:
-                raise ValueError("argument '%s': must be in [0, 1], got %r" % (name, getattr(self, name)))
-        if self.rate_stuck_HGS + self.rate_stuck_LGS > 1:
-            raise ValueError("argument 'rate_stuck_LGS': rate_stuck_HGS + rate_stuck_LGS exceeds 1 (%g + %g)"
-                             % (self.rate_stuck_HGS, self.rate_stuck_LGS))
+        self.__dict__.update(_checked_settings(HGS, LGS, g_level, write_variation, vnoise, wire_resistance, rdac,
+                                               vread, rate_stuck_HGS, rate_stuck_LGS, radc))
         self.read_variation = read_variation
         self.device = device  # the property: the handle it names (ValueError / RuntimeError naming the device)
         self._drift = None  # pyfastpim.physics.DriftSettings once drift() is called
@@ -437,12 +453,13 @@ class DPETensor:
         """Philox key of the per-call noise (read, DAC): the seed, or, for an engine inherited by a
         forked or spawned worker that has a noise stream (:func:`pyfastpim.noise_stream`), a key
         mixed from the seed and that stream, so sibling workers draw distinct noise."""
-        return self._counter.noise_key(self.seed)
+        return self._counter.noise_key(self.program_seed)
 
     @property
     def program_seed(self):
-        """Seed of weight programming (write variation, stuck-at faults): the engine seed."""
-        return self.seed
+        """Seed of weight programming (write variation, stuck-at faults): the engine seed, as the constructor
+        reads it (an assigned None is ``DEFAULT_SEED``; an invalid one its TypeError / ValueError)."""
+        return _core.check_seed(self.seed)
 
     @property
     def noise_free(self):
@@ -535,7 +552,8 @@ class DPETensor:
         """ValueError naming the user's arguments when crossbar sums could leave float32's exact integer
         range, (rdac-1)*(g_level-1)*rows >= 2**24 (the core checks it too, naming its argument 'n').
         ``names``: (argument, how its value is the crossbar height), e.g. _ROWS_LAYER."""
-        per_row = (self.rdac - 1) * (self.g_level - 1)
+        key = self._programming_key()  # the settings as the constructor checks them (assigned ones too)
+        per_row = (self.rdac - 1) * (key[0] - 1)
         if per_row * rows < _EXACT_SUM_LIMIT:
             return
         most = (_EXACT_SUM_LIMIT - 1) // per_row
@@ -816,14 +834,18 @@ class DPETensor:
             return out.to_torch(), (dq.to_torch() if dq is not None else None)
         return np.asarray(out), (np.asarray(dq) if dq is not None else None)
 
+    def _programming_key(self):
+        """(g_level, HGS, LGS, write_variation, rate_stuck_HGS, rate_stuck_LGS, seed) of the settings as they
+        are now, checked by the constructor's rules (_checked_settings: its exceptions and messages, so a value
+        assigned after construction fails at the next product as the constructor would refuse it)."""
+        s = _checked_settings(*(getattr(self, n) for n in _SETTINGS[:-1]), self._radc_msb_first())
+        return (int(s["g_level"]), float(s["HGS"]), float(s["LGS"]), s["write_variation"], s["rate_stuck_HGS"],
+                s["rate_stuck_LGS"], self.program_seed)
+
     def _ensure_programmed(self, mat):
         """Re-programs weights that were sliced with another engine's device parameters."""
-        from .sliced import _check_engine, _state_lock, program_weights
-        key = _check_engine(self)  # the conductance range too (_core.check_conductance_range), once
-        # vread, as the constructor checks it (it cancels out of every result, but a NaN, negative or str vread
-        # set after construction was kept): the core's rule, re-checked at each product as every other number,
-        # after the range _check_engine validated (not validated again)
-        _core.check_vread(self.vread, key[1], key[2], key[0], self.rdac, range_checked=True)
+        from .sliced import _state_lock, program_weights
+        key = self._programming_key()
         with _state_lock:  # check, program and commit as one step (see pyfastpim.sliced._state_lock)
             if mat._levels is not None and mat._program == key:
                 return

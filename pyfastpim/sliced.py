@@ -369,7 +369,11 @@ def _assigned_conductance_max(HGS):
 
 
 def _check_engine(engine):
-    """(g_level, HGS, LGS, write_variation, rate_stuck_HGS, rate_stuck_LGS, seed) of a programming engine."""
+    """(g_level, HGS, LGS, write_variation, rate_stuck_HGS, rate_stuck_LGS, seed) of a programming engine (a
+    DPETensor's checked by its constructor's rules, DPETensor._programming_key)."""
+    key = getattr(engine, "_programming_key", None)
+    if key is not None:
+        return key()
     names = ("g_level", "HGS", "LGS", "write_variation", "rate_stuck_HGS", "rate_stuck_LGS")
     missing = [n for n in names if not hasattr(engine, n)]
     if missing:

@@ -354,20 +354,19 @@ static PyObject *py_check_conductance_range(PyObject *self, PyObject *args, PyOb
     Py_RETURN_NONE;
 }
 
-/* check_vread(vread, HGS, LGS, g_level, rdac, *, range_checked=False): None, or the contract's ValueError naming
- * vread (or, unless the caller validated the conductance range just before, HGS, LGS or g_level). */
+/* check_vread(vread, HGS, LGS, g_level, rdac): None, or the contract's ValueError naming vread. */
 static PyObject *py_check_vread(PyObject *self, PyObject *args, PyObject *kwds)
 {
     PF_UNUSED(self);
-    static char *kwlist[] = {"vread", "HGS", "LGS", "g_level", "rdac", "range_checked", NULL};
-    static const char fmt[] = "O&O&O&O&O&|$p:check_vread";
+    static char *kwlist[] = {"vread", "HGS", "LGS", "g_level", "rdac", NULL};
+    static const char fmt[] = "O&O&O&O&O&:check_vread";
     pf_real_arg vread = {"vread"}, hgs = {"HGS"}, lgs = {"LGS"};
-    int g_level, rdac, range_checked = 0;
+    int g_level, rdac;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kwlist, pf_conv_real, &vread, pf_conv_real, &hgs, pf_conv_real,
-                                     &lgs, pf_conv_g_level, &g_level, pf_conv_rdac, &rdac, &range_checked))
+                                     &lgs, pf_conv_g_level, &g_level, pf_conv_rdac, &rdac))
         return NULL;
     /* the reference current needs a valid range (a NaN or infinite HGS made it NaN / inf unnoticed) */
-    if ((!range_checked && check(pf_validate_conductance_range(hgs.value, lgs.value, g_level)) < 0) ||
+    if (check(pf_validate_conductance_range(hgs.value, lgs.value, g_level)) < 0 ||
         check(pf_validate_vread(vread.value, hgs.value, lgs.value, g_level, rdac)) < 0)
         return NULL;
     Py_RETURN_NONE;
@@ -391,9 +390,8 @@ static PyMethodDef slicing_methods[] = {
      "g_level) unless 0 <= LGS < HGS <= CONDUCTANCE_MAX and the level spacing (HGS - LGS) / (g_level - 1) is a "
      "normal float32 of at least HGS * 2**-22 (csrc/core/contract.c)."},
     {"check_vread", (PyCFunction)(void (*)(void))py_check_vread, METH_VARARGS | METH_KEYWORDS,
-     "check_vread(vread, HGS, LGS, g_level, rdac, *, range_checked=False)\n--\n\nRaises "
-     "check_conductance_range's ValueError for HGS, LGS or g_level (skipped with range_checked, for a caller "
-     "that just ran check_conductance_range), and the contract's ValueError naming vread unless "
+     "check_vread(vread, HGS, LGS, g_level, rdac)\n--\n\nRaises check_conductance_range's ValueError for HGS, "
+     "LGS or g_level, and the contract's ValueError naming vread unless "
      "0 < vread <= VREAD_MAX and the ADC reference current (HGS - LGS) * vread * n of the tallest crossbar the "
      "exactness bound allows is a finite float32 (csrc/core/contract.c)."},
     {NULL, NULL, 0, NULL},

@@ -93,3 +93,53 @@ def test_derived_attributes_are_not_assignable(name, value):
     engine = pyfastpim.DPETensor()
     with pytest.raises(AttributeError):
         setattr(engine, name, value)
+
+
+BAD = [float("nan"), float("inf"), -1.0, -1, 0, 2.5, 1e40, "x", None, True, [1, 2], np.array(3.0), np.array(2),
+       torch.tensor(2.0), torch.tensor(3)]
+
+
+def _outcome(fn):
+    try:
+        return "ok", np.asarray(fn()).tolist()
+    except Exception as exc:  # noqa: BLE001 - the exception itself is compared
+        return type(exc), str(exc)
+
+
+def _matmul(engine):
+    x, w = np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8), np.ones((8, 4), np.float32)
+    return pyfastpim.dpe_matmul(x, w, engine, input_paral_size=(1, 8), weight_paral_size=(8, 4),
+                                input_quant_gran=(1, 8), weight_quant_gran=(8, 4))
+
+
+def _mvm(engine):
+    xs = pyfastpim.SlicedData((1, 1, 2, 2), paral_size=(1, 8))
+    xs.slice_data_imp(engine, np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8))
+    ws = pyfastpim.SlicedData((1, 1, 2, 2), is_weight=True, paral_size=(8, 4))
+    ws.slice_data_imp(engine, np.ones((8, 4), np.float32))
+    return engine.MapReduceDot(xs, ws)
+
+
+def _conv(engine):
+    ws = pyfastpim.SlicedData((1, 1, 2, 2), is_weight=True, paral_size=(8, 4))
+    ws.slice_data_imp(engine, np.ones((8, 4), np.float32))
+    image = np.linspace(-1, 1, 18, dtype=np.float32).reshape(1, 2, 3, 3)
+    return engine.forward_conv2d(image, ws, 2, input_paral_size=(1, 8), input_quant_gran=(1, 8))[0]
+
+
+@pytest.mark.parametrize("product", [_matmul, _mvm, _conv], ids=["dpe_matmul", "MapReduceDot", "conv2d"])
+@pytest.mark.parametrize("name", list(dict.fromkeys(n for n, _ in VALUES if n != "device")))
+def test_invalid_value_assigned_fails_as_the_constructor_refuses_it(name, product):
+    """An assigned value the constructor refuses (NaN, inf, negative, a str, None, a bool, ...) fails at
+    the assignment or at the next product with the constructor's exception and message; one it takes
+    gives the twin's product. g_level = 'x' gave "unsupported operand type(s) for -", NaN "cannot
+    convert float NaN to integer", write_variation = -1 "argument 'engine': ...", seed = None a
+    TypeError (the constructor's DEFAULT_SEED)."""
+    for value in BAD:
+        want = _outcome(lambda: product(pyfastpim.DPETensor(**dict({"seed": 1}, **{name: value}))))
+
+        def assigned():
+            engine = pyfastpim.DPETensor(seed=1)
+            setattr(engine, name, value)
+            return product(engine)
+        assert _outcome(assigned) == want, (name, value)

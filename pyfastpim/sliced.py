@@ -19,7 +19,9 @@ buffers:
 import collections.abc
 import itertools
 import math
+import operator
 import os
+import sys
 import threading
 from collections import namedtuple
 
@@ -175,19 +177,29 @@ def _is_pair_sequence(value):
             and hasattr(value, "__len__") and hasattr(value, "__getitem__"))
 
 
-def _length(value):
-    """len(value), a range's too where len() cannot count it (range(2**100): OverflowError, naming nothing)."""
+def _length(value, name, what):
+    """len(value), a range's too where len() cannot count it (range(2**100): OverflowError, naming nothing).
+    A __len__ returning no length (negative, beyond sys.maxsize: len() raises ValueError / OverflowError
+    naming nothing) is a ValueError naming ``name`` (the core converter's words, as_sequence in
+    csrc/python/convert.c); what the value's own __len__ raises propagates unchanged."""
     if isinstance(value, range):
         steps, rest = divmod(value.stop - value.start, value.step)
         return max(0, steps + (rest != 0))
-    return len(value)
+    own = getattr(type(value), "__len__", None)
+    if isinstance(value, (list, tuple)) or own is None:
+        return len(value)
+    n = own(value)  # called here, so that len()'s refusal of its result is not taken for its own exception
+    if not hasattr(type(n), "__index__") or not 0 <= operator.index(n) <= sys.maxsize:
+        raise ValueError("argument '%s': expected %s, got %s whose __len__ returns no length (an int in "
+                         "0..sys.maxsize)" % (name, what, type(value).__name__))
+    return operator.index(n)
 
 
-def _pair_snapshot(value, wrong_length):
+def _pair_snapshot(value, wrong_length, name):
     """A pair sequence's two items, read once (a user sequence's items then cannot disagree with the
     length checked); ValueError(``wrong_length`` % count) for another length than 2, from its len()
     (no long sequence is copied) or, where its items disagree with that, from the items read."""
-    n = _length(value)
+    n = _length(value, name, "a pair of ints")
     items = tuple(itertools.islice(value, 3)) if n == 2 else ()
     if n != 2 or len(items) != 2:
         raise ValueError(wrong_length % (n if n != 2 else len(items)))
@@ -201,7 +213,7 @@ def _pair(value, argname):
     value = _pair_items(value, argname)
     if not _is_pair_sequence(value):
         raise TypeError("argument '%s': expected a pair of positive ints, got %r" % (argname, value))
-    value = _pair_snapshot(value, "argument '%s': expected a pair of ints, got %%d values" % argname)
+    value = _pair_snapshot(value, "argument '%s': expected a pair of ints, got %%d values" % argname, argname)
     out = []
     for v in value:
         v = _rule_number(v, argname, "argument '%s': expected ints, got %r" % (argname, value))

@@ -77,8 +77,15 @@ def _out(a):
 
 
 def _nested(value, name):
-    """np.asarray(value) of a user's nested sequences; a ragged one is a ValueError naming ``name``
-    (NumPy refuses it with its own message, which names nothing)."""
+    """np.asarray(value) of a user's nested sequences, arrays or tensors; a ragged one is a ValueError naming
+    ``name`` (NumPy refuses it with its own message, which names nothing), as is a masked array (its masked
+    elements would be read as data: the core's rule, csrc/python/bind_array.c). A tensor is read detached,
+    on the CPU, a bfloat16 one as float32 (NumPy has none; torch's refusals name nothing)."""
+    if _is_torch(value):
+        value = value.detach().cpu()
+        value = value.float() if str(value.dtype) == "torch.bfloat16" else value
+    if isinstance(value, np.ma.MaskedArray):
+        _core._view(value, name)  # raises the core's refusal, naming ``name``
     try:
         return np.asarray(value)
     except ValueError as exc:
@@ -643,8 +650,6 @@ class SlicedData:
 
     def _unblocks(self, value, name, dtype):
         """Inverse of :meth:`_blocks`: a getter-layout value -> (S, N, R, C) NumPy array of ``dtype``."""
-        if _is_torch(value):
-            value = value.detach().cpu().numpy()
         a = _numeric(value, name)
         N, R, C, Rp, Cp = self._padded_grid()
         pr, pc = self.paral_size
@@ -666,8 +671,6 @@ class SlicedData:
 
     def _per_granule(self, value, name):
         """Inverse of :meth:`_per_block`: one value per granule (N, gr, gc); blocks of a granule must agree."""
-        if _is_torch(value):
-            value = value.detach().cpu().numpy()
         a = _numeric(value, name).astype(np.float64)
         ref = self._per_block(self._gran_max)
         if a.shape != ref.shape:
@@ -770,8 +773,6 @@ class SlicedData:
             self._dequant = None
             return
         self._require()
-        if _is_torch(value):
-            value = value.detach().cpu().numpy()
         a = _numeric(value, "quantized_data")  # numbers only, as every assigned attribute (not str, complex)
         want = tuple(self.shape)
         if a.shape != want:

@@ -352,6 +352,7 @@ def _pair_arg(arg):
     ("weight_quant_gran", _pair_arg("weight_quant_gran")),
     ("paral_size", lambda v: pyfastpim.SlicedData((1, 1, 2), paral_size=v)),
     ("stride", lambda v: _core.dpe_conv2d(**conv_kwargs(stride=v))),
+    ("ytest", lambda v: pyfastpim.SNR(v, [1.0, 2.0])),
 ])
 def test_a_len_that_is_no_length_is_an_error_naming_the_argument(arg, call, n):
     # len() refused what __len__ returned with an OverflowError / ValueError naming nothing

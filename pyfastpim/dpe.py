@@ -166,7 +166,8 @@ def _pair(value, name, minimum, maximum=None):
     value = _pair_items(value, name)  # a NumPy array or a tensor: 0-d an int, 1-D a pair
     sequence = _is_pair_sequence(value)
     if sequence:
-        value = _pair_snapshot(value, "argument '%s': expected an int or a pair of ints, got %%d values" % name)
+        value = _pair_snapshot(value, "argument '%s': expected an int or a pair of ints, got %%d values" % name,
+                               name)
     items = value if sequence else (value, value)
     words = "argument '%s': expected an int or a pair of ints, got %r" % (name, value)
     pair = tuple(_rule_number(v, name, words) for v in items)

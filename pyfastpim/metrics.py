@@ -6,7 +6,7 @@ Sums are taken in float64 (MemIntelli sums in the inputs' dtype; the definitions
 """
 import numpy as np
 
-from .sliced import _nested
+from .sliced import _numeric
 
 __all__ = ["SNR", "RE", "ABSE"]
 
@@ -21,10 +21,9 @@ def _pair(ytest, ypred, name):
 
 
 def _np(x, name):
-    """x as a float64 NumPy array; nested sequences that are ragged are a ValueError naming ``name``."""
-    if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch.Tensor
-        x = x.detach().cpu().numpy()
-    return np.asarray(_nested(x, name), dtype=np.float64)
+    """x as a float64 NumPy array: numbers (bool, int or float) only, else TypeError naming ``name`` (a str,
+    complex or object array: sliced._numeric's rule and words); a ragged or masked one a ValueError naming it."""
+    return _numeric(x, name).astype(np.float64)
 
 
 def SNR(ytest, ypred):

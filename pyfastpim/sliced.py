@@ -19,7 +19,9 @@ buffers:
 import collections.abc
 import itertools
 import math
+import operator
 import os
+import sys
 import threading
 from collections import namedtuple
 
@@ -75,8 +77,15 @@ def _out(a):
 
 
 def _nested(value, name):
-    """np.asarray(value) of a user's nested sequences; a ragged one is a ValueError naming ``name``
-    (NumPy refuses it with its own message, which names nothing)."""
+    """np.asarray(value) of a user's nested sequences, arrays or tensors; a ragged one is a ValueError naming
+    ``name`` (NumPy refuses it with its own message, which names nothing), as is a masked array (its masked
+    elements would be read as data: the core's rule, csrc/python/bind_array.c). A tensor is read detached,
+    on the CPU, a bfloat16 one as float32 (NumPy has none; torch's refusals name nothing)."""
+    if _is_torch(value):
+        value = value.detach().cpu()
+        value = value.float() if str(value.dtype) == "torch.bfloat16" else value
+    if isinstance(value, np.ma.MaskedArray):
+        _core._view(value, name)  # raises the core's refusal, naming ``name``
     try:
         return np.asarray(value)
     except ValueError as exc:
@@ -175,19 +184,29 @@ def _is_pair_sequence(value):
             and hasattr(value, "__len__") and hasattr(value, "__getitem__"))
 
 
-def _length(value):
-    """len(value), a range's too where len() cannot count it (range(2**100): OverflowError, naming nothing)."""
+def _length(value, name, what):
+    """len(value), a range's too where len() cannot count it (range(2**100): OverflowError, naming nothing).
+    A __len__ returning no length (negative, beyond sys.maxsize: len() raises ValueError / OverflowError
+    naming nothing) is a ValueError naming ``name`` (the core converter's words, as_sequence in
+    csrc/python/convert.c); what the value's own __len__ raises propagates unchanged."""
     if isinstance(value, range):
         steps, rest = divmod(value.stop - value.start, value.step)
         return max(0, steps + (rest != 0))
-    return len(value)
+    own = getattr(type(value), "__len__", None)
+    if isinstance(value, (list, tuple)) or own is None:
+        return len(value)
+    n = own(value)  # called here, so that len()'s refusal of its result is not taken for its own exception
+    if not hasattr(type(n), "__index__") or not 0 <= operator.index(n) <= sys.maxsize:
+        raise ValueError("argument '%s': expected %s, got %s whose __len__ returns no length (an int in "
+                         "0..sys.maxsize)" % (name, what, type(value).__name__))
+    return operator.index(n)
 
 
-def _pair_snapshot(value, wrong_length):
+def _pair_snapshot(value, wrong_length, name):
     """A pair sequence's two items, read once (a user sequence's items then cannot disagree with the
     length checked); ValueError(``wrong_length`` % count) for another length than 2, from its len()
     (no long sequence is copied) or, where its items disagree with that, from the items read."""
-    n = _length(value)
+    n = _length(value, name, "a pair of ints")
     items = tuple(itertools.islice(value, 3)) if n == 2 else ()
     if n != 2 or len(items) != 2:
         raise ValueError(wrong_length % (n if n != 2 else len(items)))
@@ -201,7 +220,7 @@ def _pair(value, argname):
     value = _pair_items(value, argname)
     if not _is_pair_sequence(value):
         raise TypeError("argument '%s': expected a pair of positive ints, got %r" % (argname, value))
-    value = _pair_snapshot(value, "argument '%s': expected a pair of ints, got %%d values" % argname)
+    value = _pair_snapshot(value, "argument '%s': expected a pair of ints, got %%d values" % argname, argname)
     out = []
     for v in value:
         v = _rule_number(v, argname, "argument '%s': expected ints, got %r" % (argname, value))
@@ -635,8 +654,6 @@ class SlicedData:
 
     def _unblocks(self, value, name, dtype):
         """Inverse of :meth:`_blocks`: a getter-layout value -> (S, N, R, C) NumPy array of ``dtype``."""
-        if _is_torch(value):
-            value = value.detach().cpu().numpy()
         a = _numeric(value, name)
         N, R, C, Rp, Cp = self._padded_grid()
         pr, pc = self.paral_size
@@ -658,8 +675,6 @@ class SlicedData:
 
     def _per_granule(self, value, name):
         """Inverse of :meth:`_per_block`: one value per granule (N, gr, gc); blocks of a granule must agree."""
-        if _is_torch(value):
-            value = value.detach().cpu().numpy()
         a = _numeric(value, name).astype(np.float64)
         ref = self._per_block(self._gran_max)
         if a.shape != ref.shape:
@@ -762,8 +777,6 @@ class SlicedData:
             self._dequant = None
             return
         self._require()
-        if _is_torch(value):
-            value = value.detach().cpu().numpy()
         a = _numeric(value, "quantized_data")  # numbers only, as every assigned attribute (not str, complex)
         want = tuple(self.shape)
         if a.shape != want:

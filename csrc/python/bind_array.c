@@ -421,6 +421,8 @@ static int parse_format(const char *fmt, Py_ssize_t itemsize, pf_dtype *out, con
     return -1;
 }
 
+static PyObject *producer_failed(PyObject *obj, const char *argname, const char *what);
+
 static PfArray *view_from_buffer(PyObject *obj, int writable, const char *argname)
 {
     PfArray *a = alloc_struct();
@@ -436,8 +438,11 @@ static PfArray *view_from_buffer(PyObject *obj, int writable, const char *argnam
             PyErr_Clear();
             PyErr_Format(PyExc_ValueError, "argument '%s': a writable buffer is required but %s is read-only",
                          argname, Py_TYPE(obj)->tp_name);
+            return NULL;
         }
-        return NULL;
+        /* NumPy's refusal of a dtype it exports no buffer for (datetime64: "cannot include dtype 'M' in a
+         * buffer") names nothing */
+        return (PfArray *)producer_failed(obj, argname, "buffer export");
     }
     a->has_view = 1;
     Py_buffer *v = &a->view;
@@ -526,34 +531,44 @@ static int refuse_lazy_negation(PyObject *obj, const char *argname)
     return set != 0 ? -1 : 0;
 }
 
-/* Whether obj is a torch tensor (torch.Tensor, Parameter or a subclass: torch._C._TensorBase, torch 2's
- * torch._C.TensorBase, in its MRO), found without importing torch and without raising. */
-static int is_torch_tensor(PyObject *obj)
+/* Whether a type named `a` (or `b`, where not NULL) is in obj's type's mro: a library's type found by name,
+ * without importing the library. */
+static int has_base(PyObject *obj, const char *a, const char *b)
 {
     PyObject *mro = Py_TYPE(obj)->tp_mro;
     for (Py_ssize_t i = 0; mro && PyTuple_Check(mro) && i < PyTuple_GET_SIZE(mro); i++) {
         const char *tn = ((PyTypeObject *)PyTuple_GET_ITEM(mro, i))->tp_name;
-        if (strcmp(tn, "torch._C._TensorBase") == 0 || strcmp(tn, "torch._C.TensorBase") == 0)
+        if (strcmp(tn, a) == 0 || (b && strcmp(tn, b) == 0))
             return 1;
     }
     return 0;
 }
 
+/* Whether obj is a torch tensor (torch.Tensor, Parameter or a subclass: torch._C._TensorBase, torch 2's
+ * torch._C.TensorBase, in its MRO), found without importing torch and without raising. */
+static int is_torch_tensor(PyObject *obj) { return has_base(obj, "torch._C._TensorBase", "torch._C.TensorBase"); }
+
+/* A numpy.ma masked array: an ndarray whose buffer holds its masked elements as data. */
+static int is_masked_array(PyObject *obj)
+{
+    return has_base(obj, "MaskedArray", NULL) && has_base(obj, "numpy.ndarray", NULL);
+}
+
 /* obj's method `what` raised. A producer's exception propagates unchanged (user code's, as everywhere:
  * convert.h), but for torch's own refusals of a tensor it cannot export (a meta tensor's __dlpack_device__:
  * "ValueError: Unknown device type meta for Dlpack"; a bool or sparse tensor's __dlpack__: "RuntimeError:
- * Bool type is not supported by dlpack"), which name neither the argument nor pyfastpim: from a torch
- * tensor, an Exception (not MemoryError) becomes a TypeError naming the argument and quoting it.
- * Returns NULL. */
+ * Bool type is not supported by dlpack") and NumPy's of an array it exports no buffer for (datetime64),
+ * which name neither the argument nor pyfastpim: from a torch tensor or a NumPy array, an Exception (not
+ * MemoryError) becomes a TypeError naming the argument and quoting it. Returns NULL. */
 static PyObject *producer_failed(PyObject *obj, const char *argname, const char *what)
 {
-    if (!is_torch_tensor(obj) || !PyErr_ExceptionMatches(PyExc_Exception) ||
+    if (!(is_torch_tensor(obj) || has_base(obj, "numpy.ndarray", NULL)) || !PyErr_ExceptionMatches(PyExc_Exception) ||
         PyErr_ExceptionMatches(PyExc_MemoryError))
         return NULL;
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
     PyErr_NormalizeException(&et, &ev, &tb);
-    PyErr_Format(PyExc_TypeError, "argument '%s': its %s() failed: %S: %S", argname, what, et ? et : Py_None,
+    PyErr_Format(PyExc_TypeError, "argument '%s': its %s failed: %S: %S", argname, what, et ? et : Py_None,
                  ev ? ev : Py_None);
     Py_XDECREF(et);
     Py_XDECREF(ev);
@@ -610,7 +625,7 @@ static int check_dlpack_device(PyObject *obj, const char *argname)
 {
     PyObject *dev = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
     if (!dev) { /* e.g. torch's meta tensors: "Unknown device type meta for Dlpack" */
-        producer_failed(obj, argname, "__dlpack_device__");
+        producer_failed(obj, argname, "__dlpack_device__()");
         return -1;
     }
     int64_t v[2] = {0, 0};
@@ -687,7 +702,7 @@ static PfArray *view_from_dlpack(PyObject *obj, int writable, const char *argnam
         return NULL;
     PyObject *cap = call_dlpack(obj);
     if (!cap) /* e.g. torch: "Bool type is not supported by dlpack": say which argument */
-        return (PfArray *)producer_failed(obj, argname, "__dlpack__");
+        return (PfArray *)producer_failed(obj, argname, "__dlpack__()");
     DLManagedTensor *m = NULL;
     DLManagedTensorVersioned *mv = NULL;
     if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
@@ -990,6 +1005,11 @@ static PfArray *view_any(PyObject *obj, int writable, const char *argname)
         Py_INCREF(obj);
         return src;
     }
+    if (is_masked_array(obj)) { /* as an __array_interface__ 'mask' (iface_neutral) */
+        PyErr_Format(PyExc_ValueError, "argument '%s': a masked array is not supported (its buffer holds the masked "
+                     "elements as data): pass the data with the mask applied (x.filled(value))", argname);
+        return NULL;
+    }
     if (PyObject_CheckBuffer(obj))
         return view_from_buffer(obj, writable, argname);
     if (PyObject_HasAttrString(obj, "__array_interface__")) {
@@ -1009,7 +1029,11 @@ static PfArray *view_any(PyObject *obj, int writable, const char *argname)
         return view_from_dlpack(obj, writable, argname);
     PyErr_Format(PyExc_TypeError,
                  "argument '%s': %s exposes no buffer, __array_interface__ or __dlpack__; pass a NumPy array, "
-                 "a CPU torch tensor or a buffer", argname, Py_TYPE(obj)->tp_name);
+                 "a CPU torch tensor or a buffer%s", argname, Py_TYPE(obj)->tp_name,
+                 PyList_Check(obj) || PyTuple_Check(obj)
+                     ? " (data operands are shared without copies, as pyfastpim.asarray takes them: "
+                       "numpy.asarray(value, numpy.float32) makes the array once)"
+                     : "");
     return NULL;
 }
 

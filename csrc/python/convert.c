@@ -137,31 +137,54 @@ int pf_as_int64_clamped(PyObject *obj, const char *name, const char *what, int64
     return as_int64(obj, name, what, 1, out);
 }
 
-/* Whether obj is a range too long for len() to count (range(2**100): CPython's OverflowError, cleared): 1; 0 for
- * anything else (a range len() counts, no range). The one place of that special case: is_sized reads such a
- * range as a container, flat_sequence refuses it. Any other exception of len() stays pending, with -1. */
-static int uncountable_range(PyObject *obj)
+/* obj's length as len() takes it, except that a length len() refuses is told apart from obj's own exception:
+ * >= 0; -1 with an exception pending (a TypeError where obj has no length, else the one obj's own __len__
+ * raised); -2 (nothing pending) where obj's __len__ returned an int that is no length (negative, or beyond
+ * Py_ssize_t: len() raises ValueError / OverflowError naming nothing, which a user's __len__ may raise
+ * itself), or obj is a range too long to count. A Python class's __len__ is called here, so its own
+ * exception and len()'s refusal of its result are not confused. */
+static Py_ssize_t own_length(PyObject *obj)
 {
-    if (!PyRange_Check(obj) || PyObject_Size(obj) >= 0)
-        return 0;
-    if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+    PyObject *len = PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE)
+                        ? PyObject_GetAttrString((PyObject *)Py_TYPE(obj), "__len__")
+                        : NULL;
+    if (!len) {
+        if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_AttributeError))
+            return -1;
+        PyErr_Clear();
+        Py_ssize_t n = PyObject_Size(obj); /* a built-in type, or no __len__ (TypeError) */
+        if (n < 0 && PyRange_Check(obj) && PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear(); /* range(2**100): a container, its length beyond Py_ssize_t (CPython's error) */
+            return -2;
+        }
+        return n;
+    }
+    PyObject *r = PyObject_CallOneArg(len, obj);
+    Py_DECREF(len);
+    PyObject *idx = r ? PyNumber_Index(r) : NULL; /* a non-int result: len()'s TypeError, "no length" */
+    Py_XDECREF(r);
+    if (!idx)
         return -1;
-    PyErr_Clear();
-    return 1;
+    Py_ssize_t n = PyLong_AsSsize_t(idx);
+    Py_DECREF(idx);
+    if (n == -1 && PyErr_Occurred())
+        PyErr_Clear();
+    return n < 0 ? -2 : n;
 }
 
 /* Whether obj has a length (a list, a 1-D array, a tensor of one element): a container, not a number,
  * even where its __float__ would unwrap one element (NumPy deprecates that). A 0-d array or tensor
  * (len() refuses it with a TypeError, as it refuses any object without a length) is a number; a range
- * whose length len() cannot count (range(2**100)) is a container. Any other exception of obj's own
- * __len__ (a KeyboardInterrupt, a MemoryError) stays pending (user code's: it propagates as it is),
- * with 1 (not read); callers check PyErr_Occurred(). */
+ * whose length len() cannot count (range(2**100)) or a sequence whose __len__ returns no length (2**100,
+ * -1) is a container. Any other exception of obj's own __len__ (a KeyboardInterrupt, a MemoryError, a
+ * ValueError) stays pending (user code's: it propagates as it is), with 1 (not read); callers check
+ * PyErr_Occurred(). */
 static int is_sized(PyObject *obj)
 {
     if (!PySequence_Check(obj) && !PyMapping_Check(obj))
         return 0;
-    if (uncountable_range(obj) != 0 || PyObject_Size(obj) >= 0)
-        return 1; /* range(2**100): a container, its length beyond Py_ssize_t */
+    if (own_length(obj) != -1)
+        return 1;
     if (PyErr_ExceptionMatches(PyExc_TypeError)) {
         PyErr_Clear();
         return 0;
@@ -369,8 +392,8 @@ static int flat_sequence(PyObject *obj, const char *name, const char *what)
     if (PyList_Check(obj) || PyTuple_Check(obj))
         return 0;
     if (PyRange_Check(obj)) {
-        if (uncountable_range(obj) == 0)
-            return 0;
+        if (own_length(obj) >= 0)
+            return 0; /* a range too long to count is own_length's -2 */
         PyErr_Clear();
         PyErr_Format(PyExc_ValueError, "argument '%s': expected %s, got %R", name, what, obj);
         return -1;
@@ -406,6 +429,15 @@ static PyObject *as_sequence(PyObject *obj, const char *name, const char *what)
     }
     if (flat_sequence(obj, name, what) < 0)
         return NULL;
+    Py_ssize_t n = own_length(obj); /* len()'s own refusal of a length names nothing */
+    if (n == -2) {
+        PyErr_Format(PyExc_ValueError, "argument '%s': expected %s, got %s whose __len__ returns no length "
+                     "(an int in 0..sys.maxsize)", name, what, Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    if (n == -1 && !PyErr_ExceptionMatches(PyExc_TypeError))
+        return NULL; /* its own __len__'s exception */
+    PyErr_Clear(); /* no length: a sequence may still iterate */
     PyObject *seq = PySequence_Tuple(obj);
     if (!seq && PyErr_ExceptionMatches(PyExc_TypeError)) {
         PyErr_Clear();

@@ -14,7 +14,7 @@ except ImportError:  # numpy-only install: conftest skips the tests that use tor
     torch = None
 
 import pyfastpim
-from pyfastpim import memory
+from pyfastpim import memory, physics
 from helpers import DLPackOnly, InterfaceOnly
 
 
@@ -495,3 +495,47 @@ def test_dtype_takes_numpy_spellings_and_refuses_a_byte_swapped_one():
     for bad, shown in (("bool", "bool"), ("U5", "U5"), ("float16", "float16"), ("uint64", "uint64")):
         with pytest.raises(TypeError, match="argument 'dtype': unsupported dtype '%s'" % shown):
             pyfastpim.asarray(x, dtype=bad)
+
+
+def _data_entry_points():
+    w = np.ones((4, 2), np.float32)
+    ctx = pyfastpim.AttentionContext(embed_dim=4, update_rate=0.1, strength=0.5)
+    return {
+        "obj": lambda v: pyfastpim.asarray(v),
+        "x": lambda v: pyfastpim.dpe_matmul(v, w, pyfastpim.DPETensor()),
+        "data": lambda v: pyfastpim.SlicedData((1, 1, 2)).slice_data_imp(pyfastpim.DPETensor(), v),
+        "G": lambda v: physics.drift_conductance(v, 10.0),
+        "y": lambda v: ctx.update_outgoing(np.ones((4, 4), np.float32), v),
+    }
+
+
+@pytest.mark.parametrize("arg", sorted(_data_entry_points()))
+def test_a_datetime_array_is_an_error_naming_the_argument(arg):
+    # NumPy's buffer export refused it with "ValueError: cannot include dtype 'M' in a buffer", naming nothing
+    with pytest.raises(TypeError, match="^argument '%s': its buffer export failed: .*dtype 'M'" % arg):
+        _data_entry_points()[arg](np.zeros((4, 4), "datetime64[D]"))
+
+
+@pytest.mark.parametrize("arg", sorted(_data_entry_points()))
+def test_a_masked_array_is_refused_not_read_with_its_masked_elements(arg):
+    # its buffer holds the masked elements: they were read as data (a silently wrong result), where an
+    # __array_interface__ with a 'mask' is refused
+    m = np.ma.masked_array(np.ones((4, 4), np.float32), mask=np.eye(4, dtype=bool))
+    with pytest.raises(ValueError, match="^argument '%s': a masked array is not supported" % arg):
+        _data_entry_points()[arg](m)
+    _data_entry_points()[arg](m.filled(0.0))  # the data with the mask applied
+
+
+@pytest.mark.parametrize("arg", ["x", "x_vec", "y"])
+def test_attention_data_given_as_lists_are_refused_with_the_reason(arg):
+    # the rule of every product entry point's data (dpe_matmul, slice_data_imp): what asarray takes, shared
+    # without copies; the message now says so for a list, and how to make the array
+    ctx = pyfastpim.AttentionContext(embed_dim=4, update_rate=0.1, strength=0.5)
+    ctx.incoming = np.eye(4, dtype=np.float32)
+    rows = [[1.0, 2.0, 3.0, 4.0]]
+    call = {"x": lambda: ctx.apply(rows), "x_vec": lambda: ctx.apply_step(rows[0]),
+            "y": lambda: ctx.update_outgoing(np.ones((1, 4), np.float32), rows)}[arg]
+    with pytest.raises(TypeError, match="^argument '%s': list exposes no buffer.*shared without copies.*"
+                       "numpy.asarray" % arg):
+        call()
+    np.testing.assert_array_equal(ctx.apply(np.asarray(rows, np.float32)), np.asarray(rows) * (1 + 0.5 / 4))

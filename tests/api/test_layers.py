@@ -540,3 +540,41 @@ def test_conv_geometry_beyond_the_core_limit_is_refused_naming_it(arg):
     kw[arg] = 2 ** 31 - 1 if arg != "kernel_size" else 3
     if arg != "kernel_size":
         Conv2dMem(eng, 2, 3, input_slice=(1, 1, 2), weight_slice=(1, 1, 2), **kw)  # the limit itself is fine
+
+
+@pytest.mark.parametrize("bad, exc, words", [
+    ([["abc", "1"], ["2", "3"]], TypeError, "expected numbers, got an array of dtype <U3"),
+    (np.array([[1 + 1j, 2], [3, 4]]), TypeError, "expected numbers, got an array of dtype complex128"),
+    (torch.ones(2, 2, dtype=torch.complex64), TypeError, "expected numbers, got an array of dtype complex64"),
+    (np.ma.masked_array(np.ones((2, 2)), mask=[[1, 0], [0, 0]]), ValueError, "a masked array is not supported"),
+])
+def test_metrics_name_an_argument_that_holds_no_real_numbers(bad, exc, words):
+    # strings reached NumPy's unnamed "could not convert string to float: 'abc'"; complex data lost its
+    # imaginary part (a ComplexWarning, a wrong value); a masked array's masked elements were read as data
+    ok = np.ones((2, 2))
+    for fn in (pyfastpim.SNR, pyfastpim.RE, pyfastpim.ABSE):
+        with pytest.raises(exc, match="^argument 'ytest': " + words):
+            fn(bad, ok)
+        with pytest.raises(exc, match="^argument 'ypred': " + words):
+            fn(ok, bad)
+
+
+def test_metrics_and_assigned_attributes_read_bfloat16_tensors():
+    # torch's .numpy() refused bfloat16 ("TypeError: Got unsupported ScalarType BFloat16", naming nothing)
+    a = torch.tensor([[1.0, 2.0], [3.0, 4.5]])
+    assert pyfastpim.RE(a.bfloat16(), a) == 0.0
+    eng = pyfastpim.DPETensor()
+    sd = pyfastpim.SlicedData((1, 1, 2))
+    sd.slice_data_imp(eng, a)
+    want = sd.quantized_data.clone()
+    sd.quantized_data = want.bfloat16()
+    torch.testing.assert_close(sd.quantized_data, want.bfloat16().float())
+
+
+@pytest.mark.parametrize("codes", [torch.zeros(3, 2, 2, requires_grad=True), torch.zeros(3, 2, 2).bfloat16()],
+                         ids=["grad", "bfloat16"])
+def test_program_weights_names_codes_from_any_float_tensor(codes):
+    # np.asarray(codes) raised torch's unnamed RuntimeError ("Can't call numpy() on Tensor that requires
+    # grad") or TypeError ("Got unsupported ScalarType BFloat16"); now the codes rule's (no float codes)
+    with pytest.raises(TypeError, match="^argument 'codes': refusing to convert float32 to uint8"):
+        pyfastpim.program_weights(codes, (1, 1, 2), 16)

@@ -317,3 +317,63 @@ def test_dtype_propertys_type_error_propagates(call, exc):
     # a TypeError of the dtype property was taken for the rule's refusal and reworded "argument 'x': expected
     # a real number, got DtypeRaises", hiding the user's exception; it is user code's like any other
     _raises_it(lambda: call(DtypeRaises(exc)), exc)
+
+
+class _BadLength:
+    """A sequence whose __len__ returns an int that is no length: len() refuses it with an OverflowError
+    ("cannot fit 'int' into an index-sized integer") or a ValueError ("__len__() should return >= 0"), which
+    name nothing."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return 1.0
+
+
+def _engine_arg(arg):
+    return lambda v: pyfastpim.DPETensor(**{arg: v})
+
+
+def _pair_arg(arg):
+    def call(v):
+        x = np.ones((2, 4), np.float32)
+        return pyfastpim.dpe_matmul(x, np.ones((4, 2), np.float32), pyfastpim.DPETensor(), **{arg: v})
+    return call
+
+
+@pytest.mark.parametrize("n", [2 ** 100, -1], ids=["huge", "negative"])
+@pytest.mark.parametrize("arg, call", [
+    ("radc", _engine_arg("radc")), ("HGS", _engine_arg("HGS")), ("wire_resistance", _engine_arg("wire_resistance")),
+    ("read_variation", _engine_arg("read_variation")), ("input_paral_size", _pair_arg("input_paral_size")),
+    ("weight_quant_gran", _pair_arg("weight_quant_gran")),
+    ("paral_size", lambda v: pyfastpim.SlicedData((1, 1, 2), paral_size=v)),
+    ("stride", lambda v: _core.dpe_conv2d(**conv_kwargs(stride=v))),
+    ("ytest", lambda v: pyfastpim.SNR(v, [1.0, 2.0])),
+])
+def test_a_len_that_is_no_length_is_an_error_naming_the_argument(arg, call, n):
+    # len() refused what __len__ returned with an OverflowError / ValueError naming nothing
+    # (pyfastpim.DPETensor(radc=L()): "OverflowError: cannot fit 'int' into an index-sized integer"); the
+    # number rule read it as a number's failure, the sequence rules let len()'s error through
+    with pytest.raises((TypeError, ValueError), match="^argument '%s': " % arg):
+        call(_BadLength(n))
+
+
+class _LenRaisesSequence(_BadLength):
+    def __init__(self, exc):
+        self.exc = exc
+
+    def __len__(self):
+        raise self.exc
+
+
+@pytest.mark.parametrize("exc", USER_ERRORS, ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("call", [_engine_arg("radc"), _pair_arg("input_paral_size"), _engine_arg("HGS"),
+                                  lambda v: _core.dpe_conv2d(**conv_kwargs(stride=v))],
+                         ids=["radc", "pair", "real", "core-pair"])
+def test_a_sequences_own_len_exception_still_propagates(call, exc):
+    # telling len()'s refusal apart must not swallow a ValueError / OverflowError __len__ raises itself
+    _raises_it(lambda: call(_LenRaisesSequence(exc)), exc)

@@ -6,32 +6,27 @@ engine does not use them (its quantization runs in the C kernels, spec sections 
 import numpy as np
 import torch
 
+from ...metrics import _np
 from ...sliced import _widths
 
 __all__ = ["dot_high_dim", "ABSE", "SNR", "RE", "quant_map_tensor", "bfp_map_tensor"]
 
 
-def _np(a):
-    if isinstance(a, torch.Tensor):
-        a = a.detach().cpu().numpy()
-    return np.asarray(a, dtype=np.float64)
-
-
 def SNR(ytest, ypred):
     """Signal-to-noise ratio in dB: ``10 log10(sum(ytest^2) / sum((ytest - ypred)^2))`` (NumPy or torch)."""
-    ytest, ypred = _np(ytest), _np(ypred)
+    ytest, ypred = _np(ytest, "ytest"), _np(ypred, "ypred")
     return 10 * np.log10(np.sum(ytest ** 2) / np.sum((ytest - ypred) ** 2))
 
 
 def RE(ytest, ypred):
     """Relative error ``||ytest - ypred|| / ||ytest||`` (Frobenius norms)."""
-    ytest, ypred = _np(ytest), _np(ypred)
+    ytest, ypred = _np(ytest, "ytest"), _np(ypred, "ypred")
     return np.sqrt(np.sum((ytest - ypred) ** 2)) / np.sqrt(np.sum(ytest ** 2))
 
 
 def ABSE(ytest, ypred):
     """Mean absolute relative error of a 2-D result: ``sum|(ytest - ypred) / ytest| / (rows * cols)``."""
-    ytest, ypred = _np(ytest), _np(ypred)
+    ytest, ypred = _np(ytest, "ytest"), _np(ypred, "ypred")
     return np.sum(np.abs((ytest - ypred) / ytest)) / (ytest.shape[0] * ytest.shape[1])
 
 

@@ -50,6 +50,9 @@ const char *pf_cl_error_name(int code);
 /* Every device of every platform. *count = *nplatforms = 0 (PF_OK) when the
  * ICD loader reports no platform. *out is pf_alloc'd (NULL when empty). */
 pf_status pf_cl_list(pf_cl_device_info **out, int *count, int *nplatforms);
+/* clGetPlatformIDs calls made by this process so far (every OpenCL path starts there; tests check
+ * that a forked child makes none). */
+uint64_t pf_cl_platform_queries(void);
 
 typedef struct pf_cl_device pf_cl_device;
 

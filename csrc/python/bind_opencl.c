@@ -22,6 +22,7 @@
 #include "opencl/backend.h"
 #include "opencl/opencl.h"
 
+#include <math.h>
 #include <pythread.h>
 #include <unistd.h>
 
@@ -528,6 +529,51 @@ static PyObject *PfCLDevice_get_paired_calls(PfCLDevice *self, void *closure)
     return PyLong_FromUnsignedLongLong((unsigned long long)n);
 }
 
+static PyObject *PfCLDevice_get_launches(PfCLDevice *self, void *closure)
+{
+    (void)closure;
+    if (lock_device(self) < 0) /* counted while a call runs with the GIL released */
+        return NULL;
+    PyObject *d = PyDict_New(); /* str keys: no Python code runs under the lock */
+    for (int i = 0; d && i < pf_cl_kernel_count(); i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong((unsigned long long)pf_cl_launches(self->dev, i));
+        if (!v || PyDict_SetItemString(d, pf_cl_kernel_name(i), v) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(v);
+    }
+    unlock_device(self);
+    return d;
+}
+
+static PyObject *PfCLDevice_get_piece_time(PfCLDevice *self, void *closure)
+{
+    (void)closure;
+    return PyFloat_FromDouble(pf_cl_get_piece_time(self->dev));
+}
+
+static int PfCLDevice_set_piece_time(PfCLDevice *self, PyObject *value, void *closure)
+{
+    (void)closure;
+    if (!value || PyBool_Check(value) || !(PyFloat_Check(value) || PyLong_Check(value))) {
+        PyErr_Format(PyExc_TypeError, "argument 'piece_time': expected a number of seconds, got %R",
+                     value ? value : Py_None);
+        return -1;
+    }
+    const double s = PyFloat_AsDouble(value);
+    if (s == -1.0 && PyErr_Occurred())
+        return -1;
+    if (!(s > 0) || !isfinite(s)) {
+        PyErr_Format(PyExc_ValueError, "argument 'piece_time': expected a positive finite number of seconds, got %R",
+                     value);
+        return -1;
+    }
+    if (lock_device(self) < 0)
+        return -1;
+    pf_cl_set_piece_time(self->dev, s);
+    unlock_device(self);
+    return 0;
+}
+
 static PyObject *PfCLDevice_get_scratch_bytes(PfCLDevice *self, void *closure)
 {
     (void)closure;
@@ -801,6 +847,13 @@ static PyGetSetDef PfCLDevice_getset[] = {
      "results; False: one slice per float", NULL},
     {"paired_calls", (getter)PfCLDevice_get_paired_calls, NULL, "MVM calls on this device that paired weight slices",
      NULL},
+    {"launches", (getter)PfCLDevice_get_launches, NULL,
+     "{kernel name: launches} on this device so far; a kernel run in pieces (so that Ctrl-C can stop it) counts "
+     "each piece", NULL},
+    {"piece_time", (getter)PfCLDevice_get_piece_time, (setter)PfCLDevice_set_piece_time,
+     "seconds each piece of a kernel run in pieces (calls on the main thread, so that Ctrl-C can stop them "
+     "between pieces) aims at: the first piece has a fixed size, each next one is sized from the last one's "
+     "measured rate, at most 8 times larger or smaller (default 0.05; results do not depend on it)", NULL},
     {"scratch_bytes", (getter)PfCLDevice_get_scratch_bytes, NULL, "bytes of scratch buffers held", NULL},
     {"resident_weights", (getter)PfCLDevice_get_resident, NULL, "{weights_key: bytes} of resident weights", NULL},
     {"resident_bytes", (getter)PfCLDevice_get_resident_bytes, NULL, "bytes of resident weights held", NULL},

@@ -58,9 +58,10 @@ OpenCLDevice = _core.OpenCLDevice
 _handles = {}
 _lock = threading.Lock()
 os.register_at_fork(after_in_child=_lock._at_fork_reinit)  # free in a forked child (see sliced._state_lock)
-# A forked child does not reuse the parent's handles: resolve_device opens anew, and the handle refuses
-# there at once (bind_opencl.c "fork") instead of at the first operation. Dropping the parent's handles
-# is safe: a handle freed in a forked child frees nothing of the parent's runtime (PfCLDevice_dealloc).
+# A forked child does not reuse the parent's handles: resolve_device refuses there at once, before any
+# OpenCL call (bind_opencl.c "fork"), instead of at the first operation; a parent's handle held by an
+# engine refuses at its first use, naming the device. Dropping the parent's handles is safe: a handle
+# freed in a forked child frees nothing of the parent's runtime (PfCLDevice_dealloc).
 os.register_at_fork(after_in_child=_handles.clear)
 _DEVICE_RE = re.compile(r"^opencl(?::(\d+):(\d+))?$")
 _ENV_DEVICE = "PYFASTPIM_OPENCL_DEVICE"
@@ -154,6 +155,9 @@ def _open(spec, device):
     """The handle for a spec of :func:`_parse` (not 'cuda'); device: the argument as given, for messages."""
     if spec is None or isinstance(spec, OpenCLDevice):
         return spec
+    # a child forked after OpenCL was initialised refuses here, before any OpenCL call (a driver can
+    # hang listing its platforms there)
+    _core._cl_refuse_forked("opening the OpenCL device %r" % (device if isinstance(device, str) else str(device),))
     nplat, cl = _core.cl_devices()
     env = _env_device() if spec == "default" else None
     if env is not None:

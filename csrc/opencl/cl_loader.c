@@ -4,6 +4,8 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@ pf_cl_api_table pf_cl_api;
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static int load_status = -1;
 static char load_error[512];
+static _Atomic uint64_t platform_queries; /* clGetPlatformIDs calls, for tests of forked children */
 
 static void load(void)
 {
@@ -61,6 +64,7 @@ const char *pf_cl_loader_error(void)
 
 cl_int pf_cl_get_platform_ids_lazy(cl_uint num_entries, cl_platform_id *platforms, cl_uint *num_platforms)
 {
+    atomic_fetch_add_explicit(&platform_queries, 1, memory_order_relaxed);
     if (pf_cl_load() < 0) {
         if (num_platforms)
             *num_platforms = 0;
@@ -68,3 +72,5 @@ cl_int pf_cl_get_platform_ids_lazy(cl_uint num_entries, cl_platform_id *platform
     }
     return pf_cl_api.clGetPlatformIDs(num_entries, platforms, num_platforms);
 }
+
+uint64_t pf_cl_platform_queries(void) { return atomic_load_explicit(&platform_queries, memory_order_relaxed); }

@@ -28,11 +28,13 @@
 /* Packed inputs of one row chunk are capped so a large batch streams through
  * a bounded scratch buffer, as on the CPU path. */
 #define PF_CL_A_CHUNK_BYTES ((size_t)64 << 20)
-/* Work per enqueued piece when a Ctrl-C may have to stop a kernel: ~0.05-0.1 s
- * on a 2-core CPU device, far less on a GPU. */
+/* Work of the first enqueued piece when a Ctrl-C may have to stop a kernel: ~0.05-0.1 s
+ * on a 2-core CPU device, far less on a GPU. The next pieces are sized from the measured rate
+ * (launcher.c enqueue_split). */
 #define PF_CL_PIECE_MACS ((uint64_t)1 << 28) /* MVM multiply-adds */
 #define PF_CL_PIECE_ELEMS ((uint64_t)1 << 21) /* packed elements (noise draws, DAC/conductance conversions) */
-#define PF_CL_PIECE_S 0.02 /* a piece faster than this doubles the next (launcher.c) */
+#define PF_CL_PIECE_S 0.05  /* default time a piece aims at (handle.piece_time) */
+#define PF_CL_PIECE_GROW 8  /* a piece is at most this many times larger (or smaller) than the last */
 #define PF_CL_PACK_LOCAL 64 /* work-group size of the pack kernels (at most; one noise group per item) */
 #define PF_CL_KT_MAX 32     /* crossbar rows per local-memory chunk of pf_dpe_mvm_tiled, at most */
 
@@ -113,6 +115,8 @@ struct pf_cl_device {
     int pair_slices;      /* two weight slices per packed float where exact (dpe.c mvm_pair_shift) */
     int bp_levels_ok;     /* SCR_BP's weights have every level below g_level (else unusable; while its tag holds) */
     uint64_t paired_calls; /* MVM calls that paired weight slices */
+    uint64_t launches[K_COUNT]; /* kernel launches (each piece of a split one) per kernel */
+    double piece_s;       /* seconds a piece of a split launch aims at (PF_CL_PIECE_S) */
     size_t wg_multiple;   /* CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE of pf_dpe_mvm (warp/wavefront) */
     pf_cl_scratch scratch[SCR_COUNT];
 };

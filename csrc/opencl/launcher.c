@@ -90,6 +90,7 @@ static pf_status enqueue(pf_cl_device *dev, int kid, cl_uint dims, const size_t 
     snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s)", name);
     PF_CL_TRY(clEnqueueNDRangeKernel(dev->queue, dev->k[kid], dims, offset, gws, lws, 0, NULL,
                                      dev->profile ? &ev : NULL), what);
+    dev->launches[kid]++;
     if (ev) {
         cl_ulong t0 = 0, t1 = 0;
         cl_int rc = clWaitForEvents(1, &ev);
@@ -112,14 +113,33 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Doubled, up to limit (a multiple of the work-group, as per is). */
-static size_t grown(size_t per, size_t limit) { return per <= limit / 2 ? 2 * per : limit; }
+/* Work-items of the next piece after one of `items` that took `dt` seconds: as many as take
+ * dev->piece_s at that rate (the rate of the last piece: the device's speed now, its enqueue and
+ * wait included), within a factor PF_CL_PIECE_GROW of `items`. */
+static double next_piece(const pf_cl_device *dev, double items, double dt)
+{
+    const double hi = items * PF_CL_PIECE_GROW, lo = items / PF_CL_PIECE_GROW;
+    const double want = dt > 0 ? items * (dev->piece_s / dt) : hi;
+    return want > hi ? hi : want < lo ? lo : want;
+}
 
-/* With a cancel flag: in about `pieces` pieces (global offsets aligned to lws: the kernels index
- * by get_global_id only), waiting for each and polling the flag in between: PF_EINTR when set.
- * A piece that finished in under PF_CL_PIECE_S doubles the next one (along dimension 0, then 1):
- * the callers' counts suit PoCL's heaviest kernels, and on a fast device a piece of that size is
- * mostly its enqueue and wait. */
+/* A piece's extent along one dimension: `units` steps (work-groups) rounded down, at least one, at
+ * most what is `left`; all that is left when less than half a piece would remain (no sliver of a
+ * last piece). */
+static size_t extent(double units, size_t step, size_t left)
+{
+    const double most = (double)(left / step);
+    const size_t n = units < 1 ? step : units >= most ? left : (size_t)units * step;
+    return n >= left || left - n < n / 2 ? left : n;
+}
+
+/* With a cancel flag: in pieces (global offsets aligned to lws: the kernels index by
+ * get_global_id only), waiting for each and polling the flag in between: PF_EINTR when set.
+ * The first piece is about 1/r->pieces of the work (the callers' counts suit PoCL's heaviest
+ * kernels); each next one is sized from the last one's measured rate to take dev->piece_s
+ * (next_piece), so a large call takes few launches on any device while Ctrl-C still stops it
+ * within about a piece. A piece spans whole rows of work-groups (dimension 1) when it holds at
+ * least one, else part of one such row (dimension 0). Results do not depend on the pieces. */
 static pf_status enqueue_split(pf_cl_device *dev, int kid, const pf_cl_range *r, const size_t *gws,
                                const size_t *lws)
 {
@@ -128,36 +148,32 @@ static pf_status enqueue_split(pf_cl_device *dev, int kid, const pf_cl_range *r,
     if (pf_cancelled(r->cancel))
         return pf_fail(PF_EINTR, NULL, "interrupted");
     const size_t l0 = lws[0], l1 = dims > 1 ? lws[1] : 1;
-    const uint64_t g0 = gws[0] / l0, g1 = dims > 1 ? gws[1] / l1 : 1; /* work-groups */
-    if (g0 == 0 || g1 == 0)
-        return PF_OK; /* nothing to run (and no piece size to divide by) */
-    const uint64_t pieces = r->pieces < 1 ? 1 : r->pieces;
-    const uint64_t p1 = pieces < g1 ? pieces : g1;
-    uint64_t p0 = (pieces + p1 - 1) / p1;
-    p0 = p0 < g0 ? p0 : g0;
-    const size_t n1 = dims > 1 ? gws[1] : 1;
-    size_t per1 = (size_t)((g1 + p1 - 1) / p1) * l1, per0 = (size_t)((g0 + p0 - 1) / p0) * l0;
-    for (size_t y0 = 0; y0 < n1;) {
-        const size_t h = n1 - y0 < per1 ? n1 - y0 : per1;
-        int fast = 0;
-        for (size_t x0 = 0; x0 < gws[0];) {
-            if (pf_cancelled(r->cancel))
-                return pf_fail(PF_EINTR, NULL, "interrupted");
-            size_t off[2] = {x0, y0};
-            size_t part[2] = {gws[0] - x0 < per0 ? gws[0] - x0 : per0, h};
-            const double t0 = now_s();
-            pf_status st = enqueue(dev, kid, dims, part, lws, off);
-            if (st != PF_OK)
-                return st;
-            PF_CL_TRY(clFinish(dev->queue), "clFinish");
-            fast = now_s() - t0 < PF_CL_PIECE_S;
-            x0 += part[0];
-            if (fast && x0 < gws[0])
-                per0 = grown(per0, gws[0]);
+    const size_t n0 = gws[0], n1 = dims > 1 ? gws[1] : 1;
+    if (n0 / l0 == 0 || n1 / l1 == 0)
+        return PF_OK; /* nothing to run */
+    double want = (double)n0 * (double)n1 / (double)(r->pieces < 1 ? 1 : r->pieces); /* work-items */
+    size_t x0 = 0, y0 = 0, h = 0;
+    int whole_rows = 0;
+    while (y0 < n1) {
+        if (pf_cancelled(r->cancel))
+            return pf_fail(PF_EINTR, NULL, "interrupted");
+        if (x0 == 0) { /* a new band of rows */
+            whole_rows = want >= (double)n0 * (double)l1;
+            h = whole_rows ? extent(want / ((double)n0 * (double)l1), l1, n1 - y0) : (n1 - y0 < l1 ? n1 - y0 : l1);
         }
-        y0 += h;
-        if (fast && per0 >= gws[0])
-            per1 = grown(per1, n1);
+        const size_t w = whole_rows ? n0 : extent(want / ((double)h * (double)l0), l0, n0 - x0);
+        size_t off[2] = {x0, y0}, part[2] = {w, h};
+        const double t0 = now_s();
+        pf_status st = enqueue(dev, kid, dims, part, lws, off);
+        if (st != PF_OK)
+            return st;
+        PF_CL_TRY(clFinish(dev->queue), "clFinish");
+        want = next_piece(dev, (double)w * (double)h, now_s() - t0);
+        x0 += w;
+        if (x0 >= n0) {
+            x0 = 0;
+            y0 += h;
+        }
     }
     return pf_cancelled(r->cancel) ? pf_fail(PF_EINTR, NULL, "interrupted") : PF_OK;
 }

@@ -50,6 +50,9 @@ const char *pf_cl_error_name(int code);
 /* Every device of every platform. *count = *nplatforms = 0 (PF_OK) when the
  * ICD loader reports no platform. *out is pf_alloc'd (NULL when empty). */
 pf_status pf_cl_list(pf_cl_device_info **out, int *count, int *nplatforms);
+/* clGetPlatformIDs calls made by this process so far (every OpenCL path starts there; tests check
+ * that a forked child makes none). */
+uint64_t pf_cl_platform_queries(void);
 
 typedef struct pf_cl_device pf_cl_device;
 
@@ -89,6 +92,14 @@ int pf_cl_mvm_kt_max(const pf_cl_device *dev);
 void pf_cl_set_pair_slices(pf_cl_device *dev, int on);
 int pf_cl_get_pair_slices(const pf_cl_device *dev);
 uint64_t pf_cl_paired_calls(const pf_cl_device *dev);
+/* Kernels run in pieces so that Ctrl-C can stop them (the first of a fixed size, the next ones
+ * sized from the last one's rate to take about `seconds`, at most PF_CL_PIECE_GROW times larger
+ * or smaller than the last; launcher.c enqueue_split): the time a piece aims at, positive. */
+void pf_cl_set_piece_time(pf_cl_device *dev, double seconds);
+double pf_cl_get_piece_time(const pf_cl_device *dev);
+/* Launches of kernel i (as pf_cl_kernel_name numbers them) on this device so far, a kernel run in
+ * pieces counting each piece. */
+uint64_t pf_cl_launches(const pf_cl_device *dev, int i);
 /* CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE of the MVM kernel (the warp or wavefront width on GPUs) */
 size_t pf_cl_mvm_wg_multiple(const pf_cl_device *dev);
 /* Releases the cached scratch buffers (they are kept between calls). */

@@ -210,6 +210,9 @@ int pf_cl_get_mvm_mode(const pf_cl_device *dev) { return dev->mvm_mode; }
 void pf_cl_set_pair_slices(pf_cl_device *dev, int on) { dev->pair_slices = on != 0; }
 int pf_cl_get_pair_slices(const pf_cl_device *dev) { return dev->pair_slices; }
 uint64_t pf_cl_paired_calls(const pf_cl_device *dev) { return dev->paired_calls; }
+void pf_cl_set_piece_time(pf_cl_device *dev, double seconds) { dev->piece_s = seconds; }
+double pf_cl_get_piece_time(const pf_cl_device *dev) { return dev->piece_s; }
+uint64_t pf_cl_launches(const pf_cl_device *dev, int i) { return i >= 0 && i < K_COUNT ? dev->launches[i] : 0; }
 int pf_cl_mvm_kt_max(const pf_cl_device *dev) { return dev->kt_max; }
 size_t pf_cl_mvm_wg_multiple(const pf_cl_device *dev) { return dev->wg_multiple; }
 int pf_cl_zero_copy(const pf_cl_device *dev) { return dev->zero_copy; }
@@ -321,6 +324,7 @@ static pf_status open_context(pf_cl_device *dev)
     const char *mv = getenv("PYFASTPIM_CL_MVM");
     dev->mvm_mode = mv && *mv ? pf_cl_mvm_mode_parse(mv) : PF_CL_MVM_AUTO;
     dev->pair_slices = 1;
+    dev->piece_s = PF_CL_PIECE_S;
     if (dev->mvm_mode < 0)
         return pf_fail(PF_EINVAL, "PYFASTPIM_CL_MVM", "expected 'auto', 'tiled' or 'untiled', got '%.64s'", mv);
     /* "1" on; "0", empty or unset off (PYFASTPIM_PROGRESS's values); checked before a context opens */

@@ -22,6 +22,7 @@
 #include "opencl/backend.h"
 #include "opencl/opencl.h"
 
+#include <math.h>
 #include <pythread.h>
 #include <unistd.h>
 
@@ -85,7 +86,7 @@ static int wait_device_lock(PfCLDevice *self)
     }
 }
 
-static int fork_check(const char *what);
+static int fork_check_dev(const char *what, const pf_cl_device *dev);
 
 /* 0, or -1 with RuntimeError for a reentrant call from the holding thread or in a forked child
  * (see "fork" below: the lock may have been held by a thread of the parent, which the child
@@ -93,7 +94,7 @@ static int fork_check(const char *what);
  * (KeyboardInterrupt) raised while waiting for another thread. */
 static int lock_device(PfCLDevice *self)
 {
-    if (fork_check("OpenCL device handle") < 0)
+    if (fork_check_dev("using the OpenCL device handle", self->dev) < 0)
         return -1;
     unsigned long me = PyThread_get_thread_ident();
     if (self->owner == me) {
@@ -162,10 +163,37 @@ static PyObject *info_dict(const pf_cl_device_info *d)
     return r;
 }
 
+static int cl_forked(void);
+static int fork_check(const char *what);
+
+/* The last listing made by this process, (platforms, [dict, ...]): a forked child answers with it
+ * (copies) instead of asking its driver (see "fork" below). */
+static PyObject *g_cl_listing;
+
+static PyObject *listing_copy(PyObject *listing)
+{
+    PyObject *src = PyTuple_GET_ITEM(listing, 1);
+    PyObject *devs = PyList_New(PyList_GET_SIZE(src));
+    for (Py_ssize_t i = 0; devs && i < PyList_GET_SIZE(src); i++) {
+        PyObject *d = PyDict_Copy(PyList_GET_ITEM(src, i));
+        if (!d)
+            Py_CLEAR(devs);
+        else
+            PyList_SET_ITEM(devs, i, d);
+    }
+    return devs ? Py_BuildValue("(ON)", PyTuple_GET_ITEM(listing, 0), devs) : NULL;
+}
+
 static PyObject *py_cl_devices(PyObject *self, PyObject *noargs)
 {
     (void)self;
     (void)noargs;
+    if (cl_forked()) { /* no OpenCL call here: some drivers hang in a forked child */
+        if (g_cl_listing)
+            return listing_copy(g_cl_listing);
+        fork_check("listing OpenCL devices (the parent opened a device without listing them)");
+        return NULL;
+    }
     pf_cl_device_info *list = NULL;
     int count = 0, np = 0;
     int st;
@@ -186,7 +214,16 @@ static PyObject *py_cl_devices(PyObject *self, PyObject *noargs)
     pf_free(list);
     if (!devs)
         return NULL;
-    return Py_BuildValue("(iN)", np, devs);
+    PyObject *r = Py_BuildValue("(iN)", np, devs);
+    if (r && np > 0) {
+        PyObject *kept = listing_copy(r); /* the caller may change its dicts */
+        if (!kept) {
+            Py_DECREF(r);
+            return NULL;
+        }
+        Py_XSETREF(g_cl_listing, kept);
+    }
+    return r;
 }
 
 
@@ -195,10 +232,17 @@ static PyObject *py_cl_devices(PyObject *self, PyObject *noargs)
  * initialised the runtime has the parent's context, queues and driver state
  * but none of the runtime's threads (PoCL 3: the parent's context and any new
  * one both hang at the first kernel, even when the parent only listed the
- * devices). Listing devices in the child still works. So a forked child refuses every
- * OpenCL operation with a RuntimeError naming the cause, and never releases
- * the parent's objects (their memory is reclaimed with the process). */
+ * devices; other drivers can hang already listing the platforms). So a forked child
+ * makes no OpenCL call: it refuses every OpenCL operation, and opening a device, with a
+ * RuntimeError naming the cause (and the device, for a handle of the parent's), answers a
+ * listing with the parent's (g_cl_listing), and never releases the parent's objects (their
+ * memory is reclaimed with the process). */
 static int cl_forked(void) { return g_cl_owner != 0 && g_cl_owner != getpid(); }
+
+#define PF_FORK_ADVICE                                                                                         \
+    "Create OpenCL devices (and the engines, contexts and layers using them) in the worker itself, started "  \
+    "with multiprocessing's 'spawn' or 'forkserver' method (torch: DataLoader(..., "                          \
+    "multiprocessing_context='spawn')), or use a CPU engine in forked workers"
 
 static int fork_check(const char *what)
 {
@@ -206,11 +250,47 @@ static int fork_check(const char *what)
         return 0;
     PyErr_Format(PyExc_RuntimeError,
                  "%s: this process (pid %ld) was forked from pid %ld after that process had initialised "
-                 "OpenCL; OpenCL runtimes do not survive fork (the parent's context, or a new one, would hang). "
-                 "Start workers with multiprocessing's 'spawn' or 'forkserver' method (torch: "
-                 "DataLoader(..., multiprocessing_context='spawn')), or use a CPU engine in forked workers",
+                 "OpenCL; OpenCL runtimes and their device handles do not survive fork (the parent's context, or a "
+                 "new one, would hang). " PF_FORK_ADVICE,
                  what, (long)getpid(), (long)g_cl_owner);
     return -1;
+}
+
+/* fork_check for a call on the handle of `dev`, which the message names ('opencl:P:D' and its name). */
+static int fork_check_dev(const char *what, const pf_cl_device *dev)
+{
+    if (!cl_forked())
+        return 0;
+    const pf_cl_device_info *d = pf_cl_info(dev); /* host memory: no OpenCL call */
+    PyErr_Format(PyExc_RuntimeError,
+                 "%s: the OpenCL device 'opencl:%d:%d' (%s) was opened by pid %ld, and this process (pid %ld) "
+                 "was forked from it; OpenCL device handles do not survive fork (the handle's context would "
+                 "hang here, and so would a new one). " PF_FORK_ADVICE,
+                 what, d->platform, d->device, d->name, (long)g_cl_owner, (long)getpid());
+    return -1;
+}
+
+static PyObject *py_cl_platform_queries(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    return PyLong_FromUnsignedLongLong((unsigned long long)pf_cl_platform_queries());
+}
+
+/* _cl_refuse_forked(what): the RuntimeError of a forked child for `what` (pyfastpim.resolve_device
+ * calls it before listing devices), None elsewhere. */
+static PyObject *py_cl_refuse_forked(PyObject *self, PyObject *what)
+{
+    (void)self;
+    const char *w = PyUnicode_Check(what) ? PyUnicode_AsUTF8(what) : NULL;
+    if (!w) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_TypeError, "argument 'what': expected a str, got %s", Py_TYPE(what)->tp_name);
+        return NULL;
+    }
+    if (fork_check(w) < 0)
+        return NULL;
+    Py_RETURN_NONE;
 }
 
 /* ---- the handle type ---- */
@@ -334,7 +414,7 @@ static void PfCLDevice_dealloc(PfCLDevice *self)
 
 static int ensure_built(PfCLDevice *self)
 {
-    if (fork_check("building the OpenCL kernels") < 0)
+    if (fork_check_dev("building the OpenCL kernels", self->dev) < 0)
         return -1;
     int st;
     PF_CL_LOCKED(self, st, "building the OpenCL kernels", pf_cl_build(self->dev));
@@ -449,6 +529,51 @@ static PyObject *PfCLDevice_get_paired_calls(PfCLDevice *self, void *closure)
     return PyLong_FromUnsignedLongLong((unsigned long long)n);
 }
 
+static PyObject *PfCLDevice_get_launches(PfCLDevice *self, void *closure)
+{
+    (void)closure;
+    if (lock_device(self) < 0) /* counted while a call runs with the GIL released */
+        return NULL;
+    PyObject *d = PyDict_New(); /* str keys: no Python code runs under the lock */
+    for (int i = 0; d && i < pf_cl_kernel_count(); i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong((unsigned long long)pf_cl_launches(self->dev, i));
+        if (!v || PyDict_SetItemString(d, pf_cl_kernel_name(i), v) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(v);
+    }
+    unlock_device(self);
+    return d;
+}
+
+static PyObject *PfCLDevice_get_piece_time(PfCLDevice *self, void *closure)
+{
+    (void)closure;
+    return PyFloat_FromDouble(pf_cl_get_piece_time(self->dev));
+}
+
+static int PfCLDevice_set_piece_time(PfCLDevice *self, PyObject *value, void *closure)
+{
+    (void)closure;
+    if (!value || PyBool_Check(value) || !(PyFloat_Check(value) || PyLong_Check(value))) {
+        PyErr_Format(PyExc_TypeError, "argument 'piece_time': expected a number of seconds, got %R",
+                     value ? value : Py_None);
+        return -1;
+    }
+    const double s = PyFloat_AsDouble(value);
+    if (s == -1.0 && PyErr_Occurred())
+        return -1;
+    if (!(s > 0) || !isfinite(s)) {
+        PyErr_Format(PyExc_ValueError, "argument 'piece_time': expected a positive finite number of seconds, got %R",
+                     value);
+        return -1;
+    }
+    if (lock_device(self) < 0)
+        return -1;
+    pf_cl_set_piece_time(self->dev, s);
+    unlock_device(self);
+    return 0;
+}
+
 static PyObject *PfCLDevice_get_scratch_bytes(PfCLDevice *self, void *closure)
 {
     (void)closure;
@@ -479,7 +604,7 @@ static PyObject *PfCLDevice_get_resident(PfCLDevice *self, void *closure)
 
 static PyObject *PfCLDevice_release(PfCLDevice *self, PyObject *noargs)
 {
-    if (fork_check("release()") < 0)
+    if (fork_check_dev("release()", self->dev) < 0)
         return NULL;
     (void)noargs;
     if (lock_device(self) < 0)
@@ -722,6 +847,13 @@ static PyGetSetDef PfCLDevice_getset[] = {
      "results; False: one slice per float", NULL},
     {"paired_calls", (getter)PfCLDevice_get_paired_calls, NULL, "MVM calls on this device that paired weight slices",
      NULL},
+    {"launches", (getter)PfCLDevice_get_launches, NULL,
+     "{kernel name: launches} on this device so far; a kernel run in pieces (so that Ctrl-C can stop it) counts "
+     "each piece", NULL},
+    {"piece_time", (getter)PfCLDevice_get_piece_time, (setter)PfCLDevice_set_piece_time,
+     "seconds each piece of a kernel run in pieces (calls on the main thread, so that Ctrl-C can stop them "
+     "between pieces) aims at: the first piece has a fixed size, each next one is sized from the last one's "
+     "measured rate, at most 8 times larger or smaller (default 0.05; results do not depend on it)", NULL},
     {"scratch_bytes", (getter)PfCLDevice_get_scratch_bytes, NULL, "bytes of scratch buffers held", NULL},
     {"resident_weights", (getter)PfCLDevice_get_resident, NULL, "{weights_key: bytes} of resident weights", NULL},
     {"resident_bytes", (getter)PfCLDevice_get_resident_bytes, NULL, "bytes of resident weights held", NULL},
@@ -748,7 +880,15 @@ static PyTypeObject PfCLDevice_Type = {
 
 static PyMethodDef opencl_methods[] = {
     {"cl_devices", py_cl_devices, METH_NOARGS,
-     "cl_devices()\n--\n\n(number of platforms, [device info dict, ...]) as the OpenCL ICD loader reports them."},
+     "cl_devices()\n--\n\n(number of platforms, [device info dict, ...]) as the OpenCL ICD loader reports them (in "
+     "a child forked after OpenCL was initialised: the parent's last listing, without an OpenCL call; RuntimeError "
+     "when it had none)."},
+    {"_cl_refuse_forked", py_cl_refuse_forked, METH_O,
+     "_cl_refuse_forked(what)\n--\n\nRuntimeError naming `what` in a child forked after OpenCL was initialised "
+     "(no OpenCL call is made there), else None."},
+    {"_cl_platform_queries", py_cl_platform_queries, METH_NOARGS,
+     "_cl_platform_queries()\n--\n\nTests: clGetPlatformIDs calls made by this process (a forked child starts "
+     "from its parent's count)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -763,7 +903,7 @@ int pf_device_resolve(PyObject *obj, const char *op, pf_device *d)
         return 0;
     if (PyObject_TypeCheck(obj, &PfCLDevice_Type)) {
         PyOS_snprintf(d->what, sizeof d->what, "%s on OpenCL", op);
-        if (fork_check(d->what) < 0)
+        if (fork_check_dev(d->what, ((PfCLDevice *)obj)->dev) < 0)
             return -1;
         d->be = &pf_backend_opencl;
         d->dev = ((PfCLDevice *)obj)->dev;

@@ -252,3 +252,138 @@ def _child_with_context(q, ctx):
         q.put(("ok", out))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         q.put(("error", repr(exc)))
+
+
+def _quiet_engine(device):
+    return DPETensor(read_variation=0.0, vnoise=0.0, write_variation=0.0, rate_stuck_HGS=0.0, rate_stuck_LGS=0.0,
+                     device=device, seed=3)
+
+
+def _handle_holders():
+    """Every kind of object that holds an OpenCL handle, made and used in this (the parent) process:
+    {name: call using the handle}. The calls are noise-free, so each gives the same result every time."""
+    x, w = _inputs()
+    eng = _quiet_engine("opencl")
+    xs = pyfastpim.SlicedData((1, 1, 2, 4), paral_size=(1, 32), quant_gran=(1, 32), device="opencl")
+    ws = pyfastpim.SlicedData((1, 1, 2, 4), is_weight=True, paral_size=(32, 8), quant_gran=(32, 8), device="opencl")
+    xs.slice_data_imp(eng, x[0])
+    ws.slice_data_imp(eng, w)
+    ctx = pyfastpim.AttentionContext(update_rate=0.5, strength=0.5, device="opencl")
+    ctx.update_outgoing(x[0], x[0])
+    ctx.incoming = ctx.outgoing.copy()
+    handle, mvm_args = pyfastpim.resolve_device("opencl"), _mvm_args()
+    calls = {"resolve_device handle": lambda: pyfastpim.devices.cl_dpe_mvm(handle, *mvm_args),
+             "handle.zero_copy": lambda: handle.zero_copy,
+             "DPETensor": lambda: dpe_matmul(x, w, eng),
+             "SlicedData (slicing)": lambda: xs.slice_data_imp(eng, x[1]),
+             "SlicedData (product)": lambda: eng.MapReduceDot(xs, ws),
+             "AttentionContext.update_outgoing": lambda: ctx.update_outgoing(x[0], x[0]),
+             "AttentionContext.apply": lambda: ctx.apply(x[0])}
+    try:
+        import torch
+    except ImportError:
+        return calls
+    from pyfastpim.nn import Conv2dMem, LinearMem
+    torch.manual_seed(0)
+    lin = LinearMem(eng, 64, 24, (1, 1, 2), (1, 1, 2), weight_paral_size=(32, 8), weight_quant_gran=(32, 8))
+    conv = Conv2dMem(eng, 3, 4, 3, (1, 1, 2), (1, 1, 2), input_paral_size=(1, 27), input_quant_gran=(1, 27),
+                     weight_paral_size=(27, 4), weight_quant_gran=(27, 4))
+    xt, img = torch.from_numpy(x[0]), torch.randn(1, 3, 8, 8)
+    calls["LinearMem"] = lambda: lin(xt).detach()
+    calls["Conv2dMem"] = lambda: conv(img).detach()
+    return calls
+
+
+def _mvm_args():
+    from helpers import engine_args, engine_case
+    return engine_args(*engine_case(np.random.default_rng(7)))
+
+
+def _results(calls):
+    out = {}
+    for name, call in calls.items():
+        r = call()
+        out[name] = [np.asarray(a) for a in (r if isinstance(r, tuple) else (r,)) if a is not None]
+    return out
+
+
+def _child_uses_parents_handles(q, calls):
+    msgs = {}
+    for name, call in calls.items():
+        try:
+            call()
+            msgs[name] = "no error"
+        except Exception as exc:  # noqa: BLE001 - reported to the parent
+            msgs[name] = "%s: %s" % (type(exc).__name__, exc)
+    q.put(("ok", msgs))
+
+
+@pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform")
+def test_fork_child_refuses_every_parents_opencl_handle_naming_the_device():
+    """Each object holding an OpenCL handle opened by the parent (the handle itself, DPETensor, SlicedData
+    sliced on it, AttentionContext, the nn layers), used in a forked child, raises the RuntimeError of the
+    construction-time refusal, naming the device ('opencl:P:D' and its name) and saying that OpenCL handles
+    do not survive fork and what to do; they failed with 'slice_quantize on OpenCL: ...' (or 'OpenCL device
+    handle: ...') naming no device. The parent's handle keeps working, with the same results."""
+    calls = _handle_holders()
+    before = _results(calls)
+    info = pyfastpim.resolve_device("opencl").info
+    dev = "'opencl:%d:%d' (%s)" % (info["platform"], info["device"], info["name"])
+    status, msgs = _run_child("fork", _child_uses_parents_handles, calls)
+    for name, msg in msgs.items():
+        assert msg.startswith("RuntimeError: "), (name, msg)
+        assert dev in msg and "OpenCL device handles do not survive fork" in msg, (name, msg)
+        assert "in the worker itself" in msg and "'spawn'" in msg, (name, msg)
+    after = _results(calls)
+    for name in calls:
+        assert len(after[name]) == len(before[name]), name
+        for a, b in zip(after[name], before[name]):
+            np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+def _child_resolves_devices(q, parent_listing):
+    try:
+        _resolve_in_child(q, parent_listing)
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        q.put(("error", repr(exc)))
+
+
+def _resolve_in_child(q, parent_listing):
+    before = pyfastpim._core._cl_platform_queries()
+    msgs, listed = [], []
+    real = pyfastpim._core.cl_devices
+    pyfastpim._core.cl_devices = lambda: listed.append(1) or real()  # the refusals list nothing
+    try:
+        for make in (lambda: pyfastpim.resolve_device("opencl"), lambda: pyfastpim.resolve_device("opencl:0:0"),
+                     lambda: pyfastpim.resolve_engine_device("opencl"), lambda: _quiet_engine("opencl"),
+                     lambda: pyfastpim.AttentionContext(device="opencl"), lambda: pyfastpim._core.OpenCLDevice(0, 0)):
+            try:
+                make()
+                msgs.append("no error")
+            except RuntimeError as exc:
+                msgs.append(str(exc))
+    finally:
+        pyfastpim._core.cl_devices = real
+    listing = pyfastpim.devices()  # the parent's listing, not the driver's
+    cuda = _quiet_engine("cuda").device  # 'cuda' picks from that listing too
+    q.put(("ok", msgs, len(listed), listing == parent_listing, cuda,
+           pyfastpim._core._cl_platform_queries() - before))
+
+
+@pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform")
+def test_fork_child_refuses_opencl_before_any_opencl_call():
+    """resolve_device (and every constructor taking device='opencl') in a forked child listed the OpenCL
+    platforms and devices (clGetPlatformIDs) before refusing: some drivers hang there. Now the refusal
+    comes first and the child makes no OpenCL call at all (pyfastpim.devices() and device='cuda' answer
+    from the parent's listing): its count of clGetPlatformIDs calls stays unchanged."""
+    _quiet_engine("opencl")
+    parent_listing = pyfastpim.devices()
+    parent_cuda = _quiet_engine("cuda").device
+    status, msgs, listed, same_listing, cuda, queries = _run_child("fork", _child_resolves_devices, parent_listing)
+    assert listed == 0 and queries == 0
+    for m in msgs:
+        assert "forked" in m and "do not survive fork" in m and "'spawn'" in m, m
+    assert msgs[0].startswith("opening the OpenCL device 'opencl': ")
+    assert msgs[1].startswith("opening the OpenCL device 'opencl:0:0': ")
+    assert same_listing and cuda == parent_cuda
+    assert pyfastpim._core._cl_platform_queries() > 0  # the parent's own listings count

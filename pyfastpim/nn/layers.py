@@ -30,8 +30,10 @@ pickled, and re-programmed on first use after ``load_state_dict``, unpickling or
 
 Inference (``torch.no_grad()``, or nothing requiring grad) calls the engine's fused
 ``forward_linear`` / ``forward_conv2d`` with ``return_dequant=False``: no autograd graph and no
-dequantized or unfolded copies of the input are kept. Training keeps the dequantized
-(unfolded, for convolutions) input for the weight gradient, as MemIntelli does.
+dequantized or unfolded copies of the input are kept. A module made by ``torch.jit.trace`` runs
+the layers' autograd Function at each run, which passes ``return_dequant=False`` too (and keeps
+nothing) for a run that needs no gradient. Training keeps the dequantized (unfolded, for
+convolutions) input for the weight gradient, as MemIntelli does.
 """
 import contextlib
 import copy
@@ -107,8 +109,40 @@ def _through_function(*tensors):
     """Whether a forward runs through the layer's autograd Function: when a gradient is needed, and
     under ``torch.jit.trace``, which records the Function as one node that calls the engine at each
     run (the direct inference path would be recorded as its output, a constant, so the traced
-    module would return the traced input's result for every input)."""
+    module would return the traced input's result for every input). The Function computes and keeps
+    the dequantized copies only for a run that needs a gradient (_MemFunction)."""
     return _needs_grad(*tensors) or torch.jit.is_tracing()
+
+
+def _check_no_functorch(who, *tensors):
+    """NotImplementedError naming the layer when one of its tensors (input, weight, bias) is a torch.func /
+    functorch transform's (vmap, grad, jacrev, ...): the engine reads the tensors' memory (a transform's
+    wrapped tensors have none it can read) and the layers' autograd Functions have no vmap or setup_context
+    rule. A batched vmap rule would also differ from a loop over the samples: the noise is drawn per engine
+    call (docs/semantics.md section 11)."""
+    functorch = getattr(torch._C, "_functorch", None)
+    wrapped = getattr(functorch, "is_functorch_wrapped_tensor", None)
+    if wrapped is not None and any(t is not None and wrapped(t) for t in tensors):
+        raise NotImplementedError(
+            "%s: torch.func / functorch transforms (vmap, grad, jacrev, jvp, ...) are not supported: the crossbar "
+            "product runs in pyfastpim's C engine through a custom autograd Function. Call the layer in a loop over "
+            "the samples and take gradients with torch.autograd (backward / torch.autograd.grad); functional_call "
+            "(torch.func or torch.nn.utils.stateless) without a transform works" % who)
+
+
+class _MemFunction(torch.autograd.Function):
+    """Base of the layers' autograd Functions, called ``apply(x, weight, bias, layer)``: forward gets a
+    fifth argument ``need``, whether this call needs a gradient (grad enabled and a tensor requiring
+    grad), and computes and keeps the dequantized copies that backward uses only then. ``apply`` decides
+    it at each call: ``torch.jit.trace`` records the Function with its non-tensor arguments as constants
+    and a traced module calls ``apply`` with them at each run, so a value recorded while tracing would
+    hold for every run (a module traced with grad computed the copies under ``torch.no_grad()`` too). While
+    tracing, ``need`` is True (_through_function's rule), so the graph recorded is the same whatever the grad
+    mode of the trace (torch.jit.trace's check re-traces under no_grad and compares)."""
+
+    @classmethod
+    def apply(cls, x, weight, bias, layer, *recorded):  # recorded: the `need` a trace recorded, ignored
+        return super().apply(x, weight, bias, layer, _through_function(x, weight, bias))
 
 
 # ----------------------------------------------------------------------------- engine calls
@@ -170,17 +204,17 @@ def _positive_int(v, name):
         raise ValueError("argument '%s': must be a positive int, got %d" % (name, v))
     return v
 
-class _LinearMemFunction(torch.autograd.Function):
+class _LinearMemFunction(_MemFunction):
     """y = engine(x, W) + b; straight-through backward with Wq and xq (docs/semantics.md section 8)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, layer):
+    def forward(ctx, x, weight, bias, layer, need):
         sliced = layer._programmed_for(weight)  # the weight autograd sees (read once, in forward)
-        out, xq = _engine_linear(layer, x.detach(), sliced, return_dequant=True)
-        wq = _host_quantized(sliced)  # (in, out): dequantized W^T
+        out, xq = _engine_linear(layer, x.detach(), sliced, return_dequant=need)
         if bias is not None:
             out = out + bias.detach().to(out.dtype)
-        ctx.save_for_backward(xq, wq)
+        if need:
+            ctx.save_for_backward(xq, _host_quantized(sliced))  # wq (in, out): dequantized W^T
         ctx.has_bias = bias is not None
         ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
         return out
@@ -197,20 +231,20 @@ class _LinearMemFunction(torch.autograd.Function):
             dw = torch.matmul(dy2.t(), xq.reshape(-1, xq.shape[-1]).to(dy2.dtype)).to(ctx.dtypes[1])
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy2.sum(0).to(ctx.dtypes[2])
-        return dx, dw, db, None
+        return dx, dw, db, None, None
 
 
-class _Conv2dMemFunction(torch.autograd.Function):
+class _Conv2dMemFunction(_MemFunction):
     """Convolution on the crossbar; backward = gradient of an ordinary conv with Wq and xq."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, layer):
+    def forward(ctx, x, weight, bias, layer, need):
         sliced = layer._programmed_for(weight)  # as in _LinearMemFunction
-        out, xq = _engine_conv2d(layer, x.detach(), sliced, return_dequant=True)  # xq: (N, L, C_in*kh*kw)
-        wq = _host_quantized(sliced)                                              # (C_in*kh*kw, C_out)
+        out, xq = _engine_conv2d(layer, x.detach(), sliced, return_dequant=need)  # xq: (N, L, C_in*kh*kw)
         if bias is not None:
             out = out + bias.detach().to(out.dtype).view(1, -1, 1, 1)
-        ctx.save_for_backward(xq, wq)
+        if need:
+            ctx.save_for_backward(xq, _host_quantized(sliced))  # wq (C_in*kh*kw, C_out)
         ctx.geom = (tuple(x.shape), tuple(weight.shape), layer._stride2d, layer._padding2d, layer._dilation2d)
         ctx.has_bias = bias is not None
         ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
@@ -233,7 +267,7 @@ class _Conv2dMemFunction(torch.autograd.Function):
             dw = torch.mm(dy_t, xq.reshape(-1, xq.shape[-1]).to(dy.dtype)).reshape(w_shape).to(ctx.dtypes[1])
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy.sum((0, 2, 3)).to(ctx.dtypes[2])
-        return dx, dw, db, None
+        return dx, dw, db, None, None
 
 
 # ----------------------------------------------------------------------------- layers
@@ -417,6 +451,15 @@ class _MemLayer(nn.Module):
             raise RuntimeError("%s has no engine: set layer.engine to a pyfastpim.DPETensor"
                                % type(self).__name__)
 
+    def __prepare_scriptable__(self):
+        """torch.jit.script calls this on every module of the model before compiling: a clear error instead
+        of a TorchScript compile error deep in pyfastpim's Python (the forward calls the C engine and Python
+        helpers that TorchScript cannot compile)."""
+        raise NotImplementedError(
+            "%s: torch.jit.script is not supported (the layer's forward calls pyfastpim's C engine, which "
+            "TorchScript cannot compile); use torch.jit.trace, whose module calls the crossbar at each run in "
+            "this process (it cannot be saved with torch.jit.save)" % type(self).__name__)
+
     # The programmed crossbars are derived state: never pickled, re-programmed on first use.
     def __getstate__(self):
         state = self.__dict__.copy()
@@ -495,6 +538,7 @@ class LinearMem(_MemLayer):
         self._check_engine()
         shape = input.shape
         weight = self.weight  # read once: the tensor programmed is the one autograd sees (_program)
+        _check_no_functorch("LinearMem", input, weight, self.bias)
         if input.numel() == 0:
             # an empty batch (0, in) or (B, 0, in): an empty output as nn.Linear gives (its graph
             # yields zero gradients), nothing to program or multiply
@@ -570,6 +614,7 @@ class Conv2dMem(_MemLayer):
                              "dilation=%s (output would be %dx%d)" % (tuple(x.shape[2:]), k, p, d, h_out, w_out))
         self._check_engine()
         weight = self.weight  # read once, as in LinearMem.forward
+        _check_no_functorch("Conv2dMem", input, weight, self.bias)
         if x.shape[0] == 0:
             # an empty batch: (0, C_out, H_out, W_out) on every device, as nn.Conv2d gives
             return torch.nn.functional.conv2d(x, weight.to(x.dtype),

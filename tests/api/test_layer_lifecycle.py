@@ -204,6 +204,147 @@ def test_traced_module_cannot_be_saved(kind, tmp_path):
         torch.jit.save(traced, str(tmp_path / "traced.pt"))
 
 
+def _tool_layer(kind, **kw):
+    """A small layer of kind ('linear', 'conv', or pyfastpim.memintelli's 'conv1d', which runs the host
+    path) on an engine of kw, and an input shape."""
+    from pyfastpim.memintelli.NN_layers import Conv1dMem
+    torch.manual_seed(0)
+    if kind == "conv1d":
+        return Conv1dMem(engine(**kw), 3, 5, 3, S8, S8), (2, 3, 9)
+    layer, shape = _small_layer(kind)
+    layer.engine = engine(**kw)
+    return layer, shape
+
+
+@pytest.mark.parametrize("kind", ["linear", "conv", "conv1d"])
+@pytest.mark.parametrize("traced_with_grad", [False, True])
+def test_traced_module_computes_dequantized_copies_only_for_a_gradient(kind, traced_with_grad, monkeypatch):
+    """A traced module runs the layer's autograd Function at each run; it computed the dequantized input
+    (an engine allocation, seen in pyfastpim.memory's peak) and weight copies that only backward uses under
+    torch.no_grad() too, whether traced with or without grad (the host path: when traced with grad). Now
+    its no_grad run does no more work than the layer's own no_grad forward, with the same outputs (noisy
+    engine, same call number), and a run with grad still gives the layer's gradients."""
+    from pyfastpim.memintelli.NN_layers import _hop
+    from pyfastpim.nn import layers as layers_module
+    layer, shape = _tool_layer(kind, **NOISY)
+    x = torch.randn(shape)
+    with torch.set_grad_enabled(traced_with_grad):
+        traced = torch.jit.trace(layer, (x,), check_trace=False)
+    weight_copies = []
+    for module in (layers_module, _hop):
+        counted = (lambda s, f=module._host_quantized: weight_copies.append(1) or f(s))
+        monkeypatch.setattr(module, "_host_quantized", counted)
+    with torch.no_grad():
+        layer.engine.reset()
+        with pyfastpim.memory.trace() as own:
+            want = layer(x)
+        layer.engine.reset()
+        with pyfastpim.memory.trace() as run:
+            got = traced(x)
+    assert torch.equal(got, want)
+    assert weight_copies == []
+    assert run.copies <= own.copies and run.peak_bytes <= own.peak_bytes, (run, own)
+    xs = [x.clone().requires_grad_() for _ in range(2)]
+    grads = []
+    for module, xi in zip((layer, traced), xs):
+        layer.zero_grad()
+        layer.engine.reset()
+        module(xi).square().sum().backward()
+        grads.append((xi.grad, layer.weight.grad.clone()))
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
+@pytest.mark.parametrize("kind", ["linear", "conv", "conv1d", "memintelli_linear", "in_sequential"])
+def test_jit_script_is_a_clear_error_pointing_to_trace(kind):
+    """torch.jit.script failed deep in pyfastpim's Python with a TorchScript compile error ("Unknown type name
+    'np.ndarray'" for LinearMem / Conv2dMem, "Compiled functions can't take variable number of arguments" for
+    Conv1dMem): now NotImplementedError naming the layer, saying that scripting is unsupported and trace works
+    (README), for a layer anywhere in a model."""
+    from pyfastpim.memintelli.NN_layers import LinearMem as MemIntelliLinearMem
+    if kind == "memintelli_linear":
+        layer, name = MemIntelliLinearMem(engine(), 20, 7, S8, S8), "LinearMem"
+    elif kind == "in_sequential":
+        layer, name = torch.nn.Sequential(torch.nn.ReLU(), _tool_layer("conv")[0]), "Conv2dMem"
+    else:
+        layer, _ = _tool_layer(kind)
+        name = type(layer).__name__
+    message = r"^%s: torch\.jit\.script is not supported.*use torch\.jit\.trace" % name
+    with pytest.raises(NotImplementedError, match=message):
+        torch.jit.script(layer)
+
+
+def _functorch():
+    """torch.func (torch >= 2.0) or functorch (torch 1.13): the transforms, or a skip."""
+    func = getattr(torch, "func", None)
+    if func is None or not hasattr(func, "vmap"):
+        func = pytest.importorskip("functorch", reason="torch.func / functorch is needed")
+    return func
+
+
+@pytest.mark.parametrize("kind", ["linear", "conv", "conv1d"])
+@pytest.mark.parametrize("transform", ["vmap", "grad", "jacrev", "vmap_no_grad", "grad_of_parameters"])
+def test_functorch_transforms_are_a_clear_error_naming_the_layer(kind, transform):
+    """torch.func / functorch's vmap, grad and jacrev over a layer failed with messages naming neither the
+    layer nor the cause (vmap without grad: "argument 'input': its __dlpack_device__() failed: ... Batching rule
+    not implemented for aten::is_pinned"; otherwise torch's "functorch functions ... do not support the use of
+    autograd.Function"). They are unsupported (the engine reads the tensors' memory; a batched rule would draw
+    the noise of one call where a loop draws one per sample): NotImplementedError naming the layer and the
+    way out (README); the layer works afterwards."""
+    func = _functorch()
+    layer, shape = _tool_layer(kind)
+    x = torch.randn((3,) + shape)
+    name = type(layer).__name__
+    message = r"^%s: torch\.func / functorch transforms .* not supported" % name
+    with torch.set_grad_enabled(transform != "vmap_no_grad"), pytest.raises(NotImplementedError, match=message):
+        if transform.startswith("vmap"):
+            func.vmap(layer)(x)
+        elif transform == "grad":
+            func.grad(lambda a: layer(a).sum())(x[0])
+        elif transform == "jacrev":
+            func.jacrev(layer)(x[0])
+        else:  # the parameters wrapped, the input not
+            params = {k: v.detach() for k, v in layer.named_parameters()}
+            call = getattr(func, "functional_call", None) or torch.nn.utils.stateless.functional_call
+            func.grad(lambda p: call(layer, p, (x[0],)).sum())(params)
+    with torch.no_grad():
+        layer(x[0])  # no transform level left behind
+
+
+def _compile_or_skip(model, backend):
+    compile_ = getattr(torch, "compile", None)
+    if compile_ is None:
+        pytest.skip("torch.compile is not in this torch build (torch %s)" % torch.__version__)
+    try:
+        return compile_(model, backend=backend)
+    except Exception as exc:  # a torch build whose dynamo cannot run here (e.g. an unsupported Python)
+        pytest.skip("torch.compile is not usable in this torch build: %s" % exc)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("noisy", [False, True])
+def test_torch_compile_gives_the_eager_outputs(backend, noisy):
+    """torch.compile over a model using the layers (graph breaks at the C engine are fine) computes what the
+    eager model computes, noise-free and, from the same engine call number, noisy; training gives the same
+    gradients. Skipped where torch.compile does not exist (torch < 2.0, as Debian's 1.13)."""
+    eng = engine(**(NOISY if noisy else {}))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(Conv2dMem(eng, 3, 4, 3, S8, S8, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                                LinearMem(eng, 4 * 6 * 6, 5, S8, S8))
+    compiled = _compile_or_skip(model, backend)
+    x = torch.randn(2, 3, 6, 6)
+    for grad in (False, True):
+        outs = []
+        for m in (model, compiled):
+            model.zero_grad()
+            eng.reset()
+            with torch.set_grad_enabled(grad):
+                y = m(x)
+            if grad:
+                y.square().sum().backward()
+            outs.append([y.detach()] + [p.grad.clone() for p in model.parameters() if grad])
+        assert all(torch.equal(a, b) for a, b in zip(*outs))
+
+
 @pytest.mark.parametrize("kind", ["linear", "conv"])
 def test_functional_call_computes_with_the_parameters_given(kind):
     """torch.nn.utils.stateless.functional_call swaps the parameters for one call: the layer computes

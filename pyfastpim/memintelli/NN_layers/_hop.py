@@ -4,13 +4,13 @@ Used by the compatibility layers when the input or the parameters live on CUDA (
 Conv1dMem): the input is copied to the host, multiplied by the engine, and the result copied
 back; backward is straight-through like pyfastpim.nn's layers (gradients taken with the
 dequantized weights ``Wq`` and inputs ``xq``), computed on the host and returned on each
-argument's device. Every copy is counted in :mod:`pyfastpim.memory`. ``need``
-(pyfastpim.nn.layers._through_function: a gradient is needed, or the call is being traced by
-torch.jit.trace, which records it as a constant) keeps what backward needs.
+argument's device. Every copy is counted in :mod:`pyfastpim.memory`. ``need``, given by
+``apply`` at each call (pyfastpim.nn.layers._MemFunction: a gradient is needed, also in a module
+made by torch.jit.trace, which records the arguments as constants), keeps what backward needs.
 """
 import torch
 
-from ...nn.layers import _MemLayer, _as_input, _host_quantized
+from ...nn.layers import _MemFunction, _MemLayer, _as_input, _host_quantized
 from .. import _device
 
 
@@ -24,7 +24,7 @@ def host_weight_matrix(w):
     compatibility layers' _weight_matrix, their parameters possibly on CUDA."""
     return _device.to_host(_MemLayer._weight_matrix(w))
 
-class HostLinear(torch.autograd.Function):
+class HostLinear(_MemFunction):
     @staticmethod
     def forward(ctx, x, weight, bias, layer, need):
         dev = x.device
@@ -58,7 +58,7 @@ class HostLinear(torch.autograd.Function):
         return dx, dw, db, None, None
 
 
-class HostConv2d(torch.autograd.Function):
+class HostConv2d(_MemFunction):
     """x (N, C, H, W); the layer's kernel_size/stride/padding/dilation are pairs (a 1-D conv uses height 1)."""
 
     @staticmethod

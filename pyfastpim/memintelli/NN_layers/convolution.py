@@ -46,7 +46,8 @@ class Conv2dMem(_layers.Conv2dMem):
         self._check_engine()
         x = input.unsqueeze(0) if input.dim() == 3 else input
         weight = self.weight  # read once, as in pyfastpim.nn.Conv2dMem.forward
-        out = HostConv2d.apply(x, weight, self.bias, self, _layers._through_function(input, weight, self.bias))
+        _layers._check_no_functorch("Conv2dMem", input, weight, self.bias)
+        out = HostConv2d.apply(x, weight, self.bias, self)
         return out.squeeze(0) if input.dim() == 3 else out
 
 
@@ -124,8 +125,8 @@ class Conv1dMem(_layers._MemLayer):
         self._check_engine()
         x = input.unsqueeze(0) if input.dim() == 2 else input
         weight = self.weight  # read once, as in pyfastpim.nn.Conv2dMem.forward
-        out = HostConv2d.apply(x.unsqueeze(2), weight, self.bias, self,
-                               _layers._through_function(input, weight, self.bias)).squeeze(2)
+        _layers._check_no_functorch("Conv1dMem", input, weight, self.bias)
+        out = HostConv2d.apply(x.unsqueeze(2), weight, self.bias, self).squeeze(2)
         return out.squeeze(0) if input.dim() == 2 else out
 
     def extra_repr(self):

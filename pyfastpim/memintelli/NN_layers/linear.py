@@ -47,8 +47,8 @@ class LinearMem(_layers.LinearMem):
         if x.dim() > 3:
             x = x.reshape(-1, shape[-2], shape[-1])
         weight = self.weight  # read once, as in pyfastpim.nn.LinearMem.forward
-        out = HostLinear.apply(x, weight, self.bias, self,
-                               _layers._through_function(input, weight, self.bias))  # on the input's device
+        _layers._check_no_functorch("LinearMem", input, weight, self.bias)
+        out = HostLinear.apply(x, weight, self.bias, self)  # on the input's device
         return out.reshape(shape[:-1] + (self.out_features,))
 
 

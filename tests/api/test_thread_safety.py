@@ -345,6 +345,47 @@ def test_products_while_weights_are_reprogrammed():
     assert not bad, "a product mixed two programmings"
 
 
+
+def test_layer_weight_stepped_in_another_thread_while_it_is_programmed_is_programmed_again(monkeypatch):
+    """A forward re-programs a stale weight; an optimizer step from another thread lands after the
+    slicing read the values. The layer keyed those (old) values with the weight's version read after
+    the step, so every later forward used the old weights: the key is now read before the values."""
+    torch = pytest.importorskip("torch")
+    from pyfastpim import DPETensor, SlicedData
+    from pyfastpim.nn import LinearMem
+    eng = DPETensor(**NOISE_OFF)
+    torch.manual_seed(0)
+    layer = LinearMem(eng, 16, 8, (1, 1, 2), (1, 1, 2), bias=False)
+    x = torch.randn(3, 16)
+    sliced_once, stepped = threading.Event(), threading.Event()
+    slice_data_imp = SlicedData.slice_data_imp
+
+    def slice_then_wait_for_the_step(self, engine, data):
+        result = slice_data_imp(self, engine, data)
+        if not sliced_once.is_set():
+            sliced_once.set()
+            assert stepped.wait(JOIN_S)
+        return result
+
+    def step():
+        assert sliced_once.wait(JOIN_S)
+        with torch.no_grad():
+            layer.weight.add_(1.0)  # as optimizer.step(): an in-place update bumping the version
+        stepped.set()
+
+    with torch.no_grad():
+        layer.weight.mul_(0.5)  # stale: the next forward re-programs
+        monkeypatch.setattr(SlicedData, "slice_data_imp", slice_then_wait_for_the_step)
+        out = run_threads(lambda: layer(x), step)
+        assert all(e is None for _, e in out), out
+        monkeypatch.undo()
+        got = layer(x)
+        fresh = LinearMem(eng, 16, 8, (1, 1, 2), (1, 1, 2), bias=False)
+        fresh.weight.copy_(layer.weight)
+        fresh.update_weight()
+        assert torch.equal(got, fresh(x))  # the stepped weights, not the ones sliced before the step
+
+
 # ---- OpenCL device handles ----
 
 

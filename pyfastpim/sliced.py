@@ -759,10 +759,18 @@ class SlicedData:
 
     @property
     def quantized_data(self):
-        """Dequantized values, shaped like the data (float32)."""
+        """Dequantized values, shaped like the data (float32): a new tensor at each access, as every attribute's
+        (the values kept from slicing are copied out: an in-place edit of the result changes nothing here)."""
+        return self._quantized(copy=True)
+
+    def _quantized(self, copy):
+        """quantized_data; ``copy=False`` (the layers' backward, which only reads it) shares the values kept from
+        slicing instead of copying them."""
         if self._codes is None:
             return None
         dq = self._dequantized()
+        if copy and dq is self._dequant:
+            dq = dq.copy()
         return _out(dq[0] if self._data_2d else dq)
 
     @quantized_data.setter

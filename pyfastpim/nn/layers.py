@@ -104,7 +104,9 @@ def _host_quantized(sliced):
     """The programmed weights' dequantized values (Wq) as a host tensor, whatever the class of
     ``sliced``: pyfastpim.memintelli's device-aware SlicedData returns its attributes on its device."""
     from ..sliced import SlicedData
-    return _as_torch(SlicedData.quantized_data.fget(sliced))
+    if not isinstance(sliced, SlicedData):  # another class's quantized_data (a MemIntelli-like object)
+        return torch.as_tensor(sliced.quantized_data).detach().cpu().to(torch.float32)
+    return _as_torch(sliced._quantized(copy=False))  # only read: shared, not copied
 
 
 def _needs_grad(*tensors):

@@ -27,6 +27,7 @@ consecutive calls draw distinct noise and call ``c + 2**32`` repeats the noise o
 call ``c``: a RuntimeWarning says so when the counter crosses a multiple of 2**32.
 """
 import contextlib
+import copy
 import math
 import numbers
 import warnings
@@ -419,6 +420,33 @@ class DPETensor:
         each access (not read back by the products: editing the array changes nothing)."""
         q_g = self.Q_G
         return np.array([self.LGS + i * q_g for i in range(int(self.g_level))])
+
+    # copy.copy and copy.deepcopy give an engine whose noise matches the original's (the same seed, call number
+    # and key: a counter copied in this process is no more inherited than the original; pickling's reduce
+    # marks it inherited, for the unpickling process) and is independent of it: its own counter, and its own
+    # read_variation dict (read at every product), so calls or edits on one leave the other as it was
+    def _own_noise_state(self):
+        counter = self._counter
+        self._counter = _core.CallCounter(counter.value, counter.inherited)
+        if isinstance(self._read_variation, dict):
+            self._read_variation = dict(self._read_variation)
+        view = self._read_variation_view
+        if view is not None:
+            self._read_variation_view = (view[0], dict(view[1]))
+
+    def __copy__(self):
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new._own_noise_state()
+        return new
+
+    def __deepcopy__(self, memo):
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__setstate__(copy.deepcopy(self.__getstate__(), memo))
+        new._counter = self._counter
+        new._own_noise_state()
+        return new
 
     # -- noise state ---------------------------------------------------------
     def reset(self, seed=None):

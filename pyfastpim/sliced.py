@@ -635,22 +635,27 @@ class SlicedData:
         """
         if value is None:
             return
-        self._require()
-        codes = self._unblocks(value, "sliced_data", np.uint8)
-        if codes.dtype.kind not in "ui" and not np.array_equal(codes, np.rint(codes)):
-            raise ValueError("argument 'sliced_data': slice codes must be integers")
-        limits = np.array([(1 << w) - 1 for w in reversed(self._widths)], dtype=np.int64)  # slice 0 least significant
-        if codes.min(initial=0) < 0 or (codes.reshape(codes.shape[0], -1).max(axis=1, initial=0) > limits).any():
-            raise ValueError("argument 'sliced_data': codes exceed the slice widths %r (most significant first)"
-                             % (tuple(self._widths),))
-        self._codes = np.ascontiguousarray(codes.astype(np.uint8))
-        self._dequant = None  # recomputed from the new codes on access
-        if self.is_weight and self._program is not None:
-            g_level, HGS, LGS, wv, rh, rl, seed = self._program
-            levels, g = program_weights(self._codes[:, 0], self._widths, g_level, HGS, LGS, wv, rh, rl, seed)
-            self._levels = levels
-            self._conductance = g if (wv > 0 or rh > 0 or rl > 0) else None
-        self._version = next(_versions)
+        value = _numeric(value, "sliced_data")
+        with _state_lock:  # checked against, and committed to, one slicing (another thread may re-slice self)
+            self._require()
+            codes = self._unblocks(value, "sliced_data", np.uint8)
+            if codes.dtype.kind not in "ui" and not np.array_equal(codes, np.rint(codes)):
+                raise ValueError("argument 'sliced_data': slice codes must be integers")
+            limits = np.array([(1 << w) - 1 for w in reversed(self._widths)], dtype=np.int64)  # slice 0: LSB
+            if codes.min(initial=0) < 0 or (codes.reshape(codes.shape[0], -1).max(axis=1, initial=0) > limits).any():
+                raise ValueError("argument 'sliced_data': codes exceed the slice widths %r (most significant first)"
+                                 % (tuple(self._widths),))
+            codes = np.ascontiguousarray(codes.astype(np.uint8))
+            levels = conductance = None
+            if self.is_weight and self._program is not None:
+                g_level, HGS, LGS, wv, rh, rl, seed = self._program
+                levels, g = program_weights(codes[:, 0], self._widths, g_level, HGS, LGS, wv, rh, rl, seed)
+                conductance = g if (wv > 0 or rh > 0 or rl > 0) else None
+            self._codes = codes
+            self._dequant = None  # recomputed from the new codes on access
+            if levels is not None:
+                self._levels, self._conductance = levels, conductance
+            self._version = next(_versions)
 
     def _unblocks(self, value, name, dtype):
         """Inverse of :meth:`_blocks`: a getter-layout value -> (S, N, R, C) NumPy array of ``dtype``."""
@@ -705,16 +710,18 @@ class SlicedData:
         exponent's). ``None`` is ignored (the values are needed by the engine)."""
         if value is None:
             return
-        self._require()
-        m = _finite32(self._per_granule(value, "max_data"), "max_data")
-        if (m < 0).any():
-            raise ValueError("argument 'max_data': max-abs values must be >= 0")
-        self._gran_max = np.ascontiguousarray(m)
-        if self._gran_exp is None:
-            k = np.float32(2 ** (sum(self._widths) - 1) - 1)
-            self._gran_scale = np.ascontiguousarray(m / k)
-        self._dequant = None
-        self._version = next(_versions)
+        value = _numeric(value, "max_data")
+        with _state_lock:  # one slicing's granules (see sliced_data)
+            self._require()
+            m = _finite32(self._per_granule(value, "max_data"), "max_data")
+            if (m < 0).any():
+                raise ValueError("argument 'max_data': max-abs values must be >= 0")
+            self._gran_max = np.ascontiguousarray(m)
+            if self._gran_exp is None:
+                k = np.float32(2 ** (sum(self._widths) - 1) - 1)
+                self._gran_scale = np.ascontiguousarray(m / k)
+            self._dequant = None
+            self._version = next(_versions)
 
     @property
     def e_bias(self):
@@ -729,17 +736,20 @@ class SlicedData:
         ``None`` is ignored; INT data (no exponents) accepts only None."""
         if value is None:
             return
-        self._require()
-        if self._gran_exp is None:
-            raise ValueError("argument 'e_bias': INT data (bw_e=None) has no exponents")
-        e = self._per_granule(value, "e_bias")
-        if (e != np.rint(e)).any() or np.abs(e).max(initial=0) > 126:
-            raise ValueError("argument 'e_bias': exponents must be integers in [-126, 126]")
-        self._gran_exp = np.ascontiguousarray(e.astype(np.int32))
-        self._gran_scale = np.ascontiguousarray(
-            np.ldexp(np.float32(1), self._gran_exp + 2 - sum(self._widths)).astype(np.float32))
-        self._dequant = None
-        self._version = next(_versions)
+        value = _numeric(value, "e_bias")
+        with _state_lock:  # one slicing's granules (see sliced_data)
+            self._require()
+            if self._gran_exp is None:
+                raise ValueError("argument 'e_bias': INT data (bw_e=None) has no exponents")
+            e = self._per_granule(value, "e_bias")
+            if (e != np.rint(e)).any() or np.abs(e).max(initial=0) > 126:
+                raise ValueError("argument 'e_bias': exponents must be integers in [-126, 126]")
+            exp = np.ascontiguousarray(e.astype(np.int32))
+            self._gran_exp = exp
+            self._gran_scale = np.ascontiguousarray(
+                np.ldexp(np.float32(1), exp + 2 - sum(self._widths)).astype(np.float32))
+            self._dequant = None
+            self._version = next(_versions)
 
     def _dequantized(self):
         if self._dequant is not None:
@@ -760,10 +770,18 @@ class SlicedData:
 
     @property
     def quantized_data(self):
-        """Dequantized values, shaped like the data (float32)."""
+        """Dequantized values, shaped like the data (float32): a new tensor at each access, as every attribute's
+        (the values kept from slicing are copied out: an in-place edit of the result changes nothing here)."""
+        return self._quantized(copy=True)
+
+    def _quantized(self, copy):
+        """quantized_data; ``copy=False`` (the layers' backward, which only reads it) shares the values kept from
+        slicing instead of copying them."""
         if self._codes is None:
             return None
         dq = self._dequantized()
+        if copy and dq is self._dequant:
+            dq = dq.copy()
         return _out(dq[0] if self._data_2d else dq)
 
     @quantized_data.setter
@@ -776,13 +794,14 @@ class SlicedData:
         if value is None:
             self._dequant = None
             return
-        self._require()
         a = _numeric(value, "quantized_data")  # numbers only, as every assigned attribute (not str, complex)
-        want = tuple(self.shape)
-        if a.shape != want:
-            raise ValueError("argument 'quantized_data': expected shape %r, got %r" % (want, a.shape))
         a = _finite32(a, "quantized_data")  # dequantized values are finite, as the codes' always are
-        self._dequant = np.ascontiguousarray(a[None] if self._data_2d else a)
+        with _state_lock:  # the shape of one slicing (see sliced_data)
+            self._require()
+            want = tuple(self.shape)
+            if a.shape != want:
+                raise ValueError("argument 'quantized_data': expected shape %r, got %r" % (want, a.shape))
+            self._dequant = np.ascontiguousarray(a[None] if self._data_2d else a)
 
     @property
     def G(self):
@@ -814,23 +833,26 @@ class SlicedData:
         lose the assignment."""
         if not self.is_weight:
             raise AttributeError("SlicedData.G: only weights (is_weight=True) have conductances")
-        self._require()
-        if self._levels is None:
-            raise RuntimeError("SlicedData.G: the weights are not programmed")
-        g_level, HGS, LGS, wv, rh, rl, seed = self._program
-        if value is None:
-            _, g = program_weights(self._codes[:, 0], self._widths, g_level, HGS, LGS, wv, rh, rl, seed)
-            self._conductance = g if (wv > 0 or rh > 0 or rl > 0) else None
-        else:
-            g = self._unblocks(value, "G", np.float32)[:, 0]
-            g_max = _assigned_conductance_max(HGS)
-            if (g < 0).any() or (g > g_max).any():
-                raise ValueError("argument 'G': conductances must be in [0, %g] S (HGS * (1 + NOISE_SIGMA_MAX * "
-                                 "%g), the largest write variation can program; larger cells overflow the "
-                                 "crossbar sums), got values in [%g, %g]"
-                                 % (g_max, _core.NORMAL_ABS_MAX, g.min(), g.max()))
-            self._conductance = None if np.array_equal(g, self._ideal_conductance()) else np.ascontiguousarray(g)
-        self._version = next(_versions)
+        if value is not None:
+            value = _numeric(value, "G")
+        with _state_lock:  # checked against, and committed to, one programming (see sliced_data)
+            self._require()
+            if self._levels is None:
+                raise RuntimeError("SlicedData.G: the weights are not programmed")
+            g_level, HGS, LGS, wv, rh, rl, seed = self._program
+            if value is None:
+                _, g = program_weights(self._codes[:, 0], self._widths, g_level, HGS, LGS, wv, rh, rl, seed)
+                self._conductance = g if (wv > 0 or rh > 0 or rl > 0) else None
+            else:
+                g = self._unblocks(value, "G", np.float32)[:, 0]
+                g_max = _assigned_conductance_max(HGS)
+                if (g < 0).any() or (g > g_max).any():
+                    raise ValueError("argument 'G': conductances must be in [0, %g] S (HGS * (1 + NOISE_SIGMA_MAX * "
+                                     "%g), the largest write variation can program; larger cells overflow the "
+                                     "crossbar sums), got values in [%g, %g]"
+                                     % (g_max, _core.NORMAL_ABS_MAX, g.min(), g.max()))
+                self._conductance = None if np.array_equal(g, self._ideal_conductance()) else np.ascontiguousarray(g)
+            self._version = next(_versions)
 
     # ---- transpose ----
 

@@ -38,6 +38,8 @@ convolutions) input for the weight gradient, as MemIntelli does.
 import contextlib
 import copy
 import math
+import os
+import threading
 
 import torch
 import torch.nn as nn
@@ -47,6 +49,12 @@ from ..dpe import _pair  # the one int-or-pair checker (forward_conv2d's too)
 from ..sliced import _widths
 
 __all__ = ["LinearMem", "Conv2dMem"]
+
+# the programmed weights and their key are written and read as one pair under this lock (held for the
+# attribute accesses only, never while slicing), so a forward in another thread never pairs one
+# re-programming's weights with another's key
+_programmed_lock = threading.Lock()
+os.register_at_fork(after_in_child=_programmed_lock._at_fork_reinit)  # free in a forked child (see sliced._state_lock)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -98,7 +106,9 @@ def _host_quantized(sliced):
     """The programmed weights' dequantized values (Wq) as a host tensor, whatever the class of
     ``sliced``: pyfastpim.memintelli's device-aware SlicedData returns its attributes on its device."""
     from ..sliced import SlicedData
-    return _as_torch(SlicedData.quantized_data.fget(sliced))
+    if not isinstance(sliced, SlicedData):  # another class's quantized_data (a MemIntelli-like object)
+        return torch.as_tensor(sliced.quantized_data).detach().cpu().to(torch.float32)
+    return _as_torch(sliced._quantized(copy=False))  # only read: shared, not copied
 
 
 def _needs_grad(*tensors):
@@ -373,8 +383,11 @@ class _MemLayer(nn.Module):
         # its slice_method attribute is the layer's weight_slice_method tensor, as in MemIntelli (layers
         # pickled before that keep the tuple); the slicing reads the widths checked at construction
         sliced.slice_method = getattr(self, "_weight_slice_tensor", self._weight_slice)
+        # the key is read before the values: an in-place step from another thread while they are sliced
+        # then leaves the key stale (the next forward re-programs) instead of keying the old values as new
+        key = self._weight_key(w)
         sliced.slice_data_imp(self.engine, self._weight_matrix(w))
-        self._set_programmed(sliced, w)
+        self._set_programmed(sliced, w, key)
 
     def _adopt_weight_sliced_settings(self, current):
         """The layer's weight settings (weight_slice, bw_e, weight_paral_size, weight_quant_gran) taken
@@ -396,22 +409,27 @@ class _MemLayer(nn.Module):
         self._weight_slice = widths
         self.weight_slice_method = self._weight_slice_tensor = torch.tensor(widths).to(self.weight.device)
 
-    def _set_programmed(self, sliced, w):
-        """sliced: the programmed weights, programmed from the weight tensor w."""
-        self._weight_sliced = sliced
+    def _set_programmed(self, sliced, w, key=None):
+        """sliced: the programmed weights, programmed from the weight tensor w (whose key, read before
+        its values, is key; None: read now)."""
         if sliced is None:
-            self._programmed_key = self._programmed_ref = None
-            return
-        self._programmed_key = self._weight_key(w)
-        # holding the programmed storage keeps its address from being reused by a new storage
-        # assigned through `weight.data = t` (which leaves _version unchanged) or by the next
-        # tensor a parametrization computes
-        self._programmed_ref = w.detach()
+            key = ref = None
+        else:
+            key = self._weight_key(w) if key is None else key
+            # holding the programmed storage keeps its address from being reused by a new storage
+            # assigned through `weight.data = t` (which leaves _version unchanged) or by the next
+            # tensor a parametrization computes
+            ref = w.detach()
+        with _programmed_lock:
+            self._weight_sliced, self._programmed_key, self._programmed_ref = sliced, key, ref
 
     def _programmed_for(self, w):
         """The programmed weights of the weight tensor w (self.weight as the forward read it, once),
         re-programmed from w if stale."""
-        if self._weight_sliced is None or self._programmed_key != self._weight_key(w):
+        key = self._weight_key(w)
+        with _programmed_lock:
+            sliced, programmed_key = self._weight_sliced, self._programmed_key
+        if sliced is None or programmed_key != key:
             try:
                 if type(self).update_weight is _MemLayer.update_weight:
                     self._program(w)
@@ -419,7 +437,9 @@ class _MemLayer(nn.Module):
                     self.update_weight()
             except AttributeError as exc:  # would be masked by nn.Module.__getattr__
                 raise RuntimeError("programming the weights of %s failed: %s" % (type(self).__name__, exc)) from exc
-        return self._weight_sliced
+            with _programmed_lock:
+                sliced = self._weight_sliced
+        return sliced
 
     @property
     def weight_sliced(self):

@@ -222,6 +222,31 @@ def test_call_counter_survives_copy_and_pickle():
     assert [c.reserve() for _ in range(3)] == [5, 6, 7] and c.value == 8
 
 
+@pytest.mark.parametrize("how", ["copy", "deepcopy"])
+def test_engine_copies_draw_the_originals_noise_and_are_independent(how):
+    """copy.copy shared the call counter (a copy's calls, or copy.calls = n, moved the original's) and the
+    read_variation dict; copy.deepcopy went through the counter's pickling reduce, so the copy counted as
+    inherited and, in a process with a noise stream (seed_worker, set_noise_stream), drew other noise
+    than the original for the same seed and call number."""
+    import copy
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((4, 40)).astype(np.float32)
+    w = rng.standard_normal((40, 12)).astype(np.float32)
+    before = pyfastpim.noise_stream()
+    pyfastpim.set_noise_stream(123)
+    try:
+        eng = noisy_engine("cpu")
+        dpe_matmul(x, w, eng)
+        clone = getattr(copy, how)(eng)
+        assert not clone._counter.inherited
+        assert np.array_equal(dpe_matmul(x, w, clone), dpe_matmul(x, w, eng))  # call 1 of each
+        clone.calls = 100
+        clone.read_variation[0] = 0.3
+        assert eng.calls == 2 and eng.read_variation[0] == 0.05
+    finally:
+        pyfastpim.set_noise_stream(before)
+
+
 def test_counter_reservations_from_threads_are_distinct():
     c = pyfastpim._core.CallCounter()
     per = 2000 if SAN else 20000

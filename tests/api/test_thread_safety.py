@@ -345,6 +345,91 @@ def test_products_while_weights_are_reprogrammed():
     assert not bad, "a product mixed two programmings"
 
 
+
+def test_layer_weight_stepped_in_another_thread_while_it_is_programmed_is_programmed_again(monkeypatch):
+    """A forward re-programs a stale weight; an optimizer step from another thread lands after the
+    slicing read the values. The layer keyed those (old) values with the weight's version read after
+    the step, so every later forward used the old weights: the key is now read before the values."""
+    torch = pytest.importorskip("torch")
+    from pyfastpim import DPETensor, SlicedData
+    from pyfastpim.nn import LinearMem
+    eng = DPETensor(**NOISE_OFF)
+    torch.manual_seed(0)
+    layer = LinearMem(eng, 16, 8, (1, 1, 2), (1, 1, 2), bias=False)
+    x = torch.randn(3, 16)
+    sliced_once, stepped = threading.Event(), threading.Event()
+    slice_data_imp = SlicedData.slice_data_imp
+
+    def slice_then_wait_for_the_step(self, engine, data):
+        result = slice_data_imp(self, engine, data)
+        if not sliced_once.is_set():
+            sliced_once.set()
+            assert stepped.wait(JOIN_S)
+        return result
+
+    def step():
+        assert sliced_once.wait(JOIN_S)
+        with torch.no_grad():
+            layer.weight.add_(1.0)  # as optimizer.step(): an in-place update bumping the version
+        stepped.set()
+
+    with torch.no_grad():
+        layer.weight.mul_(0.5)  # stale: the next forward re-programs
+        monkeypatch.setattr(SlicedData, "slice_data_imp", slice_then_wait_for_the_step)
+        out = run_threads(lambda: layer(x), step)
+        assert all(e is None for _, e in out), out
+        monkeypatch.undo()
+        got = layer(x)
+        fresh = LinearMem(eng, 16, 8, (1, 1, 2), (1, 1, 2), bias=False)
+        fresh.weight.copy_(layer.weight)
+        fresh.update_weight()
+        assert torch.equal(got, fresh(x))  # the stepped weights, not the ones sliced before the step
+
+
+
+def test_conductances_assigned_while_another_thread_reslices_stay_consistent(monkeypatch):
+    """w.G = ... checked the value against the programming it found, then another thread re-sliced w with
+    another shape before the assignment: w kept the new levels with the old conductances, and every
+    later product raised ValueError ('w_conductance': dimension ...). Setters now check and commit under
+    the state lock, so the re-slicing waits for the assignment (and then replaces it)."""
+    from pyfastpim import DPETensor, SlicedData, sliced as sliced_module
+    rng = np.random.default_rng(3)
+    eng = DPETensor(write_variation=0.05, **{k: v for k, v in NOISE_OFF.items() if k != "write_variation"})
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    w_small = rng.standard_normal((64, 8)).astype(np.float32)
+    w_big = rng.standard_normal((64, 40)).astype(np.float32)
+
+    def weights(w):
+        ws = SlicedData((1, 1, 2), is_weight=True, paral_size=(32, 32), quant_gran=(32, 32))
+        ws.slice_data_imp(eng, w)
+        return ws
+
+    xs = SlicedData((1, 1, 2), paral_size=(1, 32), quant_gran=(1, 32))
+    xs.slice_data_imp(eng, x)
+    want = np.array(eng(xs, weights(w_big)))
+    shared = weights(w_small)
+    g_small = shared.G
+    started, resliced = threading.Event(), threading.Event()
+    conductance_max = sliced_module._assigned_conductance_max
+
+    def reslice():
+        started.set()
+        shared.slice_data_imp(eng, w_big)
+        resliced.set()
+
+    def max_after_a_reslice(HGS):  # the setter checked the shape: another thread re-slices meanwhile
+        threading.Thread(target=reslice).start()
+        assert started.wait(JOIN_S)
+        resliced.wait(0.5)  # done at once before the fix; waits for the setter after it
+        return conductance_max(HGS)
+
+    monkeypatch.setattr(sliced_module, "_assigned_conductance_max", max_after_a_reslice)
+    shared.G = g_small
+    assert resliced.wait(JOIN_S)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(np.array(eng(xs, shared)), want)  # the re-sliced weights, whole
+
+
 # ---- OpenCL device handles ----
 
 

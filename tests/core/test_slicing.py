@@ -357,6 +357,41 @@ def test_inference_mode_recomputes_quantized_data_bit_identically():
                                       b.quantized_data.numpy().view(np.uint32))
 
 
+@pytest.mark.parametrize("inference", [False, True])
+def test_quantized_data_is_a_new_tensor_at_each_access(inference):
+    """README: each attribute access builds a new tensor, so in-place edits are not seen. quantized_data
+    returned the dequantized values kept from slicing (inference=False) as they were: an edit of the
+    result changed what the next access, a copy.copy of the object and a layer's backward (Wq) read."""
+    import copy
+    x = np.random.default_rng(16).standard_normal((5, 40)).astype(np.float32)
+    sd = SlicedData((1, 2, 3), paral_size=(1, 32), quant_gran=(1, 32), inference=inference)
+    sd.slice_data_imp(None, x)
+    clone = copy.copy(sd)
+    want = np.array(sd.quantized_data)
+    q = sd.quantized_data
+    q[...] = 0  # an in-place edit of the returned tensor (torch) or array (NumPy only)
+    np.testing.assert_array_equal(np.asarray(sd.quantized_data), want)
+    np.testing.assert_array_equal(np.asarray(clone.quantized_data), want)
+
+
+def test_layer_backward_does_not_see_an_edit_of_quantized_data():
+    torch = pytest.importorskip("torch")
+    from pyfastpim.nn import LinearMem
+    torch.manual_seed(0)
+    layer = LinearMem(pyfastpim.DPETensor(read_variation=0.0, vnoise=0.0, **vars(engine())), 40, 8, (1, 1, 2),
+                      (1, 1, 2), bias=False)
+    x = torch.randn(3, 40, requires_grad=True)
+
+    def grad():
+        x.grad = None
+        layer(x).sum().backward()
+        return x.grad.clone()
+
+    want = grad()
+    layer.weight_sliced.quantized_data.mul_(0)
+    assert torch.equal(grad(), want)
+
+
 def test_transpose_equals_slicing_the_transposed_data():
     x = np.random.default_rng(15).standard_normal((3, 17, 29)).astype(np.float32)
     for gran in ["per-row", (5, 9), None]:

@@ -14,7 +14,7 @@ import torch
 
 from .. import _device
 from ...dpe import _pair
-from ...nn.layers import _as_input
+from ...nn.layers import _as_input, _host_quantized
 
 __all__ = ["MapReduceDot", "map_reduce_dot_func", "LinearMemRunc", "linear_mem_func", "Conv1dMemRunc",
            "conv1d_mem_func", "Conv2dMemRunc", "conv2d_mem_func", "is_tuple_2"]
@@ -59,7 +59,7 @@ class MapReduceDot(torch.autograd.Function):
         with _as_input():  # errors about x name this function's argument 'input', its widths input_slice_method
             out, _ = engine.forward_linear(_host32(input.detach()), weight_sliced, input_slice_method, (1, rows),
                                            (1, rows), bw_e=weight_sliced.bw_e, return_dequant=False)
-        ctx.save_for_backward(_host32(weight_sliced.quantized_data))
+        ctx.save_for_backward(_host_quantized(weight_sliced))
         ctx.like = input
         return _result(out, input)
 
@@ -91,7 +91,7 @@ class LinearMemRunc(torch.autograd.Function):
         out = _host32(engine.MapReduceDot(input_slice, weight_slice))
         if bias is not None:
             out = out + _host32(bias.detach())
-        ctx.save_for_backward(_host32(input_slice.quantized_data), _host32(weight_slice.quantized_data))
+        ctx.save_for_backward(_host_quantized(input_slice), _host_quantized(weight_slice))
         ctx.likes = (input, weight, bias)
         return _result(out, input)
 
@@ -125,7 +125,7 @@ def _conv_forward(ctx, engine, input, weight, input_sliced, weight_sliced, bias,
     if bias is not None:
         out = out + _host32(bias.detach())
     n, c_out = out.shape[0], out.shape[-1]
-    ctx.save_for_backward(_host32(input_sliced.quantized_data), _host32(weight_sliced.quantized_data))
+    ctx.save_for_backward(_host_quantized(input_sliced), _host_quantized(weight_sliced))
     ctx.geom = geom
     ctx.likes = (input, weight, bias)
     return out.transpose(1, 2).reshape((n, c_out) + out_hw)

@@ -310,6 +310,23 @@ def _checked_settings(HGS, LGS, g_level, write_variation, vnoise, wire_resistanc
     return out
 
 
+def _settings_memo(raw):
+    """The settings ``raw`` (_SETTINGS' values) as a key under which their checked form may be reused, or None:
+    each product's programming checks run several times (about 10 us each, a tenth of a small product), and
+    settings of plain Python numbers (a radc list read as its items) that passed once pass again. The type
+    is part of the key (True == 1, but the constructor's rules tell them apart); any other object (an array,
+    a tensor, a user's number class) is checked every time, as its value can change in place."""
+    memo = []
+    for v in raw:
+        if type(v) in (int, float, bool):
+            memo.append((type(v), v))
+        elif type(v) in (list, tuple) and all(type(i) is int for i in v):
+            memo.append((type(v), tuple(v)))
+        else:
+            return None
+    return tuple(memo)
+
+
 class DPETensor:
     """Dot-product engine simulating bit-sliced matrix products on memristor crossbars.
 
@@ -368,6 +385,7 @@ class DPETensor:
     # goes through the same path and shares the process's cached handle.
     def __getstate__(self):
         state = self.__dict__.copy()
+        state.pop("_checked_memo", None)  # checked again by the copy's first product
         if self._cl is not None:
             info = self._cl.info
             state["_cl"] = "opencl:%d:%d" % (info["platform"], info["device"])
@@ -867,7 +885,14 @@ class DPETensor:
         """(g_level, HGS, LGS, write_variation, rate_stuck_HGS, rate_stuck_LGS, seed) of the settings as they
         are now, checked by the constructor's rules (_checked_settings: its exceptions and messages, so a value
         assigned after construction fails at the next product as the constructor would refuse it)."""
-        s = _checked_settings(*(getattr(self, n) for n in _SETTINGS[:-1]), self._radc_msb_first())
+        raw = tuple(getattr(self, n) for n in _SETTINGS[:-1]) + (self._radc_msb_first(),)
+        memo, known = _settings_memo(raw), self.__dict__.get("_checked_memo")
+        if memo is not None and known is not None and known[0] == memo:
+            s = known[1]
+        else:
+            s = _checked_settings(*raw)
+            if memo is not None:
+                self.__dict__["_checked_memo"] = (memo, s)
         return (int(s["g_level"]), float(s["HGS"]), float(s["LGS"]), s["write_variation"], s["rate_stuck_HGS"],
                 s["rate_stuck_LGS"], self.program_seed)
 

@@ -698,27 +698,30 @@ def test_radc_assigned_after_construction_in_any_form_is_used(device, before, af
                 pyfastpim.DPETensor(radc=bad)
 
 
-def test_product_checks_the_conductance_range_once_per_programming_check(monkeypatch):
-    # each product's programming check (DPETensor._ensure_programmed) validated HGS / LGS / g_level twice:
-    # in sliced._check_engine (_core.check_conductance_range) and again at the start of _core.check_vread;
-    # now once, by check_vread, as in the constructor (the same messages: the range's error comes first)
+def test_product_checks_the_conductance_range_once_and_again_only_after_a_change(monkeypatch):
+    # each product validated HGS / LGS / g_level several times: in every programming check (three per product),
+    # in sliced._check_engine (_core.check_conductance_range) and again at the start of _core.check_vread; now
+    # once per product, by check_vread, as in the constructor (the same messages: the range's error comes first),
+    # and not at all while the settings (plain numbers) are those that passed
     from pyfastpim import _core as core
-    from pyfastpim.dpe import DPETensor
     eng = pyfastpim.DPETensor(seed=3)
     x, w = np.ones((2, 8), np.float32), np.ones((8, 4), np.float32)
-    ranges, ensures = [], []
-    real_range, real_vread, real_ensure = core.check_conductance_range, core.check_vread, DPETensor._ensure_programmed
+    ranges = []
+    real_range, real_vread = core.check_conductance_range, core.check_vread
     monkeypatch.setattr(core, "check_conductance_range", lambda *a, **k: (ranges.append(1), real_range(*a, **k))[1])
     monkeypatch.setattr(core, "check_vread", lambda *a, **k: (ranges.append(1), real_vread(*a, **k))[1])
 
-    def ensure(self, mat):  # the range checks of one programming check
+    def product():
         before = len(ranges)
-        real_ensure(self, mat)
-        ensures.append(len(ranges) - before)
-    monkeypatch.setattr(DPETensor, "_ensure_programmed", ensure)
-    pyfastpim.dpe_matmul(x, w, eng, input_paral_size=(1, 8), weight_paral_size=(8, 4), input_quant_gran=(1, 8),
-                         weight_quant_gran=(8, 4))
-    assert ensures and set(ensures) == {1}, ensures
+        pyfastpim.dpe_matmul(x, w, eng, input_paral_size=(1, 8), weight_paral_size=(8, 4),
+                             input_quant_gran=(1, 8), weight_quant_gran=(8, 4))
+        return len(ranges) - before
+    assert product() == 1
+    assert product() == 0
+    eng.HGS = 2e-5  # a new value: checked once more
+    assert product() == 1
+    eng.g_level = np.array(16)  # an array (its value can change in place): checked at every programming check
+    assert product() >= 1 and product() >= 1
     eng.HGS, eng.vread = float("nan"), -1.0  # both bad: the range's error, as the constructor gives it
     got = outcome(lambda: pyfastpim.dpe_matmul(x, w, eng, input_paral_size=(1, 8), weight_paral_size=(8, 4),
                                                input_quant_gran=(1, 8), weight_quant_gran=(8, 4)))
@@ -728,3 +731,21 @@ def test_product_checks_the_conductance_range_once_per_programming_check(monkeyp
     got = outcome(lambda: pyfastpim.dpe_matmul(x, w, eng, input_paral_size=(1, 8), weight_paral_size=(8, 4),
                                                input_quant_gran=(1, 8), weight_quant_gran=(8, 4)))
     assert got == outcome(lambda: pyfastpim.DPETensor(vread=-1.0)) and got[1].startswith("argument 'vread'"), got
+
+
+@pytest.mark.parametrize("name, valid, edit", [
+    ("radc", [16, 32, 64, 128], lambda v: v.__setitem__(0, 1)),  # a list edited in place: radc 1 is refused
+    ("g_level", np.array(16), lambda v: v.fill(1)),  # a 0-d array edited in place: g_level 1 is refused
+    ("HGS", np.array(1e-5), lambda v: v.fill(np.nan)),
+])
+def test_settings_edited_in_place_after_a_product_are_checked_again(name, valid, edit):
+    # the checked settings are reused while the values are the plain numbers that passed: an object whose value
+    # can change in place must not be mistaken for the one that passed
+    x, w = np.ones((2, 8), np.float32), np.ones((8, 4), np.float32)
+    kw = dict(input_paral_size=(1, 8), weight_paral_size=(8, 4), input_quant_gran=(1, 8), weight_quant_gran=(8, 4))
+    eng = pyfastpim.DPETensor(seed=3)
+    setattr(eng, name, valid)
+    pyfastpim.dpe_matmul(x, w, eng, **kw)
+    edit(valid)
+    got = outcome(lambda: pyfastpim.dpe_matmul(x, w, eng, **kw))
+    assert got[0] is ValueError and got[1].startswith("argument '%s'" % name), got

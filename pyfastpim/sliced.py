@@ -415,6 +415,12 @@ def _check_engine(engine):
     return int(g_level), HGS, LGS, wv, rh, rl, DEFAULT_SEED if seed is None else seed
 
 
+def _same(a, b):
+    """Whether two checked geometry values (tuples, granularity names) are equal; a value of another type
+    (an unchecked one a pickle from before the checks may hold) is equal only to itself."""
+    return a is b or (type(a) is type(b) and isinstance(a, (tuple, str)) and a == b)
+
+
 def _default_device(sd):
     torch = _torch()
     return torch.device("cpu") if torch is not None else "cpu"
@@ -443,7 +449,13 @@ class SlicedData:
     ``quantized_data`` (dequantized, shaped like the data) and, for weights,
     ``G`` (siemens, same layout as ``sliced_data``; padding cells read LGS).
     ``shape`` is the data's (a torch.Size for torch data, else a tuple);
-    ``slice_method`` the object given.
+    ``slice_method`` the object given. ``slice_method``, ``paral_size`` and
+    ``quant_gran`` assigned later are checked as the constructor checks them
+    (its exceptions and messages; ``quant_gran=None`` is the current
+    ``paral_size``); one that changes the geometry of data already sliced
+    (other widths, blocks or granule) drops that slicing, so a product raises
+    "not sliced yet (call slice_data_imp)" until ``slice_data_imp`` is called
+    again. An equal value (``[1, 1, 2]`` for ``(1, 1, 2)``) keeps the data.
 
     Differences from MemIntelli: when a granule is all zeros, codes and
     dequantized values are 0 (MemIntelli divides by zero); ``bw_e`` None or 0
@@ -477,16 +489,75 @@ class SlicedData:
 
     def _setup(self, slice_method, widths, bw_e, is_weight, paral_size, quant_gran, device, inference):
         self._widths = widths
-        self.slice_method = slice_method
+        self.__dict__.update(slice_method=slice_method, paral_size=paral_size, quant_gran=quant_gran)  # checked
         self.bw_e = bw_e
         self.is_weight = is_weight
-        self.paral_size = paral_size
-        self.quant_gran = quant_gran
         if device is not None:  # else torch.device("cpu"), made on first access (see __getattr__)
             self.device = device
         self.inference = inference
         self.shape = None
         self._reset()
+
+    # ---- the slicing's geometry: slice_method, paral_size, quant_gran ----
+    # Kept in the instance dictionary under their public names (pickles and copies of any version carry
+    # them as they are); assigning one checks it as the constructor does and, where it changes the
+    # geometry of data already sliced, drops that slicing (see _set_geometry).
+
+    def _stored(self, name):
+        try:
+            return self.__dict__[name]
+        except KeyError:
+            raise AttributeError("'%s' object has no attribute '%s'" % (type(self).__name__, name)) from None
+
+    @property
+    def slice_method(self):
+        """The slice method as given (a tensor stays a tensor); assigning one sets the widths sliced with."""
+        return self._stored("slice_method")
+
+    @slice_method.setter
+    def slice_method(self, value):
+        widths = _widths(value)
+        self._set_geometry(not _same(widths, self.__dict__.get("_widths")), slice_method=value, _widths=widths)
+
+    @property
+    def paral_size(self):
+        """The crossbar block ``(pr, pc)``, a tuple."""
+        return self._stored("paral_size")
+
+    @paral_size.setter
+    def paral_size(self, value):
+        paral = _pair(value, "paral_size")
+        _check_sizes(paral, self.__dict__.get("quant_gran"), "paral_size", "quant_gran")
+        self._set_geometry(not _same(paral, self.__dict__.get("paral_size")), paral_size=paral)
+
+    @property
+    def quant_gran(self):
+        """The quantization granule: a pair or a granularity name (paral_size where None was given)."""
+        return self._stored("quant_gran")
+
+    @quant_gran.setter
+    def quant_gran(self, value):
+        paral = self._stored("paral_size")
+        gran = paral if value is None else _quant_gran(value)
+        _check_sizes(paral, gran, "paral_size", "quant_gran")
+        self._set_geometry(not _same(gran, self.__dict__.get("quant_gran")), quant_gran=gran)
+
+    def _set_geometry(self, changed, **values):
+        """Store checked geometry ``values``; when they ``changed`` it, drop the data sliced with the old
+        one (the products then refuse the SlicedData as not sliced, until slice_data_imp is called again):
+        codes in the old widths or blocks would otherwise be read with the new ones."""
+        with _state_lock:  # one step for a product or a slicing in another thread
+            if changed:
+                if self._codes is not None or self._levels is not None:
+                    self._reset()
+                    self.shape = None
+                if "_widths" in values:  # the per-slice constants follow the widths
+                    self.__dict__.pop("sliced_max_weights", None)
+                    self.__dict__.pop("sliced_weights", None)
+            self.__dict__.update(values)
+
+    def _geometry(self):
+        return self._widths, self.paral_size, self.quant_gran
 
     def __getattr__(self, name):
         """MemIntelli's torch-valued attributes that need no data, made on first access (torch, ~1 s
@@ -543,10 +614,10 @@ class SlicedData:
         if self.is_weight and ndim != 2:
             raise ValueError("argument 'data': weights must be 2-D (rows, cols), got %d dimensions" % ndim)
         g_level = _check_engine(engine)[0] if self.is_weight else None
-        gran = self.quant_gran if isinstance(self.quant_gran, str) else tuple(self.quant_gran)
+        geometry = widths, paral, gran = self._geometry()  # read once: an assignment meanwhile drops this slicing
+        gran = gran if isinstance(gran, str) else tuple(gran)
         dev = getattr(engine, "_cl", None)  # an engine on an OpenCL device slices there (same results)
-        r = _core.slice_quantize(data, self._widths, self.paral_size, gran, self.bw_e, not self.inference, g_level,
-                                 device=dev)
+        r = _core.slice_quantize(data, widths, paral, gran, self.bw_e, not self.inference, g_level, device=dev)
         codes, gmax, gscale, gexp, dq, levels = (_np(a) for a in r[:6])
         conductance = None
         if self.is_weight:
@@ -558,6 +629,9 @@ class SlicedData:
             program = (g_level, HGS, LGS, wv, rh, rl, seed)  # everything programming depends on
         with _state_lock:
             self._reset()
+            if not all(map(_same, self._geometry(), geometry)):  # slice_method, paral_size or quant_gran assigned meanwhile
+                self.shape = None
+                return
             self._codes, self._gran_max, self._gran_scale, self._gran_exp = codes, gmax, gscale, gexp
             self._granule = tuple(r[6])
             self._dequant = dq
@@ -870,10 +944,10 @@ class SlicedData:
         self = snapshot
         new = SlicedData.__new__(SlicedData)
         new.__dict__.update(self.__dict__)
-        new.paral_size = self.paral_size[::-1]
         qg = self.quant_gran
-        new.quant_gran = {"per-row": "per-col", "per-col": "per-row"}.get(qg, qg) if isinstance(qg, str) else \
-            tuple(qg)[::-1]
+        new.__dict__["paral_size"] = self.paral_size[::-1]  # the transposed data's geometry: no data dropped
+        new.__dict__["quant_gran"] = {"per-row": "per-col", "per-col": "per-row"}.get(qg, qg) \
+            if isinstance(qg, str) else tuple(qg)[::-1]
         if self._codes is None:
             return new
 

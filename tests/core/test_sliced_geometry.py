@@ -1,0 +1,191 @@
+"""SlicedData's slice_method, paral_size and quant_gran assigned after construction: checked as the
+constructor checks them, and data sliced with another geometry dropped (they were plain attributes: a
+slice_method assigned was never sliced with, a paral_size assigned after slicing was read with the old
+blocks, giving products that match neither geometry)."""
+import copy
+import pickle
+
+import numpy as np
+import pytest
+
+import pyfastpim
+from pyfastpim import SlicedData
+
+NOT_SLICED = r"argument '%s': the (weights|input) (are|is) not sliced yet \(call slice_data_imp\)"
+RNG = np.random.default_rng(38)
+W = RNG.standard_normal((64, 48)).astype(np.float32)
+X = RNG.standard_normal((5, 64)).astype(np.float32)
+BASE = dict(slice_method=(1, 1, 2, 2), paral_size=(32, 32), quant_gran=(32, 32))
+# each assignment, and the constructor arguments of its twin (quant_gran None is resolved at construction)
+CHANGES = [("slice_method", (1, 1, 1, 1, 2, 2), {}),
+           ("paral_size", (16, 16), dict(quant_gran=(32, 32))),
+           ("quant_gran", (64, 16), {}),
+           ("quant_gran", "per-row", {})]
+
+
+def engine():
+    return pyfastpim.DPETensor(write_variation=0.0, read_variation=0.0, vnoise=0.0, rate_stuck_HGS=0.0, seed=3)
+
+
+def weights(**kw):
+    return SlicedData(**dict(BASE, is_weight=True, **kw))
+
+
+def sliced(sd, eng, data):
+    sd.slice_data_imp(eng, data)
+    return sd
+
+
+def inputs(eng, paral):
+    return sliced(SlicedData((1, 1, 2, 2), paral_size=(1, paral[0]), quant_gran=(1, paral[0])), eng, X)
+
+
+def assert_same_slicing(a, b):
+    assert len(a) == len(b) and a._widths == b._widths and a.shape == b.shape
+    assert a.paral_size == b.paral_size and a.quant_gran == b.quant_gran and a._granule == b._granule
+    for name in ("_codes", "_gran_max", "_gran_scale", "_levels"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    np.testing.assert_array_equal(a.sliced_data, b.sliced_data)  # the block layout of the new paral_size
+
+
+@pytest.mark.parametrize("name, value, twin_kw", CHANGES)
+def test_assigned_before_slicing_slices_as_a_twin_constructed_with_it(name, value, twin_kw):
+    eng = engine()
+    sd = weights()
+    setattr(sd, name, value)
+    twin = weights(**dict(twin_kw, **{name: value}))
+    sliced(sd, eng, W), sliced(twin, eng, W)
+    assert_same_slicing(sd, twin)
+    x = inputs(eng, sd.paral_size)
+    np.testing.assert_array_equal(eng(x, sd), eng(x, twin))
+
+
+@pytest.mark.parametrize("name, value, twin_kw", CHANGES)
+def test_assigned_after_slicing_drops_the_slicing_until_sliced_again(name, value, twin_kw):
+    eng = engine()
+    sd = sliced(weights(), eng, W)
+    x = inputs(eng, (32, 32))
+    eng(x, sd)  # programmed and packed for this engine
+    setattr(sd, name, value)
+    assert sd._codes is None and sd._levels is None and sd.shape is None and "not sliced yet" in repr(sd)
+    x = inputs(eng, sd.paral_size)
+    with pytest.raises(ValueError, match=NOT_SLICED % "mat"):
+        eng(x, sd)
+    assert sd.sliced_data is None and sd.G is None  # as a SlicedData not sliced yet
+    with pytest.raises(RuntimeError, match=r"call slice_data_imp\(engine, data\) first"):
+        sd.max_data = np.ones((2, 3, 1, 1), np.float32)
+    twin = sliced(weights(**dict(twin_kw, **{name: value})), eng, W)
+    sliced(sd, eng, W)
+    assert_same_slicing(sd, twin)
+    np.testing.assert_array_equal(eng(x, sd), eng(x, twin))
+
+
+def test_an_input_assigned_another_geometry_is_refused_as_not_sliced():
+    eng = engine()
+    w = sliced(weights(paral_size=(16, 16)), eng, W)
+    x = inputs(eng, (32, 32))
+    x.paral_size = (1, 16)  # was read with its (1, 32) blocks: a product matching neither geometry
+    with pytest.raises(ValueError, match=NOT_SLICED % "x"):
+        eng(x, w)
+    sliced(x, eng, X)
+    twin = sliced(SlicedData((1, 1, 2, 2), paral_size=(1, 16), quant_gran=(1, 32)), eng, X)
+    np.testing.assert_array_equal(eng(x, w), eng(twin, w))
+
+
+@pytest.mark.parametrize("name, equal", [("slice_method", [1, 1, 2, 2]), ("slice_method", np.array([1, 1, 2, 2])),
+                                         ("paral_size", [32, 32]), ("quant_gran", np.array([32, 32]))])
+def test_an_equal_geometry_keeps_the_slicing(name, equal):
+    eng = engine()
+    sd = sliced(weights(), eng, W)
+    x = inputs(eng, (32, 32))
+    before, codes, version = eng(x, sd), sd._codes, sd._version
+    setattr(sd, name, equal)
+    assert sd._codes is codes and sd._version == version
+    np.testing.assert_array_equal(eng(x, sd), before)
+    if name == "slice_method":
+        assert sd.slice_method is equal  # the object as given (a layer's is its tensor)
+    else:
+        assert getattr(sd, name) == (32, 32) and type(getattr(sd, name)) is tuple  # checked, as constructed
+
+
+def test_slice_method_given_as_a_tensor_stays_a_tensor():
+    torch = pytest.importorskip("torch")
+    sd = sliced(weights(), engine(), W)
+    t = torch.tensor([1, 1, 2, 2])
+    sd.slice_method = t
+    assert sd.slice_method is t and sd._codes is not None
+    t6 = torch.tensor([1.0, 1.0, 1.0, 1.0, 2.0, 2.0])
+    sd.slice_method = t6
+    assert sd.slice_method is t6 and sd._widths == (1, 1, 1, 1, 2, 2) and sd._codes is None and len(sd) == 6
+    assert tuple(sd.sliced_weights.shape) == (6,)  # the per-slice constants follow the widths
+
+
+@pytest.mark.parametrize("name, value", [
+    ("slice_method", (2, 2)), ("slice_method", "abc"), ("slice_method", (1, 9)), ("slice_method", ()),
+    ("slice_method", (1, 1.5)), ("paral_size", (0, 4)), ("paral_size", 4), ("paral_size", (4, 4, 4)),
+    ("paral_size", "ab"), ("paral_size", (2 ** 63, 1)), ("quant_gran", "per-block"), ("quant_gran", (0, 4)),
+    ("quant_gran", 7), ("quant_gran", (2 ** 63 - 1, 1))])
+def test_invalid_values_are_refused_as_the_constructor_refuses_them(name, value):
+    kw = dict(BASE, is_weight=True, **{name: value})
+    if name == "quant_gran":
+        kw["paral_size"] = (64, 64)  # a granule rounded up to whole blocks of the current paral_size
+    with pytest.raises((TypeError, ValueError)) as constructed:
+        SlicedData(**kw)
+    eng = engine()
+    sd = sliced(weights(paral_size=(64, 64), quant_gran=(64, 64)), eng, W)
+    codes, stored = sd._codes, getattr(sd, name)
+    with pytest.raises(constructed.type) as assigned:
+        setattr(sd, name, value)
+    assert str(assigned.value) == str(constructed.value) and "'%s'" % name in str(assigned.value)
+    assert getattr(sd, name) == stored and sd._codes is codes  # nothing changed
+
+
+def test_paral_size_is_checked_against_the_current_quant_gran():
+    sd = weights(paral_size=(1, 1), quant_gran=(2 ** 63 - 1, 1))
+    with pytest.raises(ValueError, match="argument 'quant_gran': .* rounded up to a multiple of paral_size"):
+        sd.paral_size = (2, 1)
+    assert sd.paral_size == (1, 1)
+
+
+def test_quant_gran_none_is_the_current_paral_size():
+    sd = weights(paral_size=(16, 8))
+    sd.quant_gran = None
+    assert sd.quant_gran == (16, 8)
+
+
+def test_transpose_keeps_its_transposed_data():
+    eng = engine()
+    w = sliced(weights(paral_size=(32, 16), quant_gran="per-col"), eng, W)
+    t = w.t()
+    assert t.paral_size == (16, 32) and t.quant_gran == "per-row" and t._codes is not None
+    np.testing.assert_array_equal(t._codes, np.swapaxes(w._codes, -1, -2))
+
+
+@pytest.mark.parametrize("copier", [lambda s: pickle.loads(pickle.dumps(s)), copy.copy, copy.deepcopy])
+def test_pickles_and_copies_keep_the_geometry_and_its_checks(copier):
+    eng = engine()
+    sd = sliced(weights(quant_gran="per-matrix"), eng, W)
+    c = copier(sd)
+    assert (c.slice_method, c.paral_size, c.quant_gran, len(c)) == ((1, 1, 2, 2), (32, 32), "per-matrix", 4)
+    x = inputs(eng, (32, 32))
+    np.testing.assert_array_equal(eng(x, c), eng(x, sd))
+    with pytest.raises(ValueError, match="argument 'slice_method'"):
+        c.slice_method = (2, 2)
+    c.paral_size = (16, 16)
+    assert c._codes is None and sd._codes is not None  # the copy's slicing only
+
+
+def test_a_state_pickled_before_the_properties_loads():
+    # pickles of the earlier SlicedData hold the three values as plain entries of the instance dictionary
+    eng = engine()
+    sd = sliced(weights(), eng, W)
+    old = SlicedData.__new__(SlicedData)
+    state = dict(sd.__getstate__(), slice_method=[1, 1, 2, 2], paral_size=(32, 32), quant_gran=(32, 32))
+    old.__dict__.update(state)  # what unpickling does with a class that has no __setstate__
+    loaded = pickle.loads(pickle.dumps(old))
+    assert loaded.slice_method == [1, 1, 2, 2] and loaded.paral_size == (32, 32) and len(loaded) == 4
+    x = inputs(eng, (32, 32))
+    np.testing.assert_array_equal(eng(x, loaded), eng(x, sd))
+    loaded.slice_method = (1, 1, 1, 1, 2, 2)
+    with pytest.raises(ValueError, match=NOT_SLICED % "mat"):
+        eng(x, loaded)

@@ -313,13 +313,15 @@ def _checked_settings(HGS, LGS, g_level, write_variation, vnoise, wire_resistanc
 def _settings_memo(raw):
     """The settings ``raw`` (_SETTINGS' values) as a key under which their checked form may be reused, or None:
     each product's programming checks run several times (about 10 us each, a tenth of a small product), and
-    settings of plain Python numbers (a radc list read as its items) that passed once pass again. The type
+    settings of plain Python or NumPy numbers (a radc list read as its items) that passed once pass again. The type
     is part of the key (True == 1, but the constructor's rules tell them apart); any other object (an array,
     a tensor, a user's number class) is checked every time, as its value can change in place."""
     memo = []
     for v in raw:
         if type(v) in (int, float, bool):
             memo.append((type(v), v))
+        elif isinstance(v, np.generic) and v.dtype.kind in "biuf":  # a NumPy scalar cannot change in place
+            memo.append((type(v), v.item()))
         elif type(v) in (list, tuple) and all(type(i) is int for i in v):
             memo.append((type(v), tuple(v)))
         else:
@@ -386,6 +388,7 @@ class DPETensor:
     def __getstate__(self):
         state = self.__dict__.copy()
         state.pop("_checked_memo", None)  # checked again by the copy's first product
+        state.pop("_radc_read", None)  # pyfastpim.memintelli's radc tensor read as items
         if self._cl is not None:
             info = self._cl.info
             state["_cl"] = "opencl:%d:%d" % (info["platform"], info["device"])

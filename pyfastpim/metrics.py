@@ -4,9 +4,11 @@ Each takes ``(ytest, ypred)`` -- the reference and the approximation, NumPy arra
 tensors (any device, with or without grad) of the same shape -- and returns a Python float.
 Sums are taken in float64 (MemIntelli sums in the inputs' dtype; the definitions are the same).
 """
+import numbers
+
 import numpy as np
 
-from .sliced import _numeric
+from .sliced import _nested, _numeric
 
 __all__ = ["SNR", "RE", "ABSE"]
 
@@ -21,9 +23,13 @@ def _pair(ytest, ypred, name):
 
 
 def _np(x, name):
-    """x as a float64 NumPy array: numbers (bool, int or float) only, else TypeError naming ``name`` (a str,
-    complex or object array: sliced._numeric's rule and words); a ragged or masked one a ValueError naming it."""
-    return _numeric(x, name).astype(np.float64)
+    """x as a float64 NumPy array: real numbers only, else TypeError naming ``name`` (a str or complex array:
+    sliced._numeric's rule and words); a ragged or masked one a ValueError naming it. An object array (Python
+    floats, Fractions: numbers.Real) is read as float64, as MemIntelli reads it."""
+    a = _nested(x, name)
+    if a.dtype == object and all(isinstance(v, numbers.Real) for v in a.flat):
+        return a.astype(np.float64)
+    return _numeric(a, name).astype(np.float64)  # a str or complex item: refused with the rule's words
 
 
 def SNR(ytest, ypred):

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 pf_cl_api_table pf_cl_api;
 
@@ -16,6 +17,9 @@ static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static int load_status = -1;
 static char load_error[512];
 static _Atomic uint64_t platform_queries; /* clGetPlatformIDs calls, for tests of forked children */
+/* pid of the process whose call first reached the runtime, 0 before: set before the call, so a child forked
+ * while it runs, or after it failed (a bad device number), still counts as forked (PoCL hangs there) */
+static _Atomic long runtime_owner;
 
 static void load(void)
 {
@@ -70,7 +74,11 @@ cl_int pf_cl_get_platform_ids_lazy(cl_uint num_entries, cl_platform_id *platform
             *num_platforms = 0;
         return -1001; /* CL_PLATFORM_NOT_FOUND_KHR */
     }
+    long none = 0;
+    atomic_compare_exchange_strong(&runtime_owner, &none, (long)getpid());
     return pf_cl_api.clGetPlatformIDs(num_entries, platforms, num_platforms);
 }
+
+long pf_cl_runtime_owner(void) { return atomic_load(&runtime_owner); }
 
 uint64_t pf_cl_platform_queries(void) { return atomic_load_explicit(&platform_queries, memory_order_relaxed); }

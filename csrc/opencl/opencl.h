@@ -53,6 +53,9 @@ pf_status pf_cl_list(pf_cl_device_info **out, int *count, int *nplatforms);
 /* clGetPlatformIDs calls made by this process so far (every OpenCL path starts there; tests check
  * that a forked child makes none). */
 uint64_t pf_cl_platform_queries(void);
+/* pid of the process that first called into the OpenCL runtime (every path starts with clGetPlatformIDs),
+ * 0 before: a process with another pid was forked from it after that, and must make no OpenCL call. */
+long pf_cl_runtime_owner(void);
 
 typedef struct pf_cl_device pf_cl_device;
 

@@ -423,6 +423,25 @@ static int parse_format(const char *fmt, Py_ssize_t itemsize, pf_dtype *out, con
 
 static PyObject *producer_failed(PyObject *obj, const char *argname, const char *what);
 
+/* Whether obj exports a read-only buffer (0 with the exception of the writable export left pending, else 1
+ * with it cleared): tells a read-only producer from one that exports no buffer of its type at all. */
+static int exports_read_only(PyObject *obj)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) < 0) {
+        PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        return 0;
+    }
+    PyBuffer_Release(&view);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return 1;
+}
+
 static PfArray *view_from_buffer(PyObject *obj, int writable, const char *argname)
 {
     PfArray *a = alloc_struct();
@@ -433,9 +452,10 @@ static PfArray *view_from_buffer(PyObject *obj, int writable, const char *argnam
         flags |= PyBUF_WRITABLE;
     if (PyObject_GetBuffer(obj, &a->view, flags) < 0) {
         Py_DECREF(a);
-        /* NumPy reports a read-only array as ValueError, others as BufferError */
-        if (writable && (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_ValueError))) {
-            PyErr_Clear();
+        /* NumPy reports a read-only array as ValueError, others as BufferError; read-only only where a
+         * read-only export succeeds (NumPy refuses datetime64 with a ValueError too) */
+        if (writable && (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_ValueError)) &&
+            exports_read_only(obj)) {
             PyErr_Format(PyExc_ValueError, "argument '%s': a writable buffer is required but %s is read-only",
                          argname, Py_TYPE(obj)->tp_name);
             return NULL;

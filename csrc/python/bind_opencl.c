@@ -26,10 +26,6 @@
 #include <pythread.h>
 #include <unistd.h>
 
-/* Process that first initialised the OpenCL runtime here (listed devices or opened a
- * context), 0 before; see "fork" below. */
-static pid_t g_cl_owner;
-
 /* Resident weights: a per-device cache bounded by bytes (least recently used
  * evicted past the budget; a set larger than the whole budget is used for its
  * call only). Callers release entries when the weights they hold die
@@ -191,7 +187,7 @@ static PyObject *py_cl_devices(PyObject *self, PyObject *noargs)
     if (cl_forked()) { /* no OpenCL call here: some drivers hang in a forked child */
         if (g_cl_listing)
             return listing_copy(g_cl_listing);
-        fork_check("listing OpenCL devices (the parent opened a device without listing them)");
+        fork_check("listing OpenCL devices (the parent listed none completely)");
         return NULL;
     }
     pf_cl_device_info *list = NULL;
@@ -200,8 +196,6 @@ static PyObject *py_cl_devices(PyObject *self, PyObject *noargs)
     PF_CL_NOGIL(st, "listing OpenCL devices", pf_cl_list(&list, &count, &np));
     if (st != PF_OK)
         return NULL;
-    if (!g_cl_owner && np > 0)
-        g_cl_owner = getpid(); /* the runtime is initialised now (PoCL: a forked child hangs after this) */
     PyObject *devs = PyList_New(count);
     for (int i = 0; devs && i < count; i++) {
         PyObject *d = info_dict(&list[i]);
@@ -215,7 +209,7 @@ static PyObject *py_cl_devices(PyObject *self, PyObject *noargs)
     if (!devs)
         return NULL;
     PyObject *r = Py_BuildValue("(iN)", np, devs);
-    if (r && np > 0) {
+    if (r) {
         PyObject *kept = listing_copy(r); /* the caller may change its dicts */
         if (!kept) {
             Py_DECREF(r);
@@ -237,7 +231,11 @@ static PyObject *py_cl_devices(PyObject *self, PyObject *noargs)
  * RuntimeError naming the cause (and the device, for a handle of the parent's), answers a
  * listing with the parent's (g_cl_listing), and never releases the parent's objects (their
  * memory is reclaimed with the process). */
-static int cl_forked(void) { return g_cl_owner != 0 && g_cl_owner != getpid(); }
+static int cl_forked(void)
+{
+    long owner = pf_cl_runtime_owner();
+    return owner != 0 && owner != (long)getpid();
+}
 
 #define PF_FORK_ADVICE                                                                                         \
     "Create OpenCL devices (and the engines, contexts and layers using them) in the worker itself, started "  \
@@ -252,7 +250,7 @@ static int fork_check(const char *what)
                  "%s: this process (pid %ld) was forked from pid %ld after that process had initialised "
                  "OpenCL; OpenCL runtimes and their device handles do not survive fork (the parent's context, or a "
                  "new one, would hang). " PF_FORK_ADVICE,
-                 what, (long)getpid(), (long)g_cl_owner);
+                 what, (long)getpid(), pf_cl_runtime_owner());
     return -1;
 }
 
@@ -266,7 +264,7 @@ static int fork_check_dev(const char *what, const pf_cl_device *dev)
                  "%s: the OpenCL device 'opencl:%d:%d' (%s) was opened by pid %ld, and this process (pid %ld) "
                  "was forked from it; OpenCL device handles do not survive fork (the handle's context would "
                  "hang here, and so would a new one). " PF_FORK_ADVICE,
-                 what, d->platform, d->device, d->name, (long)g_cl_owner, (long)getpid());
+                 what, d->platform, d->device, d->name, pf_cl_runtime_owner(), (long)getpid());
     return -1;
 }
 
@@ -395,8 +393,6 @@ static PyObject *PfCLDevice_new(PyTypeObject *type, PyObject *args, PyObject *kw
         Py_DECREF(self);
         return NULL;
     }
-    if (!g_cl_owner)
-        g_cl_owner = getpid();
     return (PyObject *)self;
 }
 
@@ -554,13 +550,12 @@ static PyObject *PfCLDevice_get_piece_time(PfCLDevice *self, void *closure)
 static int PfCLDevice_set_piece_time(PfCLDevice *self, PyObject *value, void *closure)
 {
     (void)closure;
-    if (!value || PyBool_Check(value) || !(PyFloat_Check(value) || PyLong_Check(value))) {
-        PyErr_Format(PyExc_TypeError, "argument 'piece_time': expected a number of seconds, got %R",
-                     value ? value : Py_None);
+    if (!value) {
+        PyErr_SetString(PyExc_TypeError, "argument 'piece_time': cannot be deleted");
         return -1;
     }
-    const double s = PyFloat_AsDouble(value);
-    if (s == -1.0 && PyErr_Occurred())
+    double s; /* the library's number rule (pf_as_double: NumPy numbers, Fractions; no bool, str, None) */
+    if (pf_as_double(value, "piece_time", &s) < 0)
         return -1;
     if (!(s > 0) || !isfinite(s)) {
         PyErr_Format(PyExc_ValueError, "argument 'piece_time': expected a positive finite number of seconds, got %R",

@@ -145,13 +145,18 @@ int pf_as_int64_clamped(PyObject *obj, const char *name, const char *what, int64
  * exception and len()'s refusal of its result are not confused. */
 static Py_ssize_t own_length(PyObject *obj)
 {
-    PyObject *len = PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE)
-                        ? PyObject_GetAttrString((PyObject *)Py_TYPE(obj), "__len__")
-                        : NULL;
+    static PyObject *len_name;
+    if (!len_name && !(len_name = PyUnicode_InternFromString("__len__")))
+        return -1;
+    /* the class's own attribute, unbound (as len() finds it): a plain function is called here; anything else
+     * (a staticmethod, a callable object) is left to len()'s own binding */
+    PyObject *len = PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) ? _PyType_Lookup(Py_TYPE(obj), len_name)
+                                                                          : NULL;
+    if (len && PyFunction_Check(len))
+        Py_INCREF(len);
+    else
+        len = NULL;
     if (!len) {
-        if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_AttributeError))
-            return -1;
-        PyErr_Clear();
         Py_ssize_t n = PyObject_Size(obj); /* a built-in type, or no __len__ (TypeError) */
         if (n < 0 && PyRange_Check(obj) && PyErr_ExceptionMatches(PyExc_OverflowError)) {
             PyErr_Clear(); /* range(2**100): a container, its length beyond Py_ssize_t (CPython's error) */

@@ -516,6 +516,19 @@ def test_a_datetime_array_is_an_error_naming_the_argument(arg):
         _data_entry_points()[arg](np.zeros((4, 4), "datetime64[D]"))
 
 
+@pytest.mark.parametrize("dtype", ["datetime64[s]", "timedelta64[s]"])
+def test_a_writable_datetime_array_is_not_called_read_only(dtype):
+    # NumPy refuses its buffer with a ValueError, which the writable path took for "read-only" (found by review)
+    a = np.zeros(4, dtype)
+    assert a.flags.writeable
+    with pytest.raises(TypeError, match="^argument 'obj': its buffer export failed: .*dtype '[Mm]'"):
+        pyfastpim.asarray(a, writable=True)
+    ro = np.zeros(4, np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="^argument 'obj': a writable buffer is required but numpy.ndarray is read-only"):
+        pyfastpim.asarray(ro, writable=True)
+
+
 @pytest.mark.parametrize("arg", sorted(_data_entry_points()))
 def test_a_masked_array_is_refused_not_read_with_its_masked_elements(arg):
     # its buffer holds the masked elements: they were read as data (a silently wrong result), where an

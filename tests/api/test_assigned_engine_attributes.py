@@ -143,3 +143,23 @@ def test_invalid_value_assigned_fails_as_the_constructor_refuses_it(name, produc
             setattr(engine, name, value)
             return product(engine)
         assert _outcome(assigned) == want, (name, value)
+
+
+@pytest.mark.parametrize("bad, exc", [([256.7, 256.0, 256.0, 256.0], TypeError), ([1.5, 256.0, 256.0, 256.0], TypeError)])
+def test_memintelli_radc_tensor_assigned_follows_the_constructors_rule(bad, exc):
+    # the MemIntelli engine read an assigned radc tensor item by item with int(): 256.7 was taken as 256 (and
+    # 1.5 as 1: "must be in 2..2**24, got 1"); the constructor refuses both as given (found by review)
+    def outcome(fn):
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - compared with the constructor's
+            return type(e), str(e)
+        return None
+    want = outcome(lambda: MemDPETensor(radc=bad))
+    assert want is not None and want[0] is exc
+    eng = MemDPETensor(radc=[256] * 4)
+    eng.radc = torch.tensor(bad[::-1], dtype=torch.float64)  # MemIntelli's order: least significant first
+    x, w = np.ones((2, 8), np.float32), np.ones((8, 4), np.float32)
+    got = outcome(lambda: pyfastpim.dpe_matmul(x, w, eng, input_paral_size=(1, 8), weight_paral_size=(8, 4),
+                                               input_quant_gran=(1, 8), weight_quant_gran=(8, 4)))
+    assert got is not None and got[0] is exc and "argument 'radc'" in got[1], got

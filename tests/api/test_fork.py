@@ -11,7 +11,7 @@ import pytest
 
 import pyfastpim
 from pyfastpim import DPETensor, dpe_matmul
-from helpers import CHILD_TIMEOUT, run_script
+from helpers import CHILD_TIMEOUT, needs_cl, run_script
 
 NPLAT = pyfastpim._core.cl_devices()[0]
 TIMEOUT = CHILD_TIMEOUT
@@ -387,3 +387,39 @@ def test_fork_child_refuses_opencl_before_any_opencl_call():
     assert msgs[1].startswith("opening the OpenCL device 'opencl:0:0': ")
     assert same_listing and cuda == parent_cuda
     assert pyfastpim._core._cl_platform_queries() > 0  # the parent's own listings count
+
+
+@needs_cl
+def test_fork_after_a_failed_open_is_refused_in_the_child_without_an_opencl_call():
+    """The mark that this process started OpenCL was set only after a listing or an open succeeded, but a
+    failed open (a device number beyond the platform's) has already started the runtime (PoCL): a child forked
+    after it was not refused, opened a new context and hung at its first kernel (found by review). The mark is
+    now set at the first call into the runtime, whatever its result."""
+    out = run_script("""
+        import os, pyfastpim
+        from pyfastpim import _core
+        try:
+            pyfastpim.devices.OpenCLDevice(0, 999)
+        except (RuntimeError, ValueError):
+            pass
+        else:
+            raise SystemExit("device 999 opened")
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            before = _core._cl_platform_queries()
+            try:
+                pyfastpim.devices.OpenCLDevice(0, 0).build()
+                msg = "opened"
+            except RuntimeError as exc:
+                msg = str(exc)
+            os.write(w, ("%d|%s" % (_core._cl_platform_queries() - before, msg)).encode())
+            os._exit(0)
+        os.close(w)
+        got = os.read(r, 4096).decode()
+        os.waitpid(pid, 0)
+        print(got)
+    """, "a child forked after a failed OpenCL open")
+    queries, msg = out.strip().split("|", 1)
+    assert queries == "0", out
+    assert "forked" in msg and "do not survive fork" in msg, msg

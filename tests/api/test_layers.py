@@ -559,6 +559,21 @@ def test_metrics_name_an_argument_that_holds_no_real_numbers(bad, exc, words):
             fn(ok, bad)
 
 
+def test_metrics_read_real_numbers_held_as_objects():
+    # an object array of floats or a list of Fractions was refused after the metrics took sliced._numeric's rule
+    # (MemIntelli and the previous release read them); an object holding a str or a complex is still refused
+    from fractions import Fraction
+    from pyfastpim.memintelli.pimpy import utils
+    ref, got = np.array([[1.0, 2.0], [3.0, 4.5]]), np.array([[1.0, 2.5], [3.0, 4.0]])
+    for fn in (pyfastpim.SNR, pyfastpim.RE, pyfastpim.ABSE, utils.SNR, utils.RE, utils.ABSE):
+        want = fn(ref, got)
+        assert fn(ref.astype(object), got) == want
+        assert fn([[Fraction(1), Fraction(2)], [Fraction(3), Fraction(9, 2)]], got) == want
+        for bad in ("abc", "1.5", 1 + 1j):
+            with pytest.raises(TypeError, match="^argument 'ytest': expected numbers, got an array of dtype object"):
+                fn(np.array([[1.0, bad], [3.0, 4.5]], dtype=object), got)
+
+
 def test_metrics_and_assigned_attributes_read_bfloat16_tensors():
     # torch's .numpy() refused bfloat16 ("TypeError: Got unsupported ScalarType BFloat16", naming nothing)
     a = torch.tensor([[1.0, 2.0], [3.0, 4.5]])

@@ -362,6 +362,27 @@ def test_a_len_that_is_no_length_is_an_error_naming_the_argument(arg, call, n):
         call(_BadLength(n))
 
 
+class _StaticLength(_BadLength):
+    """len() is 2 through a staticmethod; it has __float__ too: a container, not a number."""
+    __len__ = staticmethod(lambda: 2)
+
+    def __float__(self):
+        return 3.0
+
+
+class _ClassLength(_StaticLength):
+    __len__ = classmethod(lambda cls: 2)
+
+
+@pytest.mark.parametrize("cls", [_StaticLength, _ClassLength])
+def test_a_length_not_defined_as_a_plain_method_is_still_a_length(cls):
+    # the library called type(obj).__len__(obj) itself, which a staticmethod / classmethod refuses (a
+    # TypeError read as "no length"), so such a sized object with __float__ was taken as the number 3.0
+    assert len(cls(0)) == 2
+    with pytest.raises(TypeError, match="^argument 'HGS': expected a real number"):
+        pyfastpim.DPETensor(HGS=cls(0))
+
+
 class _LenRaisesSequence(_BadLength):
     def __init__(self, exc):
         self.exc = exc

@@ -48,6 +48,15 @@ def test_piece_time_default_and_validation(dev):
         del dev.piece_time
     dev.piece_time = 1
     assert dev.piece_time == 1.0
+    # the library's number rule (found by review: NumPy numbers and Fractions were a TypeError, an int beyond
+    # float64 an OverflowError naming nothing)
+    from fractions import Fraction
+    for good, want in ((np.float32(0.25), 0.25), (np.int64(2), 2.0), (Fraction(1, 8), 0.125)):
+        dev.piece_time = good
+        assert dev.piece_time == want
+    with pytest.raises(ValueError, match="argument 'piece_time'"):
+        dev.piece_time = 10 ** 400
+    dev.piece_time = 1
     assert set(dev.launches) == {name for name, _, _ in dev._kernel_table()}
 
 

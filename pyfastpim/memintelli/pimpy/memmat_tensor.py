@@ -91,10 +91,18 @@ class DPETensor(_BaseDPETensor):
         super().__setstate__(state)
 
     def _radc_msb_first(self):
+        """radc most significant first; a tensor (MemIntelli's order: least significant first) read as its items
+        (the constructor's rule then refuses 256.7 or True as given), kept while the tensor is unchanged: each
+        product reads it at every programming check."""
         radc = self.radc
-        if isinstance(radc, torch.Tensor) and radc.ndim != 0:  # MemIntelli's order: least significant first
-            return tuple(int(v) for v in radc.flip(0).tolist())
-        return radc
+        if not (isinstance(radc, torch.Tensor) and radc.ndim != 0):
+            return radc
+        read = self.__dict__.get("_radc_read")
+        if read is not None and read[0] is radc and read[1] == radc._version:
+            return read[2]
+        items = tuple(radc.flip(0).tolist())
+        self.__dict__["_radc_read"] = (radc, radc._version, items)
+        return items
 
     def MapReduceDot(self, x, mat, out=None):
         """x @ mat through the crossbar (SlicedData input and programmed weights); a torch tensor on x's device."""

@@ -50,7 +50,11 @@ def _host(a, name, dtype):
     product entry points use): no copy when it already is one, else one copy counted in
     :mod:`pyfastpim.memory`. Lists, tuples and numbers become a NumPy array first (built from Python
     objects, no array is copied). Errors (no buffer; bool or complex data, which hold no conductance)
-    name the argument ``name``."""
+    name the argument ``name``. bytes and bytearray are refused (TypeError naming ``name``): text or raw
+    data, not numbers, as the core refuses them where it reads a sequence of numbers (csrc/python/convert.c),
+    though their buffer would read as uint8 (b"ab" as 97, 98)."""
+    if isinstance(a, (bytes, bytearray)):
+        raise TypeError("argument '%s': expected an array of numbers, got %s" % (name, type(a).__name__))
     if isinstance(a, (list, tuple, numbers.Number)):
         a = _nested(a, name)
     return np.asarray(_core._view(a, name, dtype))
@@ -109,6 +113,10 @@ def drift_conductance(G, t_seconds, t0=1.0, nu_mean=0.05, nu_std=0.01, seed=_cor
     ``return_nu=True`` the pair ``(G(t), nu)``, nu a float64 array shaped like G: the
     double each cell's G(t) was computed with, so ``G(t) == float32(float64(G) *
     exp(-nu * log(t / t0)))`` holds for the returned nu (no copies: views of the core's results).
+
+    A cell below 0 S drifts by the same formula, keeping its sign, as the engine's programmed cells do
+    (write variation is unclipped, docs/physics.md): :func:`effective_conductance` and
+    :func:`column_currents` take it, drifted or not, as an open cell (0 S).
     """
     d = DriftSettings(t_seconds, t0, nu_mean, nu_std, False)  # the engine's rules and messages
     with _renamed("g", "G"):  # the core names its own parameter

@@ -767,3 +767,27 @@ def test_column_currents_beyond_float64_raise_naming_v_instead_of_returning_inf(
         # large currents that fit are returned as they are
         geff = np.maximum(G, 0.0) if r == 0 else physics.effective_conductance(G, r)
         np.testing.assert_allclose(physics.column_currents(G, np.array([1.0, 0.0, 0.0]), r), geff[0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda g: physics.drift_conductance(g, 10.0), "G"),
+    (lambda g: physics.effective_conductance(g, 1.0), "G"),
+    (lambda g: physics.column_currents(g, [1.0, 1.0], 0.0), "G"),
+    (lambda v: physics.column_currents(np.full((2, 2), 1e-5), v, 0.0), "V"),
+])
+@pytest.mark.parametrize("kind", [bytes, bytearray])
+def test_bytes_are_no_conductances(call, name, kind):
+    # drift_conductance(b"ab", 10.0) read the bytes' buffer as uint8 conductances 97, 98 (found by review);
+    # bytes-like data are no numbers, as where the core reads a sequence of numbers (csrc/python/convert.c)
+    with pytest.raises(TypeError, match="^argument '%s': expected an array of numbers, got %s$" % (name, kind.__name__)):
+        call(kind(b"ab"))
+
+
+def test_a_negative_conductance_drifts_keeping_its_sign_as_in_the_engine():
+    # the documented rule (docs/physics.md): a cell below 0 S is accepted (write variation is unclipped), drifts
+    # by the same formula as the engine's programmed cells, and the network takes it as an open cell
+    g = np.array([[2e-6, -2e-6], [-1.0, 1.0]], np.float32)
+    got, nu = physics.drift_conductance(g, 100.0, nu_std=0.0, return_nu=True)
+    np.testing.assert_array_equal(got, (g.astype(np.float64) * np.exp(-nu * np.log(100.0))).astype(np.float32))
+    np.testing.assert_array_equal(physics.drift_conductance(-g, 100.0, nu_std=0.0), -got)
+    np.testing.assert_array_equal(physics.effective_conductance(got, 1.0), physics.effective_conductance(np.maximum(got, 0), 1.0))

@@ -557,6 +557,24 @@ def test_dot_high_dim_and_metrics():
     assert np.isclose(utils.SNR(torch.tensor(a), torch.tensor(b)), utils.SNR(a, b))
 
 
+@pytest.mark.parametrize("fn", ["SNR", "RE", "ABSE"])
+def test_utils_metrics_name_mismatched_shapes_and_stay_quiet_on_zero_denominators(fn):
+    # found by review: mismatched shapes gave NumPy's unnamed broadcast error (or broadcast silently), a zero
+    # denominator a RuntimeWarning; now pyfastpim.metrics' check (metrics._pair) and MemIntelli's inf / nan, quietly
+    import warnings
+    f = getattr(utils, fn)
+    a = np.array([[1.0, 2.0], [3.0, 4.0]])
+    for other in (np.ones((2, 3)), np.ones(2), np.ones((3, 2))):
+        with pytest.raises(ValueError, match="^%s: ytest and ypred must have the same shape" % fn):
+            f(a, other)
+    zero = np.zeros((2, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert f(zero, a) == {"SNR": -np.inf, "RE": np.inf, "ABSE": np.inf}[fn]  # MemIntelli's values
+        assert np.isnan(f(zero, zero))
+        assert f(a, a) == {"SNR": np.inf, "RE": 0.0, "ABSE": 0.0}[fn]
+
+
 def test_quantized_activations():
     from pyfastpim.memintelli.NN_layers.activation import relu_q, sigmoid_q, softmax_q, tanh_q
     x = torch.linspace(-20, 20, 41).reshape(1, 41)

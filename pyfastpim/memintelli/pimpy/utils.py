@@ -6,28 +6,36 @@ engine does not use them (its quantization runs in the C kernels, spec sections 
 import numpy as np
 import torch
 
-from ...metrics import _np
+from ...metrics import _pair
 from ...sliced import _widths
 
 __all__ = ["dot_high_dim", "ABSE", "SNR", "RE", "quant_map_tensor", "bfp_map_tensor"]
 
 
+# ytest and ypred are checked as pyfastpim.metrics checks them (metrics._pair): real numbers of one shape, not
+# empty, else a ValueError / TypeError naming them (NumPy broadcast mismatched shapes or raised its unnamed
+# error). A zero denominator gives inf or nan, as in MemIntelli, without NumPy's RuntimeWarning.
+
+
 def SNR(ytest, ypred):
     """Signal-to-noise ratio in dB: ``10 log10(sum(ytest^2) / sum((ytest - ypred)^2))`` (NumPy or torch)."""
-    ytest, ypred = _np(ytest, "ytest"), _np(ypred, "ypred")
-    return 10 * np.log10(np.sum(ytest ** 2) / np.sum((ytest - ypred) ** 2))
+    ytest, ypred = _pair(ytest, ypred, "SNR")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return 10 * np.log10(np.sum(ytest ** 2) / np.sum((ytest - ypred) ** 2))
 
 
 def RE(ytest, ypred):
     """Relative error ``||ytest - ypred|| / ||ytest||`` (Frobenius norms)."""
-    ytest, ypred = _np(ytest, "ytest"), _np(ypred, "ypred")
-    return np.sqrt(np.sum((ytest - ypred) ** 2)) / np.sqrt(np.sum(ytest ** 2))
+    ytest, ypred = _pair(ytest, ypred, "RE")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.sqrt(np.sum((ytest - ypred) ** 2)) / np.sqrt(np.sum(ytest ** 2))
 
 
 def ABSE(ytest, ypred):
     """Mean absolute relative error of a 2-D result: ``sum|(ytest - ypred) / ytest| / (rows * cols)``."""
-    ytest, ypred = _np(ytest, "ytest"), _np(ypred, "ypred")
-    return np.sum(np.abs((ytest - ypred) / ytest)) / (ytest.shape[0] * ytest.shape[1])
+    ytest, ypred = _pair(ytest, ypred, "ABSE")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.sum(np.abs((ytest - ypred) / ytest)) / (ytest.shape[0] * ytest.shape[1])
 
 
 def dot_high_dim(x, y):

@@ -34,6 +34,8 @@ except ImportError as _exc:
     if _clear is None:
         raise
     raise _clear from None
+import numbers as _numbers
+
 from ._core import Array
 from . import memory
 from ._torch_check import is_torch as _is_torch
@@ -156,8 +158,12 @@ def seed_worker(worker_id=None):
     ``base_seed + worker_id``, base_seed drawn from the parent's torch generator): inherited
     engines then draw noise that is distinct per worker and reproducible under
     ``torch.manual_seed`` whatever else the program forks, for fork and spawn workers alike
-    (spawn workers have no stream otherwise). Outside a worker it raises RuntimeError.
+    (spawn workers have no stream otherwise). ``worker_id`` (what DataLoader passes; unused, as the
+    worker's seed already holds it) is an int or None, else TypeError naming it; checked first, then
+    outside a worker it raises RuntimeError.
     """
+    if worker_id is not None and (isinstance(worker_id, bool) or not isinstance(worker_id, _numbers.Integral)):
+        raise TypeError("argument 'worker_id': expected an int or None, got %r" % (worker_id,))
     import torch.utils.data
     info = torch.utils.data.get_worker_info()
     if info is None:

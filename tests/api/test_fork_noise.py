@@ -172,6 +172,17 @@ def test_seed_worker_outside_a_worker_raises():
     pytest.importorskip("torch")
     with pytest.raises(RuntimeError, match="worker_init_fn"):
         pyfastpim.seed_worker(0)
+    for ok in (np.int64(1), None):
+        with pytest.raises(RuntimeError, match="worker_init_fn"):
+            pyfastpim.seed_worker(ok)
+
+
+@pytest.mark.parametrize("bad", [1.5, "0", True, [0]])
+def test_seed_worker_checks_its_argument_first(bad):
+    # found by review: a bad worker_id was reported as "not in a DataLoader worker", its argument never looked at
+    pytest.importorskip("torch")
+    with pytest.raises(TypeError, match="^argument 'worker_id': expected an int or None, got "):
+        pyfastpim.seed_worker(bad)
 
 
 SPAWN = """

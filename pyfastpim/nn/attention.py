@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from ..attention import _ContextCore, _finite
+from .layers import _MemLayer
 
 __all__ = ["AttentionContext"]
 
@@ -81,6 +82,9 @@ class AttentionContext(nn.Module):
         self.register_buffer("outgoing", None)
         self._views = {"incoming": None, "outgoing": None}
         self._version = 0
+
+    # torch.jit.script failed with "Module 'AttentionContext' has no attribute '_ctx'": the layers' clear error
+    __prepare_scriptable__ = _MemLayer.__prepare_scriptable__
 
     @property
     def update_rate(self):

@@ -474,10 +474,10 @@ class _MemLayer(nn.Module):
     def __prepare_scriptable__(self):
         """torch.jit.script calls this on every module of the model before compiling: a clear error instead
         of a TorchScript compile error deep in pyfastpim's Python (the forward calls the C engine and Python
-        helpers that TorchScript cannot compile)."""
+        helpers that TorchScript cannot compile). pyfastpim.nn.AttentionContext shares it."""
         raise NotImplementedError(
-            "%s: torch.jit.script is not supported (the layer's forward calls pyfastpim's C engine, which "
-            "TorchScript cannot compile); use torch.jit.trace, whose module calls the crossbar at each run in "
+            "%s: torch.jit.script is not supported (its forward calls pyfastpim's C kernels, which "
+            "TorchScript cannot compile); use torch.jit.trace, whose module calls the C kernels at each run in "
             "this process (it cannot be saved with torch.jit.save)" % type(self).__name__)
 
     # The programmed crossbars are derived state: never pickled, re-programmed on first use.

@@ -273,6 +273,17 @@ def test_jit_script_is_a_clear_error_pointing_to_trace(kind):
         torch.jit.script(layer)
 
 
+@pytest.mark.parametrize("in_sequential", [False, True])
+def test_jit_script_of_an_attention_context_is_the_layers_clear_error(in_sequential):
+    """torch.jit.script(pyfastpim.nn.AttentionContext()) failed with a TorchScript error ("Module
+    'AttentionContext' has no attribute '_ctx'"; found by review): now the layers' NotImplementedError."""
+    module = AttentionContext(update_rate=0.1, strength=0.5)
+    module = torch.nn.Sequential(torch.nn.ReLU(), module) if in_sequential else module
+    message = r"^AttentionContext: torch\.jit\.script is not supported.*use torch\.jit\.trace"
+    with pytest.raises(NotImplementedError, match=message):
+        torch.jit.script(module)
+
+
 def _functorch():
     """torch.func (torch >= 2.0) or functorch (torch 1.13): the transforms, or a skip."""
     func = getattr(torch, "func", None)

@@ -420,11 +420,40 @@ static int flat_sequence(PyObject *obj, const char *name, const char *what)
     return -1;
 }
 
+/* obj's items as a new tuple, read by iterating it (new reference), or NULL with an exception. Not
+ * PySequence_Tuple: it calls len() again for a length hint, so a sequence's __len__ ran twice per
+ * conversion, and a second answer that is no length (-1) was CPython's unnamed ValueError. */
+static PyObject *items_tuple(PyObject *obj)
+{
+    if (PyTuple_CheckExact(obj)) {
+        Py_INCREF(obj);
+        return obj;
+    }
+    if (PyList_CheckExact(obj))
+        return PyList_AsTuple(obj);
+    PyObject *it = PyObject_GetIter(obj);
+    if (!it)
+        return NULL;
+    PyObject *items = PyList_New(0);
+    PyObject *item;
+    while (items && (item = PyIter_Next(it))) {
+        int rc = PyList_Append(items, item);
+        Py_DECREF(item);
+        if (rc < 0)
+            break;
+    }
+    Py_DECREF(it);
+    PyObject *seq = items && !PyErr_Occurred() ? PyList_AsTuple(items) : NULL;
+    Py_XDECREF(items);
+    return seq;
+}
+
 /* obj as a tuple snapshot of a non-string sequence (new reference) or NULL with TypeError naming `name`.
  * A tuple, not PySequence_Fast's list: a list would be the caller's own object, which an item's
- * __index__ can shorten (items left unread) or free while it is read. Bytes-like objects (bytes,
- * bytearray, memoryview) are data, not sequences of ints. An exception of the sequence's own __iter__
- * or __getitem__ (user code) propagates; only a TypeError (no sequence after all) is reworded. */
+ * __index__ can shorten (items left unread) or free while it is read. Callers take the count from this
+ * tuple, the items read, whatever __len__ said. Bytes-like objects (bytes, bytearray, memoryview) are
+ * data, not sequences of ints. An exception of the sequence's own __len__, __iter__ or __getitem__ (user
+ * code) propagates; only a TypeError (no sequence after all) is reworded. __len__ is called once. */
 static PyObject *as_sequence(PyObject *obj, const char *name, const char *what)
 {
     if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj) || PyMemoryView_Check(obj) ||
@@ -443,7 +472,7 @@ static PyObject *as_sequence(PyObject *obj, const char *name, const char *what)
     if (n == -1 && !PyErr_ExceptionMatches(PyExc_TypeError))
         return NULL; /* its own __len__'s exception */
     PyErr_Clear(); /* no length: a sequence may still iterate */
-    PyObject *seq = PySequence_Tuple(obj);
+    PyObject *seq = items_tuple(obj);
     if (!seq && PyErr_ExceptionMatches(PyExc_TypeError)) {
         PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "argument '%s': expected %s, got %s", name, what, Py_TYPE(obj)->tp_name);

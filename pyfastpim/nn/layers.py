@@ -141,8 +141,8 @@ def _check_no_functorch(who, *tensors):
 
 
 class _MemFunction(torch.autograd.Function):
-    """Base of the layers' autograd Functions, called ``apply(x, weight, bias, layer)``: forward gets a
-    fifth argument ``need``, whether this call needs a gradient (grad enabled and a tensor requiring
+    """Base of the layers' autograd Functions, called ``apply(x, weight, bias, layer)`` (a convolution's with
+    ``layer, geometry``: _extra_args): forward gets a last argument ``need``, whether this call needs a gradient (grad enabled and a tensor requiring
     grad), and computes and keeps the dequantized copies that backward uses only then. ``apply`` decides
     it at each call: ``torch.jit.trace`` records the Function with its non-tensor arguments as constants
     and a traced module calls ``apply`` with them at each run, so a value recorded while tracing would
@@ -150,9 +150,12 @@ class _MemFunction(torch.autograd.Function):
     tracing, ``need`` is True (_through_function's rule), so the graph recorded is the same whatever the grad
     mode of the trace (torch.jit.trace's check re-traces under no_grad and compares)."""
 
+    #: how many arguments follow ``layer`` in ``apply`` (a convolution's geometry, read once by its forward)
+    _extra_args = 0
+
     @classmethod
-    def apply(cls, x, weight, bias, layer, *recorded):  # recorded: the `need` a trace recorded, ignored
-        return super().apply(x, weight, bias, layer, _through_function(x, weight, bias))
+    def apply(cls, x, weight, bias, layer, *extra):  # after them: the `need` a trace recorded, ignored
+        return super().apply(x, weight, bias, layer, *extra[:cls._extra_args], _through_function(x, weight, bias))
 
 
 # ----------------------------------------------------------------------------- engine calls
@@ -177,10 +180,17 @@ def _engine_linear(layer, x, sliced, return_dequant):
     return _as_torch(out), _as_torch(xq)
 
 
-def _engine_conv2d(layer, x, sliced, return_dequant):
-    """forward_conv2d of the layer's input x with its programmed weights sliced, as _engine_linear."""
+def _conv_geometry(layer):
+    """The layer's (kernel_size, stride, padding, dilation) as pairs, read once per forward: its output-size
+    check, the engine call and backward all take this one snapshot, so an assignment of one of them during
+    a forward (another thread, a hook) or before backward cannot mix two geometries."""
+    return layer._kernel2d, layer._stride2d, layer._padding2d, layer._dilation2d
+
+
+def _engine_conv2d(layer, x, sliced, geometry, return_dequant):
+    """forward_conv2d of the layer's input x with its programmed weights sliced and the geometry of
+    _conv_geometry, as _engine_linear."""
     fn = _engine_method(layer.engine, "forward_conv2d")
-    geometry = (layer._kernel2d, layer._stride2d, layer._padding2d, layer._dilation2d)
     with _as_input():
         out, xq = fn(x, sliced, *geometry, layer.input_slice_method, layer.input_paral_size, layer.input_quant_gran,
                      bw_e=layer.bw_e, return_dequant=return_dequant)
@@ -247,15 +257,17 @@ class _LinearMemFunction(_MemFunction):
 class _Conv2dMemFunction(_MemFunction):
     """Convolution on the crossbar; backward = gradient of an ordinary conv with Wq and xq."""
 
+    _extra_args = 1  # the forward's geometry (_conv_geometry)
+
     @staticmethod
-    def forward(ctx, x, weight, bias, layer, need):
+    def forward(ctx, x, weight, bias, layer, geometry, need):
         sliced = layer._programmed_for(weight)  # as in _LinearMemFunction
-        out, xq = _engine_conv2d(layer, x.detach(), sliced, return_dequant=need)  # xq: (N, L, C_in*kh*kw)
+        out, xq = _engine_conv2d(layer, x.detach(), sliced, geometry, return_dequant=need)  # xq: (N, L, C_in*kh*kw)
         if bias is not None:
             out = out + bias.detach().to(out.dtype).view(1, -1, 1, 1)
         if need:
             ctx.save_for_backward(xq, _host_quantized(sliced))  # wq (C_in*kh*kw, C_out)
-        ctx.geom = (tuple(x.shape), tuple(weight.shape), layer._stride2d, layer._padding2d, layer._dilation2d)
+        ctx.geom = (tuple(x.shape), tuple(weight.shape)) + tuple(geometry[1:])  # stride, padding, dilation
         ctx.has_bias = bias is not None
         ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
         return out
@@ -277,7 +289,7 @@ class _Conv2dMemFunction(_MemFunction):
             dw = torch.mm(dy_t, xq.reshape(-1, xq.shape[-1]).to(dy.dtype)).reshape(w_shape).to(ctx.dtypes[1])
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy.sum((0, 2, 3)).to(ctx.dtypes[2])
-        return dx, dw, db, None, None
+        return dx, dw, db, None, None, None
 
 
 # ----------------------------------------------------------------------------- layers
@@ -610,7 +622,7 @@ class Conv2dMem(_MemLayer):
         self._init_mem(engine, input_slice, weight_slice, bw_e, input_paral_size, weight_paral_size,
                        input_quant_gran, weight_quant_gran, device)
 
-    # The geometry as pairs, read from the attributes at each use (assigning layer.stride = 2 takes
+    # The geometry as pairs, read from the attributes once per forward (_conv_geometry; layer.stride = 2 takes
     # effect, as for nn.Conv2d); pyfastpim.memintelli's Conv2dMem keeps those attributes as given.
     _kernel2d = property(lambda self: _pair(self.kernel_size, "kernel_size", 1, _GEOMETRY_MAX))
     _stride2d = property(lambda self: _pair(self.stride, "stride", 1, _GEOMETRY_MAX))
@@ -627,7 +639,8 @@ class Conv2dMem(_MemLayer):
         if x.shape[1] != self.in_channels:
             raise ValueError("Conv2dMem: input of shape %s has %d channels, expected in_channels=%d"
                              % (tuple(input.shape), x.shape[1], self.in_channels))
-        k, s, p, d = self._kernel2d, self._stride2d, self._padding2d, self._dilation2d
+        geometry = _conv_geometry(self)
+        k, s, p, d = geometry
         h_out, w_out = _conv_out_hw(x.shape[2:], k, s, p, d)
         if h_out < 1 or w_out < 1:
             raise ValueError("Conv2dMem: input of spatial size %s is too small for kernel_size=%s, padding=%s, "
@@ -641,9 +654,9 @@ class Conv2dMem(_MemLayer):
                                               None if self.bias is None else self.bias.to(x.dtype), s, p, d)
         x = x.to(torch.float32)
         if _through_function(input, weight, self.bias):
-            out = _Conv2dMemFunction.apply(x, weight, self.bias, self)
+            out = _Conv2dMemFunction.apply(x, weight, self.bias, self, geometry)
         else:
-            out, _ = _engine_conv2d(self, x.detach(), self._programmed_for(weight), return_dequant=False)
+            out, _ = _engine_conv2d(self, x.detach(), self._programmed_for(weight), geometry, return_dequant=False)
             if self.bias is not None:
                 out += self.bias.detach().to(out.dtype).view(1, -1, 1, 1)
         out = out.to(input.dtype)

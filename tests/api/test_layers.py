@@ -254,6 +254,47 @@ def test_conv_straight_through_gradients(case):
     torch.testing.assert_close(layer.bias.grad, dy.sum((0, 2, 3)))
 
 
+def _geometry_twins(kind):
+    """Two identical layers of kind on engines of the same seed, and an input shape."""
+    from pyfastpim.memintelli.NN_layers import Conv1dMem, Conv2dMem as MiConv2dMem
+    cls, shape = {"nn": (Conv2dMem, (2, 3, 7, 7)), "memintelli": (MiConv2dMem, (2, 3, 7, 7)),
+                  "conv1d": (Conv1dMem, (2, 3, 9))}[kind]
+    twins = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        twins.append(cls(engine(), 3, 4, 3, S8, S8, padding=1))
+    return twins, shape
+
+
+@pytest.mark.parametrize("kind", ["nn", "memintelli", "conv1d"])
+def test_conv_backward_takes_the_geometry_its_forward_used(kind):
+    """Conv2dMem read stride / padding / dilation for its output-size check, again for the engine call and
+    again for backward's saved state: one assigned while the engine ran (another thread; here the engine's
+    forward_conv2d, after computing) gave backward another geometry than the forward's (a shape error or
+    wrong gradients). Now the forward reads them once and backward keeps that snapshot; an assignment after
+    the forward, before backward, changes nothing either. Gradients equal an unchanged twin's."""
+    (layer, twin), shape = _geometry_twins(kind)
+    computing = layer.engine.forward_conv2d
+
+    def assigning(*args, **kw):
+        result = computing(*args, **kw)
+        layer.stride, layer.padding, layer.dilation = 2, 0, 2
+        return result
+
+    layer.engine.forward_conv2d = assigning
+    x = torch.randn(shape)
+    xs = [x.clone().requires_grad_() for _ in range(2)]
+    outs = [m(xi) for m, xi in zip((layer, twin), xs)]
+    assert torch.equal(outs[0], outs[1])
+    del layer.engine.forward_conv2d
+    layer.stride, layer.padding, layer.dilation = 3, 2, 1  # between forward and backward
+    dy = torch.randn_like(outs[0])
+    for out in outs:
+        out.backward(dy)
+    assert torch.equal(xs[0].grad, xs[1].grad)
+    assert torch.equal(layer.weight.grad, twin.weight.grad) and torch.equal(layer.bias.grad, twin.bias.grad)
+
+
 # ----------------------------------------------------------------------------- inference path, caching
 
 def _spy(monkeypatch, eng, name):

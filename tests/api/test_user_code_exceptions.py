@@ -398,3 +398,44 @@ class _LenRaisesSequence(_BadLength):
 def test_a_sequences_own_len_exception_still_propagates(call, exc):
     # telling len()'s refusal apart must not swallow a ValueError / OverflowError __len__ raises itself
     _raises_it(lambda: call(_LenRaisesSequence(exc)), exc)
+
+
+class _CountedLength:
+    """A sequence of `items` counting its __len__ calls; `answers`, when given, are __len__'s successive
+    results (then len(items))."""
+
+    def __init__(self, items, answers=()):
+        self.items, self.answers, self.calls = list(items), list(answers), 0
+
+    def __len__(self):
+        self.calls += 1
+        return self.answers.pop(0) if self.answers else len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+_SEQUENCE_ARGS = [
+    ("radc", [8, 16], lambda v: pyfastpim.DPETensor(radc=v).radc),
+    ("input_paral_size", [1, 32], _pair_arg("input_paral_size")),
+    ("paral_size", [1, 32], lambda v: pyfastpim.SlicedData((1, 1, 2), paral_size=v).paral_size),
+    ("stride", [1, 2], lambda v: _core.dpe_conv2d(**conv_kwargs(stride=v))[0]),
+]
+
+
+@pytest.mark.parametrize("arg, items, call", _SEQUENCE_ARGS, ids=[a[0] for a in _SEQUENCE_ARGS])
+def test_a_sequences_len_is_called_once_per_conversion(arg, items, call):
+    # the sequence rule called own_length, then PySequence_Tuple called len() again for its length hint:
+    # __len__ ran twice per conversion, and a second answer that is no length (2, then -1) was CPython's
+    # unnamed "ValueError: __len__() should return >= 0"
+    want = call(list(items))
+    seq = _CountedLength(items)
+    np.testing.assert_array_equal(call(seq), want)
+    assert seq.calls == 1
+    flaky = _CountedLength(items, answers=[2, -1])
+    try:
+        got = call(flaky)
+    except (TypeError, ValueError) as exc:
+        assert str(exc).startswith("argument '%s': " % arg), exc
+    else:
+        np.testing.assert_array_equal(got, want)

@@ -59,13 +59,15 @@ class HostLinear(_MemFunction):
 
 
 class HostConv2d(_MemFunction):
-    """x (N, C, H, W); the layer's kernel_size/stride/padding/dilation are pairs (a 1-D conv uses height 1)."""
+    """x (N, C, H, W); geom: the layer's kernel_size/stride/padding/dilation as pairs (a 1-D conv uses height 1),
+    read once by the layer's forward (pyfastpim.nn.layers._conv_geometry) and kept for backward."""
+
+    _extra_args = 1
 
     @staticmethod
-    def forward(ctx, x, weight, bias, layer, need):
+    def forward(ctx, x, weight, bias, layer, geom, need):
         dev = x.device
         xh = _device.to_host(x.detach()).to(torch.float32)
-        geom = (layer._kernel2d, layer._stride2d, layer._padding2d, layer._dilation2d)
         sliced = layer._programmed_for(weight)  # as in HostLinear
         with _as_input():
             out, xq = layer.engine.forward_conv2d(xh, sliced, *geom, layer.input_slice_method,
@@ -99,4 +101,4 @@ class HostConv2d(_MemFunction):
             dw = _device.to_device(dw, w_dev).to(w_dtype)
         if b_meta is not None and ctx.needs_input_grad[2]:
             db = _device.to_device(dy.sum((0, 2, 3)), b_meta[0]).to(b_meta[1])
-        return dx, dw, db, None, None
+        return dx, dw, db, None, None, None

@@ -47,7 +47,7 @@ class Conv2dMem(_layers.Conv2dMem):
         x = input.unsqueeze(0) if input.dim() == 3 else input
         weight = self.weight  # read once, as in pyfastpim.nn.Conv2dMem.forward
         _layers._check_no_functorch("Conv2dMem", input, weight, self.bias)
-        out = HostConv2d.apply(x, weight, self.bias, self)
+        out = HostConv2d.apply(x, weight, self.bias, self, _layers._conv_geometry(self))
         return out.squeeze(0) if input.dim() == 3 else out
 
 
@@ -117,7 +117,8 @@ class Conv1dMem(_layers._MemLayer):
         if input.dim() not in (2, 3) or input.shape[-2] != self.in_channels:
             raise ValueError("Conv1dMem: expected an input (N, %d, L) or (%d, L), got shape %s"
                              % (self.in_channels, self.in_channels, tuple(input.shape)))
-        k, p, d = self._kernel2d[1], self._padding2d[1], self._dilation2d[1]
+        geometry = _layers._conv_geometry(self)  # read once: the check, the engine call and backward
+        k, p, d = geometry[0][1], geometry[2][1], geometry[3][1]
         length = input.shape[-1] + 2 * p - d * (k - 1) - 1
         if length < 0:
             raise ValueError("Conv1dMem: input length %d is too small for kernel_size=%d, padding=%d, dilation=%d"
@@ -126,7 +127,7 @@ class Conv1dMem(_layers._MemLayer):
         x = input.unsqueeze(0) if input.dim() == 2 else input
         weight = self.weight  # read once, as in pyfastpim.nn.Conv2dMem.forward
         _layers._check_no_functorch("Conv1dMem", input, weight, self.bias)
-        out = HostConv2d.apply(x.unsqueeze(2), weight, self.bias, self).squeeze(2)
+        out = HostConv2d.apply(x.unsqueeze(2), weight, self.bias, self, geometry).squeeze(2)
         return out.squeeze(0) if input.dim() == 2 else out
 
     def extra_repr(self):

@@ -23,6 +23,7 @@ import operator
 import os
 import sys
 import threading
+import types
 from collections import namedtuple
 
 import numpy as np
@@ -192,8 +193,10 @@ def _length(value, name, what):
     if isinstance(value, range):
         steps, rest = divmod(value.stop - value.start, value.step)
         return max(0, steps + (rest != 0))
-    own = getattr(type(value), "__len__", None)
-    if isinstance(value, (list, tuple)) or own is None:
+    # the class's own attribute, unbound, as len() finds it (the core's own_length, csrc/python/convert.c): a
+    # plain function is called here, anything else (a staticmethod, a built-in type's slot) through len()
+    own = next((c.__dict__["__len__"] for c in type(value).__mro__ if "__len__" in c.__dict__), None)
+    if isinstance(value, (list, tuple)) or not isinstance(own, types.FunctionType):
         return len(value)
     n = own(value)  # called here, so that len()'s refusal of its result is not taken for its own exception
     if not hasattr(type(n), "__index__") or not 0 <= operator.index(n) <= sys.maxsize:

@@ -383,6 +383,26 @@ def test_a_length_not_defined_as_a_plain_method_is_still_a_length(cls):
         pyfastpim.DPETensor(HGS=cls(0))
 
 
+class _StaticLengthPair:
+    """A pair (32, 32) whose len() is 2 through a staticmethod."""
+    __len__ = staticmethod(lambda: 2)
+
+    def __getitem__(self, i):
+        if i < 2:
+            return 32
+        raise IndexError(i)
+
+
+def test_a_pair_whose_length_is_not_a_plain_method_is_read_as_a_pair():
+    # the Python pair rule (sliced._length), twin of the core's own_length, called type(obj).__len__(obj)
+    # itself: a staticmethod __len__ gave its own "takes 0 positional arguments" TypeError
+    x, w = np.ones((2, 64), np.float32), np.ones((64, 4), np.float32)
+    want = pyfastpim.dpe_matmul(x, w, pyfastpim.DPETensor(seed=1), weight_paral_size=(32, 32))
+    got = pyfastpim.dpe_matmul(x, w, pyfastpim.DPETensor(seed=1), weight_paral_size=_StaticLengthPair())
+    assert np.array_equal(got, want)
+    assert pyfastpim.SlicedData((1, 1, 2), paral_size=_StaticLengthPair()).paral_size == (32, 32)
+
+
 class _LenRaisesSequence(_BadLength):
     def __init__(self, exc):
         self.exc = exc

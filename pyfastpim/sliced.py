@@ -632,7 +632,7 @@ class SlicedData:
             program = (g_level, HGS, LGS, wv, rh, rl, seed)  # everything programming depends on
         with _state_lock:
             self._reset()
-            if not all(map(_same, self._geometry(), geometry)):  # slice_method, paral_size or quant_gran assigned meanwhile
+            if not all(map(_same, self._geometry(), geometry)):  # the geometry assigned meanwhile: not committed
                 self.shape = None
                 return
             self._codes, self._gran_max, self._gran_scale, self._gran_exp = codes, gmax, gscale, gexp

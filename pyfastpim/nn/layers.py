@@ -142,8 +142,9 @@ def _check_no_functorch(who, *tensors):
 
 class _MemFunction(torch.autograd.Function):
     """Base of the layers' autograd Functions, called ``apply(x, weight, bias, layer)`` (a convolution's with
-    ``layer, geometry``: _extra_args): forward gets a last argument ``need``, whether this call needs a gradient (grad enabled and a tensor requiring
-    grad), and computes and keeps the dequantized copies that backward uses only then. ``apply`` decides
+    ``layer, geometry``: _extra_args): forward gets a last argument ``need``, whether this call needs a
+    gradient (grad enabled and a tensor requiring grad), and computes and keeps the dequantized copies that
+    backward uses only then. ``apply`` decides
     it at each call: ``torch.jit.trace`` records the Function with its non-tensor arguments as constants
     and a traced module calls ``apply`` with them at each run, so a value recorded while tracing would
     hold for every run (a module traced with grad computed the copies under ``torch.no_grad()`` too). While

@@ -18,11 +18,11 @@ def _host_param(p):
     return None if p is None else _device.to_host(p.detach()).to(torch.float32)
 
 
-
 def host_weight_matrix(w):
     """The crossbar matrix of the weight tensor w (_MemLayer._weight_matrix) on the host: the
     compatibility layers' _weight_matrix, their parameters possibly on CUDA."""
     return _device.to_host(_MemLayer._weight_matrix(w))
+
 
 class HostLinear(_MemFunction):
     @staticmethod

@@ -270,6 +270,7 @@ def _quant_gran(value, name="quant_gran"):
     if value is None:
         return None
     if isinstance(value, str):
+        value = str.__str__(value)  # its characters, as the core reads them (np.str_, a subclass's own __eq__)
         if value not in _GRANULARITIES:
             raise ValueError("argument '%s': expected None, 'per-matrix', 'per-row', 'per-col' or a pair "
                              "of positive ints, got %r" % (name, value))
@@ -418,10 +419,43 @@ def _check_engine(engine):
     return int(g_level), HGS, LGS, wv, rh, rl, DEFAULT_SEED if seed is None else seed
 
 
-def _same(a, b):
-    """Whether two checked geometry values (tuples, granularity names) are equal; a value of another type
-    (an unchecked one a pickle from before the checks may hold) is equal only to itself."""
-    return a is b or (type(a) is type(b) and isinstance(a, (tuple, str)) and a == b)
+def _granule_of(gran, paral, rows, cols):
+    """The effective granule (qr', qc') of ``rows x cols`` data (docs/semantics.md section 2, the core's
+    resolve_granule): ``gran`` (a checked pair or granularity name) rounded up to multiples of ``paral``."""
+    if isinstance(gran, str):
+        gran = {"per-matrix": (rows, cols), "per-row": (1, cols), "per-col": (rows, 1)}[gran]
+    return tuple(-(-int(g) // int(p)) * int(p) for g, p in zip(gran, paral))
+
+
+def _effective_geometry(widths, paral, gran, rows, cols):
+    """What slicing ``rows x cols`` data with checked ``widths``, ``paral``, ``gran`` depends on: the widths,
+    the blocks and the effective granule, as plain ints. Values of another form (an unchecked one a pickle
+    from before the checks may hold) give None: equal to nothing, so such a geometry always counts as changed."""
+    try:
+        return (tuple(operator.index(w) for w in widths), tuple(operator.index(p) for p in paral),
+                _granule_of(gran, paral, rows, cols))
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def _slice_for(engine, data, geometry, bw_e, inference, program):
+    """One slicing of ``data`` with ``geometry`` (widths, paral_size, quant_gran) and, for weights (``program``:
+    _check_engine's tuple), its programming: (codes, gran_max, gran_scale, gran_exp, dequant, levels,
+    conductance, granule). Runs without _state_lock."""
+    widths, paral, gran = geometry
+    gran = gran if isinstance(gran, str) else tuple(gran)
+    dev = getattr(engine, "_cl", None)  # an engine on an OpenCL device slices there (same results)
+    g_level = program[0] if program is not None else None
+    r = _core.slice_quantize(data, widths, paral, gran, bw_e, not inference, g_level, device=dev)
+    codes, gmax, gscale, gexp, dq, levels = (_np(a) for a in r[:6])
+    conductance = None
+    if program is not None:
+        g_level, HGS, LGS, wv, rh, rl, seed = program
+        levels = levels[:, 0]
+        if wv > 0 or rh > 0 or rl > 0:
+            conductance = np.asarray(_core.program_conductance(levels, g_level, HGS, LGS, wv, rh, rl, seed,
+                                                               device=dev))
+    return codes, gmax, gscale, gexp, dq, levels, conductance, tuple(r[6])
 
 
 def _default_device(sd):
@@ -456,9 +490,13 @@ class SlicedData:
     ``quant_gran`` assigned later are checked as the constructor checks them
     (its exceptions and messages; ``quant_gran=None`` is the current
     ``paral_size``); one that changes the geometry of data already sliced
-    (other widths, blocks or granule) drops that slicing, so a product raises
-    "not sliced yet (call slice_data_imp)" until ``slice_data_imp`` is called
-    again. An equal value (``[1, 1, 2]`` for ``(1, 1, 2)``) keeps the data.
+    (other widths, blocks or effective granule: the granule rounded up to whole
+    blocks, a granularity name as the size it stands for) drops that slicing, so
+    a product raises "not sliced yet (call slice_data_imp)" until
+    ``slice_data_imp`` is called again. A value slicing the data alike
+    (``[1, 1, 2]`` for ``(1, 1, 2)``, quant_gran ``(30, 30)`` for ``(32, 32)``
+    with 32-wide blocks) keeps the data. One assigned from another thread
+    while ``slice_data_imp`` runs is the one it slices with.
 
     Differences from MemIntelli: when a granule is all zeros, codes and
     dequantized values are 0 (MemIntelli divides by zero); ``bw_e`` None or 0
@@ -519,8 +557,7 @@ class SlicedData:
 
     @slice_method.setter
     def slice_method(self, value):
-        widths = _widths(value)
-        self._set_geometry(not _same(widths, self.__dict__.get("_widths")), slice_method=value, _widths=widths)
+        self._set_geometry(slice_method=value, _widths=_widths(value))
 
     @property
     def paral_size(self):
@@ -529,9 +566,7 @@ class SlicedData:
 
     @paral_size.setter
     def paral_size(self, value):
-        paral = _pair(value, "paral_size")
-        _check_sizes(paral, self.__dict__.get("quant_gran"), "paral_size", "quant_gran")
-        self._set_geometry(not _same(paral, self.__dict__.get("paral_size")), paral_size=paral)
+        self._set_geometry(paral_size=_pair(value, "paral_size"))
 
     @property
     def quant_gran(self):
@@ -540,27 +575,44 @@ class SlicedData:
 
     @quant_gran.setter
     def quant_gran(self, value):
-        paral = self._stored("paral_size")
-        gran = paral if value is None else _quant_gran(value)
-        _check_sizes(paral, gran, "paral_size", "quant_gran")
-        self._set_geometry(not _same(gran, self.__dict__.get("quant_gran")), quant_gran=gran)
+        self._stored("paral_size")
+        self._set_geometry(quant_gran=None if value is None else _quant_gran(value))
 
-    def _set_geometry(self, changed, **values):
-        """Store checked geometry ``values``; when they ``changed`` it, drop the data sliced with the old
-        one (the products then refuse the SlicedData as not sliced, until slice_data_imp is called again):
-        codes in the old widths or blocks would otherwise be read with the new ones."""
+    def _set_geometry(self, **values):
+        """Store checked geometry ``values`` (quant_gran None: the current paral_size), the block and granule
+        sizes checked together. Where the data already sliced would be sliced differently with the new geometry
+        (other widths, blocks or effective granule: _effective_geometry), that slicing is dropped (the products
+        then refuse the SlicedData as not sliced, until slice_data_imp is called again): codes in the old
+        geometry would otherwise be read with the new one. An effectively equal geometry (a granule rounding up
+        to the same whole blocks, a name standing for the same granule of this data) keeps it."""
         with _state_lock:  # one step for a product or a slicing in another thread
-            if changed:
-                if self._codes is not None or self._levels is not None:
-                    self._reset()
-                    self.shape = None
-                if "_widths" in values:  # the per-slice constants follow the widths
-                    self.__dict__.pop("sliced_max_weights", None)
-                    self.__dict__.pop("sliced_weights", None)
+            if values.get("quant_gran", ()) is None:
+                values["quant_gran"] = self._stored("paral_size")
+            _check_sizes(values.get("paral_size", self.__dict__.get("paral_size")),
+                         values.get("quant_gran", self.__dict__.get("quant_gran")), "paral_size", "quant_gran")
+            new = dict(zip(("_widths", "paral_size", "quant_gran"), self._geometry()), **values)
+            sliced = self._sliced_geometry() if self._codes is not None else None
+            if self._codes is not None and (sliced is None or sliced != self._effective(
+                    new["_widths"], new["paral_size"], new["quant_gran"])):
+                self._reset()
+                self.shape = None
+            if values.get("_widths", self._widths) != self._widths:  # the per-slice constants follow the widths
+                self.__dict__.pop("sliced_max_weights", None)
+                self.__dict__.pop("sliced_weights", None)
             self.__dict__.update(values)
 
     def _geometry(self):
         return self._widths, self.paral_size, self.quant_gran
+
+    def _effective(self, widths, paral, gran):
+        """_effective_geometry of the data sliced now (its rows and columns) with this geometry."""
+        rows, cols = self._codes.shape[2:]
+        return _effective_geometry(widths, paral, gran, rows, cols)
+
+    def _sliced_geometry(self):
+        """What the data sliced now was sliced with: its widths, blocks and effective granule (None: unknown)."""
+        g = self._effective(self._widths, self.paral_size, self._granule)
+        return g if g is not None and g[2] == tuple(self._granule) else None
 
     def __getattr__(self, name):
         """MemIntelli's torch-valued attributes that need no data, made on first access (torch, ~1 s
@@ -608,44 +660,50 @@ class SlicedData:
     # ---- slicing ----
 
     def slice_data_imp(self, engine, data):
-        """Quantize, slice and (for weights) program ``data`` with ``engine``'s device parameters."""
+        """Quantize, slice and (for weights) program ``data`` with ``engine``'s device parameters.
+
+        The slicing runs outside ``_state_lock`` with the geometry (slice_method, paral_size, quant_gran)
+        read when it starts; where another thread assigns a geometry meanwhile that slices this data
+        differently, the data is sliced again with the new one, so what is committed is always sliced with
+        the geometry the SlicedData then holds (the assignment acts as made before the call)."""
         data = _operand(data, "data")
         is_torch = _is_torch(data)
         if is_torch and data.requires_grad:
             data = data.detach()
         ndim = len(data.shape)
-        if self.is_weight and ndim != 2:
+        is_weight, bw_e, inference = self.is_weight, self.bw_e, self.inference
+        if is_weight and ndim != 2:
             raise ValueError("argument 'data': weights must be 2-D (rows, cols), got %d dimensions" % ndim)
-        g_level = _check_engine(engine)[0] if self.is_weight else None
-        geometry = widths, paral, gran = self._geometry()  # read once: an assignment meanwhile drops this slicing
-        gran = gran if isinstance(gran, str) else tuple(gran)
-        dev = getattr(engine, "_cl", None)  # an engine on an OpenCL device slices there (same results)
-        r = _core.slice_quantize(data, widths, paral, gran, self.bw_e, not self.inference, g_level, device=dev)
-        codes, gmax, gscale, gexp, dq, levels = (_np(a) for a in r[:6])
-        conductance = None
-        if self.is_weight:
-            g_level, HGS, LGS, wv, rh, rl, seed = _check_engine(engine)
-            levels = levels[:, 0]
-            if wv > 0 or rh > 0 or rl > 0:
-                conductance = np.asarray(_core.program_conductance(levels, g_level, HGS, LGS, wv, rh, rl, seed,
-                                                                   device=dev))
-            program = (g_level, HGS, LGS, wv, rh, rl, seed)  # everything programming depends on
-        with _state_lock:
-            self._reset()
-            if not all(map(_same, self._geometry(), geometry)):  # the geometry assigned meanwhile: not committed
-                self.shape = None
-                return
-            self._codes, self._gran_max, self._gran_scale, self._gran_exp = codes, gmax, gscale, gexp
-            self._granule = tuple(r[6])
-            self._dequant = dq
-            self._data_2d = ndim == 2
-            self._is_torch = is_torch
-            if self.is_weight:
-                self._levels, self._conductance, self._program = levels, conductance, program
-            self.shape = data.shape if is_torch else tuple(data.shape)  # torch.Size (a tuple) as in MemIntelli
-            self._version = next(_versions)
-        if self.is_weight and hasattr(engine, "_prepare_weights"):
+        program = _check_engine(engine) if is_weight else None  # everything programming depends on
+        rows, cols = data.shape[-2:]
+        while True:
+            with _state_lock:
+                geometry = self._geometry()
+            sliced = _slice_for(engine, data, geometry, bw_e, inference, program)
+            with _state_lock:
+                now = self._geometry()
+                same = all(a is b for a, b in zip(now, geometry)) or (
+                    _effective_geometry(*now, rows, cols) is not None
+                    and _effective_geometry(*now, rows, cols) == _effective_geometry(*geometry, rows, cols))
+                if same:  # else a geometry assigned meanwhile slices this data differently: slice again with it
+                    self._commit_slicing(sliced, ndim, is_torch, program, data.shape)
+                    break
+        if is_weight and hasattr(engine, "_prepare_weights"):
             engine._prepare_weights(self)  # IR drop / drift: effective conductances at programming time (unlocked)
+
+    def _commit_slicing(self, sliced, ndim, is_torch, program, shape):
+        """Store one slicing's results (call with _state_lock held)."""
+        codes, gmax, gscale, gexp, dq, levels, conductance, granule = sliced
+        self._reset()
+        self._codes, self._gran_max, self._gran_scale, self._gran_exp = codes, gmax, gscale, gexp
+        self._granule = granule
+        self._dequant = dq
+        self._data_2d = ndim == 2
+        self._is_torch = is_torch
+        if program is not None:
+            self._levels, self._conductance, self._program = levels, conductance, program
+        self.shape = shape if is_torch else tuple(shape)  # torch.Size (a tuple) as in MemIntelli
+        self._version = next(_versions)
 
     # ---- MemIntelli's attributes, produced on access ----
 

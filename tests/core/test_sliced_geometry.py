@@ -189,3 +189,93 @@ def test_a_state_pickled_before_the_properties_loads():
     loaded.slice_method = (1, 1, 1, 1, 2, 2)
     with pytest.raises(ValueError, match=NOT_SLICED % "mat"):
         eng(x, loaded)
+
+
+# ---- the effective geometry decides (docs/semantics.md section 2): the granule rounded up to whole blocks,
+# a granularity name as the granule it stands for in this data (W is 64 x 48, blocks 32 x 32). The values
+# stored were compared before: an assignment that slices the data exactly as before dropped it.
+
+@pytest.mark.parametrize("given, equal", [
+    ((32, 32), (30, 30)), ((30, 30), (32, 32)), ((32, 32), (np.int64(17), 32)), ((32, 32), [31, 1]),
+    ("per-matrix", (64, 64)), ("per-matrix", (33, 48)), ((64, 48), "per-matrix"), ("per-row", (1, 48)),
+    ("per-col", (64, 1)), ("per-row", np.str_("per-row"))])
+def test_an_assignment_slicing_the_data_alike_keeps_the_slicing(given, equal):
+    eng = engine()
+    sd = sliced(weights(quant_gran=given), eng, W)
+    x = inputs(eng, (32, 32))
+    before, codes, version = eng(x, sd), sd._codes, sd._version
+    sd.quant_gran = equal
+    assert sd._codes is codes and sd._version == version
+    np.testing.assert_array_equal(eng(x, sd), before)
+    twin = sliced(weights(quant_gran=equal), eng, W)  # the slicing held is the one the new value gives
+    assert_same_slicing(sd, twin)
+    assert type(sd.quant_gran) in (tuple, str) and type(sd.quant_gran) is type(twin.quant_gran)
+
+
+@pytest.mark.parametrize("given, other", [((32, 32), (33, 32)), ((30, 30), (32, 64)), ("per-matrix", (64, 32)),
+                                          ("per-row", (1, 65)), ("per-col", "per-row"), ((32, 32), "per-row")])
+def test_an_assignment_slicing_the_data_otherwise_drops_it(given, other):
+    eng = engine()
+    sd = sliced(weights(quant_gran=given), eng, W)
+    sd.quant_gran = other
+    assert sd._codes is None and sd.shape is None
+    with pytest.raises(ValueError, match=NOT_SLICED % "mat"):
+        eng(inputs(eng, (32, 32)), sd)
+
+
+def test_a_granularity_name_is_read_by_its_characters():
+    class Agreeable(str):  # equal to every string: was taken for a granularity name, and stored as itself
+        __hash__ = str.__hash__
+
+        def __eq__(self, other):
+            return True
+
+    with pytest.raises(ValueError, match="argument 'quant_gran': expected None, 'per-matrix'"):
+        SlicedData((1, 1, 2, 2), quant_gran=Agreeable("per-block"))
+    sd = SlicedData((1, 1, 2, 2), quant_gran=np.str_("per-row"))
+    assert type(sd.quant_gran) is str and sd.quant_gran == "per-row"
+
+
+# ---- a geometry assigned from another thread while slice_data_imp slices (outside the lock): the slicing
+# was dropped at its commit, so slice_data_imp returned normally with no data. It now slices again with the
+# new geometry, so the data held is always the one its geometry gives.
+
+def _assign_during_slicing(monkeypatch, name, value):
+    import threading
+    from pyfastpim import sliced as sliced_module
+    real, calls = sliced_module._core.slice_quantize, []
+
+    def slice_quantize(*args, **kw):
+        calls.append(args[1:4])
+        if len(calls) == 1:  # another thread assigns while the first slicing runs
+            t = threading.Thread(target=setattr, args=(sd, name, value))
+            t.start()
+            t.join()
+        return real(*args, **kw)
+
+    monkeypatch.setattr(sliced_module._core, "slice_quantize", slice_quantize)
+    sd = weights()
+    return sd, calls
+
+
+@pytest.mark.parametrize("name, value, twin_kw", CHANGES)
+def test_a_geometry_assigned_while_slicing_is_the_one_sliced_with(monkeypatch, name, value, twin_kw):
+    sd, calls = _assign_during_slicing(monkeypatch, name, value)
+    eng = engine()
+    sd.slice_data_imp(eng, W)
+    monkeypatch.undo()
+    assert len(calls) == 2 and sd._codes is not None and sd.shape == W.shape
+    assert getattr(sd, name) == value or name == "slice_method" and sd._widths == value
+    twin = sliced(weights(**dict(twin_kw, **{name: value})), eng, W)
+    assert_same_slicing(sd, twin)
+    x = inputs(eng, sd.paral_size)
+    np.testing.assert_array_equal(eng(x, sd), eng(x, twin))
+
+
+def test_an_alike_geometry_assigned_while_slicing_slices_once(monkeypatch):
+    sd, calls = _assign_during_slicing(monkeypatch, "quant_gran", (30, 30))
+    eng = engine()
+    sd.slice_data_imp(eng, W)
+    monkeypatch.undo()
+    assert len(calls) == 1 and sd.quant_gran == (30, 30) and sd._granule == (32, 32)
+    assert_same_slicing(sd, sliced(weights(quant_gran=(30, 30)), eng, W))

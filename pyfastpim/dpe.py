@@ -329,6 +329,33 @@ def _settings_memo(raw):
     return tuple(memo)
 
 
+class _SettingValueError(ValueError, AttributeError):
+    """A computed engine attribute read while the settings it follows are invalid (see _derived)."""
+
+
+class _SettingTypeError(TypeError, AttributeError):
+    """As _SettingValueError, for a setting of a wrong type."""
+
+
+def _derived(fget):
+    """A property computed from other settings (Q_G from HGS, LGS and g_level, ...), which may be invalid
+    together while assigned one at a time (HGS set below LGS before LGS is lowered). Read then, it raises
+    the ValueError / TypeError of the settings' check, naming them, as an AttributeError too: the attribute
+    has no value with these settings, so hasattr, getattr(engine, name, default), inspect.getmembers,
+    debuggers and reprs take it as absent instead of failing, and a product checks the settings itself."""
+    def get(self):
+        try:
+            return fget(self)
+        except AttributeError:
+            raise
+        except ValueError as exc:
+            raise _SettingValueError(*exc.args) from None
+        except TypeError as exc:
+            raise _SettingTypeError(*exc.args) from None
+    get.__name__, get.__qualname__, get.__doc__ = fget.__name__, fget.__qualname__, fget.__doc__
+    return property(get)
+
+
 class DPETensor:
     """Dot-product engine simulating bit-sliced matrix products on memristor crossbars.
 
@@ -365,6 +392,11 @@ class DPETensor:
             voltage noise (with the call counter) and weight programming.
 
     :meth:`drift` ages the programmed conductances (G(t) = G(t0) (t/t0)^-nu, per-cell nu).
+
+    Attributes computed from others (``Q_G``, ``conductance_levels``, ``read_variation``,
+    ``program_seed``, ``noise_free``, ``radc_is_list``) read while the settings they follow are
+    invalid together (assigned one at a time) raise the settings' ValueError / TypeError as an
+    AttributeError too: hasattr, inspect.getmembers and debuggers take them as absent.
 
     Attributes ``seed`` and ``calls`` (the call counter, part of every noise counter) are
     inspectable; :meth:`reset` rewinds the counter (and sets a new seed when given one).
@@ -428,14 +460,14 @@ class DPETensor:
         from .devices import _engine_device
         self._cl, self._device = _engine_device(value)  # _cl None: CPU; ValueError / RuntimeError naming it
 
-    @property
+    @_derived
     def Q_G(self):
         """The level spacing (HGS - LGS) / (g_level - 1) of the current HGS, LGS and g_level (checked as
         the constructor checks them: ValueError / TypeError naming the argument)."""
         _core.check_conductance_range(self.HGS, self.LGS, self.g_level)
         return (self.HGS - self.LGS) / (self.g_level - 1)
 
-    @property
+    @_derived
     def conductance_levels(self):
         """The g_level conductances LGS + i * Q_G (float64) of the current HGS, LGS and g_level, made on
         each access (not read back by the products: editing the array changes nothing)."""
@@ -503,21 +535,21 @@ class DPETensor:
         """Philox key of the per-call noise (read, DAC): the seed, or, for an engine inherited by a
         forked or spawned worker that has a noise stream (:func:`pyfastpim.noise_stream`), a key
         mixed from the seed and that stream, so sibling workers draw distinct noise."""
-        return self._counter.noise_key(self.program_seed)
+        return self._counter.noise_key(_core.check_seed(self.seed))
 
-    @property
+    @_derived
     def program_seed(self):
         """Seed of weight programming (write variation, stuck-at faults): the engine seed, as the constructor
         reads it (an assigned None is ``DEFAULT_SEED``; an invalid one its TypeError / ValueError)."""
         return _core.check_seed(self.seed)
 
-    @property
+    @_derived
     def noise_free(self):
         """True when every noise source is off: results are then exact (docs/semantics.md section 7.1)."""
         return (self.write_variation == 0 and self.vnoise == 0 and self.rate_stuck_HGS == 0
                 and self.rate_stuck_LGS == 0 and self._read_sigmas() is None)
 
-    @property
+    @_derived
     def read_variation(self):
         """Read-noise sigma per conductance level, ``{level: sigma}`` for levels ``0..g_level-1``.
 
@@ -618,7 +650,7 @@ class DPETensor:
         (pyfastpim.memintelli's engine holds MemIntelli's reversed tensor instead)."""
         return self.radc
 
-    @property
+    @_derived
     def radc_is_list(self):
         """True when radc gives one resolution per weight slice (_radc_form's rule, on radc as it is now)."""
         return _radc_is_list(self.radc)
@@ -897,7 +929,7 @@ class DPETensor:
             if memo is not None:
                 self.__dict__["_checked_memo"] = (memo, s)
         return (int(s["g_level"]), float(s["HGS"]), float(s["LGS"]), s["write_variation"], s["rate_stuck_HGS"],
-                s["rate_stuck_LGS"], self.program_seed)
+                s["rate_stuck_LGS"], _core.check_seed(self.seed))
 
     def _ensure_programmed(self, mat):
         """Re-programs weights that were sliced with another engine's device parameters."""

@@ -163,3 +163,50 @@ def test_memintelli_radc_tensor_assigned_follows_the_constructors_rule(bad, exc)
     got = outcome(lambda: pyfastpim.dpe_matmul(x, w, eng, input_paral_size=(1, 8), weight_paral_size=(8, 4),
                                                input_quant_gran=(1, 8), weight_quant_gran=(8, 4)))
     assert got is not None and got[0] is exc and "argument 'radc'" in got[1], got
+
+
+INVALID_TOGETHER = [(dict(HGS=1e-8), "LGS", "Q_G"), (dict(LGS=1.0), "LGS", "conductance_levels"),
+                    (dict(g_level=1), "g_level", "Q_G"), (dict(g_level="x"), "g_level", "read_variation"),
+                    (dict(HGS="x"), "HGS", "Q_G"), (dict(seed=-1), "seed", "program_seed"),
+                    (dict(seed="s"), "seed", "program_seed")]
+
+
+@pytest.mark.parametrize("cls", [pyfastpim.DPETensor, MemDPETensor], ids=["pyfastpim", "memintelli"])
+@pytest.mark.parametrize("settings, named, attr", INVALID_TOGETHER)
+def test_settings_invalid_together_leave_the_engine_inspectable(cls, settings, named, attr):
+    """Settings assigned one at a time may be invalid together for a while (HGS below LGS until LGS is
+    lowered). Reading Q_G, conductance_levels, read_variation or program_seed then raised their ValueError /
+    TypeError, which hasattr, getattr(e, name, default) and inspect.getmembers (debuggers, IDEs, reprs
+    listing attributes) let through. They now raise it as an AttributeError too: absent for those tools,
+    still the constructor's exception naming the setting when read, and a product still refuses the settings."""
+    import copy
+    import pickle
+    engine = cls(seed=SEED, **NOISE_OFF)
+    for k, v in settings.items():
+        setattr(engine, k, v)
+    assert not hasattr(engine, attr) and getattr(engine, attr, "absent") == "absent"
+    members = dict(inspect.getmembers(engine))
+    assert attr not in members and all(members[k] == v for k, v in settings.items())
+    assert "DPETensor" in repr(engine) and engine._repr_html_()
+    with pytest.raises((ValueError, TypeError), match="argument '%s'" % named) as read:
+        getattr(engine, attr)
+    got = _outcome(lambda: _matmul(engine))
+    # the product's own exception is no AttributeError (nn.Module.__getattr__ would mask it inside a layer)
+    assert got[0] in (ValueError, TypeError) and issubclass(read.type, got[0]), got
+    assert "argument '%s'" % named in got[1], got
+    for copied in (copy.copy(engine), copy.deepcopy(engine), pickle.loads(pickle.dumps(engine))):
+        assert all(getattr(copied, k) == v for k, v in settings.items()) and not hasattr(copied, attr)
+        assert _outcome(lambda: _matmul(copied)) == got
+    twin = cls(seed=SEED, **NOISE_OFF)
+    for k in settings:  # valid again: the attribute follows the settings
+        setattr(engine, k, getattr(twin, k))
+    assert _equal(getattr(engine, attr), getattr(twin, attr)) and engine.Q_G == twin.Q_G
+
+
+def test_settings_made_valid_one_at_a_time_read_as_constructed():
+    engine = pyfastpim.DPETensor(seed=SEED)
+    engine.HGS = 1e-8  # below LGS = 1e-7 until LGS is lowered
+    assert not hasattr(engine, "Q_G") and not hasattr(engine, "conductance_levels")
+    engine.LGS = 1e-9
+    twin = pyfastpim.DPETensor(HGS=1e-8, LGS=1e-9, seed=SEED)
+    assert engine.Q_G == twin.Q_G and np.array_equal(engine.conductance_levels, twin.conductance_levels)

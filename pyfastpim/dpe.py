@@ -227,6 +227,18 @@ def _check_crossbar_rows(input_paral_size, rows, args="argument 'input_paral_siz
                          % (args, input_paral_size[1], rows_name, rows))
 
 
+def _check_conv_weights(w_sliced, shape, kh, kw, input_paral_size):
+    """forward_conv2d's checks of the sliced weights against the image ``shape`` and the kernel: sliced, their
+    rows the patch size, their block rows the input's block columns (ValueError naming the arguments)."""
+    if w_sliced._codes is None and w_sliced._levels is None:
+        raise ValueError("argument 'w_sliced': the weights are not sliced yet (call slice_data_imp)")
+    K = shape[1] * kh * kw
+    if K != w_sliced.shape[0]:
+        raise ValueError("argument 'x': %d channels x %dx%d kernel = %d patch values, but the weights have %d rows"
+                         % (shape[1], kh, kw, K, w_sliced.shape[0]))
+    _check_crossbar_rows(input_paral_size, w_sliced.paral_size[0])
+
+
 @contextlib.contextmanager
 def _renamed(core_name, name):
     """Inside the block, a TypeError / ValueError naming argument ``core_name`` (the name a callee gives
@@ -623,6 +635,8 @@ class DPETensor:
         from .physics import commit_physics, physics_work, solve_physics
         from .sliced import _state_lock
         with _state_lock:
+            if mat._codes is None:  # its geometry assigned meanwhile (another thread): the product's check refuses it
+                return
             self._ensure_programmed(mat)
             work = physics_work(self, mat)
         if work is not None:
@@ -732,6 +746,9 @@ class DPETensor:
         from .sliced import _state_lock, packed_weights
         self._prepare_weights(mat)
         with _state_lock:  # one consistent programming of mat, even if another thread re-programs it
+            if x._codes is None or mat._codes is None or x.paral_size[1] != mat.paral_size[0] \
+                    or x.shape[-1] != mat.shape[-2]:  # a geometry assigned (or data re-sliced) since the check
+                self._check_pair(x, mat, None)  # raises the check's own error for what changed
             self._ensure_programmed(mat)
             w_conductance, w_scale = self._weights_operand(mat)  # IR drop / drift (pyfastpim.physics)
             args = (x._codes, x._gran_scale, x._granule, x._widths,
@@ -869,10 +886,7 @@ class DPETensor:
         if len(shape) != 4:
             raise ValueError("argument 'x': expected a 4-D (N, C, H, W) input, got shape %r" % (shape,))
         K = shape[1] * kh * kw
-        if K != w_sliced.shape[0]:
-            raise ValueError("argument 'x': %d channels x %dx%d kernel = %d patch values, but the weights have %d rows"
-                             % (shape[1], kh, kw, K, w_sliced.shape[0]))
-        _check_crossbar_rows(input_paral_size, w_sliced.paral_size[0])
+        _check_conv_weights(w_sliced, shape, kh, kw, input_paral_size)
         self._check_exact_sums(w_sliced.paral_size[0], _ROWS_LAYER)
         if bfp != bool(w_sliced.bw_e):
             raise ValueError("input and weights must both be INT (bw_e=None) or both BFP")
@@ -896,6 +910,7 @@ class DPETensor:
         from .sliced import _state_lock, packed_weights
         self._prepare_weights(w_sliced)
         with _state_lock:  # one consistent programming of w_sliced (see _run)
+            _check_conv_weights(w_sliced, shape, kh, kw, input_paral_size)  # a geometry assigned since the check
             self._ensure_programmed(w_sliced)
             w_conductance, w_scale = self._weights_operand(w_sliced)
             args = (x, (kh, kw), (sh, sw), (ph, pw), (dh, dw), granule, x_widths, bfp,

@@ -279,3 +279,48 @@ def test_an_alike_geometry_assigned_while_slicing_slices_once(monkeypatch):
     monkeypatch.undo()
     assert len(calls) == 1 and sd.quant_gran == (30, 30) and sd._granule == (32, 32)
     assert_same_slicing(sd, sliced(weights(quant_gran=(30, 30)), eng, W))
+
+
+# ---- a geometry assigned from another thread while a product runs, between its checks and its kernel call
+# (the engine's _prepare_weights, outside the lock): the product passed the dropped slicing's None arrays on
+# (TypeError "argument 'x_granule': expected a pair of ints, got NoneType", or the programming's 'codes').
+# It now raises the check's own "not sliced yet" ValueError, naming its argument.
+
+def _assign_during_product(monkeypatch, eng, target, name, value):
+    import threading
+    real = eng._prepare_weights
+
+    def prepare(mat):
+        t = threading.Thread(target=setattr, args=(target, name, value))
+        t.start()
+        t.join()
+        return real(mat)
+
+    monkeypatch.setattr(eng, "_prepare_weights", prepare)
+
+
+@pytest.mark.parametrize("which, name, value", [("x", "quant_gran", (1, 64)), ("x", "slice_method", (1, 2, 2)),
+                                                ("mat", "paral_size", (16, 16)), ("mat", "quant_gran", "per-row")])
+def test_a_geometry_assigned_during_a_product_is_refused_as_not_sliced(monkeypatch, which, name, value):
+    eng = engine()
+    w = sliced(weights(), eng, W)
+    x = inputs(eng, (32, 32))
+    eng(x, w)  # programmed and packed
+    _assign_during_product(monkeypatch, eng, x if which == "x" else w, name, value)
+    with pytest.raises(ValueError, match=NOT_SLICED % which):
+        eng(x, w)
+
+
+def test_a_geometry_assigned_during_a_convolution_is_refused_as_not_sliced(monkeypatch):
+    eng = engine()
+    w = sliced(weights(), eng, W[:18])
+    image = RNG.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    want = eng.forward_conv2d(image, w, 3, input_paral_size=(1, 32), input_quant_gran=(1, 32))[0]
+    _assign_during_product(monkeypatch, eng, w, "paral_size", (16, 16))
+    with pytest.raises(ValueError, match=NOT_SLICED % "w_sliced"):
+        eng.forward_conv2d(image, w, 3, input_paral_size=(1, 32), input_quant_gran=(1, 32))
+    monkeypatch.undo()
+    w.paral_size = (32, 32)
+    sliced(w, eng, W[:18])
+    np.testing.assert_array_equal(eng.forward_conv2d(image, w, 3, input_paral_size=(1, 32),
+                                                     input_quant_gran=(1, 32))[0], want)

@@ -675,7 +675,7 @@ class SlicedData:
         if is_weight and ndim != 2:
             raise ValueError("argument 'data': weights must be 2-D (rows, cols), got %d dimensions" % ndim)
         program = _check_engine(engine) if is_weight else None  # everything programming depends on
-        rows, cols = data.shape[-2:]
+        rows, cols = data.shape[-2:] if ndim >= 2 else (1, 1)  # fewer dimensions: the core refuses the data
         while True:
             with _state_lock:
                 geometry = self._geometry()

@@ -324,3 +324,11 @@ def test_a_geometry_assigned_during_a_convolution_is_refused_as_not_sliced(monke
     sliced(w, eng, W[:18])
     np.testing.assert_array_equal(eng.forward_conv2d(image, w, 3, input_paral_size=(1, 32),
                                                      input_quant_gran=(1, 32))[0], want)
+
+
+@pytest.mark.parametrize("data", [np.ones(5, np.float32), np.float32(1)], ids=["1-D", "0-D"])
+def test_data_of_too_few_dimensions_gets_the_cores_refusal(data):
+    # the geometry comparison of slice_data_imp (the data's rows and columns) must not refuse it first
+    # (it unpacked data.shape[-2:]: "not enough values to unpack", found by tests/api/test_fuzz.py)
+    with pytest.raises(ValueError, match=r"argument 'data': expected a 2-D \(rows, cols\) or 3-D"):
+        SlicedData((1, 1, 2)).slice_data_imp(engine(), data)

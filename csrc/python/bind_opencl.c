@@ -639,8 +639,8 @@ static PyObject *forget_key(PfCLDevice *self, PyObject *key)
  * child's copy of the cache is not the parent's: changing it there would release nothing). */
 static PyObject *PfCLDevice_forget_weights(PfCLDevice *self, PyObject *key)
 {
-    if (fork_check_dev("forget_weights()", self->dev) < 0)
-        return NULL;
+    if (PyObject_Hash(key) == -1 || fork_check_dev("forget_weights()", self->dev) < 0)
+        return NULL; /* a bad key is a TypeError first, as the setters check their value first */
     return forget_key(self, key);
 }
 

@@ -453,12 +453,17 @@ def _child_uses_every_handle_member(q, handle, values, holder, dying):
             except Exception as exc:  # noqa: BLE001 - reported to the parent
                 out[name, op] = "%s: %s" % (type(exc).__name__, exc)
     out["repr", "get"] = "ok" if repr(handle).startswith("<pyfastpim OpenCL device") else repr(handle)
+    try:
+        handle.forget_weights([])
+        bad_key = "no error"
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        bad_key = type(exc).__name__
     before = handle.resident_bytes
     dying.clear()  # the SlicedData programmed on the parent's device dies here: its finalizer runs
     gc.collect()
     holder.clear()  # a handle of the parent's, freed here: no OpenCL call (no hang)
     gc.collect()
-    q.put(("ok", out, unraisable, before, handle.resident_bytes))
+    q.put(("ok", out, unraisable, before, handle.resident_bytes, bad_key))
 
 
 @pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform")
@@ -482,8 +487,8 @@ def test_fork_child_refuses_forget_weights_and_answers_or_refuses_every_handle_m
     holder = [pyfastpim._core.OpenCLDevice(info["platform"], info["device"])]
     holder[0].build()
     values = {name: getattr(handle, name) for name in ("mvm_kernel", "pair_slices", "piece_time", "resident_budget")}
-    status, out, unraisable, before, after = _run_child("fork", _child_uses_every_handle_member, handle, values,
-                                                        holder, dying)
+    res = _run_child("fork", _child_uses_every_handle_member, handle, values, holder, dying)
+    out, unraisable, before, after, bad_key = res[1:]
     dev = "'opencl:%d:%d' (%s)" % (info["platform"], info["device"], info["name"])
     unknown = {name for name, op in out if op == "call" and name not in _HANDLE_CALLS}
     assert not unknown, "add these handle methods to _HANDLE_CALLS: %s" % sorted(unknown)
@@ -494,6 +499,7 @@ def test_fork_child_refuses_forget_weights_and_answers_or_refuses_every_handle_m
             assert msg.startswith("RuntimeError: ") and dev in msg, (name, op, msg)
             assert "OpenCL device handles do not survive fork" in msg, (name, op, msg)
     assert out["forget_weights", "call"].startswith("RuntimeError: forget_weights(): "), out["forget_weights", "call"]
+    assert bad_key == "TypeError"  # an unhashable key is a bad argument first, as a setter's bad value is
     assert unraisable == [], unraisable
     assert after == before > 0  # the finalizer changed nothing in the child
     # the parent's handle keeps its weights and gives the same product

@@ -236,7 +236,7 @@ def cl_dpe_mvm(handle, *args, weights_key=None, **kwargs):
     any hashable identifying the programmed weights, e.g. ``(id(sliced), sliced._version)``; the
     device keeps those weights resident between calls (on discrete devices they cross the bus
     once) and releases them when a key with the same first item but another version arrives, when
-    ``handle.forget_weights(first item)`` is called (pyfastpim's engines call it when the SlicedData
+    ``handle.forget_weights(first item)`` is called (pyfastpim's engines do so when the SlicedData
     dies), or when the handle is freed. The cache is bounded by bytes, ``handle.resident_budget``
     (default a quarter of the device memory; least recently used sets are evicted past it, and a
     set larger than the budget is transferred for its call only); ``handle.resident_bytes`` is what

@@ -272,7 +272,7 @@ def _resident_key(handle, mat):
     if seen is None:
         seen = _registered[mat] = set()
     if id(handle) not in seen:
-        weakref.finalize(mat, handle.forget_weights, id(mat)).atexit = False
+        weakref.finalize(mat, handle._weights_died, id(mat)).atexit = False  # quiet in a forked child
         seen.add(id(handle))
     return (id(mat), mat._version)
 

@@ -612,10 +612,11 @@ static PyObject *PfCLDevice_release(PfCLDevice *self, PyObject *noargs)
     Py_RETURN_NONE;
 }
 
-/* forget_weights(key): release the resident weights of key (or of tuple keys
- * starting with key) now, or at the next call when the device is busy (so it
- * is safe from finalizers, which may run while this thread holds the lock). */
-static PyObject *PfCLDevice_forget_weights(PfCLDevice *self, PyObject *key)
+/* Releases the resident weights of key (or of tuple keys starting with key) now, or at the next call
+ * when the device is busy (so it is safe from finalizers, which may run while this thread holds the
+ * lock). Not in a forked child: the caller refuses there (forget_weights) or does nothing
+ * (_weights_died). */
+static PyObject *forget_key(PfCLDevice *self, PyObject *key)
 {
     if (PyObject_Hash(key) == -1)
         return NULL;
@@ -632,6 +633,24 @@ static PyObject *PfCLDevice_forget_weights(PfCLDevice *self, PyObject *key)
     if (rc < 0)
         return NULL;
     Py_RETURN_NONE;
+}
+
+/* forget_weights(key): forget_key, refused in a forked child as every other use of the handle (the
+ * child's copy of the cache is not the parent's: changing it there would release nothing). */
+static PyObject *PfCLDevice_forget_weights(PfCLDevice *self, PyObject *key)
+{
+    if (PyObject_Hash(key) == -1 || fork_check_dev("forget_weights()", self->dev) < 0)
+        return NULL; /* a bad key is a TypeError first, as the setters check their value first */
+    return forget_key(self, key);
+}
+
+/* _weights_died(key): what a SlicedData's finalizer calls (pyfastpim/dpe.py): forget_key, and nothing
+ * in a forked child, where a finalizer must neither raise nor touch the parent's handle. */
+static PyObject *PfCLDevice_weights_died(PfCLDevice *self, PyObject *key)
+{
+    if (cl_forked())
+        Py_RETURN_NONE;
+    return forget_key(self, key);
 }
 
 static PyObject *PfCLDevice_get_resident_bytes(PfCLDevice *self, void *closure)
@@ -822,7 +841,11 @@ static PyMethodDef PfCLDevice_methods[] = {
      "release()\n--\n\nRelease resident weights and scratch buffers (the kernels stay built)."},
     {"forget_weights", (PyCFunction)PfCLDevice_forget_weights, METH_O,
      "forget_weights(key)\n--\n\nRelease the resident weights whose weights_key is key or a tuple starting with key "
-     "(now, or at the next call when the device is busy). pyfastpim calls it when a SlicedData dies."},
+     "(now, or at the next call when the device is busy); RuntimeError in a forked child, as every use of a "
+     "parent's handle."},
+    {"_weights_died", (PyCFunction)PfCLDevice_weights_died, METH_O,
+     "_weights_died(key)\n--\n\nforget_weights(key) for the finalizer of a SlicedData that dies (pyfastpim calls "
+     "it), except in a forked child, where it does nothing and raises nothing."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -423,3 +423,85 @@ def test_fork_after_a_failed_open_is_refused_in_the_child_without_an_opencl_call
     queries, msg = out.strip().split("|", 1)
     assert queries == "0", out
     assert "forked" in msg and "do not survive fork" in msg, msg
+
+
+# Every method and attribute of an OpenCL handle, with the arguments a child uses them with. A name
+# missing here fails the test below, so that a new one is checked in a forked child too.
+_HANDLE_CALLS = {
+    "build": (), "_kernel_table": (), "_check_kernel_args": ("pf_dpe_mvm", 1), "mvm_uses_tiled": (32,),
+    "release": (), "forget_weights": ("forked-key",), "_weights_died": ("forked-key",),
+}
+# attributes a forked child answers from the handle's host-side copy (no OpenCL call, no lock)
+_HOST_SIDE = {"info", "mvm_kernel", "pair_slices", "piece_time", "resident_bytes", "resident_budget"}
+
+
+def _child_uses_every_handle_member(q, handle, values, holder, dying):
+    import gc
+    import sys
+    unraisable = []
+    sys.unraisablehook = lambda u: unraisable.append("%r in %r" % (u.exc_value, u.object))
+    out = {}
+    for name in sorted(n for n in dir(type(handle)) if not n.startswith("__")):
+        attr = getattr(type(handle), name)
+        ops = [("call", lambda: getattr(handle, name)(*_HANDLE_CALLS[name]))] if callable(attr) else \
+            [("get", lambda: getattr(handle, name))] + \
+            ([("set", lambda: setattr(handle, name, values[name]))] if name in values else [])
+        for op, fn in ops:
+            try:
+                fn()
+                out[name, op] = "ok"
+            except Exception as exc:  # noqa: BLE001 - reported to the parent
+                out[name, op] = "%s: %s" % (type(exc).__name__, exc)
+    out["repr", "get"] = "ok" if repr(handle).startswith("<pyfastpim OpenCL device") else repr(handle)
+    try:
+        handle.forget_weights([])
+        bad_key = "no error"
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        bad_key = type(exc).__name__
+    before = handle.resident_bytes
+    dying.clear()  # the SlicedData programmed on the parent's device dies here: its finalizer runs
+    gc.collect()
+    holder.clear()  # a handle of the parent's, freed here: no OpenCL call (no hang)
+    gc.collect()
+    q.put(("ok", out, unraisable, before, handle.resident_bytes, bad_key))
+
+
+@pytest.mark.skipif(NPLAT == 0, reason="no OpenCL platform")
+def test_fork_child_refuses_forget_weights_and_answers_or_refuses_every_handle_member():
+    """In a child forked after the parent programmed weights on an OpenCL handle, handle.forget_weights(key)
+    changed the child's copy of the resident-weights bookkeeping (which the parent does not share) instead of
+    refusing as every other use of the handle does; it now raises the fork RuntimeError naming the device.
+    A SlicedData programmed on that handle dying in the child (its finalizer) raises nothing (no 'Exception
+    ignored') and changes nothing. Every other method and attribute of the handle either answers from its
+    host-side state or raises that RuntimeError; freeing a parent's handle in the child does not hang; the
+    parent's handle and its resident weights are untouched."""
+    eng = _quiet_engine("opencl")
+    handle = eng._cl
+    x, w = _inputs()
+    dying = [pyfastpim.SlicedData((1, 1, 2, 4), is_weight=True, paral_size=(32, 8), quant_gran=(32, 8))]
+    dying[0].slice_data_imp(eng, w)
+    expected = np.asarray(eng.forward_linear(x[0], dying[0], (1, 1, 2, 4))[0])
+    key = (id(dying[0]), dying[0]._version)
+    assert key in handle.resident_weights
+    info = handle.info
+    holder = [pyfastpim._core.OpenCLDevice(info["platform"], info["device"])]
+    holder[0].build()
+    values = {name: getattr(handle, name) for name in ("mvm_kernel", "pair_slices", "piece_time", "resident_budget")}
+    res = _run_child("fork", _child_uses_every_handle_member, handle, values, holder, dying)
+    out, unraisable, before, after, bad_key = res[1:]
+    dev = "'opencl:%d:%d' (%s)" % (info["platform"], info["device"], info["name"])
+    unknown = {name for name, op in out if op == "call" and name not in _HANDLE_CALLS}
+    assert not unknown, "add these handle methods to _HANDLE_CALLS: %s" % sorted(unknown)
+    for (name, op), msg in out.items():
+        if name in _HOST_SIDE and op == "get" or name in ("repr", "_weights_died"):
+            assert msg == "ok", (name, op, msg)
+        else:
+            assert msg.startswith("RuntimeError: ") and dev in msg, (name, op, msg)
+            assert "OpenCL device handles do not survive fork" in msg, (name, op, msg)
+    assert out["forget_weights", "call"].startswith("RuntimeError: forget_weights(): "), out["forget_weights", "call"]
+    assert bad_key == "TypeError"  # an unhashable key is a bad argument first, as a setter's bad value is
+    assert unraisable == [], unraisable
+    assert after == before > 0  # the finalizer changed nothing in the child
+    # the parent's handle keeps its weights and gives the same product
+    assert key in handle.resident_weights
+    np.testing.assert_array_equal(np.asarray(eng.forward_linear(x[0], dying[0], (1, 1, 2, 4))[0]), expected)

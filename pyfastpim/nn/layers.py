@@ -9,7 +9,9 @@ Weights are programmed once and cached. A layer re-programs itself automatically
 weight changed since it was programmed; the rule, checked cheaply on every forward, is:
 
     the weight's ``(_version, data_ptr, shape, dtype)`` or the engine object differs from
-    the values recorded at programming.
+    the values recorded at programming; a weight in shared host memory (``module.share_memory()``, a
+    tensor received through torch.multiprocessing) also when its values differ from a copy taken at
+    programming (another process's in-place writes, e.g. Hogwild training, move no version counter here).
 
 ``_version`` is bumped by every in-place update of the parameter itself (optimizer steps,
 ``load_state_dict``, DDP's initial broadcast, ``with torch.no_grad(): w.mul_(2)``);
@@ -217,6 +219,16 @@ def _conv_out_hw(hw, kernel_size, stride, padding, dilation):
 # ----------------------------------------------------------------------------- autograd functions
 
 
+def _shared_snapshot(w, copy=True):
+    """A copy of the weight tensor w's values when w lies in shared host memory (``module.share_memory()``,
+    a tensor received through torch.multiprocessing), else None; copy=False: w itself (detached) instead
+    of a copy. Another process writes such a weight in place (Hogwild training) without moving this
+    process's version counter of it, so a layer compares its values with this copy at each forward."""
+    if w.device.type != "cpu" or not w.is_shared():  # CUDA tensors all read as shared
+        return None
+    return w.detach().clone() if copy else w.detach()
+
+
 def _positive_int(v, name):
     """A layer size: an int (a NumPy integer too; not a bool or a float: _core.check_number, the type rule
     of every entry point) >= 1; TypeError / ValueError naming the argument."""
@@ -358,6 +370,7 @@ class _MemLayer(nn.Module):
         self._weight_sliced = None
         self._programmed_key = None
         self._programmed_ref = None  # the weight tensor programmed: its storage (address) stays alive
+        self._programmed_snapshot = None  # a copy of its values when it lies in shared memory (_shared_snapshot)
         if engine is not None:
             self.update_weight()
 
@@ -399,8 +412,9 @@ class _MemLayer(nn.Module):
         # the key is read before the values: an in-place step from another thread while they are sliced
         # then leaves the key stale (the next forward re-programs) instead of keying the old values as new
         key = self._weight_key(w)
-        sliced.slice_data_imp(self.engine, self._weight_matrix(w))
-        self._set_programmed(sliced, w, key)
+        snapshot = _shared_snapshot(w)  # before the values too: a write from another process while they are
+        sliced.slice_data_imp(self.engine, self._weight_matrix(w))  # sliced leaves it stale (re-programs)
+        self._set_programmed(sliced, w, key, snapshot)
 
     def _adopt_weight_sliced_settings(self, current):
         """The layer's weight settings (weight_slice, bw_e, weight_paral_size, weight_quant_gran) taken
@@ -422,19 +436,31 @@ class _MemLayer(nn.Module):
         self._weight_slice = widths
         self.weight_slice_method = self._weight_slice_tensor = torch.tensor(widths).to(self.weight.device)
 
-    def _set_programmed(self, sliced, w, key=None):
-        """sliced: the programmed weights, programmed from the weight tensor w (whose key, read before
-        its values, is key; None: read now)."""
+    def _set_programmed(self, sliced, w, key=None, snapshot=False):
+        """sliced: the programmed weights, programmed from the weight tensor w (whose key and shared-memory
+        snapshot, read before its values, are key and snapshot; None / False: read now)."""
         if sliced is None:
-            key = ref = None
+            key = ref = snapshot = None
         else:
             key = self._weight_key(w) if key is None else key
+            snapshot = _shared_snapshot(w) if snapshot is False else snapshot
             # holding the programmed storage keeps its address from being reused by a new storage
             # assigned through `weight.data = t` (which leaves _version unchanged) or by the next
             # tensor a parametrization computes
             ref = w.detach()
         with _programmed_lock:
             self._weight_sliced, self._programmed_key, self._programmed_ref = sliced, key, ref
+            self._programmed_snapshot = snapshot
+
+    def _is_stale(self, w, key, sliced, programmed_key, snapshot):
+        """Whether the programmed weights sliced (of programmed_key and snapshot) are not those of the weight
+        tensor w (of key): never programmed, w's key differs, or w lies in shared host memory and its values
+        differ from the snapshot taken at programming (another process wrote them)."""
+        if sliced is None or programmed_key != key:
+            return True
+        if _shared_snapshot(w, copy=False) is None:
+            return False
+        return snapshot is None or not torch.equal(snapshot, w.detach())
 
     def _programmed_for(self, w):
         """The programmed weights of the weight tensor w (self.weight as the forward read it, once),
@@ -442,7 +468,8 @@ class _MemLayer(nn.Module):
         key = self._weight_key(w)
         with _programmed_lock:
             sliced, programmed_key = self._weight_sliced, self._programmed_key
-        if sliced is None or programmed_key != key:
+            snapshot = self.__dict__.get("_programmed_snapshot")  # absent in layers pickled before it existed
+        if self._is_stale(w, key, sliced, programmed_key, snapshot):
             try:
                 if type(self).update_weight is _MemLayer.update_weight:
                     self._program(w)
@@ -499,6 +526,7 @@ class _MemLayer(nn.Module):
         state["_weight_sliced"] = None
         state["_programmed_key"] = None
         state["_programmed_ref"] = None
+        state["_programmed_snapshot"] = None
         return state
 
     def __deepcopy__(self, memo):
@@ -518,8 +546,9 @@ class _MemLayer(nn.Module):
             input_slice = self._input_slice
         except (TypeError, ValueError):  # an invalid input_slice_method assigned: the next forward names it,
             input_slice = "%r (invalid)" % (self.input_slice_method,)  # but print(model) must still work
-        key = self._programmed_key
-        current = key is not None and key == self._weight_key(self.weight)
+        w = self.weight
+        current = not self._is_stale(w, self._weight_key(w), self._weight_sliced, self._programmed_key,
+                                     self.__dict__.get("_programmed_snapshot"))
         state = "programmed" if current else "re-programs on next forward"
         return ("input_slice=%s, weight_slice=%s, bw_e=%s, input_paral_size=%s, weight_paral_size=%s, "
                 "input_quant_gran=%s, weight_quant_gran=%s, engine=(%s), device=%s, %s"

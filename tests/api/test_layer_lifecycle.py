@@ -141,6 +141,56 @@ def test_layers_built_under_inference_mode_work(kind):
         assert torch.equal(model(x), halved)
 
 
+def _negate_weight_in_place(layer):
+    with torch.no_grad():
+        layer.weight.mul_(-1)
+
+
+@pytest.mark.parametrize("method,kind,memintelli", [("fork", "linear", False), ("fork", "conv", False),
+                                                    ("fork", "linear", True), ("spawn", "linear", False)])
+def test_a_shared_weight_written_by_another_process_reprograms(method, kind, memintelli):
+    """Hogwild training (torch's MNIST Hogwild example): after `model.share_memory()` worker processes
+    step the weights in place in shared memory, which moves their version counters, not this process's,
+    and the parent then evaluates the model. The layer computed with the weights programmed before the
+    workers ran (found passing layers to torch.multiprocessing workers); it now compares a shared
+    weight with a copy of what it programmed and re-programs."""
+    from helpers import CHILD_TIMEOUT
+    cls = None
+    if memintelli:
+        from pyfastpim.memintelli.NN_layers import LinearMem as cls
+    layer, shape = _small_layer(kind, cls)
+    layer.share_memory()
+    x = torch.randn(shape)
+    original = layer.weight.detach().clone()
+    with torch.no_grad():
+        before = layer(x)                                  # programs the shared weights
+    assert "programmed" in repr(layer) and "re-programs" not in repr(layer)
+    worker = torch.multiprocessing.get_context(method).Process(target=_negate_weight_in_place, args=(layer,))
+    worker.start()
+    worker.join(CHILD_TIMEOUT)
+    assert worker.exitcode == 0
+    assert torch.equal(layer.weight, -original)            # the worker's write is this layer's weight
+    shown = repr(layer)
+    with torch.no_grad():
+        after = layer(x)
+    assert torch.equal(after, fresh_output(layer, x))
+    assert not torch.equal(after, before)
+    assert "re-programs on next forward" in shown and "re-programs" not in repr(layer)
+    state = layer.__getstate__()                           # the copy is derived state, as the cells are
+    assert state["_programmed_snapshot"] is None
+
+
+def test_a_weight_not_in_shared_memory_keeps_no_copy():
+    layer, shape = _small_layer("linear")
+    with torch.no_grad():
+        layer(torch.randn(shape))
+    assert layer._programmed_snapshot is None
+    layer.share_memory()
+    with torch.no_grad():
+        layer(torch.randn(shape))
+    assert torch.equal(layer._programmed_snapshot, layer.weight)
+
+
 def test_programmed_reference_is_not_state():
     layer = LinearMem(engine(), 8, 4, S8, S8)
     layer(torch.randn(2, 8))

@@ -45,6 +45,7 @@ import threading
 
 import torch
 import torch.nn as nn
+from torch.nn.utils import parametrize as _parametrize
 
 from .. import _core
 from ..dpe import _pair  # the one int-or-pair checker (forward_conv2d's too)
@@ -535,7 +536,10 @@ class _MemLayer(nn.Module):
             memo.setdefault(id(self.engine), self.engine)
         new = self.__class__.__new__(self.__class__)
         memo[id(self)] = new
-        state = self.__getstate__()
+        # a parametrized layer's class (torch.nn.utils.parametrize) refuses __getstate__, for pickling only:
+        # torch deep-copies such a module (its default __deepcopy__), so a parametrized layer copies too
+        parametrized = _parametrize.is_parametrized(self)
+        state = _MemLayer.__getstate__(self) if parametrized else self.__getstate__()
         for key, value in state.items():
             object.__setattr__(new, key, copy.deepcopy(value, memo))
         return new

@@ -463,7 +463,7 @@ def test_parametrized_weight_is_programmed_once_per_forward(kind, grad):
         layer, shape = Conv1dMem(engine(), 3, 5, 3, S8, S8), (2, 3, 9)
     else:
         layer, shape = _small_layer(kind)
-    twin = copy.deepcopy(layer)  # (a parametrized module cannot be deep-copied)
+    twin = copy.deepcopy(layer)  # the unparametrized layer, programmed with the halved weights below
     halve = _Halve()
     parametrize.register_parametrization(layer, "weight", halve)
     original = layer.parametrizations.weight.original
@@ -483,6 +483,59 @@ def test_parametrized_weight_is_programmed_once_per_forward(kind, grad):
             original.grad = None
             out.square().sum().backward()
             assert original.grad is not None and original.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("kind", ["linear", "conv", "conv1d"])
+def test_a_parametrized_layer_deep_copies_as_a_parametrized_nn_linear_does(kind):
+    """torch deep-copies a parametrized module (its class refuses only pickling). The layers' __deepcopy__
+    called the parametrized class's __getstate__, which raises torch's 'Serialization of parametrized
+    modules' RuntimeError, so copy.deepcopy of a parametrized LinearMem / Conv2dMem failed where that of a
+    parametrized nn.Linear works (found deep-copying modules with their weights under a parametrization)."""
+    from torch.nn.utils import parametrize
+    from pyfastpim.memintelli.NN_layers import Conv1dMem
+    if kind == "conv1d":
+        torch.manual_seed(0)
+        layer, shape = Conv1dMem(engine(), 3, 5, 3, S8, S8), (2, 3, 9)
+    else:
+        layer, shape = _small_layer(kind)
+    parametrize.register_parametrization(layer, "weight", _Halve())
+    x = torch.randn(shape)
+    with torch.no_grad():
+        before = layer(x)
+    twin = copy.deepcopy(layer)
+    assert parametrize.is_parametrized(twin, "weight") and twin.engine is layer.engine
+    with torch.no_grad():
+        assert torch.equal(twin(x), before)
+        twin.parametrizations.weight.original.mul_(-1)   # an in-place edit of the copy only
+        assert torch.equal(layer(x), before)
+        edited = twin(x)
+    assert not torch.equal(edited, before) and torch.equal(edited, fresh_output(twin, x))
+    with pytest.raises(RuntimeError, match="Serialization of parametrized modules"):
+        pickle.dumps(layer)                              # as for a parametrized nn.Linear
+
+
+def test_a_parametrized_attention_context_deep_copy_views_its_own_context():
+    """A parametrized nn.AttentionContext (strength under a parametrization) was deep-copied by torch's
+    default deep copy for parametrized modules: the copied buffers were copies apart from the copied C
+    context, so the copy's update_outgoing changed its context but not its outgoing buffer, and the
+    incoming assigned from it was the old matrix. It now copies as pickling does (a new context, the
+    buffers viewing it)."""
+    from torch.nn.utils import parametrize
+    torch.manual_seed(0)
+    x, y = torch.randn(6, 8), torch.randn(6, 8)
+    ctx = AttentionContext(update_rate=0.5, strength=0.4)
+    ctx.update_outgoing(x, y)
+    ctx.incoming = ctx.outgoing.clone()
+    parametrize.register_parametrization(ctx, "strength", _Halve())
+    before = ctx(x)
+    twin = copy.deepcopy(ctx)
+    assert torch.equal(twin(x), before) and parametrize.is_parametrized(twin, "strength")
+    twin.update_outgoing(3 * x, y)
+    assert torch.equal(twin.outgoing, torch.from_numpy(twin.context.outgoing))
+    assert not torch.equal(twin.outgoing, ctx.outgoing)
+    twin.incoming = twin.outgoing
+    assert not torch.equal(twin(x), before)
+    assert torch.equal(ctx(x), before)                   # the original is left as it was
 
 
 # ----------------------------------------------------------------------------- 7. empty batches

@@ -92,6 +92,13 @@ def _check_paral(input_paral_size, weight_paral_size):
                          "crossbar rows one input block drives" % (input_paral_size[1], weight_paral_size[0]))
 
 
+def _host_if_meta(device):
+    """Where a layer keeps its slice-method tensors (MemIntelli: on the parameters' device): the host for a
+    layer made on the meta device (torch.nn.utils.skip_init, device='meta' then to_empty), whose to_empty
+    moves the parameters but not these plain attributes, which must keep their values."""
+    return torch.device("cpu") if device.type == "meta" else device
+
+
 def _check_float_input(x, who):
     if not isinstance(x, torch.Tensor):
         raise TypeError("%s: input must be a torch.Tensor, got %s" % (who, type(x).__name__))
@@ -365,14 +372,14 @@ class _MemLayer(nn.Module):
         # MemIntelli keeps the slice methods as tensors on the parameters' device under these names, and
         # its programmed weights' SlicedData holds the weight one as its slice_method (so here too); the
         # input is sliced with input_slice_method as it is at each call (see _input_slice)
-        self.input_slice_method = torch.tensor(input_widths).to(self.weight.device)
+        self.input_slice_method = torch.tensor(input_widths).to(_host_if_meta(self.weight.device))
         self._set_weight_slice(self._weight_slice)
         self.engine = engine
         self._weight_sliced = None
         self._programmed_key = None
         self._programmed_ref = None  # the weight tensor programmed: its storage (address) stays alive
         self._programmed_snapshot = None  # a copy of its values when it lies in shared memory (_shared_snapshot)
-        if engine is not None:
+        if engine is not None and self.weight.device.type != "meta":  # a meta weight has no data to program yet
             self.update_weight()
 
     # the matrix programmed into the crossbars: (C, P) = W.reshape(out, -1)^T of the weight w
@@ -401,6 +408,10 @@ class _MemLayer(nn.Module):
         programmed values and the reference kept must all come from the one tensor the forward uses."""
         if self.engine is None:
             raise RuntimeError("%s has no engine: set layer.engine to a pyfastpim.DPETensor first"
+                               % type(self).__name__)
+        if w.device.type == "meta":
+            raise RuntimeError("%s: its weight is on the meta device (it has no data): give the layer storage "
+                               "(module.to_empty(device='cpu')) and load its weights before running or programming it"
                                % type(self).__name__)
         current = self.__dict__.get("_weight_sliced")
         self._adopt_weight_sliced_settings(current)
@@ -435,7 +446,8 @@ class _MemLayer(nn.Module):
     def _set_weight_slice(self, widths):
         """The weight slice widths (checked) and MemIntelli's tensor of them on the parameters' device."""
         self._weight_slice = widths
-        self.weight_slice_method = self._weight_slice_tensor = torch.tensor(widths).to(self.weight.device)
+        tensor = torch.tensor(widths).to(_host_if_meta(self.weight.device))
+        self.weight_slice_method = self._weight_slice_tensor = tensor
 
     def _set_programmed(self, sliced, w, key=None, snapshot=False):
         """sliced: the programmed weights, programmed from the weight tensor w (whose key and shared-memory

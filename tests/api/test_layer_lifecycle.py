@@ -538,6 +538,35 @@ def test_a_parametrized_attention_context_deep_copy_views_its_own_context():
     assert torch.equal(ctx(x), before)                   # the original is left as it was
 
 
+@pytest.mark.parametrize("kind", ["linear", "conv", "conv1d", "memintelli_linear"])
+def test_layers_made_on_the_meta_device_load_their_weights_later(kind):
+    """torch's deferred initialization (torch.nn.utils.skip_init: construction on the meta device, then
+    to_empty; or device='meta' and to_empty by hand) and a state_dict loaded after it, as for nn.Linear. The
+    layers programmed the weight at construction, so device='meta' failed there with torch's
+    NotImplementedError 'Cannot copy out of meta tensor' (found loading a state_dict into layers built
+    without weights). A meta layer now programs at its first forward after to_empty (its slice-method
+    tensors stay on the host: to_empty moves only parameters and buffers); run while still on meta it raises
+    a RuntimeError naming the layer and what to do."""
+    from pyfastpim.memintelli import NN_layers
+    cls, args, shape = {"linear": (LinearMem, (20, 7), (4, 20)), "conv": (Conv2dMem, (3, 5, 3), (2, 3, 6, 6)),
+                        "conv1d": (NN_layers.Conv1dMem, (3, 5, 3), (2, 3, 9)),
+                        "memintelli_linear": (NN_layers.LinearMem, (20, 7), (4, 20))}[kind]
+    torch.manual_seed(0)
+    reference = cls(engine(), *args, S8, S8)
+    x = torch.randn(shape)
+    with torch.no_grad():
+        expected = reference(x)
+    deferred = torch.nn.utils.skip_init(cls, engine(), *args, S8, S8)
+    deferred.load_state_dict(reference.state_dict())
+    meta = cls(engine(), *args, S8, S8, device="meta")
+    assert meta.weight.is_meta
+    with pytest.raises(RuntimeError, match="%s: its weight is on the meta device .*to_empty" % cls.__name__):
+        meta(x)
+    meta.to_empty(device="cpu").load_state_dict(reference.state_dict())
+    with torch.no_grad():
+        assert torch.equal(deferred(x), expected) and torch.equal(meta(x), expected)
+
+
 # ----------------------------------------------------------------------------- 7. empty batches
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -519,8 +519,10 @@ def _rebuild(cls, state, device=None, device_name=None):
     kw = {"update_rate": state["update_rate"], "strength": state["strength"], "embed_dim": state["embed_dim"]}
     if cls is None or cls is _ContextCore:  # the CPU-only type (_core.AttentionContext)
         return _restore(_ContextCore(**kw), state)
+    from .devices import _inherited_handle
+    handle = _inherited_handle(device)  # in a forked child: the parent's handle (refuses at first use)
     try:
-        ctx = cls(device=device, **kw)
+        ctx = cls(device=device if handle is None else handle, **kw)
     except (RuntimeError, ValueError):
         if device in (None, "cpu", "opencl") or device_name == device:  # the device named is gone
             raise

@@ -62,7 +62,16 @@ os.register_at_fork(after_in_child=_lock._at_fork_reinit)  # free in a forked ch
 # OpenCL call (bind_opencl.c "fork"), instead of at the first operation; a parent's handle held by an
 # engine refuses at its first use, naming the device. Dropping the parent's handles is safe: a handle
 # freed in a forked child frees nothing of the parent's runtime (PfCLDevice_dealloc).
-os.register_at_fork(after_in_child=_handles.clear)
+# The parent's handles are kept apart (_parent_handles) for engines and contexts unpickled there (_inherited_handle).
+_parent_handles = {}
+
+
+def _after_fork_in_child():
+    _parent_handles.update(_handles)
+    _handles.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 _DEVICE_RE = re.compile(r"^opencl(?::(\d+):(\d+))?$")
 _ENV_DEVICE = "PYFASTPIM_OPENCL_DEVICE"
 _ENV_RE = re.compile(r"^(?:opencl:)?(\d+):(\d+)$")
@@ -189,6 +198,23 @@ def _open(spec, device):
         if handle is None:
             handle = _handles[key] = OpenCLDevice(*key)
         return handle
+
+
+def _inherited_handle(spec):
+    """In a child forked after its parent initialised OpenCL: the parent's handle of the device ``spec``
+    ('opencl:P:D', as a pickled engine or context names its device) when the parent had opened it, else None
+    (None in any other process). An engine or context unpickled there (a multiprocessing Pool's task sent to
+    a forked worker) then holds the parent's handle, which refuses every operation with the RuntimeError
+    naming the device, as an engine inherited through fork does: refusing while unpickling killed the Pool
+    worker before its task started, and the Pool waited for the task forever."""
+    m = _DEVICE_RE.match(spec) if isinstance(spec, str) else None
+    if m is None or m.group(1) is None or not _parent_handles:
+        return None
+    try:
+        _core._cl_refuse_forked("unpickling")
+    except RuntimeError:
+        return _parent_handles.get((int(m.group(1)), int(m.group(2))))
+    return None
 
 
 def _engine_form(device):

@@ -451,7 +451,10 @@ class DPETensor:
         state.pop("radc_is_list", None)  # pickled before radc_is_list followed radc
         self.__dict__.update(state)
         if isinstance(spec, str):
-            from .devices import resolve_device
+            from .devices import _inherited_handle, resolve_device
+            self._cl = _inherited_handle(spec)  # in a forked child: the parent's handle (refuses at first use)
+            if self._cl is not None:
+                return
             try:
                 self._cl = resolve_device(spec)
             except (RuntimeError, ValueError):

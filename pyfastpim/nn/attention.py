@@ -14,6 +14,8 @@ not changed by ``a``'s later updates). ``incoming`` must not be reassigned
 between a forward and its backward (checked). ``copy.deepcopy``, ``pickle`` and
 ``torch.save`` / ``torch.load`` work: the C context is rebuilt from the buffers.
 """
+import copy
+
 import torch
 from torch import nn
 
@@ -182,6 +184,15 @@ class AttentionContext(nn.Module):
         super().__setstate__(state)
         self._ctx = _ContextCore(spec["update_rate"], 0.0, spec["embed_dim"])
         self._sync()  # copies the restored buffers into the new context and views them
+
+    def __deepcopy__(self, memo):
+        """The copy pickling makes (its own C context, the buffers viewing it), made without pickling: also for
+        a parametrized module (torch.nn.utils.parametrize), whose class refuses to pickle and whose default
+        deep copy would copy the buffers apart from the copied context (its updates then not seen in them)."""
+        new = self.__class__.__new__(self.__class__)
+        memo[id(self)] = new
+        new.__setstate__(copy.deepcopy(AttentionContext.__getstate__(self), memo))
+        return new
 
     def memory_usage_bytes(self):
         """Bytes held by the context: incoming, outgoing and the reusable workspace."""

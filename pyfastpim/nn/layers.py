@@ -9,7 +9,9 @@ Weights are programmed once and cached. A layer re-programs itself automatically
 weight changed since it was programmed; the rule, checked cheaply on every forward, is:
 
     the weight's ``(_version, data_ptr, shape, dtype)`` or the engine object differs from
-    the values recorded at programming.
+    the values recorded at programming; a weight in shared host memory (``module.share_memory()``, a
+    tensor received through torch.multiprocessing) also when its values differ from a copy taken at
+    programming (another process's in-place writes, e.g. Hogwild training, move no version counter here).
 
 ``_version`` is bumped by every in-place update of the parameter itself (optimizer steps,
 ``load_state_dict``, DDP's initial broadcast, ``with torch.no_grad(): w.mul_(2)``);
@@ -43,6 +45,7 @@ import threading
 
 import torch
 import torch.nn as nn
+from torch.nn.utils import parametrize as _parametrize
 
 from .. import _core
 from ..dpe import _pair  # the one int-or-pair checker (forward_conv2d's too)
@@ -87,6 +90,13 @@ def _check_paral(input_paral_size, weight_paral_size):
     if input_paral_size[1] != weight_paral_size[0]:
         raise ValueError("input_paral_size[1] (%d) must equal weight_paral_size[0] (%d): both are the number of "
                          "crossbar rows one input block drives" % (input_paral_size[1], weight_paral_size[0]))
+
+
+def _host_if_meta(device):
+    """Where a layer keeps its slice-method tensors (MemIntelli: on the parameters' device): the host for a
+    layer made on the meta device (torch.nn.utils.skip_init, device='meta' then to_empty), whose to_empty
+    moves the parameters but not these plain attributes, which must keep their values."""
+    return torch.device("cpu") if device.type == "meta" else device
 
 
 def _check_float_input(x, who):
@@ -215,6 +225,16 @@ def _conv_out_hw(hw, kernel_size, stride, padding, dilation):
 
 
 # ----------------------------------------------------------------------------- autograd functions
+
+
+def _shared_snapshot(w, copy=True):
+    """A copy of the weight tensor w's values when w lies in shared host memory (``module.share_memory()``,
+    a tensor received through torch.multiprocessing), else None; copy=False: w itself (detached) instead
+    of a copy. Another process writes such a weight in place (Hogwild training) without moving this
+    process's version counter of it, so a layer compares its values with this copy at each forward."""
+    if w.device.type != "cpu" or not w.is_shared():  # CUDA tensors all read as shared
+        return None
+    return w.detach().clone() if copy else w.detach()
 
 
 def _positive_int(v, name):
@@ -352,13 +372,14 @@ class _MemLayer(nn.Module):
         # MemIntelli keeps the slice methods as tensors on the parameters' device under these names, and
         # its programmed weights' SlicedData holds the weight one as its slice_method (so here too); the
         # input is sliced with input_slice_method as it is at each call (see _input_slice)
-        self.input_slice_method = torch.tensor(input_widths).to(self.weight.device)
+        self.input_slice_method = torch.tensor(input_widths).to(_host_if_meta(self.weight.device))
         self._set_weight_slice(self._weight_slice)
         self.engine = engine
         self._weight_sliced = None
         self._programmed_key = None
         self._programmed_ref = None  # the weight tensor programmed: its storage (address) stays alive
-        if engine is not None:
+        self._programmed_snapshot = None  # a copy of its values when it lies in shared memory (_shared_snapshot)
+        if engine is not None and self.weight.device.type != "meta":  # a meta weight has no data to program yet
             self.update_weight()
 
     # the matrix programmed into the crossbars: (C, P) = W.reshape(out, -1)^T of the weight w
@@ -388,6 +409,10 @@ class _MemLayer(nn.Module):
         if self.engine is None:
             raise RuntimeError("%s has no engine: set layer.engine to a pyfastpim.DPETensor first"
                                % type(self).__name__)
+        if w.device.type == "meta":
+            raise RuntimeError("%s: its weight is on the meta device (it has no data): give the layer storage "
+                               "(module.to_empty(device='cpu')) and load its weights before running or programming it"
+                               % type(self).__name__)
         current = self.__dict__.get("_weight_sliced")
         self._adopt_weight_sliced_settings(current)
         sliced_type = self._weight_sliced_type or _pyfastpim_attr("SlicedData")
@@ -399,8 +424,9 @@ class _MemLayer(nn.Module):
         # the key is read before the values: an in-place step from another thread while they are sliced
         # then leaves the key stale (the next forward re-programs) instead of keying the old values as new
         key = self._weight_key(w)
-        sliced.slice_data_imp(self.engine, self._weight_matrix(w))
-        self._set_programmed(sliced, w, key)
+        snapshot = _shared_snapshot(w)  # before the values too: a write from another process while they are
+        sliced.slice_data_imp(self.engine, self._weight_matrix(w))  # sliced leaves it stale (re-programs)
+        self._set_programmed(sliced, w, key, snapshot)
 
     def _adopt_weight_sliced_settings(self, current):
         """The layer's weight settings (weight_slice, bw_e, weight_paral_size, weight_quant_gran) taken
@@ -420,21 +446,34 @@ class _MemLayer(nn.Module):
     def _set_weight_slice(self, widths):
         """The weight slice widths (checked) and MemIntelli's tensor of them on the parameters' device."""
         self._weight_slice = widths
-        self.weight_slice_method = self._weight_slice_tensor = torch.tensor(widths).to(self.weight.device)
+        tensor = torch.tensor(widths).to(_host_if_meta(self.weight.device))
+        self.weight_slice_method = self._weight_slice_tensor = tensor
 
-    def _set_programmed(self, sliced, w, key=None):
-        """sliced: the programmed weights, programmed from the weight tensor w (whose key, read before
-        its values, is key; None: read now)."""
+    def _set_programmed(self, sliced, w, key=None, snapshot=False):
+        """sliced: the programmed weights, programmed from the weight tensor w (whose key and shared-memory
+        snapshot, read before its values, are key and snapshot; None / False: read now)."""
         if sliced is None:
-            key = ref = None
+            key = ref = snapshot = None
         else:
             key = self._weight_key(w) if key is None else key
+            snapshot = _shared_snapshot(w) if snapshot is False else snapshot
             # holding the programmed storage keeps its address from being reused by a new storage
             # assigned through `weight.data = t` (which leaves _version unchanged) or by the next
             # tensor a parametrization computes
             ref = w.detach()
         with _programmed_lock:
             self._weight_sliced, self._programmed_key, self._programmed_ref = sliced, key, ref
+            self._programmed_snapshot = snapshot
+
+    def _is_stale(self, w, key, sliced, programmed_key, snapshot):
+        """Whether the programmed weights sliced (of programmed_key and snapshot) are not those of the weight
+        tensor w (of key): never programmed, w's key differs, or w lies in shared host memory and its values
+        differ from the snapshot taken at programming (another process wrote them)."""
+        if sliced is None or programmed_key != key:
+            return True
+        if _shared_snapshot(w, copy=False) is None:
+            return False
+        return snapshot is None or not torch.equal(snapshot, w.detach())
 
     def _programmed_for(self, w):
         """The programmed weights of the weight tensor w (self.weight as the forward read it, once),
@@ -442,7 +481,8 @@ class _MemLayer(nn.Module):
         key = self._weight_key(w)
         with _programmed_lock:
             sliced, programmed_key = self._weight_sliced, self._programmed_key
-        if sliced is None or programmed_key != key:
+            snapshot = self.__dict__.get("_programmed_snapshot")  # absent in layers pickled before it existed
+        if self._is_stale(w, key, sliced, programmed_key, snapshot):
             try:
                 if type(self).update_weight is _MemLayer.update_weight:
                     self._program(w)
@@ -499,6 +539,7 @@ class _MemLayer(nn.Module):
         state["_weight_sliced"] = None
         state["_programmed_key"] = None
         state["_programmed_ref"] = None
+        state["_programmed_snapshot"] = None
         return state
 
     def __deepcopy__(self, memo):
@@ -507,7 +548,10 @@ class _MemLayer(nn.Module):
             memo.setdefault(id(self.engine), self.engine)
         new = self.__class__.__new__(self.__class__)
         memo[id(self)] = new
-        state = self.__getstate__()
+        # a parametrized layer's class (torch.nn.utils.parametrize) refuses __getstate__, for pickling only:
+        # torch deep-copies such a module (its default __deepcopy__), so a parametrized layer copies too
+        parametrized = _parametrize.is_parametrized(self)
+        state = _MemLayer.__getstate__(self) if parametrized else self.__getstate__()
         for key, value in state.items():
             object.__setattr__(new, key, copy.deepcopy(value, memo))
         return new
@@ -518,8 +562,9 @@ class _MemLayer(nn.Module):
             input_slice = self._input_slice
         except (TypeError, ValueError):  # an invalid input_slice_method assigned: the next forward names it,
             input_slice = "%r (invalid)" % (self.input_slice_method,)  # but print(model) must still work
-        key = self._programmed_key
-        current = key is not None and key == self._weight_key(self.weight)
+        w = self.weight
+        current = not self._is_stale(w, self._weight_key(w), self._weight_sliced, self._programmed_key,
+                                     self.__dict__.get("_programmed_snapshot"))
         state = "programmed" if current else "re-programs on next forward"
         return ("input_slice=%s, weight_slice=%s, bw_e=%s, input_paral_size=%s, weight_paral_size=%s, "
                 "input_quant_gran=%s, weight_quant_gran=%s, engine=(%s), device=%s, %s"

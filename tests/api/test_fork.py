@@ -505,3 +505,73 @@ def test_fork_child_refuses_forget_weights_and_answers_or_refuses_every_handle_m
     # the parent's handle keeps its weights and gives the same product
     assert key in handle.resident_weights
     np.testing.assert_array_equal(np.asarray(eng.forward_linear(x[0], dying[0], (1, 1, 2, 4))[0]), expected)
+
+
+def _child_unpickles_parents_devices(q, blobs):
+    import pickle
+    out = {}
+    for name, blob in blobs.items():
+        try:
+            obj = pickle.loads(blob)
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            out[name] = "unpickling: %s: %s" % (type(exc).__name__, exc)
+            continue
+        out[name] = _use_unpickled(name, obj)
+    q.put(("ok", out))
+
+
+def _use_unpickled(name, obj):
+    x, w = _inputs()
+    try:
+        if name == "engine":
+            dpe_matmul(x, w, obj)
+        else:
+            obj.update_outgoing(x[0, :, :24], x[1, :, :24])
+        return "no error"
+    except RuntimeError as exc:
+        return "RuntimeError: %s" % exc
+
+
+def _pool_task(obj):
+    return _use_unpickled("engine" if isinstance(obj, DPETensor) else "context", obj)
+
+
+def _parents_opencl_objects():
+    import pickle
+    x, w = _inputs()
+    eng = DPETensor(device="opencl:0:0", seed=3)
+    dpe_matmul(x, w, eng)  # the parent has used the device
+    ctx = pyfastpim.AttentionContext(update_rate=0.5, device="opencl:0:0")
+    info = pyfastpim.resolve_device("opencl:0:0").info
+    return {"engine": eng, "context": ctx}, pickle, "'opencl:0:0' (%s)" % info["name"]
+
+
+@needs_cl
+def test_an_opencl_engine_or_context_unpickled_in_a_forked_child_refuses_at_first_use():
+    """An engine or AttentionContext on OpenCL pickled to a child forked after the parent opened the device
+    (a multiprocessing Pool task's arguments) refused already while being unpickled: the refusal is right,
+    but raised there it kills a Pool worker before its task starts and the Pool waits for the task forever
+    (found passing an OpenCL engine to a fork Pool). Unpickled there they now hold the parent's handle and
+    refuse at their first use, naming the device, as objects inherited through fork do."""
+    objects, pickle, dev = _parents_opencl_objects()
+    blobs = {name: pickle.dumps(obj) for name, obj in objects.items()}
+    status, out = _run_child("fork", _child_unpickles_parents_devices, blobs)
+    for name, msg in out.items():
+        assert msg.startswith("RuntimeError: "), (name, msg)
+        assert dev in msg and "OpenCL device handles do not survive fork" in msg, (name, msg)
+    # in the parent the pickles re-open the device as before
+    for name, blob in blobs.items():
+        assert _use_unpickled(name, pickle.loads(blob)) == "no error", name
+
+
+@needs_cl
+def test_a_fork_pool_task_with_an_opencl_engine_reports_the_refusal_instead_of_hanging():
+    objects, _, dev = _parents_opencl_objects()
+    with mp.get_context("fork").Pool(1) as pool:
+        for name, obj in objects.items():
+            res = pool.apply_async(_pool_task, (obj,))
+            try:
+                msg = res.get(timeout=TIMEOUT)
+            except mp.TimeoutError:
+                pytest.fail("the fork Pool never ran its task with the %s (its worker died unpickling it)" % name)
+            assert msg.startswith("RuntimeError: ") and dev in msg, (name, msg)

@@ -141,6 +141,56 @@ def test_layers_built_under_inference_mode_work(kind):
         assert torch.equal(model(x), halved)
 
 
+def _negate_weight_in_place(layer):
+    with torch.no_grad():
+        layer.weight.mul_(-1)
+
+
+@pytest.mark.parametrize("method,kind,memintelli", [("fork", "linear", False), ("fork", "conv", False),
+                                                    ("fork", "linear", True), ("spawn", "linear", False)])
+def test_a_shared_weight_written_by_another_process_reprograms(method, kind, memintelli):
+    """Hogwild training (torch's MNIST Hogwild example): after `model.share_memory()` worker processes
+    step the weights in place in shared memory, which moves their version counters, not this process's,
+    and the parent then evaluates the model. The layer computed with the weights programmed before the
+    workers ran (found passing layers to torch.multiprocessing workers); it now compares a shared
+    weight with a copy of what it programmed and re-programs."""
+    from helpers import CHILD_TIMEOUT
+    cls = None
+    if memintelli:
+        from pyfastpim.memintelli.NN_layers import LinearMem as cls
+    layer, shape = _small_layer(kind, cls)
+    layer.share_memory()
+    x = torch.randn(shape)
+    original = layer.weight.detach().clone()
+    with torch.no_grad():
+        before = layer(x)                                  # programs the shared weights
+    assert "programmed" in repr(layer) and "re-programs" not in repr(layer)
+    worker = torch.multiprocessing.get_context(method).Process(target=_negate_weight_in_place, args=(layer,))
+    worker.start()
+    worker.join(CHILD_TIMEOUT)
+    assert worker.exitcode == 0
+    assert torch.equal(layer.weight, -original)            # the worker's write is this layer's weight
+    shown = repr(layer)
+    with torch.no_grad():
+        after = layer(x)
+    assert torch.equal(after, fresh_output(layer, x))
+    assert not torch.equal(after, before)
+    assert "re-programs on next forward" in shown and "re-programs" not in repr(layer)
+    state = layer.__getstate__()                           # the copy is derived state, as the cells are
+    assert state["_programmed_snapshot"] is None
+
+
+def test_a_weight_not_in_shared_memory_keeps_no_copy():
+    layer, shape = _small_layer("linear")
+    with torch.no_grad():
+        layer(torch.randn(shape))
+    assert layer._programmed_snapshot is None
+    layer.share_memory()
+    with torch.no_grad():
+        layer(torch.randn(shape))
+    assert torch.equal(layer._programmed_snapshot, layer.weight)
+
+
 def test_programmed_reference_is_not_state():
     layer = LinearMem(engine(), 8, 4, S8, S8)
     layer(torch.randn(2, 8))
@@ -413,7 +463,7 @@ def test_parametrized_weight_is_programmed_once_per_forward(kind, grad):
         layer, shape = Conv1dMem(engine(), 3, 5, 3, S8, S8), (2, 3, 9)
     else:
         layer, shape = _small_layer(kind)
-    twin = copy.deepcopy(layer)  # (a parametrized module cannot be deep-copied)
+    twin = copy.deepcopy(layer)  # the unparametrized layer, programmed with the halved weights below
     halve = _Halve()
     parametrize.register_parametrization(layer, "weight", halve)
     original = layer.parametrizations.weight.original
@@ -433,6 +483,88 @@ def test_parametrized_weight_is_programmed_once_per_forward(kind, grad):
             original.grad = None
             out.square().sum().backward()
             assert original.grad is not None and original.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("kind", ["linear", "conv", "conv1d"])
+def test_a_parametrized_layer_deep_copies_as_a_parametrized_nn_linear_does(kind):
+    """torch deep-copies a parametrized module (its class refuses only pickling). The layers' __deepcopy__
+    called the parametrized class's __getstate__, which raises torch's 'Serialization of parametrized
+    modules' RuntimeError, so copy.deepcopy of a parametrized LinearMem / Conv2dMem failed where that of a
+    parametrized nn.Linear works (found deep-copying modules with their weights under a parametrization)."""
+    from torch.nn.utils import parametrize
+    from pyfastpim.memintelli.NN_layers import Conv1dMem
+    if kind == "conv1d":
+        torch.manual_seed(0)
+        layer, shape = Conv1dMem(engine(), 3, 5, 3, S8, S8), (2, 3, 9)
+    else:
+        layer, shape = _small_layer(kind)
+    parametrize.register_parametrization(layer, "weight", _Halve())
+    x = torch.randn(shape)
+    with torch.no_grad():
+        before = layer(x)
+    twin = copy.deepcopy(layer)
+    assert parametrize.is_parametrized(twin, "weight") and twin.engine is layer.engine
+    with torch.no_grad():
+        assert torch.equal(twin(x), before)
+        twin.parametrizations.weight.original.mul_(-1)   # an in-place edit of the copy only
+        assert torch.equal(layer(x), before)
+        edited = twin(x)
+    assert not torch.equal(edited, before) and torch.equal(edited, fresh_output(twin, x))
+    with pytest.raises(RuntimeError, match="Serialization of parametrized modules"):
+        pickle.dumps(layer)                              # as for a parametrized nn.Linear
+
+
+def test_a_parametrized_attention_context_deep_copy_views_its_own_context():
+    """A parametrized nn.AttentionContext (strength under a parametrization) was deep-copied by torch's
+    default deep copy for parametrized modules: the copied buffers were copies apart from the copied C
+    context, so the copy's update_outgoing changed its context but not its outgoing buffer, and the
+    incoming assigned from it was the old matrix. It now copies as pickling does (a new context, the
+    buffers viewing it)."""
+    from torch.nn.utils import parametrize
+    torch.manual_seed(0)
+    x, y = torch.randn(6, 8), torch.randn(6, 8)
+    ctx = AttentionContext(update_rate=0.5, strength=0.4)
+    ctx.update_outgoing(x, y)
+    ctx.incoming = ctx.outgoing.clone()
+    parametrize.register_parametrization(ctx, "strength", _Halve())
+    before = ctx(x)
+    twin = copy.deepcopy(ctx)
+    assert torch.equal(twin(x), before) and parametrize.is_parametrized(twin, "strength")
+    twin.update_outgoing(3 * x, y)
+    assert torch.equal(twin.outgoing, torch.from_numpy(twin.context.outgoing))
+    assert not torch.equal(twin.outgoing, ctx.outgoing)
+    twin.incoming = twin.outgoing
+    assert not torch.equal(twin(x), before)
+    assert torch.equal(ctx(x), before)                   # the original is left as it was
+
+
+@pytest.mark.parametrize("kind", ["linear", "conv", "conv1d", "memintelli_linear"])
+def test_layers_made_on_the_meta_device_load_their_weights_later(kind):
+    """torch's deferred initialization (torch.nn.utils.skip_init: construction on the meta device, then
+    to_empty; or device='meta' and to_empty by hand) and a state_dict loaded after it, as for nn.Linear. The
+    layers programmed the weight at construction, so device='meta' failed there with torch's
+    NotImplementedError 'Cannot copy out of meta tensor' (found loading a state_dict into layers built
+    without weights). A meta layer now programs at its first forward after to_empty (its slice-method
+    tensors stay on the host: to_empty moves only parameters and buffers); run while still on meta it raises
+    a RuntimeError naming the layer and what to do."""
+    from pyfastpim.memintelli import NN_layers
+    cls, args, shape = {"linear": (LinearMem, (20, 7), (4, 20)), "conv": (Conv2dMem, (3, 5, 3), (2, 3, 6, 6)),
+                        "conv1d": (NN_layers.Conv1dMem, (3, 5, 3), (2, 3, 9)),
+                        "memintelli_linear": (NN_layers.LinearMem, (20, 7), (4, 20))}[kind]
+    torch.manual_seed(0)
+    reference = cls(engine(), *args, S8, S8)
+    x = torch.randn(shape)
+    with torch.no_grad():
+        expected = reference(x)
+    deferred = torch.nn.utils.skip_init(cls, engine(), *args, S8, S8)
+    deferred.load_state_dict(reference.state_dict())
+    meta = cls(engine(), *args, S8, S8, device="meta")
+    assert meta.weight.is_meta
+    with pytest.raises(RuntimeError, match="%s: its weight is on the meta device .*to_empty" % cls.__name__):
+        meta(x)
+    meta.to_empty(device="cpu").load_state_dict(reference.state_dict())
+    with torch.no_grad():
+        assert torch.equal(deferred(x), expected) and torch.equal(meta(x), expected)
 
 
 # ----------------------------------------------------------------------------- 7. empty batches

@@ -814,6 +814,30 @@ def test_module_strength_learns_from_zero_and_state_dict_roundtrip():
 NON_FINITE = [float("nan"), float("inf"), -float("inf"), 1e39, -1e39, 10 ** 400]  # 1e39: inf in float32
 
 
+def test_float64_data_beyond_float32_is_refused_not_counted_as_zero():
+    # the float32 kernels read a float64 1e300 as inf, which section 9 counts as 0: apply returned 0 where the
+    # caller's finite value was, an update dropped it from the similarity, incoming stored inf; all silently
+    c = ctx_with_incoming(3)
+    x = np.ones((2, 3))
+    for big in (1e300, -1e39):
+        xb = x.copy()
+        xb[1, 2] = big
+        calls = [("x", lambda: c.apply(xb)), ("x_vec", lambda: c.apply_step(xb[1])),
+                 ("x", lambda: c.update_outgoing(xb, x)), ("y", lambda: c.update_outgoing(x, xb)),
+                 ("x_vec", lambda: c.update_outgoing_step(xb[1], x[1])), ("grad_out", lambda: c.gradients(x, xb)),
+                 ("x", lambda: c.gradients(xb, x)), ("incoming", lambda: setattr(c, "incoming", np.eye(3) * big)),
+                 ("outgoing", lambda: setattr(c, "outgoing", np.eye(3) * big))]
+        if torch is not None:
+            calls.append(("x", lambda: c.apply(torch.from_numpy(xb))))
+        for name, call in calls:
+            exc, msg = outcome(call)
+            assert exc is ValueError and "argument '%s': values must be finite in float32" % name in msg, (name, msg)
+    # the NaN / infinity the caller gives still counts as 0 (section 9)
+    xi = x.copy()
+    xi[1, 2] = np.inf
+    np.testing.assert_array_equal(np.asarray(c.apply(xi)), ref.apply(xi.astype(F32), c.incoming, c.strength))
+
+
 @pytest.mark.parametrize("value", NON_FINITE, ids=["nan", "inf", "-inf", "1e39", "-1e39", "10**400"])
 def test_module_strength_must_be_finite(value):
     # nn.AttentionContext took any strength (NaN, inf) for its parameter, and a forward handed a

@@ -748,6 +748,27 @@ def module_with_incoming(d, s=0.5, seed=0):
     return m
 
 
+def test_module_float64_beyond_float32_is_refused_not_counted_as_zero():
+    # the torch module cast x, the upstream gradient and assigned buffers to float32 in torch: a float64 1e300
+    # became inf, which section 9 counts as 0, so forward returned 0 where x held 1e300, without a word
+    m = module_with_incoming(3)
+    x = torch.ones(2, 3, dtype=torch.float64)
+    x[1, 1] = 1e300
+    with pytest.raises(ValueError, match=r"argument 'x': values must be finite in float32.*value 1e\+300 \(element 4\)"):
+        m(x)
+    x = torch.ones(2, 3, dtype=torch.float64, requires_grad=True)
+    y = m(x)
+    g = torch.ones_like(y)
+    g[0, 0] = -1e39
+    with pytest.raises(ValueError, match=r"argument 'grad_out': values must be finite in float32.*value -1e\+39"):
+        y.backward(g)
+    m.incoming = torch.eye(3, dtype=torch.float64) * 1e39
+    with pytest.raises(ValueError, match=r"argument 'incoming': values must be finite in float32"):
+        m(torch.ones(2, 3))
+    m.incoming = torch.eye(3, dtype=torch.float64)  # values that fit are taken
+    torch.testing.assert_close(m(torch.ones(2, 3)), torch.full((2, 3), 1 + 0.5 / 3))
+
+
 def test_module_forward_and_backward_match_reference():
     m = module_with_incoming(20, s=0.8)
     x = torch.randn(7, 20, requires_grad=True)

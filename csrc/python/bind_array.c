@@ -321,13 +321,23 @@ static int int_fits(int64_t v, pf_dtype dt)
     }
 }
 
-/* One element converted into dt: 0, or -1 (nothing stored, *bad the value) for an integer that dt
- * cannot hold. Integer conversions are exact (codes, levels: a wrapped 256 would read as code 0). */
-static int store(char *p, pf_dtype dt, const char *src, pf_dtype sdt, int64_t *bad)
+/* One element converted into dt: 0; -1 (nothing stored, *bad the value) for an integer that dt cannot
+ * hold; -2 (nothing stored, *bad_f the value) for a finite float beyond float32's range, which the cast
+ * would turn into an infinity (a value the caller never gave: quantization would report it as one, the
+ * attention kernels count it as 0). Integer conversions are exact (codes, levels: a wrapped 256 would
+ * read as code 0); NaN and infinities keep their meaning. */
+static int store(char *p, pf_dtype dt, const char *src, pf_dtype sdt, int64_t *bad, double *bad_f)
 {
     if (dtype_is_float(dt)) {
         double v = dtype_is_float(sdt) ? load_f(src, sdt) : (double)load_i(src, sdt);
-        if (dt == PF_DT_F32) { float f = (float)v; memcpy(p, &f, 4); }
+        if (dt == PF_DT_F32) {
+            float f = (float)v;
+            if (isinf(f) && !isinf(v) && !isnan(v)) {
+                *bad_f = v;
+                return -2;
+            }
+            memcpy(p, &f, 4);
+        }
         else memcpy(p, &v, 8);
         return 0;
     }
@@ -349,7 +359,8 @@ static int store(char *p, pf_dtype dt, const char *src, pf_dtype sdt, int64_t *b
 }
 
 /* Copies the strided source into the C-contiguous destination, converting: 0, or -1 with a ValueError
- * naming argname for an integer the destination dtype cannot hold. */
+ * naming argname for an integer the destination dtype cannot hold or a finite float beyond float32's
+ * range (float32 destinations). */
 static int copy_strided(char *dst, pf_dtype ddt, const PfArray *src, const char *argname)
 {
     size_t n = pf_array_size(src);
@@ -360,12 +371,26 @@ static int copy_strided(char *dst, pf_dtype ddt, const PfArray *src, const char 
     const char *p = src->data;
     int same = ddt == src->dtype;
     int64_t bad;
+    double bad_f;
     for (size_t k = 0; k < n; k++) {
+        int rc = 0;
         if (same)
             memcpy(dst + k * isz, p, isz);
-        else if (store(dst + k * isz, ddt, p, src->dtype, &bad) < 0) {
+        else
+            rc = store(dst + k * isz, ddt, p, src->dtype, &bad, &bad_f);
+        if (rc == -1) {
             PyErr_Format(PyExc_ValueError, "argument '%s': value %lld (element %zu) does not fit %s; integer "
                          "conversions are exact, not wrapped", argname, (long long)bad, k, pf_dtype_name(ddt));
+            return -1;
+        }
+        if (rc == -2) {
+            char *text = PyOS_double_to_string(bad_f, 'r', 0, 0, NULL);
+            if (text == NULL)
+                return -1;
+            PyErr_Format(PyExc_ValueError, "argument '%s': values must be finite in float32 (|x| <= 3.4e38): "
+                         "value %s (element %zu) is beyond float32's range, not rounded to an infinity",
+                         argname, text, k);
+            PyMem_Free(text);
             return -1;
         }
         for (int d = src->ndim - 1; d >= 0; d--) {

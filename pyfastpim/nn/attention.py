@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ..attention import _ContextCore, _finite
-from .layers import _MemLayer
+from .layers import _MemLayer, _float32
 
 __all__ = ["AttentionContext"]
 
@@ -44,7 +44,7 @@ class _AttentionApply(torch.autograd.Function):
     def forward(ctx, x, strength, module):
         c = module._ctx
         s = float(strength.detach())
-        x32 = x.detach().to(dtype=torch.float32).contiguous()
+        x32 = _float32(x.detach(), "x").contiguous()
         out = torch.empty_like(x32)
         c._apply(x32, out, None, None, False, strength=s)  # sets s and applies under one guard
         ctx.x32 = x32
@@ -59,7 +59,7 @@ class _AttentionApply(torch.autograd.Function):
         module = ctx.module
         if module._version != ctx.version:
             raise RuntimeError("AttentionContext.incoming was reassigned between forward and backward")
-        g32 = grad_out.detach().to(dtype=torch.float32).contiguous()
+        g32 = _float32(grad_out.detach(), "grad_out").contiguous()
         gx, ds = module._ctx._gradients(ctx.x32, g32, None, strength=ctx.s)  # one guard, as forward
         grad_x = gx.to(dtype=grad_out.dtype) if ctx.needs_input_grad[0] else None
         grad_s = torch.tensor(ds, dtype=ctx.strength_dtype) if ctx.needs_input_grad[1] else None
@@ -124,7 +124,7 @@ class AttentionContext(nn.Module):
             buf = self._buffers[name]
             if buf is self._views[name]:
                 continue
-            setattr(self._ctx, name, None if buf is None else buf.detach().to("cpu", torch.float32))
+            setattr(self._ctx, name, None if buf is None else _float32(buf.detach().to("cpu"), name))
             self._refresh(name)
             if name == "incoming":
                 self._version += 1

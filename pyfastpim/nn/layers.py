@@ -106,6 +106,22 @@ def _check_float_input(x, who):
         raise TypeError("%s: input must be a floating-point tensor, got dtype %s" % (who, x.dtype))
 
 
+def _float32(x, name="input"):
+    """The tensor x as float32. A finite float64 value beyond float32's range would become an infinity
+    the caller never gave (quantization then blames NaN or infinity, the attention kernels count it as 0):
+    a ValueError naming ``name``, as the core's conversion refuses it (docs/semantics.md, float narrowing).
+    One more pass, only for float64 data whose cast produced an infinity."""
+    out = x.to(torch.float32)
+    if x.dtype == torch.float64 and bool(torch.isinf(out).any()):
+        bad = torch.isinf(out) & torch.isfinite(x)
+        if bool(bad.any()):
+            k = int(torch.nonzero(bad.reshape(-1))[0, 0])
+            raise ValueError("argument '%s': values must be finite in float32 (|x| <= 3.4e38): value %r "
+                             "(element %d) is beyond float32's range, not rounded to an infinity"
+                             % (name, float(x.reshape(-1)[k]), k))
+    return out
+
+
 def _as_torch(a, like=None):
     if a is None or isinstance(a, torch.Tensor):
         return a
@@ -627,7 +643,7 @@ class LinearMem(_MemLayer):
             x = x.unsqueeze(0)
         elif x.dim() > 3:
             x = x.reshape(-1, shape[-2], shape[-1])
-        x = x.to(torch.float32)
+        x = _float32(x)
         if _through_function(input, weight, self.bias):
             out = _LinearMemFunction.apply(x, weight, self.bias, self)
         else:
@@ -698,7 +714,7 @@ class Conv2dMem(_MemLayer):
             # an empty batch: (0, C_out, H_out, W_out) on every device, as nn.Conv2d gives
             return torch.nn.functional.conv2d(x, weight.to(x.dtype),
                                               None if self.bias is None else self.bias.to(x.dtype), s, p, d)
-        x = x.to(torch.float32)
+        x = _float32(x)
         if _through_function(input, weight, self.bias):
             out = _Conv2dMemFunction.apply(x, weight, self.bias, self, geometry)
         else:

@@ -349,6 +349,23 @@ def test_nonfinite_input_same_error_on_both_devices(bad):
         assert "NaN or infinity" in outcome(fn)[1], label
 
 
+def test_float64_data_beyond_float32_is_named_as_such():
+    # a finite float64 beyond float32's range became an infinity in the conversion, and the error blamed the
+    # caller's data for holding "NaN or infinity" (drift_conductance: "got inf at index 0")
+    eng = pyfastpim.DPETensor()
+    x, w = np.ones((2, 4)), np.ones((4, 3))
+    xb, wb = x.copy(), w.copy()
+    xb[1, 2] = wb[2, 0] = 1e300  # element 6 of both
+    calls = {"x": lambda: pyfastpim.dpe_matmul(xb, w, eng, (1, 1, 2), (1, 1, 2), (1, 4), (4, 4), None, None),
+             "w": lambda: pyfastpim.dpe_matmul(x, wb, eng, (1, 1, 2), (1, 1, 2), (1, 4), (4, 4), None, None),
+             "data": lambda: pyfastpim.slice_quantize(xb, (1, 1, 2), (1, 4)),
+             "G": lambda: pyfastpim.physics.drift_conductance(xb, 10.0)}
+    for name, fn in calls.items():
+        exc, msg = outcome(fn)
+        assert exc is ValueError and "argument '%s': values must be finite in float32" % name in msg \
+            and "value 1e+300 (element 6)" in msg, (name, msg)
+
+
 def test_nonfinite_other_inputs_name_the_argument():
     for fn, name in [(lambda: _core.irdrop_block(np.full((3, 3), np.nan), 1.0), "'g'"),
                      (lambda: _core.irdrop_layer(np.full((1, 4, 4), np.inf, np.float32), 1.0, 2, 2, 1e-7), "'g'"),

@@ -3,6 +3,7 @@ import ctypes
 import gc
 import hashlib
 import os
+import re
 import subprocess
 import sys
 
@@ -185,6 +186,22 @@ def test_an_interface_whose_extent_overflows_is_rejected(shape, strides):
 def test_bad_input_raises_clear_errors(bad, exc, word):
     with pytest.raises(exc, match=word):
         pyfastpim.asarray(bad)
+
+
+def test_float64_beyond_float32_is_refused_not_rounded_to_infinity():
+    # a finite float64 beyond float32's range was cast to an infinity without a word: an input value the
+    # caller never gave (quantization then blamed "NaN or infinity", the attention kernels counted it as 0)
+    big = float(np.finfo(np.float32).max)
+    for bad, shown in ((1e39, "1e+39"), (-1e300, "-1e+300"), (3.4028235677973366e38, "3.4028235677973366e+38")):
+        for make in (lambda v: np.array([1.0, 2.0, v]), lambda v: np.array([1.0, 0.0, 2.0, 0.0, v, 0.0])[::2]):
+            with pytest.raises(ValueError, match=r"argument 'obj': values must be finite in float32.*value %s "
+                               r"\(element 2\) is beyond float32's range" % re.escape(shown)):
+                pyfastpim.asarray(make(bad), dtype="float32")
+    # 3.4028235677973366e38 is float32's largest number plus half an ulp (a tie rounding to infinity); what
+    # rounds to the largest number is taken, and NaN and infinities keep their meaning
+    edge = np.array([3.4028235677973362e38, -big, np.inf, -np.inf, np.nan, 1e-46])
+    got = np.asarray(pyfastpim.asarray(edge, dtype="float32"))
+    np.testing.assert_array_equal(got, edge.astype(np.float32))
 
 
 def test_readonly_buffer_where_writing_is_needed():

@@ -634,3 +634,22 @@ def test_program_weights_names_codes_from_any_float_tensor(codes):
     # grad") or TypeError ("Got unsupported ScalarType BFloat16"); now the codes rule's (no float codes)
     with pytest.raises(TypeError, match="^argument 'codes': refusing to convert float32 to uint8"):
         pyfastpim.program_weights(codes, (1, 1, 2), 16)
+
+
+def test_float64_input_beyond_float32_is_named_as_such():
+    # the layers cast their input to float32 first: a finite float64 1e300 became inf, and the error blamed
+    # the input for holding "NaN or infinity"
+    eng = layer_engine()
+    lin = LinearMem(eng, 4, 3, (1, 1, 2, 2), (1, 1, 2, 2), dtype=torch.float64)
+    conv = Conv2dMem(eng, 1, 2, 2, (1, 1, 2, 2), (1, 1, 2, 2), dtype=torch.float64)
+    for layer, x in ((lin, torch.ones(2, 4, dtype=torch.float64)), (lin, torch.ones(2, 1, 2, 4, dtype=torch.float64)),
+                     (conv, torch.ones(1, 1, 3, 3, dtype=torch.float64))):
+        x.view(-1)[5] = -1e300
+        with pytest.raises(ValueError, match=r"argument 'input': values must be finite in float32 .*value -1e\+300 "
+                                             r"\(element 5\) is beyond float32's range"):
+            layer(x)
+        x.view(-1)[5] = float("inf")  # an infinity given as such: the quantization's own refusal
+        with pytest.raises(ValueError, match="argument 'input': contains NaN or infinity"):
+            layer(x)
+        x.view(-1)[5] = 3.4028235677973362e38  # rounds to float32's largest: taken (the product may overflow)
+        assert layer(x).dtype == torch.float64

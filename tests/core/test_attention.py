@@ -748,6 +748,27 @@ def module_with_incoming(d, s=0.5, seed=0):
     return m
 
 
+def test_module_float64_beyond_float32_is_refused_not_counted_as_zero():
+    # the torch module cast x, the upstream gradient and assigned buffers to float32 in torch: a float64 1e300
+    # became inf, which section 9 counts as 0, so forward returned 0 where x held 1e300, without a word
+    m = module_with_incoming(3)
+    x = torch.ones(2, 3, dtype=torch.float64)
+    x[1, 1] = 1e300
+    with pytest.raises(ValueError, match=r"argument 'x': values must be finite in float32.*value 1e\+300 \(element 4\)"):
+        m(x)
+    x = torch.ones(2, 3, dtype=torch.float64, requires_grad=True)
+    y = m(x)
+    g = torch.ones_like(y)
+    g[0, 0] = -1e39
+    with pytest.raises(ValueError, match=r"argument 'grad_out': values must be finite in float32.*value -1e\+39"):
+        y.backward(g)
+    m.incoming = torch.eye(3, dtype=torch.float64) * 1e39
+    with pytest.raises(ValueError, match=r"argument 'incoming': values must be finite in float32"):
+        m(torch.ones(2, 3))
+    m.incoming = torch.eye(3, dtype=torch.float64)  # values that fit are taken
+    torch.testing.assert_close(m(torch.ones(2, 3)), torch.full((2, 3), 1 + 0.5 / 3))
+
+
 def test_module_forward_and_backward_match_reference():
     m = module_with_incoming(20, s=0.8)
     x = torch.randn(7, 20, requires_grad=True)
@@ -812,6 +833,30 @@ def test_module_strength_learns_from_zero_and_state_dict_roundtrip():
 
 
 NON_FINITE = [float("nan"), float("inf"), -float("inf"), 1e39, -1e39, 10 ** 400]  # 1e39: inf in float32
+
+
+def test_float64_data_beyond_float32_is_refused_not_counted_as_zero():
+    # the float32 kernels read a float64 1e300 as inf, which section 9 counts as 0: apply returned 0 where the
+    # caller's finite value was, an update dropped it from the similarity, incoming stored inf; all silently
+    c = ctx_with_incoming(3)
+    x = np.ones((2, 3))
+    for big in (1e300, -1e39):
+        xb = x.copy()
+        xb[1, 2] = big
+        calls = [("x", lambda: c.apply(xb)), ("x_vec", lambda: c.apply_step(xb[1])),
+                 ("x", lambda: c.update_outgoing(xb, x)), ("y", lambda: c.update_outgoing(x, xb)),
+                 ("x_vec", lambda: c.update_outgoing_step(xb[1], x[1])), ("grad_out", lambda: c.gradients(x, xb)),
+                 ("x", lambda: c.gradients(xb, x)), ("incoming", lambda: setattr(c, "incoming", np.eye(3) * big)),
+                 ("outgoing", lambda: setattr(c, "outgoing", np.eye(3) * big))]
+        if torch is not None:
+            calls.append(("x", lambda: c.apply(torch.from_numpy(xb))))
+        for name, call in calls:
+            exc, msg = outcome(call)
+            assert exc is ValueError and "argument '%s': values must be finite in float32" % name in msg, (name, msg)
+    # the NaN / infinity the caller gives still counts as 0 (section 9)
+    xi = x.copy()
+    xi[1, 2] = np.inf
+    np.testing.assert_array_equal(np.asarray(c.apply(xi)), ref.apply(xi.astype(F32), c.incoming, c.strength))
 
 
 @pytest.mark.parametrize("value", NON_FINITE, ids=["nan", "inf", "-inf", "1e39", "-1e39", "10**400"])

@@ -269,7 +269,7 @@ class _LinearMemFunction(_MemFunction):
         sliced = layer._programmed_for(weight)  # the weight autograd sees (read once, in forward)
         out, xq = _engine_linear(layer, x.detach(), sliced, return_dequant=need)
         if bias is not None:
-            out = out + bias.detach().to(out.dtype)
+            out = out + _float32(bias.detach(), "bias")
         if need:
             ctx.save_for_backward(xq, _host_quantized(sliced))  # wq (in, out): dequantized W^T
         ctx.has_bias = bias is not None
@@ -301,7 +301,7 @@ class _Conv2dMemFunction(_MemFunction):
         sliced = layer._programmed_for(weight)  # as in _LinearMemFunction
         out, xq = _engine_conv2d(layer, x.detach(), sliced, geometry, return_dequant=need)  # xq: (N, L, C_in*kh*kw)
         if bias is not None:
-            out = out + bias.detach().to(out.dtype).view(1, -1, 1, 1)
+            out = out + _float32(bias.detach(), "bias").view(1, -1, 1, 1)
         if need:
             ctx.save_for_backward(xq, _host_quantized(sliced))  # wq (C_in*kh*kw, C_out)
         ctx.geom = (tuple(x.shape), tuple(weight.shape)) + tuple(geometry[1:])  # stride, padding, dilation
@@ -401,8 +401,8 @@ class _MemLayer(nn.Module):
     # the matrix programmed into the crossbars: (C, P) = W.reshape(out, -1)^T of the weight w
     @staticmethod
     def _weight_matrix(w):
-        w = w.detach()
-        return w.reshape(w.shape[0], -1).t().to(torch.float32)
+        w = _float32(w.detach(), "weight")  # element indices in errors: of the weight tensor as given
+        return w.reshape(w.shape[0], -1).t()
 
     def _weight_key(self, w):
         """The programmed-weight key of the weight tensor w (self.weight as one forward read it)."""
@@ -649,7 +649,7 @@ class LinearMem(_MemLayer):
         else:
             out, _ = _engine_linear(self, x.detach(), self._programmed_for(weight), return_dequant=False)
             if self.bias is not None:
-                out += self.bias.detach().to(out.dtype)
+                out += _float32(self.bias.detach(), "bias")
         return out.reshape(shape[:-1] + (self.out_features,)).to(input.dtype)
 
     def extra_repr(self):
@@ -720,7 +720,7 @@ class Conv2dMem(_MemLayer):
         else:
             out, _ = _engine_conv2d(self, x.detach(), self._programmed_for(weight), geometry, return_dequant=False)
             if self.bias is not None:
-                out += self.bias.detach().to(out.dtype).view(1, -1, 1, 1)
+                out += _float32(self.bias.detach(), "bias").view(1, -1, 1, 1)
         out = out.to(input.dtype)
         return out.squeeze(0) if unbatched else out
 

@@ -653,3 +653,31 @@ def test_float64_input_beyond_float32_is_named_as_such():
             layer(x)
         x.view(-1)[5] = 3.4028235677973362e38  # rounds to float32's largest: taken (the product may overflow)
         assert layer(x).dtype == torch.float64
+
+
+def test_float64_weight_and_bias_beyond_float32_are_named_as_such():
+    # the weight is cast to float32 for programming (_weight_matrix), the bias to add it to the float32
+    # product: a finite float64 1e300 became inf, and the weight's error blamed 'data' for holding "NaN or
+    # infinity" (the bias gave an inf output)
+    eng = layer_engine()
+    beyond = r"argument '%s': values must be finite in float32 .*value 1e\+300 \(element %d\) is beyond float32"
+    for make, x in ((lambda: LinearMem(eng, 4, 3, (1, 1, 2, 2), (1, 1, 2, 2), dtype=torch.float64),
+                     torch.ones(2, 4, dtype=torch.float64)),
+                    (lambda: Conv2dMem(eng, 1, 2, 2, (1, 1, 2, 2), (1, 1, 2, 2), dtype=torch.float64),
+                     torch.ones(1, 1, 3, 3, dtype=torch.float64))):
+        layer = make()
+        with torch.no_grad():
+            layer.weight.view(-1)[5] = 1e300  # element 5 of the weight as given, not of the crossbar matrix
+        for run in (lambda: layer(x), layer.update_weight, lambda: layer(x.requires_grad_()).sum().backward()):
+            with pytest.raises(ValueError, match=beyond % ("weight", 5)):
+                run()
+        with torch.no_grad():
+            layer.weight.view(-1)[5] = float("inf")  # an infinity given as such: the quantization's own refusal
+        with pytest.raises(ValueError, match="argument 'data': contains NaN or infinity"):
+            layer(x)
+        layer = make()
+        with torch.no_grad():
+            layer.bias[1] = 1e300
+        for grad in (False, True):
+            with pytest.raises(ValueError, match=beyond % ("bias", 1)):
+                layer(x.detach().requires_grad_(grad))

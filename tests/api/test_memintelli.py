@@ -491,6 +491,54 @@ def test_conv1d_mem_func():
     assert x.grad.shape == x.shape and layer.weight.grad.shape == layer.weight.shape
 
 
+def test_float64_data_beyond_float32_is_named_as_such():
+    # the wrappers cast the weight, input, bias and upstream gradient to float32 in torch: a finite float64
+    # 1e300 became inf, and the error blamed 'data' for "NaN or infinity" (or the output / gradient was inf)
+    engine = _quiet_engine()
+    beyond = r"argument '%s': values must be finite in float32 .*value 1e\+300 \(element %d\) is beyond float32"
+    d = torch.float64
+    x1 = torch.ones(2, 2, 9, dtype=d)
+
+    def conv1d():  # Conv1dMem runs through _hop's host functions (as the layers do for CUDA tensors)
+        return Conv1dMem(engine, 2, 3, 3, [1, 1, 2, 4], [1, 1, 2, 4], padding=1).to(d)
+    for name, k, setup in (("weight", 4, lambda c, x: c.weight.view(-1).__setitem__(4, 1e300)),
+                           ("input", 3, lambda c, x: x.view(-1).__setitem__(3, 1e300)),
+                           ("bias", 1, lambda c, x: c.bias.__setitem__(1, 1e300))):
+        c, x = conv1d(), x1.clone()
+        with torch.no_grad():
+            setup(c, x)
+        with pytest.raises(ValueError, match=beyond % (name, k)):
+            c(x.requires_grad_())
+    c = conv1d()
+    y = c(x1.clone().requires_grad_())
+    dy = torch.ones_like(y)
+    dy.view(-1)[2] = 1e300
+    with pytest.raises(ValueError, match=beyond % ("grad_output", 2)):
+        y.backward(dy)
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 8, generator=g, dtype=d, requires_grad=True)
+    w = torch.randn(5, 8, generator=g, dtype=d, requires_grad=True)
+    b = torch.randn(5, generator=g, dtype=d, requires_grad=True)
+    xs, ws = _sliced_pair(engine, x.detach(), w.detach().t())
+    y = fn.linear_mem_func(engine, x, w, xs, ws, b)
+    dy = torch.ones_like(y)
+    dy.view(-1)[6] = 1e300
+    with pytest.raises(ValueError, match=beyond % ("grad_output", 6)):
+        y.backward(dy)
+    with torch.no_grad():
+        b[3] = 1e300
+    with pytest.raises(ValueError, match=beyond % ("bias", 3)):
+        fn.linear_mem_func(engine, x, w, xs, ws, b)
+    with torch.no_grad():
+        x[0, 7] = 1e300
+    with pytest.raises(ValueError, match=beyond % ("input", 7)):
+        fn.map_reduce_dot_func(engine, x, torch.tensor([1, 1, 2, 2]), ws)
+    y = fn.map_reduce_dot_func(engine, x.detach()[1:].requires_grad_(), torch.tensor([1, 1, 2, 2]), ws)
+    with pytest.raises(ValueError, match=beyond % ("grad_output", 6)):
+        y.backward(dy[:2])
+
+
 def test_is_tuple_2():
     assert fn.is_tuple_2(3) == (3, 3) and fn.is_tuple_2((1, 2)) == (1, 2)
     with pytest.raises(ValueError):

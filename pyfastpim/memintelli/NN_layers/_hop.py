@@ -10,12 +10,14 @@ made by torch.jit.trace, which records the arguments as constants), keeps what b
 """
 import torch
 
-from ...nn.layers import _MemFunction, _MemLayer, _as_input, _host_quantized
+from ...nn.layers import _MemFunction, _MemLayer, _as_input, _float32, _host_quantized
 from .. import _device
 
 
-def _host_param(p):
-    return None if p is None else _device.to_host(p.detach()).to(torch.float32)
+def _host32(t, name):
+    """The tensor t (user data: the argument called name) as float32 on the host; a float64 value beyond
+    float32's range is a ValueError naming it (pyfastpim.nn.layers._float32)."""
+    return _float32(_device.to_host(t.detach()), name)
 
 
 def host_weight_matrix(w):
@@ -28,7 +30,7 @@ class HostLinear(_MemFunction):
     @staticmethod
     def forward(ctx, x, weight, bias, layer, need):
         dev = x.device
-        xh = _device.to_host(x.detach()).to(torch.float32)
+        xh = _host32(x, "input")
         sliced = layer._programmed_for(weight)  # the weight autograd sees, read once by the layer's forward
         with _as_input():  # errors about x name the layer's argument 'input', its slice widths input_slice_method
             out, xq = layer.engine.forward_linear(xh, sliced, layer.input_slice_method,
@@ -36,7 +38,7 @@ class HostLinear(_MemFunction):
                                                   return_dequant=need)
         out = torch.as_tensor(out)
         if bias is not None:
-            out = out + _host_param(bias)
+            out = out + _host32(bias, "bias")
         if need:
             ctx.save_for_backward(torch.as_tensor(xq), _host_quantized(sliced))
         ctx.meta = (x.dtype, weight.device, weight.dtype, None if bias is None else (bias.device, bias.dtype), dev)
@@ -46,7 +48,7 @@ class HostLinear(_MemFunction):
     def backward(ctx, dy):
         xq, wq = ctx.saved_tensors
         x_dtype, w_dev, w_dtype, b_meta, x_dev = ctx.meta
-        dy = _device.to_host(dy).to(torch.float32)
+        dy = _host32(dy, "grad_output")
         dy2 = dy.reshape(-1, dy.shape[-1])
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
@@ -67,7 +69,7 @@ class HostConv2d(_MemFunction):
     @staticmethod
     def forward(ctx, x, weight, bias, layer, geom, need):
         dev = x.device
-        xh = _device.to_host(x.detach()).to(torch.float32)
+        xh = _host32(x, "input")
         sliced = layer._programmed_for(weight)  # as in HostLinear
         with _as_input():
             out, xq = layer.engine.forward_conv2d(xh, sliced, *geom, layer.input_slice_method,
@@ -75,7 +77,7 @@ class HostConv2d(_MemFunction):
                                                   return_dequant=need)
         out = torch.as_tensor(out)
         if bias is not None:
-            out = out + _host_param(bias).view(1, -1, 1, 1)
+            out = out + _host32(bias, "bias").view(1, -1, 1, 1)
         if need:
             ctx.save_for_backward(torch.as_tensor(xq), _host_quantized(sliced))
         ctx.geom = (tuple(x.shape), geom)
@@ -88,7 +90,7 @@ class HostConv2d(_MemFunction):
         xq, wq = ctx.saved_tensors
         x_shape, (kernel, stride, padding, dilation) = ctx.geom
         x_dtype, w_shape, w_dev, w_dtype, b_meta, x_dev = ctx.meta
-        dy = _device.to_host(dy).to(torch.float32).contiguous()
+        dy = _host32(dy, "grad_output").contiguous()
         n, c_out = dy.shape[:2]
         dx = dw = db = None
         if ctx.needs_input_grad[0]:

@@ -14,7 +14,7 @@ import torch
 
 from .. import _device
 from ...dpe import _pair
-from ...nn.layers import _as_input, _host_quantized
+from ...nn.layers import _as_input, _float32, _host_quantized
 
 __all__ = ["MapReduceDot", "map_reduce_dot_func", "LinearMemRunc", "linear_mem_func", "Conv1dMemRunc",
            "conv1d_mem_func", "Conv2dMemRunc", "conv2d_mem_func", "is_tuple_2"]
@@ -36,8 +36,15 @@ def _on(t, like):
     return _device.to_device(t, like.device).to(like.dtype)
 
 
-def _host32(t):
-    return _device.to_host(torch.as_tensor(t)).to(torch.float32)
+def _host32(t, name):
+    """``t`` as float32 on the host; ``name``: the argument it is (user data), named by the ValueError for a
+    float64 value beyond float32's range (pyfastpim.nn.layers._float32)."""
+    return _float32(_device.to_host(torch.as_tensor(t)), name)
+
+
+def _product(out):
+    """The engine's product (float32, not user data) as a float32 host tensor."""
+    return _device.to_host(torch.as_tensor(out)).to(torch.float32)
 
 
 def _result(out, like):
@@ -57,8 +64,9 @@ class MapReduceDot(torch.autograd.Function):
     def forward(ctx, engine, input, input_slice_method, weight_sliced):
         rows = weight_sliced.paral_size[0]
         with _as_input():  # errors about x name this function's argument 'input', its widths input_slice_method
-            out, _ = engine.forward_linear(_host32(input.detach()), weight_sliced, input_slice_method, (1, rows),
-                                           (1, rows), bw_e=weight_sliced.bw_e, return_dequant=False)
+            x = _host32(input.detach(), "input")
+            out, _ = engine.forward_linear(x, weight_sliced, input_slice_method, (1, rows), (1, rows),
+                                           bw_e=weight_sliced.bw_e, return_dequant=False)
         ctx.save_for_backward(_host_quantized(weight_sliced))
         ctx.like = input
         return _result(out, input)
@@ -68,7 +76,7 @@ class MapReduceDot(torch.autograd.Function):
         (wq,) = ctx.saved_tensors
         grad_input = None
         if ctx.needs_input_grad[1]:
-            grad_input = _on(torch.matmul(_host32(grad_output), wq.t()), ctx.like)
+            grad_input = _on(torch.matmul(_host32(grad_output, "grad_output"), wq.t()), ctx.like)
         return None, grad_input, None, None
 
 
@@ -88,9 +96,9 @@ class LinearMemRunc(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, engine, input, weight, input_slice, weight_slice, bias):
-        out = _host32(engine.MapReduceDot(input_slice, weight_slice))
+        out = _product(engine.MapReduceDot(input_slice, weight_slice))
         if bias is not None:
-            out = out + _host32(bias.detach())
+            out = out + _host32(bias.detach(), "bias")
         ctx.save_for_backward(_host_quantized(input_slice), _host_quantized(weight_slice))
         ctx.likes = (input, weight, bias)
         return _result(out, input)
@@ -99,7 +107,7 @@ class LinearMemRunc(torch.autograd.Function):
     def backward(ctx, grad_output):
         xq, wq = ctx.saved_tensors
         x, w, b = ctx.likes
-        dy = _host32(grad_output)
+        dy = _host32(grad_output, "grad_output")
         dy2 = dy.reshape(-1, dy.shape[-1])
         grad_input = grad_weight = grad_bias = None
         if ctx.needs_input_grad[1]:
@@ -119,11 +127,11 @@ def linear_mem_func(engine, input, weight, input_slice, weight_slice, bias=None)
 
 def _conv_forward(ctx, engine, input, weight, input_sliced, weight_sliced, bias, geom, out_hw):
     """Shared forward: input_sliced holds the unfolded input (N, L, C_in*k), the product is (N, L, C_out)."""
-    out = _host32(engine.MapReduceDot(input_sliced, weight_sliced))
+    out = _product(engine.MapReduceDot(input_sliced, weight_sliced))
     if out.dim() == 2:
         out = out.unsqueeze(0)
     if bias is not None:
-        out = out + _host32(bias.detach())
+        out = out + _host32(bias.detach(), "bias")
     n, c_out = out.shape[0], out.shape[-1]
     ctx.save_for_backward(_host_quantized(input_sliced), _host_quantized(weight_sliced))
     ctx.geom = geom
@@ -135,7 +143,7 @@ def _conv_backward(ctx, grad_output, spatial):
     xq, wq = ctx.saved_tensors
     x, w, b = ctx.likes
     stride, padding, dilation, kernel = ctx.geom
-    dy = _host32(grad_output).contiguous()
+    dy = _host32(grad_output, "grad_output").contiguous()
     n, c_out = dy.shape[:2]
     dy4 = dy.reshape(n, c_out, -1, dy.shape[-1]) if spatial == 1 else dy
     grad_input = grad_weight = grad_bias = None

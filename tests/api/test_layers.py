@@ -655,6 +655,24 @@ def test_float64_input_beyond_float32_is_named_as_such():
         assert layer(x).dtype == torch.float64
 
 
+def test_batched_input_is_quantized_per_item():
+    # docs/semantics.md section 8 said "(a batch is flattened)": the items of (B, N, in) are quantized each on
+    # its own (section 2), only the weight gradient sums the rows of all items
+    layer = LinearMem(layer_engine(), 8, 3, (1, 1, 2, 4), (1, 1, 2, 4), input_quant_gran="per-matrix", bias=False)
+    x = torch.randn(2, 4, 8, generator=torch.Generator().manual_seed(1))
+    x[1] *= 1000  # flattened, item 0 would share item 1's scale and lose its low bits
+    x.requires_grad_()
+    y = layer(x)
+    for b in range(2):
+        assert torch.equal(y[b], layer(x[b]))
+    assert not torch.allclose(y[0], layer(x.reshape(-1, 8))[:4], rtol=1e-2, atol=1e-2)
+    y.sum().backward()
+    xq = torch.cat([layer.engine.forward_linear(x[b].detach(), layer.weight_sliced, layer.input_slice_method,
+                                                layer.input_paral_size, layer.input_quant_gran,
+                                                return_dequant=True)[1] for b in range(2)])
+    assert torch.allclose(layer.weight.grad, torch.ones(8, 3).t() @ xq, rtol=1e-5, atol=1e-4)
+
+
 def test_float64_weight_and_bias_beyond_float32_are_named_as_such():
     # the weight is cast to float32 for programming (_weight_matrix), the bias to add it to the float32
     # product: a finite float64 1e300 became inf, and the weight's error blamed 'data' for holding "NaN or

@@ -122,6 +122,14 @@ def _float32(x, name="input"):
     return out
 
 
+def _inference_of(sliced, layer):
+    """The inference flag to program layer's weights with: that of sliced, the SlicedData it holds, or with
+    none (a copy or an unpickled layer, whose programmed weights are not kept) the one saved with it."""
+    if sliced is None:
+        return layer.__dict__.get("_weight_inference", False)
+    return getattr(sliced, "inference", False)
+
+
 def _as_torch(a, like=None):
     if a is None or isinstance(a, torch.Tensor):
         return a
@@ -433,7 +441,7 @@ class _MemLayer(nn.Module):
         self._adopt_weight_sliced_settings(current)
         sliced_type = self._weight_sliced_type or _pyfastpim_attr("SlicedData")
         sliced = sliced_type(self._weight_slice, bw_e=self.bw_e, is_weight=True, paral_size=self.weight_paral_size,
-                             quant_gran=self.weight_quant_gran, inference=getattr(current, "inference", False))
+                             quant_gran=self.weight_quant_gran, inference=_inference_of(current, self))
         # its slice_method attribute is the layer's weight_slice_method tensor, as in MemIntelli (layers
         # pickled before that keep the tuple); the slicing reads the widths checked at construction
         sliced.slice_method = getattr(self, "_weight_slice_tensor", self._weight_slice)
@@ -549,9 +557,11 @@ class _MemLayer(nn.Module):
             "TorchScript cannot compile); use torch.jit.trace, whose module calls the C kernels at each run in "
             "this process (it cannot be saved with torch.jit.save)" % type(self).__name__)
 
-    # The programmed crossbars are derived state: never pickled, re-programmed on first use.
+    # The programmed crossbars are derived state: never pickled, re-programmed on first use. Their
+    # inference flag (prepare_for_inference: no dequantized copy kept) is a setting, kept for that.
     def __getstate__(self):
         state = self.__dict__.copy()
+        state["_weight_inference"] = _inference_of(self.__dict__.get("_weight_sliced"), self)
         state["_weight_sliced"] = None
         state["_programmed_key"] = None
         state["_programmed_ref"] = None

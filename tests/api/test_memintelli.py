@@ -310,6 +310,32 @@ def test_zoo_prepare_for_inference():
         assert torch.equal(before, model(x))
 
 
+def test_zoo_copy_after_prepare_for_inference_keeps_inference_mode():
+    # a copy or an unpickled model re-programs its weights (the programmed crossbars are not copied): it
+    # did so without the inference flag, keeping the dequantized weights prepare_for_inference had released
+    import copy
+    import pickle
+    from pyfastpim.memintelli.NN_models import LeNet5
+    engine = _quiet_engine()
+    x = torch.randn(2, 1, 28, 28, generator=torch.Generator().manual_seed(3))
+    trained, prepared = LeNet5(engine=engine, device="cpu"), LeNet5(engine=engine, device="cpu")
+    prepared.load_state_dict(trained.state_dict())
+    prepared.prepare_for_inference()
+    with torch.no_grad():
+        expected = prepared(x)
+    for model, inference in ((prepared, True), (trained, False)):
+        for twin in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+            twin.eval()
+            with torch.no_grad():
+                assert torch.equal(twin(x), expected)
+            layers = [m for m in twin.modules() if isinstance(m, (LinearMem, Conv2dMem))]
+            assert len(layers) == 5
+            for layer in layers:
+                sliced = layer.weight_sliced
+                assert sliced.inference is inference
+                assert (sliced._dequant is None) is inference  # the dequantized copy the flag drops
+
+
 @pytest.mark.parametrize("bw_e", [None, 8])
 def test_assigned_codes_and_scales_are_what_the_engine_multiplies(bw_e):
     """Writing another matrix's sliced_data / max_data / e_bias makes the crossbar hold that matrix:

@@ -139,6 +139,8 @@ class AttentionContext(nn.Module):
         _check_input(x)
         if self._buffers["incoming"] is None:
             _finite(self.strength.detach(), "strength")  # refused as with an incoming context
+            if x.dtype == torch.float64:
+                _float32(x.detach(), "x")  # float64 beyond float32's range: refused as with an incoming context
             return x
         return _AttentionApply.apply(x, self.strength, self)
 

@@ -120,3 +120,24 @@ def test_readme_names_every_command_of_the_command_line():
     sources = "".join(open(p, encoding="utf-8", errors="replace").read() for pat in (
         "pyfastpim/**/*.py", "csrc/**/*.[ch]", "setup.py") for p in glob.glob(os.path.join(ROOT, pat), recursive=True))
     assert set(re.findall(r"PYFASTPIM_[A-Z0-9_]+", readme)) - set(re.findall(r"PYFASTPIM_[A-Z0-9_]+", sources)) == set()
+
+
+def test_signatures_written_out_in_the_docs_are_the_real_ones():
+    """Every full signature the README and docs/*.md write out (`pyfastpim.X(a, b=1, ...)`,
+    `engine.drift(...)`) is the callable's: README gave AttentionContext's without its `device=None`."""
+    import pyfastpim
+    pytest.importorskip("torch", reason="pyfastpim.nn.convert is one of them")
+    import pyfastpim.nn  # noqa: F401
+    owners = {"engine": pyfastpim.DPETensor, "pyfastpim": pyfastpim}
+    texts = [_readme()] + [open(p, encoding="utf-8").read() for p in sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]
+    found = []
+    for text in texts:
+        for path, params in re.findall(r"`((?:pyfastpim|engine)(?:\.\w+)+)\(([a-z_][^`]*=[^`]*)\)`", text):
+            parts = path.split(".")
+            obj = owners[parts[0]]
+            for part in parts[1:]:
+                obj = getattr(obj, part)
+            real = str(inspect.signature(obj)).replace("(self, ", "(")
+            found.append(path)
+            assert "(%s)" % params == real, (path, params, real)
+    assert {"pyfastpim.AttentionContext", "pyfastpim.nn.convert", "engine.drift", "pyfastpim.asarray"} <= set(found)

@@ -769,6 +769,19 @@ def test_module_float64_beyond_float32_is_refused_not_counted_as_zero():
     torch.testing.assert_close(m(torch.ones(2, 3)), torch.full((2, 3), 1 + 0.5 / 3))
 
 
+
+def test_module_without_incoming_refuses_float64_beyond_float32_as_with_incoming():
+    # forward's input is "checked the same with or without incoming" (README) and the context's apply refuses
+    # such x without incoming too; the module without incoming returned a float64 1e300 unchecked
+    from pyfastpim.nn import AttentionContext as Module
+    m = Module(embed_dim=3)
+    x = torch.ones(2, 3, dtype=torch.float64)
+    x[1, 1] = 1e300
+    with pytest.raises(ValueError, match=r"argument 'x': values must be finite in float32.*value 1e\+300 \(element 4\)"):
+        m(x)
+    x[1, 1] = 3.0  # values that fit: x itself, as before
+    assert m(x) is x
+
 def test_module_forward_and_backward_match_reference():
     m = module_with_incoming(20, s=0.8)
     x = torch.randn(7, 20, requires_grad=True)

@@ -50,11 +50,8 @@ def _host(a, name, dtype):
     product entry points use): no copy when it already is one, else one copy counted in
     :mod:`pyfastpim.memory`. Lists, tuples and numbers become a NumPy array first (built from Python
     objects, no array is copied). Errors (no buffer; bool or complex data, which hold no conductance)
-    name the argument ``name``. bytes and bytearray are refused (TypeError naming ``name``): text or raw
-    data, not numbers, as the core refuses them where it reads a sequence of numbers (csrc/python/convert.c),
-    though their buffer would read as uint8 (b"ab" as 97, 98)."""
-    if isinstance(a, (bytes, bytearray)):
-        raise TypeError("argument '%s': expected an array of numbers, got %s" % (name, type(a).__name__))
+    name the argument ``name``. bytes and bytearray are refused (TypeError naming ``name``: text or raw
+    bytes, not numbers), the core's rule at every data entry point (csrc/python/bind_array.c)."""
     if isinstance(a, (list, tuple, numbers.Number)):
         a = _nested(a, name)
     return np.asarray(_core._view(a, name, dtype))

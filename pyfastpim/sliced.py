@@ -77,16 +77,80 @@ def _out(a):
     return torch.from_numpy(np.ascontiguousarray(a)) if torch is not None else a
 
 
+#: Nesting NumPy reads at most (numpy's MAXDIMS: 32, 64 in NumPy 2): a deeper list is NumPy's to refuse.
+_MAX_DEPTH = 64
+#: What no list may hold as data, refused by the core's rule and words (csrc/python/bind_array.c view_any):
+#: a masked array (its masked elements would be read as data) and bytes / bytearray (text, not numbers).
+_REFUSED = (np.ma.MaskedArray, bytes, bytearray)
+
+
+def _has_buffer(v):
+    try:
+        memoryview(v).release()
+    except TypeError:
+        return False
+    return True
+
+
+def _user_sequence(v):
+    """Whether NumPy reads ``v`` as a nested sequence, iterating it: a sequence that is no list or tuple (read
+    by _plain_nested itself), array, tensor, str, mapping or buffer exporter."""
+    return (hasattr(v, "__len__") and hasattr(v, "__getitem__")
+            and not isinstance(v, (list, tuple, str, np.ndarray, collections.abc.Mapping)) and not _is_torch(v)
+            and not any(hasattr(v, a) for a in ("__array__", "__array_interface__", "__array_struct__"))
+            and not _has_buffer(v))
+
+
+def _sequence_items(value, name):
+    """A user sequence's items, as many as its __len__ says (read once, by iteration, one past it at most: a
+    __getitem__ that never raises IndexError ends here, where np.asarray would read on forever); items that
+    run out before its length or go on past it are a ValueError naming ``name``."""
+    n = _length(value, name, "a rectangular array of numbers")
+    items = list(itertools.islice(value, n + 1))
+    if len(items) != n:
+        raise ValueError("argument '%s': expected a rectangular array of numbers, got %s whose __len__ says %d "
+                         "items but it has %s %d" % (name, type(value).__name__, n,
+                                                     "only" if len(items) < n else "more than", min(len(items), n)))
+    return items
+
+
+def _plain_nested(value, name, depth, done):
+    """A list or tuple (or a user sequence: _sequence_items) ``value`` as NumPy may read it: items that are
+    user sequences replaced by lists of their items, a masked array or bytes / bytearray refused (the core's
+    words, naming ``name``); ``value`` itself where nothing is replaced. ``done`` maps the id of every sequence
+    seen to its result: a list held twice is read once, one holding itself ends (NumPy refuses it)."""
+    if id(value) in done:
+        return done[id(value)]
+    items = value if isinstance(value, (list, tuple)) else _sequence_items(value, name)
+    out = done[id(value)] = items
+    for i, v in enumerate(items if depth < _MAX_DEPTH else ()):
+        if type(v) is float or type(v) is int or type(v) is np.ndarray or isinstance(v, np.generic):
+            continue  # NumPy reads these as they are (a masked array is no exact ndarray)
+        if isinstance(v, _REFUSED):
+            _core._view(v, name)  # raises the core's refusal, naming ``name``
+        if isinstance(v, (list, tuple)) or _user_sequence(v):
+            w = _plain_nested(v, name, depth + 1, done)
+            if w is not v:
+                out = list(items) if out is value else out
+                out[i] = w
+    done[id(value)] = out
+    return out
+
+
 def _nested(value, name):
     """np.asarray(value) of a user's nested sequences, arrays or tensors; a ragged one is a ValueError naming
     ``name`` (NumPy refuses it with its own message, which names nothing), as is a masked array (its masked
-    elements would be read as data: the core's rule, csrc/python/bind_array.c). A tensor is read detached,
+    elements would be read as data: the core's rule, csrc/python/bind_array.c) anywhere in it, a list of them
+    too. bytes and bytearray (text, not numbers) are the core's TypeError naming ``name`` anywhere in it. A
+    user sequence is read for as many items as its __len__ says (_sequence_items). A tensor is read detached,
     on the CPU, a bfloat16 one as float32 (NumPy has none; torch's refusals name nothing)."""
     if _is_torch(value):
         value = value.detach().cpu()
         value = value.float() if str(value.dtype) == "torch.bfloat16" else value
-    if isinstance(value, np.ma.MaskedArray):
+    if isinstance(value, _REFUSED):
         _core._view(value, name)  # raises the core's refusal, naming ``name``
+    if isinstance(value, (list, tuple)) or _user_sequence(value):
+        value = _plain_nested(value, name, 0, {})
     try:
         return np.asarray(value)
     except ValueError as exc:

@@ -1055,6 +1055,12 @@ static PfArray *view_any(PyObject *obj, int writable, const char *argname)
                      "elements as data): pass the data with the mask applied (x.filled(value))", argname);
         return NULL;
     }
+    if (PyBytes_Check(obj) || PyByteArray_Check(obj)) { /* a buffer of chars: read as uint8, b"ab" was 97, 98 */
+        PyErr_Format(PyExc_TypeError, "argument '%s': expected an array of numbers, got %s (bytes and bytearray "
+                     "hold text or raw bytes, not numbers; NumPy reads bytes as a string array): for byte values "
+                     "pass np.frombuffer(value, dtype=np.uint8)", argname, Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
     if (PyObject_CheckBuffer(obj))
         return view_from_buffer(obj, writable, argname);
     if (PyObject_HasAttrString(obj, "__array_interface__")) {

@@ -420,23 +420,18 @@ static int flat_sequence(PyObject *obj, const char *name, const char *what)
     return -1;
 }
 
-/* obj's items as a new tuple, read by iterating it (new reference), or NULL with an exception. Not
- * PySequence_Tuple: it calls len() again for a length hint, so a sequence's __len__ ran twice per
- * conversion, and a second answer that is no length (-1) was CPython's unnamed ValueError. */
-static PyObject *items_tuple(PyObject *obj)
+/* At most `limit` of obj's items as a new tuple, read by iterating it (new reference), or NULL with an
+ * exception. Not PySequence_Tuple: it calls len() again for a length hint, so a sequence's __len__ ran twice
+ * per conversion, and a second answer that is no length (-1) was CPython's unnamed ValueError. The limit
+ * ends the read of a sequence that never ends (a __getitem__ that never raises IndexError). */
+static PyObject *items_tuple(PyObject *obj, Py_ssize_t limit)
 {
-    if (PyTuple_CheckExact(obj)) {
-        Py_INCREF(obj);
-        return obj;
-    }
-    if (PyList_CheckExact(obj))
-        return PyList_AsTuple(obj);
     PyObject *it = PyObject_GetIter(obj);
     if (!it)
         return NULL;
     PyObject *items = PyList_New(0);
     PyObject *item;
-    while (items && (item = PyIter_Next(it))) {
+    while (items && PyList_GET_SIZE(items) < limit && (item = PyIter_Next(it))) {
         int rc = PyList_Append(items, item);
         Py_DECREF(item);
         if (rc < 0)
@@ -448,13 +443,39 @@ static PyObject *items_tuple(PyObject *obj)
     return seq;
 }
 
-/* obj as a tuple snapshot of a non-string sequence (new reference) or NULL with TypeError naming `name`.
- * A tuple, not PySequence_Fast's list: a list would be the caller's own object, which an item's
- * __index__ can shorten (items left unread) or free while it is read. Callers take the count from this
- * tuple, the items read, whatever __len__ said. Bytes-like objects (bytes, bytearray, memoryview) are
- * data, not sequences of ints. An exception of the sequence's own __len__, __iter__ or __getitem__ (user
- * code) propagates; only a TypeError (no sequence after all) is reworded. __len__ is called once. */
-static PyObject *as_sequence(PyObject *obj, const char *name, const char *what)
+/* The items of obj, which has no length (n < 0) or its length n <= cap, read by iteration: n + 1 at most
+ * (cap + 1 without a length), so a sequence that never ends is an error, not an endless read. Items that
+ * disagree with its __len__ (fewer or more), or more than cap without a length, are a ValueError naming
+ * `name`. A new tuple, or NULL with an exception. */
+static PyObject *bounded_items(PyObject *obj, Py_ssize_t n, Py_ssize_t cap, const char *name, const char *what)
+{
+    PyObject *seq = items_tuple(obj, (n >= 0 ? n : cap) + 1);
+    if (!seq)
+        return NULL;
+    Py_ssize_t got = PyTuple_GET_SIZE(seq);
+    if (n >= 0 && got != n)
+        PyErr_Format(PyExc_ValueError, "argument '%s': expected %s, got %s whose __len__ says %zd items but it has "
+                     "%s %zd", name, what, Py_TYPE(obj)->tp_name, n, got < n ? "only" : "more than", got < n ? got : n);
+    else if (n < 0 && got > cap)
+        PyErr_Format(PyExc_ValueError, "argument '%s': expected %s, got %s of more than %zd items", name, what,
+                     Py_TYPE(obj)->tp_name, cap);
+    else
+        return seq;
+    Py_DECREF(seq);
+    return NULL;
+}
+
+/* obj as a tuple snapshot of a non-string sequence (new reference) or NULL with TypeError naming `name`,
+ * with its count in *count: its length, or where it has none the number of items read. A tuple, not
+ * PySequence_Fast's list: a list would be the caller's own object, which an item's __index__ can shorten
+ * (items left unread) or free while it is read. The tuple holds the items only where *count <= cap (the
+ * caller's most): a longer sequence is not read (callers refuse its count). A sequence with a length is
+ * read for that many items and no more (NumPy's np.asarray iterates one to the end, which never comes for
+ * a __getitem__ that never raises IndexError): items that run out before its length, or go on past it,
+ * are a ValueError naming `name`. Bytes-like objects (bytes, bytearray, memoryview) are data, not
+ * sequences of ints. An exception of the sequence's own __len__, __iter__ or __getitem__ (user code)
+ * propagates; only a TypeError (no sequence after all) is reworded. __len__ is called once. */
+static PyObject *as_sequence(PyObject *obj, const char *name, const char *what, Py_ssize_t cap, Py_ssize_t *count)
 {
     if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj) || PyMemoryView_Check(obj) ||
         !PySequence_Check(obj)) {
@@ -463,6 +484,11 @@ static PyObject *as_sequence(PyObject *obj, const char *name, const char *what)
     }
     if (flat_sequence(obj, name, what) < 0)
         return NULL;
+    PyObject *seq = PyTuple_CheckExact(obj) ? Py_NewRef(obj) : PyList_CheckExact(obj) ? PyList_AsTuple(obj) : NULL;
+    if (seq || PyErr_Occurred()) {
+        *count = seq ? PyTuple_GET_SIZE(seq) : 0;
+        return seq;
+    }
     Py_ssize_t n = own_length(obj); /* len()'s own refusal of a length names nothing */
     if (n == -2) {
         PyErr_Format(PyExc_ValueError, "argument '%s': expected %s, got %s whose __len__ returns no length "
@@ -472,17 +498,22 @@ static PyObject *as_sequence(PyObject *obj, const char *name, const char *what)
     if (n == -1 && !PyErr_ExceptionMatches(PyExc_TypeError))
         return NULL; /* its own __len__'s exception */
     PyErr_Clear(); /* no length: a sequence may still iterate */
-    PyObject *seq = items_tuple(obj);
+    *count = n;
+    if (n > cap)
+        return PyTuple_New(0); /* too many for the caller: not read */
+    seq = bounded_items(obj, n, cap, name, what);
     if (!seq && PyErr_ExceptionMatches(PyExc_TypeError)) {
         PyErr_Clear();
         PyErr_Format(PyExc_TypeError, "argument '%s': expected %s, got %s", name, what, Py_TYPE(obj)->tp_name);
     }
+    if (seq)
+        *count = PyTuple_GET_SIZE(seq);
     return seq;
 }
 
 /* The items of a sequence made by as_sequence as int64 (v holds them all): 0, or -1 with an exception.
- * Callers check the length on this same sequence, so a user sequence is read once and cannot change
- * its length between the check and the read. */
+ * Callers check the count first, so a user sequence is read once and cannot change its length between
+ * the check and the read. */
 static int seq_int64s(PyObject *seq, const char *name, int64_t *v)
 {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(seq); i++)
@@ -494,10 +525,10 @@ static int seq_int64s(PyObject *seq, const char *name, int64_t *v)
 /* Items of a sequence as int64 (n <= cap): the count, or -1 with an exception. */
 static Py_ssize_t int_items(PyObject *obj, const char *name, const char *what, int64_t *v, Py_ssize_t cap)
 {
-    PyObject *seq = as_sequence(obj, name, what);
+    Py_ssize_t n;
+    PyObject *seq = as_sequence(obj, name, what, cap, &n);
     if (!seq)
         return -1;
-    Py_ssize_t n = PyTuple_GET_SIZE(seq);
     if (n > cap)
         PyErr_Format(PyExc_ValueError, "argument '%s': expected %s, got %zd values", name, what, n);
     int rc = n > cap ? -1 : seq_int64s(seq, name, v);
@@ -511,10 +542,10 @@ int pf_conv_pair(PyObject *obj, void *arg)
 {
     pf_pair_arg *a = arg;
     int64_t v[2];
-    PyObject *seq = as_sequence(obj, a->name, "a pair of ints");
+    Py_ssize_t n;
+    PyObject *seq = as_sequence(obj, a->name, "a pair of ints", 2, &n);
     if (!seq)
         return 0;
-    Py_ssize_t n = PyTuple_GET_SIZE(seq);
     if (n != 2)
         PyErr_Format(PyExc_ValueError, "argument '%s': expected a pair of ints, got %zd values", a->name, n);
     int rc = n != 2 ? -1 : seq_int64s(seq, a->name, v);
@@ -539,10 +570,10 @@ int pf_conv_slice_method(PyObject *obj, void *arg)
 {
     pf_method_arg *a = arg;
     int64_t w[PF_MAX_SLICES];
-    PyObject *seq = as_sequence(obj, a->name, "a sequence of slice widths");
+    Py_ssize_t n;
+    PyObject *seq = as_sequence(obj, a->name, "a sequence of slice widths", PF_MAX_SLICES, &n);
     if (!seq)
         return 0;
-    Py_ssize_t n = PyTuple_GET_SIZE(seq);
     int bad_count = n < 1 || n > PF_MAX_SLICES;
     if (bad_count)
         PyErr_Format(PyExc_ValueError, "argument '%s': expected 1 to %d slice widths, got %zd", a->name,

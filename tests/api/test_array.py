@@ -151,8 +151,8 @@ def test_array_interface_and_plain_buffers():
     a = np.arange(6, dtype=np.int32).reshape(2, 3)
     arr = pyfastpim.asarray(InterfaceOnly(a))
     assert arr.data_ptr == a.ctypes.data and arr.dtype == "int32" and arr.shape == (2, 3)
-    b = bytearray(b"\x01\x02\x03")
-    arr = pyfastpim.asarray(b, writable=True)
+    b = bytearray(b"\x01\x02\x03")  # a plain buffer: through a memoryview (bytes / bytearray are no numbers,
+    arr = pyfastpim.asarray(memoryview(b), writable=True)  # test_data_arguments.py)
     assert arr.dtype == "uint8" and arr.shape == (3,)
     np.asarray(arr)[0] = 9
     assert b[0] == 9
@@ -210,7 +210,7 @@ def test_readonly_buffer_where_writing_is_needed():
     with pytest.raises(ValueError, match="obj.*read-only"):
         pyfastpim.asarray(a, writable=True)
     with pytest.raises(ValueError, match="read-only"):
-        pyfastpim.asarray(b"abc", writable=True)
+        pyfastpim.asarray(memoryview(b"abc"), writable=True)
     arr = pyfastpim.asarray(a)  # reading is fine
     assert arr.readonly
     with pytest.raises(BufferError):

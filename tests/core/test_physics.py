@@ -778,8 +778,10 @@ def test_column_currents_beyond_float64_raise_naming_v_instead_of_returning_inf(
 @pytest.mark.parametrize("kind", [bytes, bytearray])
 def test_bytes_are_no_conductances(call, name, kind):
     # drift_conductance(b"ab", 10.0) read the bytes' buffer as uint8 conductances 97, 98 (found by review);
-    # bytes-like data are no numbers, as where the core reads a sequence of numbers (csrc/python/convert.c)
-    with pytest.raises(TypeError, match="^argument '%s': expected an array of numbers, got %s$" % (name, kind.__name__)):
+    # bytes-like data are no numbers: the core's rule at every data entry point (csrc/python/bind_array.c)
+    with pytest.raises(TypeError, match="^argument '%s': expected an array of numbers, got %s \\(bytes and bytearray "
+                       "hold text or raw bytes, not numbers; NumPy reads bytes as a string array\\): for byte "
+                       "values pass np.frombuffer\\(value, dtype=np.uint8\\)$" % (name, kind.__name__)):
         call(kind(b"ab"))
 
 

@@ -874,7 +874,8 @@ class DPETensor:
         """
         from .sliced import SlicedData
         return_dequant = _core.check_flag(return_dequant, "return_dequant")
-        if not isinstance(w_sliced, SlicedData) or not w_sliced.is_weight or w_sliced._levels is None:
+        if not isinstance(w_sliced, SlicedData) or not w_sliced.is_weight or (
+                w_sliced._levels is None and w_sliced._codes is None):  # sliced ones are programmed below
             raise TypeError("argument 'w_sliced': expected programmed weights (SlicedData(..., is_weight=True))")
         x_widths, input_paral_size, gran = _slicing_args("input", input_slice, input_paral_size, input_quant_gran,
                                                          bw_e)

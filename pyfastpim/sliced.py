@@ -491,22 +491,28 @@ def _granule_of(gran, paral, rows, cols):
     return tuple(-(-int(g) // int(p)) * int(p) for g, p in zip(gran, paral))
 
 
-def _effective_geometry(widths, paral, gran, rows, cols):
-    """What slicing ``rows x cols`` data with checked ``widths``, ``paral``, ``gran`` depends on: the widths,
-    the blocks and the effective granule, as plain ints. Values of another form (an unchecked one a pickle
-    from before the checks may hold) give None: equal to nothing, so such a geometry always counts as changed."""
+def _effective_geometry(widths, paral, gran, bw_e, rows, cols):
+    """What slicing ``rows x cols`` data with checked ``widths``, ``paral``, ``gran`` and ``bw_e`` depends on: the
+    widths, the blocks and the effective granule, as plain ints, and whether it is BFP (docs/semantics.md section 4:
+    a positive bw_e; its value is not otherwise used). Values of another form (an unchecked one a pickle from
+    before the checks may hold) give None: equal to nothing, so such a geometry always counts as changed."""
     try:
         return (tuple(operator.index(w) for w in widths), tuple(operator.index(p) for p in paral),
-                _granule_of(gran, paral, rows, cols))
+                _granule_of(gran, paral, rows, cols), bool(bw_e))
     except (TypeError, KeyError, ValueError):
         return None
 
 
-def _slice_for(engine, data, geometry, bw_e, inference, program):
-    """One slicing of ``data`` with ``geometry`` (widths, paral_size, quant_gran) and, for weights (``program``:
-    _check_engine's tuple), its programming: (codes, gran_max, gran_scale, gran_exp, dequant, levels,
-    conductance, granule). Runs without _state_lock."""
-    widths, paral, gran = geometry
+#: Slicings slice_data_imp runs outside _state_lock before it slices holding it (each outdated by a geometry
+#: that another thread assigned meanwhile): a thread that keeps assigning cannot keep it slicing forever.
+_UNLOCKED_SLICINGS = 3
+
+
+def _slice_for(engine, data, geometry, inference, program):
+    """One slicing of ``data`` with ``geometry`` (widths, paral_size, quant_gran, bw_e) and, for weights
+    (``program``: _check_engine's tuple), its programming: (codes, gran_max, gran_scale, gran_exp, dequant, levels,
+    conductance, granule)."""
+    widths, paral, gran, bw_e = geometry
     gran = gran if isinstance(gran, str) else tuple(gran)
     dev = getattr(engine, "_cl", None)  # an engine on an OpenCL device slices there (same results)
     g_level = program[0] if program is not None else None
@@ -550,17 +556,19 @@ class SlicedData:
     ``quantized_data`` (dequantized, shaped like the data) and, for weights,
     ``G`` (siemens, same layout as ``sliced_data``; padding cells read LGS).
     ``shape`` is the data's (a torch.Size for torch data, else a tuple);
-    ``slice_method`` the object given. ``slice_method``, ``paral_size`` and
-    ``quant_gran`` assigned later are checked as the constructor checks them
-    (its exceptions and messages; ``quant_gran=None`` is the current
-    ``paral_size``); one that changes the geometry of data already sliced
-    (other widths, blocks or effective granule: the granule rounded up to whole
-    blocks, a granularity name as the size it stands for) drops that slicing, so
-    a product raises "not sliced yet (call slice_data_imp)" until
-    ``slice_data_imp`` is called again. A value slicing the data alike
-    (``[1, 1, 2]`` for ``(1, 1, 2)``, quant_gran ``(30, 30)`` for ``(32, 32)``
-    with 32-wide blocks) keeps the data. One assigned from another thread
-    while ``slice_data_imp`` runs is the one it slices with.
+    ``slice_method`` the object given. ``slice_method``, ``paral_size``,
+    ``quant_gran``, ``bw_e`` and ``is_weight`` assigned later are checked as the
+    constructor checks them (its exceptions and messages; ``quant_gran=None`` is
+    the current ``paral_size``); one that changes the geometry of data already
+    sliced (other widths, blocks or effective granule: the granule rounded up to
+    whole blocks, a granularity name as the size it stands for; INT against BFP)
+    drops that slicing, so a product raises "not sliced yet (call
+    slice_data_imp)" until ``slice_data_imp`` is called again. A value slicing
+    the data alike (``[1, 1, 2]`` for ``(1, 1, 2)``, quant_gran ``(30, 30)`` for
+    ``(32, 32)`` with 32-wide blocks, bw_e 8 for 4) keeps the data; so does
+    ``is_weight`` except for batched (3-D) data made weights (see its setter).
+    One assigned from another thread while ``slice_data_imp`` runs is the one it
+    slices with (after a few slicings so outdated, the last one holds the lock).
 
     Differences from MemIntelli: when a granule is all zeros, codes and
     dequantized values are 0 (MemIntelli divides by zero); ``bw_e`` None or 0
@@ -594,19 +602,18 @@ class SlicedData:
 
     def _setup(self, slice_method, widths, bw_e, is_weight, paral_size, quant_gran, device, inference):
         self._widths = widths
-        self.__dict__.update(slice_method=slice_method, paral_size=paral_size, quant_gran=quant_gran)  # checked
-        self.bw_e = bw_e
-        self.is_weight = is_weight
+        self.__dict__.update(slice_method=slice_method, paral_size=paral_size, quant_gran=quant_gran,  # checked
+                             bw_e=bw_e, is_weight=is_weight)
         if device is not None:  # else torch.device("cpu"), made on first access (see __getattr__)
             self.device = device
         self.inference = inference
         self.shape = None
         self._reset()
 
-    # ---- the slicing's geometry: slice_method, paral_size, quant_gran ----
+    # ---- the slicing's geometry: slice_method, paral_size, quant_gran, bw_e; and is_weight ----
     # Kept in the instance dictionary under their public names (pickles and copies of any version carry
     # them as they are); assigning one checks it as the constructor does and, where it changes the
-    # geometry of data already sliced, drops that slicing (see _set_geometry).
+    # geometry of data already sliced, drops that slicing (see _set_geometry, _set_is_weight).
 
     def _stored(self, name):
         try:
@@ -642,22 +649,51 @@ class SlicedData:
         self._stored("paral_size")
         self._set_geometry(quant_gran=None if value is None else _quant_gran(value))
 
+    @property
+    def bw_e(self):
+        """None or 0 (INT quantization) or a positive int (BFP), as given."""
+        return self._stored("bw_e")
+
+    @bw_e.setter
+    def bw_e(self, value):
+        self._set_geometry(bw_e=_bw_e(value))
+
+    @property
+    def is_weight(self):
+        """Whether the data is a weight matrix, programmed into conductances (a bool)."""
+        return self._stored("is_weight")
+
+    @is_weight.setter
+    def is_weight(self, value):
+        """Checked as the constructor checks it. The codes do not depend on it (weights are 2-D data sliced as
+        an input is, then programmed), so data sliced keeps its slicing: weights that become an input keep their
+        programming (unused; the products refuse them as weights), 2-D data that becomes weights is programmed
+        at its first product (as weights sliced with another engine are re-programmed). Data of more than 2
+        dimensions, which slice_data_imp refuses as weights, is dropped when it becomes weights."""
+        value = _core.check_flag(value, "is_weight")
+        with _state_lock:  # one step for a product or a slicing in another thread
+            if value and self._codes is not None and not self._data_2d:
+                self._reset()
+                self.shape = None
+            self.__dict__["is_weight"] = value
+
     def _set_geometry(self, **values):
         """Store checked geometry ``values`` (quant_gran None: the current paral_size), the block and granule
         sizes checked together. Where the data already sliced would be sliced differently with the new geometry
-        (other widths, blocks or effective granule: _effective_geometry), that slicing is dropped (the products
-        then refuse the SlicedData as not sliced, until slice_data_imp is called again): codes in the old
-        geometry would otherwise be read with the new one. An effectively equal geometry (a granule rounding up
-        to the same whole blocks, a name standing for the same granule of this data) keeps it."""
+        (other widths, blocks or effective granule, INT against BFP: _effective_geometry), that slicing is
+        dropped (the products then refuse the SlicedData as not sliced, until slice_data_imp is called again):
+        codes in the old geometry would otherwise be read with the new one. An effectively equal geometry (a
+        granule rounding up to the same whole blocks, a name standing for the same granule of this data, another
+        positive bw_e) keeps it."""
         with _state_lock:  # one step for a product or a slicing in another thread
             if values.get("quant_gran", ()) is None:
                 values["quant_gran"] = self._stored("paral_size")
             _check_sizes(values.get("paral_size", self.__dict__.get("paral_size")),
                          values.get("quant_gran", self.__dict__.get("quant_gran")), "paral_size", "quant_gran")
-            new = dict(zip(("_widths", "paral_size", "quant_gran"), self._geometry()), **values)
+            new = dict(zip(("_widths", "paral_size", "quant_gran", "bw_e"), self._geometry()), **values)
             sliced = self._sliced_geometry() if self._codes is not None else None
             if self._codes is not None and (sliced is None or sliced != self._effective(
-                    new["_widths"], new["paral_size"], new["quant_gran"])):
+                    new["_widths"], new["paral_size"], new["quant_gran"], new["bw_e"])):
                 self._reset()
                 self.shape = None
             if values.get("_widths", self._widths) != self._widths:  # the per-slice constants follow the widths
@@ -666,16 +702,17 @@ class SlicedData:
             self.__dict__.update(values)
 
     def _geometry(self):
-        return self._widths, self.paral_size, self.quant_gran
+        return self._widths, self.paral_size, self.quant_gran, self.bw_e
 
-    def _effective(self, widths, paral, gran):
+    def _effective(self, widths, paral, gran, bw_e):
         """_effective_geometry of the data sliced now (its rows and columns) with this geometry."""
         rows, cols = self._codes.shape[2:]
-        return _effective_geometry(widths, paral, gran, rows, cols)
+        return _effective_geometry(widths, paral, gran, bw_e, rows, cols)
 
     def _sliced_geometry(self):
-        """What the data sliced now was sliced with: its widths, blocks and effective granule (None: unknown)."""
-        g = self._effective(self._widths, self.paral_size, self._granule)
+        """What the data sliced now was sliced with: its widths, blocks, effective granule and whether it is BFP
+        (it has exponents); None: unknown."""
+        g = self._effective(self._widths, self.paral_size, self._granule, self._gran_exp is not None)
         return g if g is not None and g[2] == tuple(self._granule) else None
 
     def __getattr__(self, name):
@@ -726,34 +763,51 @@ class SlicedData:
     def slice_data_imp(self, engine, data):
         """Quantize, slice and (for weights) program ``data`` with ``engine``'s device parameters.
 
-        The slicing runs outside ``_state_lock`` with the geometry (slice_method, paral_size, quant_gran)
-        read when it starts; where another thread assigns a geometry meanwhile that slices this data
-        differently, the data is sliced again with the new one, so what is committed is always sliced with
-        the geometry the SlicedData then holds (the assignment acts as made before the call)."""
+        The slicing runs outside ``_state_lock`` with the geometry (slice_method, paral_size, quant_gran, bw_e)
+        and is_weight read when it starts; where another thread assigns meanwhile a geometry that slices this data
+        differently, or another is_weight, the data is sliced again with the new values, so what is committed is
+        always sliced with the settings the SlicedData then holds (the assignment acts as made before the call).
+        After _UNLOCKED_SLICINGS slicings so outdated, the last slicing holds the lock throughout: assignments
+        from other threads then wait for it (and act as made after the call)."""
         data = _operand(data, "data")
         is_torch = _is_torch(data)
         if is_torch and data.requires_grad:
             data = data.detach()
         ndim = len(data.shape)
-        is_weight, bw_e, inference = self.is_weight, self.bw_e, self.inference
+        rows, cols = data.shape[-2:] if ndim >= 2 else (1, 1)  # fewer dimensions: the core refuses the data
+        for attempt in range(_UNLOCKED_SLICINGS + 1):
+            with _state_lock:
+                is_weight, geometry, inference = self.is_weight, self._geometry(), self.inference
+            if attempt == _UNLOCKED_SLICINGS:
+                with _state_lock:  # re-entrant: the settings cannot change while it slices
+                    self._slice_once(engine, data, is_weight, geometry, inference, is_torch, rows, cols, True)
+                break
+            if self._slice_once(engine, data, is_weight, geometry, inference, is_torch, rows, cols, False):
+                break
+        if is_weight and hasattr(engine, "_prepare_weights"):  # as committed
+            engine._prepare_weights(self)  # IR drop / drift: effective conductances at programming time (unlocked)
+
+    def _slice_once(self, engine, data, is_weight, geometry, inference, is_torch, rows, cols, last):
+        """One slicing of ``data`` with the settings read (is_weight, geometry); commits it and returns True where
+        the SlicedData still holds them, or settings that slice this data alike. Else returns False, or where
+        ``last`` (the caller holds _state_lock: only this thread could have changed them) raises RuntimeError."""
+        ndim = len(data.shape)
         if is_weight and ndim != 2:
             raise ValueError("argument 'data': weights must be 2-D (rows, cols), got %d dimensions" % ndim)
         program = _check_engine(engine) if is_weight else None  # everything programming depends on
-        rows, cols = data.shape[-2:] if ndim >= 2 else (1, 1)  # fewer dimensions: the core refuses the data
-        while True:
-            with _state_lock:
-                geometry = self._geometry()
-            sliced = _slice_for(engine, data, geometry, bw_e, inference, program)
-            with _state_lock:
-                now = self._geometry()
-                same = all(a is b for a, b in zip(now, geometry)) or (
-                    _effective_geometry(*now, rows, cols) is not None
-                    and _effective_geometry(*now, rows, cols) == _effective_geometry(*geometry, rows, cols))
-                if same:  # else a geometry assigned meanwhile slices this data differently: slice again with it
-                    self._commit_slicing(sliced, ndim, is_torch, program, data.shape)
-                    break
-        if is_weight and hasattr(engine, "_prepare_weights"):
-            engine._prepare_weights(self)  # IR drop / drift: effective conductances at programming time (unlocked)
+        sliced = _slice_for(engine, data, geometry, inference, program)
+        with _state_lock:
+            now = self._geometry()
+            same = all(a is b for a, b in zip(now, geometry)) or (
+                _effective_geometry(*now, rows, cols) is not None
+                and _effective_geometry(*now, rows, cols) == _effective_geometry(*geometry, rows, cols))
+            if same and (self.is_weight == is_weight or ndim == 2):  # 2-D data slices alike as input or weights
+                self._commit_slicing(sliced, ndim, is_torch, program, data.shape)
+                return True
+        if last:
+            raise RuntimeError("SlicedData.slice_data_imp: its slice_method, paral_size, quant_gran, bw_e or "
+                               "is_weight changed while it sliced, holding the lock")
+        return False  # a geometry or is_weight assigned meanwhile slices this data differently: slice again
 
     def _commit_slicing(self, sliced, ndim, is_torch, program, shape):
         """Store one slicing's results (call with _state_lock held)."""
@@ -846,7 +900,7 @@ class SlicedData:
                                  % (tuple(self._widths),))
             codes = np.ascontiguousarray(codes.astype(np.uint8))
             levels = conductance = None
-            if self.is_weight and self._program is not None:
+            if self._program is not None:  # weights (also made an input since: they may become weights again)
                 g_level, HGS, LGS, wv, rh, rl, seed = self._program
                 levels, g = program_weights(codes[:, 0], self._widths, g_level, HGS, LGS, wv, rh, rl, seed)
                 conductance = g if (wv > 0 or rh > 0 or rl > 0) else None

@@ -124,9 +124,10 @@ def test_slice_method_given_as_a_tensor_stays_a_tensor():
     ("slice_method", (2, 2)), ("slice_method", "abc"), ("slice_method", (1, 9)), ("slice_method", ()),
     ("slice_method", (1, 1.5)), ("paral_size", (0, 4)), ("paral_size", 4), ("paral_size", (4, 4, 4)),
     ("paral_size", "ab"), ("paral_size", (2 ** 63, 1)), ("quant_gran", "per-block"), ("quant_gran", (0, 4)),
-    ("quant_gran", 7), ("quant_gran", (2 ** 63 - 1, 1))])
+    ("quant_gran", 7), ("quant_gran", (2 ** 63 - 1, 1)), ("bw_e", -1), ("bw_e", 2.0), ("bw_e", True), ("bw_e", "8"),
+    ("is_weight", 2), ("is_weight", "yes"), ("is_weight", None)])
 def test_invalid_values_are_refused_as_the_constructor_refuses_them(name, value):
-    kw = dict(BASE, is_weight=True, **{name: value})
+    kw = dict(dict(BASE, is_weight=True), **{name: value})
     if name == "quant_gran":
         kw["paral_size"] = (64, 64)  # a granule rounded up to whole blocks of the current paral_size
     with pytest.raises((TypeError, ValueError)) as constructed:
@@ -240,7 +241,7 @@ def test_a_granularity_name_is_read_by_its_characters():
 # was dropped at its commit, so slice_data_imp returned normally with no data. It now slices again with the
 # new geometry, so the data held is always the one its geometry gives.
 
-def _assign_during_slicing(monkeypatch, name, value):
+def _assign_during_slicing(monkeypatch, name, value, make=weights):
     import threading
     from pyfastpim import sliced as sliced_module
     real, calls = sliced_module._core.slice_quantize, []
@@ -254,7 +255,7 @@ def _assign_during_slicing(monkeypatch, name, value):
         return real(*args, **kw)
 
     monkeypatch.setattr(sliced_module._core, "slice_quantize", slice_quantize)
-    sd = weights()
+    sd = make()
     return sd, calls
 
 
@@ -332,3 +333,165 @@ def test_data_of_too_few_dimensions_gets_the_cores_refusal(data):
     # (it unpacked data.shape[-2:]: "not enough values to unpack", found by tests/api/test_fuzz.py)
     with pytest.raises(ValueError, match=r"argument 'data': expected a 2-D \(rows, cols\) or 3-D"):
         SlicedData((1, 1, 2)).slice_data_imp(engine(), data)
+
+
+# ---- bw_e and is_weight assigned after slicing (they were plain attributes). bw_e: the data kept its INT or BFP
+# quantization while the products' INT/BFP check compared the new bw_e, so an INT input made BFP multiplied with
+# BFP weights (scales of both kinds mixed, e_bias None though bw_e said BFP). INT against BFP slices differently
+# (docs/semantics.md sections 3, 4): the slicing is dropped; another positive bw_e, or 0 for None, slices alike.
+
+def _bfp_inputs(eng, bw_e):
+    return sliced(SlicedData((1, 1, 2, 2), bw_e=bw_e, paral_size=(1, 32), quant_gran=(1, 32)), eng, X)
+
+
+@pytest.mark.parametrize("given, other", [(None, 8), (8, None), (0, 4), (4, 0)])
+@pytest.mark.parametrize("which", ["x", "mat"])
+def test_bw_e_switching_int_and_bfp_after_slicing_drops_the_slicing(which, given, other):
+    eng = engine()
+    x, w = _bfp_inputs(eng, given), sliced(weights(bw_e=other), eng, W)
+    target = x if which == "x" else w
+    target.bw_e = other if which == "x" else given  # the two now agree: the INT/BFP check passed on the old code
+    assert target._codes is None and target.shape is None and target.bw_e == (other if which == "x" else given)
+    with pytest.raises(ValueError, match=NOT_SLICED % which):
+        eng(x, w)
+    assert target.e_bias is None and target.max_data is None
+    sliced(target, eng, X if which == "x" else W)
+    twin_x = _bfp_inputs(eng, other) if which == "x" else x
+    twin_w = w if which == "x" else sliced(weights(bw_e=given), eng, W)
+    assert (target.e_bias is None) == (not target.bw_e)
+    np.testing.assert_array_equal(eng(x, w), eng(twin_x, twin_w))
+
+
+@pytest.mark.parametrize("given, alike", [(4, 8), (8, np.int64(3)), (None, 0), (0, None)])
+def test_a_bw_e_of_the_same_kind_keeps_the_slicing(given, alike):
+    eng = engine()
+    x, w = _bfp_inputs(eng, given), sliced(weights(bw_e=given), eng, W)
+    before, codes, version = eng(x, w), w._codes, w._version
+    w.bw_e = alike
+    x.bw_e = alike
+    assert w._codes is codes and w._version == version and w.bw_e is alike
+    np.testing.assert_array_equal(eng(x, w), before)
+
+
+def test_bw_e_assigned_while_slicing_is_the_one_sliced_with(monkeypatch):
+    sd, calls = _assign_during_slicing(monkeypatch, "bw_e", 8)
+    eng = engine()
+    sd.slice_data_imp(eng, W)
+    monkeypatch.undo()
+    assert len(calls) == 2 and sd._gran_exp is not None  # the old code committed INT codes under bw_e 8
+    twin = sliced(weights(bw_e=8), eng, W)
+    assert_same_slicing(sd, twin)
+    np.testing.assert_array_equal(sd._gran_exp, twin._gran_exp)
+
+
+def test_an_alike_bw_e_assigned_while_slicing_slices_once(monkeypatch):
+    sd, calls = _assign_during_slicing(monkeypatch, "bw_e", 0)
+    sd.slice_data_imp(engine(), W)
+    assert len(calls) == 1 and sd.bw_e == 0 and sd._codes is not None
+
+
+# is_weight does not change the codes (weights are 2-D data sliced as inputs are, then programmed): data keeps its
+# slicing, except batched data made weights (slice_data_imp refuses it as weights), which was multiplied as weights
+# (or refused naming the programming's 'codes'). Weights made an input and back kept levels that the codes
+# assigned meanwhile (sliced_data) no longer matched; 2-D data made weights was refused by forward_conv2d.
+
+def test_batched_data_made_weights_is_dropped():
+    eng = engine()
+    batch = sliced(SlicedData((1, 1, 2, 2), paral_size=(32, 32)), eng, RNG.standard_normal((2, 64, 48)))
+    batch.is_weight = True
+    assert batch._codes is None and batch.shape is None
+    with pytest.raises(ValueError, match=NOT_SLICED % "mat"):
+        eng(inputs(eng, (32, 32)), batch)
+    with pytest.raises(ValueError, match="weights must be 2-D"):
+        batch.slice_data_imp(eng, RNG.standard_normal((2, 64, 48)))
+
+
+def test_2d_data_made_weights_keeps_its_slicing_and_is_programmed_at_its_first_product():
+    eng = engine()
+    w = sliced(SlicedData(**BASE), eng, W[:18])
+    codes = w._codes
+    w.is_weight = True
+    assert w._codes is codes and w._levels is None
+    twin = sliced(weights(), eng, W[:18])
+    image = RNG.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    conv = dict(input_paral_size=(1, 32), input_quant_gran=(1, 32))
+    got, want = eng.forward_conv2d(image, w, 3, **conv)[0], eng.forward_conv2d(image, twin, 3, **conv)[0]
+    np.testing.assert_array_equal(got, want)  # the old code refused w: "expected programmed weights"
+    np.testing.assert_array_equal(w._levels, twin._levels)
+
+
+def test_weights_made_an_input_and_back_are_programmed_with_the_codes_assigned_meanwhile():
+    eng = engine()
+    w, other = sliced(weights(), eng, W), sliced(weights(), eng, -W)
+    x = inputs(eng, (32, 32))
+    eng(x, w)
+    w.is_weight = False
+    with pytest.raises(ValueError, match=r"argument 'mat': expected weights"):
+        eng(x, w)
+    w.sliced_data = other.sliced_data
+    w.is_weight = True
+    np.testing.assert_array_equal(eng(x, w), eng(x, other))  # the old code multiplied the levels of W
+
+
+def test_batched_data_made_weights_while_slicing_is_refused_as_weights(monkeypatch):
+    sd, calls = _assign_during_slicing(monkeypatch, "is_weight", True, make=lambda: SlicedData(**BASE))
+    with pytest.raises(ValueError, match="argument 'data': weights must be 2-D"):  # as made before the call
+        sd.slice_data_imp(engine(), RNG.standard_normal((2, 64, 48)))
+    assert len(calls) == 1 and sd._codes is None and sd.is_weight  # the old code committed batched weights
+
+
+# ---- slice_data_imp outdated again and again: it sliced again for every geometry assigned meanwhile, so a thread
+# that kept assigning kept it slicing forever. After _UNLOCKED_SLICINGS such slicings it slices holding the lock.
+
+def _assign_at_every_slicing(monkeypatch, same_thread=False):
+    import threading
+    from pyfastpim import sliced as sliced_module
+    real, calls, waiting = sliced_module._core.slice_quantize, [], []
+    grans = [(64, 16), (32, 64)]
+
+    def slice_quantize(*args, **kw):
+        owned = sliced_module._state_lock._is_owned()
+        calls.append((owned, tuple(args[3])))  # the granule sliced with
+        value = grans[len(calls) % 2]
+        if len(calls) >= 20:  # a bound for the old code, which sliced again for every assignment
+            pass
+        elif same_thread:
+            sd.quant_gran = value
+        elif owned:  # the lock held: an assignment waits for the slicing (joined by the test)
+            t = threading.Thread(target=setattr, args=(sd, "quant_gran", value))
+            t.start()
+            t.join(0.05)
+            waiting.append((t, t.is_alive(), value))
+        else:
+            t = threading.Thread(target=setattr, args=(sd, "quant_gran", value))
+            t.start()
+            t.join()
+        return real(*args, **kw)
+
+    monkeypatch.setattr(sliced_module._core, "slice_quantize", slice_quantize)
+    sd = weights()
+    return sd, calls, waiting
+
+
+def test_a_geometry_assigned_at_every_slicing_is_sliced_with_once_holding_the_lock(monkeypatch):
+    sd, calls, waiting = _assign_at_every_slicing(monkeypatch)
+    eng = engine()
+    sd.slice_data_imp(eng, W)
+    assert [owned for owned, _ in calls] == [False, False, False, True]  # _UNLOCKED_SLICINGS, then one locked
+    (t, blocked, value), = waiting
+    t.join()  # the assignment tried while the lock was held waited for it, and acts after the call
+    monkeypatch.undo()
+    assert blocked
+    # each slicing with the geometry assigned before it (the last one: (32, 64)), then (64, 16) assigned: dropped
+    assert [gran for _, gran in calls] == [(32, 32), (32, 64), (64, 16), (32, 64)]
+    assert sd.quant_gran == value == (64, 16) and sd._codes is None
+    sd.quant_gran = (32, 64)
+    sliced(sd, eng, W)
+    assert_same_slicing(sd, sliced(weights(quant_gran=(32, 64)), eng, W))
+
+
+def test_a_geometry_assigned_by_the_slicing_thread_while_it_holds_the_lock_is_a_runtime_error(monkeypatch):
+    sd, calls, _ = _assign_at_every_slicing(monkeypatch, same_thread=True)
+    with pytest.raises(RuntimeError, match="changed while it sliced"):
+        sd.slice_data_imp(engine(), W)
+    assert len(calls) == 4 and calls[-1][0] and sd._codes is None

@@ -270,25 +270,28 @@ def _positive_int(v, name):
     return v
 
 class _LinearMemFunction(_MemFunction):
-    """y = engine(x, W) + b; straight-through backward with Wq and xq (docs/semantics.md section 8)."""
+    """y = engine(x, W) + b; straight-through backward with Wq and xq (docs/semantics.md section 8).
+    x in the input's dtype: forward narrows it to float32 (_float32) and returns y in x's dtype, so
+    backward receives dy in that dtype and narrows it itself, a float64 value beyond float32's range a
+    ValueError naming 'grad_output' (a cast outside the Function would turn it into an infinity)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, layer, need):
         sliced = layer._programmed_for(weight)  # the weight autograd sees (read once, in forward)
-        out, xq = _engine_linear(layer, x.detach(), sliced, return_dequant=need)
+        out, xq = _engine_linear(layer, _float32(x.detach()), sliced, return_dequant=need)
         if bias is not None:
             out = out + _float32(bias.detach(), "bias")
         if need:
             ctx.save_for_backward(xq, _host_quantized(sliced))  # wq (in, out): dequantized W^T
         ctx.has_bias = bias is not None
         ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
-        return out
+        return out.to(x.dtype)
 
     @staticmethod
     def backward(ctx, dy):
         xq, wq = ctx.saved_tensors
         dx = dw = db = None
-        dy = dy.to(wq.dtype)
+        dy = _float32(dy, "grad_output").to(wq.dtype)
         if ctx.needs_input_grad[0]:
             dx = torch.matmul(dy, wq.t()).to(ctx.dtypes[0])            # dy @ Wq
         dy2 = dy.reshape(-1, dy.shape[-1])
@@ -300,14 +303,16 @@ class _LinearMemFunction(_MemFunction):
 
 
 class _Conv2dMemFunction(_MemFunction):
-    """Convolution on the crossbar; backward = gradient of an ordinary conv with Wq and xq."""
+    """Convolution on the crossbar; backward = gradient of an ordinary conv with Wq and xq. x, y and dy in
+    the input's dtype, as in _LinearMemFunction."""
 
     _extra_args = 1  # the forward's geometry (_conv_geometry)
 
     @staticmethod
     def forward(ctx, x, weight, bias, layer, geometry, need):
         sliced = layer._programmed_for(weight)  # as in _LinearMemFunction
-        out, xq = _engine_conv2d(layer, x.detach(), sliced, geometry, return_dequant=need)  # xq: (N, L, C_in*kh*kw)
+        out, xq = _engine_conv2d(layer, _float32(x.detach()), sliced, geometry,
+                                 return_dequant=need)  # xq: (N, L, C_in*kh*kw)
         if bias is not None:
             out = out + _float32(bias.detach(), "bias").view(1, -1, 1, 1)
         if need:
@@ -315,14 +320,14 @@ class _Conv2dMemFunction(_MemFunction):
         ctx.geom = (tuple(x.shape), tuple(weight.shape)) + tuple(geometry[1:])  # stride, padding, dilation
         ctx.has_bias = bias is not None
         ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
-        return out
+        return out.to(x.dtype)
 
     @staticmethod
     def backward(ctx, dy):
         xq, wq = ctx.saved_tensors
         x_shape, w_shape, stride, padding, dilation = ctx.geom
         dx = dw = db = None
-        dy = dy.to(wq.dtype).contiguous()
+        dy = _float32(dy, "grad_output").to(wq.dtype).contiguous()
         n, c_out = dy.shape[:2]
         if ctx.needs_input_grad[0]:
             wq4 = wq.t().reshape(w_shape)
@@ -653,13 +658,11 @@ class LinearMem(_MemLayer):
             x = x.unsqueeze(0)
         elif x.dim() > 3:
             x = x.reshape(-1, shape[-2], shape[-1])
-        x = _float32(x)
-        if _through_function(input, weight, self.bias):
-            out = _LinearMemFunction.apply(x, weight, self.bias, self)
-        else:
-            out, _ = _engine_linear(self, x.detach(), self._programmed_for(weight), return_dequant=False)
-            if self.bias is not None:
-                out += _float32(self.bias.detach(), "bias")
+        if _through_function(input, weight, self.bias):  # x narrowed to float32 in it, y in input's dtype
+            return _LinearMemFunction.apply(x, weight, self.bias, self).reshape(shape[:-1] + (self.out_features,))
+        out, _ = _engine_linear(self, _float32(x.detach()), self._programmed_for(weight), return_dequant=False)
+        if self.bias is not None:
+            out += _float32(self.bias.detach(), "bias")
         return out.reshape(shape[:-1] + (self.out_features,)).to(input.dtype)
 
     def extra_repr(self):
@@ -724,14 +727,14 @@ class Conv2dMem(_MemLayer):
             # an empty batch: (0, C_out, H_out, W_out) on every device, as nn.Conv2d gives
             return torch.nn.functional.conv2d(x, weight.to(x.dtype),
                                               None if self.bias is None else self.bias.to(x.dtype), s, p, d)
-        x = _float32(x)
-        if _through_function(input, weight, self.bias):
+        if _through_function(input, weight, self.bias):  # as in LinearMem.forward
             out = _Conv2dMemFunction.apply(x, weight, self.bias, self, geometry)
         else:
-            out, _ = _engine_conv2d(self, x.detach(), self._programmed_for(weight), geometry, return_dequant=False)
+            out, _ = _engine_conv2d(self, _float32(x.detach()), self._programmed_for(weight), geometry,
+                                    return_dequant=False)
             if self.bias is not None:
                 out += _float32(self.bias.detach(), "bias").view(1, -1, 1, 1)
-        out = out.to(input.dtype)
+            out = out.to(input.dtype)
         return out.squeeze(0) if unbatched else out
 
     def extra_repr(self):

@@ -699,3 +699,41 @@ def test_float64_weight_and_bias_beyond_float32_are_named_as_such():
         for grad in (False, True):
             with pytest.raises(ValueError, match=beyond % ("bias", 1)):
                 layer(x.detach().requires_grad_(grad))
+
+
+def _float64_twins(kind):
+    """A float64 layer of kind, a float32 one with the same (float32-exact) parameters, and an input for them."""
+    eng = layer_engine()
+    if kind == "linear":
+        make, x = (lambda dt: LinearMem(eng, 6, 3, (1, 1, 2, 2), (1, 1, 2, 2), dtype=dt)), torch.randn(2, 6)
+    else:
+        make, x = (lambda dt: Conv2dMem(eng, 2, 3, 2, (1, 1, 2, 2), (1, 1, 2, 2), dtype=dt)), torch.randn(1, 2, 4, 4)
+    l64, l32 = make(torch.float64), make(torch.float32)
+    with torch.no_grad():
+        l32.weight.copy_(l64.weight)
+        l32.bias.copy_(l64.bias)
+        l64.weight.copy_(l32.weight)  # float32-exact, the twins program the same crossbar
+        l64.bias.copy_(l32.bias)
+    return l64, l32, x
+
+
+@pytest.mark.parametrize("kind", ["linear", "conv"])
+def test_float64_grad_output_beyond_float32_is_named_as_such(kind):
+    # the layers cast their input to float32 outside their autograd Function and its float32 output back
+    # to the input's dtype: torch's backward of that cast narrowed a float64 upstream gradient of 1e300 to
+    # inf before the Function saw it, x.grad and weight.grad were non-finite, no error
+    l64, l32, x = _float64_twins(kind)
+    x64 = x.double().requires_grad_()
+    y = l64(x64)
+    g = torch.full_like(y, 0.5)
+    g.view(-1)[2] = 1e300
+    with pytest.raises(ValueError, match=r"argument 'grad_output': values must be finite in float32 .*value 1e\+300 "
+                                         r"\(element 2\) is beyond float32's range"):
+        y.backward(g)
+    # a finite float64 gradient: narrowed to float32 as before, the gradients those of the float32 twin
+    g = torch.randn(y.shape, dtype=torch.float64)
+    l64(x64).backward(g)
+    x32 = x.clone().requires_grad_()
+    l32(x32).backward(g.float())
+    for got, want in ((x64.grad, x32.grad), (l64.weight.grad, l32.weight.grad), (l64.bias.grad, l32.bias.grad)):
+        assert got.dtype == torch.float64 and torch.equal(got, want.double())

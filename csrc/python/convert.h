@@ -12,6 +12,20 @@
 #include <Python.h>
 #include <stdint.h>
 
+#if PY_VERSION_HEX < 0x030A0000
+/* Py_NewRef / Py_XNewRef are 3.10 API; pyproject says 3.9 and newer. */
+static inline PyObject *Py_NewRef(PyObject *obj)
+{
+    Py_INCREF(obj);
+    return obj;
+}
+static inline PyObject *Py_XNewRef(PyObject *obj)
+{
+    Py_XINCREF(obj);
+    return obj;
+}
+#endif
+
 #include "core/pf_common.h"
 #include "core/quantize.h"
 

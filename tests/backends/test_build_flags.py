@@ -35,6 +35,14 @@ def test_sanitized_build_drops_fwrapv(tmp_path):
         assert "-fsanitize=address,undefined" in flags and flags[-1] != "-fwrapv"
 
 
+@pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, "setup.py")), reason="needs the source tree")
+def test_implicit_declarations_fail_the_build(tmp_path):
+    """A C API the Python being built against lacks (Py_NewRef on 3.9) compiled as an implicit
+    declaration: the build passed and the module failed to load with an undefined symbol."""
+    for cmd in _compile_commands(tmp_path, sanitize=False):
+        assert "-Werror=implicit-function-declaration" in cmd.split(), cmd
+
+
 def test_loaded_sanitized_module_was_built_without_fwrapv():
     """Under make sanitize, the module actually loaded records its compiler switches (DWARF
     producer strings): -fsanitize present, -fwrapv absent."""

@@ -762,17 +762,22 @@ sys.path.insert(0, sys.argv[5])
 from product_case import noise_free_product
 product = noise_free_product(*[int(v) for v in sys.argv[1:4]], seed=0)
 product()
+def busy_seconds():  # every CPU's non-idle time (steal included: the hypervisor's), from /proc/stat
+    f = [int(v) for v in open("/proc/stat").readline().split()[1:9]]
+    return (sum(f) - f[3] - f[4]) / os.sysconf("SC_CLK_TCK")
 before = cpu_by_thread()
-best = 0.0
+rounds = []
 for _ in range(int(sys.argv[4])):
-    w0, c0 = time.perf_counter(), time.process_time()
+    w0, c0, b0 = time.perf_counter(), time.process_time(), busy_seconds()
     for _ in range(3):
         product()
-    best = max(best, (time.process_time() - c0) / (time.perf_counter() - w0))
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    # the cores other processes (or the hypervisor) took meanwhile
+    rounds.append({"ratio": cpu / wall, "others": max(0.0, busy_seconds() - b0 - cpu) / wall})
 after = cpu_by_thread()
 delta = [after[t] - before.get(t, 0) for t in after]
 worked = sum(1 for v in delta if v * 4 >= max(delta))
-print(json.dumps({"threads": pyfastpim.get_num_threads(), "ratio": best, "worked": worked,
+print(json.dumps({"threads": pyfastpim.get_num_threads(), "rounds": rounds, "worked": worked,
                   "load": os.getloadavg()[0]}))
 """
 
@@ -783,23 +788,24 @@ def test_clean_process_uses_every_core_by_default():
     # first) runs the 512x1024 @ 1024x1024 engine product on every core: CPU time / wall time
     # >= 1.5. The best of a few rounds counts: other processes can only lower the ratio (they
     # take cores away), never raise it. Load-independent evidence is asserted too: every
-    # kernel thread did a fair share of the work (per-thread CPU time from /proc).
+    # kernel thread did a fair share of the work (per-thread CPU time from /proc). Only a round
+    # during which other processes took under a third of a core (system-wide busy time from
+    # /proc/stat minus the child's own) can fail the test: the 1-minute load average lags a
+    # competitor that has just started.
     pytest.importorskip("torch")
     import json
     ncpu = len(os.sched_getaffinity(0))
     dims = ["128", "512", "512"] if SAN else ["512", "1024", "1024"]
-    runs = []
+    rounds = []
     for _ in range(3):
         r = json.loads(_run_child(CPU_RATIO_CHILD, *dims, "4", TESTS_DIR))
         assert r["threads"] == ncpu
         assert r["worked"] >= min(ncpu, 2), r
-        runs.append(r)
-        if r["ratio"] >= 1.5:
+        rounds += r["rounds"]
+        if max(x["ratio"] for x in r["rounds"]) >= 1.5:
             return
-    # the child itself contributes up to ncpu to the load average; anything above is another process
-    if max(r["load"] for r in runs) >= ncpu + 0.25:
-        pytest.skip("the machine is saturated by other processes (load %s on %d CPUs): CPU/wall ratios %s "
-                    "cannot reach 1.5; every run spread its work over %s threads"
-                    % ([r["load"] for r in runs], ncpu, [round(r["ratio"], 2) for r in runs],
-                       [r["worked"] for r in runs]))
-    assert max(r["ratio"] for r in runs) >= 1.5, runs
+    quiet = [x["ratio"] for x in rounds if x["others"] < 1 / 3]
+    if not quiet:
+        pytest.skip("other processes took cores in every round (%s cores): CPU/wall ratios %s cannot "
+                    "reach 1.5" % ([round(x["others"], 2) for x in rounds], [round(x["ratio"], 2) for x in rounds]))
+    assert max(quiet) >= 1.5, rounds

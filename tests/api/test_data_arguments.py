@@ -22,7 +22,9 @@ import pyfastpim
 from pyfastpim import metrics, physics
 from pyfastpim.attention import AttentionContext
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from helpers import PKG_ROOT
+
+TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 W = np.ones((8, 2), np.float32)
 
 
@@ -114,8 +116,9 @@ def test_a_list_of_masked_arrays_is_refused(name, call, wrap):
 def _run_with_timeout(code, timeout=30):
     """Runs ``code`` in a fresh interpreter: (returncode, output); a hang is a failure, not a stuck suite."""
     try:
-        res = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                             timeout=timeout, cwd=ROOT, env=dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")])))
+        # the package under test (installed in a venv run: not the checkout, which has no build there)
+        script = "import sys; sys.path[:0] = [%r, %r]\n" % (PKG_ROOT, TESTS_DIR) + textwrap.dedent(code)
+        res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         pytest.fail("the read never ended (timed out after %ds)" % timeout)
     return res.returncode, res.stdout + res.stderr

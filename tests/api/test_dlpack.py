@@ -62,6 +62,8 @@ def capsule_name(cap):
 
 
 def read_versioned(cap):
+    """The managed tensor a capsule holds, viewed in place: valid while the capsule lives (an unconsumed
+    capsule's destructor calls the deleter)."""
     ptr = _capi.PyCapsule_GetPointer(cap, b"dltensor_versioned")
     return ctypes.cast(ptr, ctypes.POINTER(DLManagedTensorVersioned)).contents
 
@@ -216,7 +218,8 @@ def test_export_copy_reads_as_every_flag(flag):
     want = bool(flag) if flag is not None else False
     assert want == (flag is not None and pyfastpim._core.check_flag(flag, "copy"))
     with memory.trace() as t:
-        m = read_versioned(a.__dlpack__(max_version=(1, 0), copy=flag))
+        cap = a.__dlpack__(max_version=(1, 0), copy=flag)  # held: its destructor frees what m views
+        m = read_versioned(cap)
     assert t.copies == int(want) and bool(m.flags & IS_COPIED) == want
     assert (m.dl_tensor.data != x.ctypes.data) == want
 
@@ -451,7 +454,8 @@ def test_a_contiguous_view_reports_c_strides_whatever_its_size_1_strides(make, s
     c_strides = np.empty(shape, np.float32).strides
     assert t.copies == 0 and a.data_ptr == _BASE.ctypes.data and a.shape == shape
     assert a.strides == memoryview(a).strides == np.from_dlpack(a).strides == c_strides
-    m = read_versioned(a.__dlpack__(max_version=(1, 0)))
+    cap = a.__dlpack__(max_version=(1, 0))  # held: its destructor frees what m views
+    m = read_versioned(cap)
     assert [m.dl_tensor.strides[i] for i in range(len(shape))] == [s // 4 for s in c_strides]
 
 

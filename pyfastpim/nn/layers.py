@@ -271,16 +271,18 @@ def _positive_int(v, name):
 
 class _LinearMemFunction(_MemFunction):
     """y = engine(x, W) + b; straight-through backward with Wq and xq (docs/semantics.md section 8).
-    x in the input's dtype: forward narrows it to float32 (_float32) and returns y in x's dtype, so
+    x in the input's dtype: the engine narrows it to float32 (one copy, counted as a dtype_conversion in
+    pyfastpim.memory, a float64 value beyond float32's range a ValueError naming 'input'; a float32 x is read
+    in place) and forward returns y in x's dtype, so
     backward receives dy in that dtype and narrows it itself, a float64 value beyond float32's range a
     ValueError naming 'grad_output' (a cast outside the Function would turn it into an infinity)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, layer, need):
         sliced = layer._programmed_for(weight)  # the weight autograd sees (read once, in forward)
-        out, xq = _engine_linear(layer, _float32(x.detach()), sliced, return_dequant=need)
+        out, xq = _engine_linear(layer, x.detach(), sliced, return_dequant=need)
         if bias is not None:
-            out = out + _float32(bias.detach(), "bias")
+            out += _float32(bias.detach(), "bias")  # in place: out is the engine's own new tensor
         if need:
             ctx.save_for_backward(xq, _host_quantized(sliced))  # wq (in, out): dequantized W^T
         ctx.has_bias = bias is not None
@@ -311,10 +313,10 @@ class _Conv2dMemFunction(_MemFunction):
     @staticmethod
     def forward(ctx, x, weight, bias, layer, geometry, need):
         sliced = layer._programmed_for(weight)  # as in _LinearMemFunction
-        out, xq = _engine_conv2d(layer, _float32(x.detach()), sliced, geometry,
+        out, xq = _engine_conv2d(layer, x.detach(), sliced, geometry,
                                  return_dequant=need)  # xq: (N, L, C_in*kh*kw)
         if bias is not None:
-            out = out + _float32(bias.detach(), "bias").view(1, -1, 1, 1)
+            out += _float32(bias.detach(), "bias").view(1, -1, 1, 1)  # as in _LinearMemFunction
         if need:
             ctx.save_for_backward(xq, _host_quantized(sliced))  # wq (C_in*kh*kw, C_out)
         ctx.geom = (tuple(x.shape), tuple(weight.shape)) + tuple(geometry[1:])  # stride, padding, dilation
@@ -660,7 +662,7 @@ class LinearMem(_MemLayer):
             x = x.reshape(-1, shape[-2], shape[-1])
         if _through_function(input, weight, self.bias):  # x narrowed to float32 in it, y in input's dtype
             return _LinearMemFunction.apply(x, weight, self.bias, self).reshape(shape[:-1] + (self.out_features,))
-        out, _ = _engine_linear(self, _float32(x.detach()), self._programmed_for(weight), return_dequant=False)
+        out, _ = _engine_linear(self, x.detach(), self._programmed_for(weight), return_dequant=False)
         if self.bias is not None:
             out += _float32(self.bias.detach(), "bias")
         return out.reshape(shape[:-1] + (self.out_features,)).to(input.dtype)
@@ -730,7 +732,7 @@ class Conv2dMem(_MemLayer):
         if _through_function(input, weight, self.bias):  # as in LinearMem.forward
             out = _Conv2dMemFunction.apply(x, weight, self.bias, self, geometry)
         else:
-            out, _ = _engine_conv2d(self, _float32(x.detach()), self._programmed_for(weight), geometry,
+            out, _ = _engine_conv2d(self, x.detach(), self._programmed_for(weight), geometry,
                                     return_dequant=False)
             if self.bias is not None:
                 out += _float32(self.bias.detach(), "bias").view(1, -1, 1, 1)

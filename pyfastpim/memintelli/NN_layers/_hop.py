@@ -30,7 +30,7 @@ class HostLinear(_MemFunction):
     @staticmethod
     def forward(ctx, x, weight, bias, layer, need):
         dev = x.device
-        xh = _host32(x, "input")
+        xh = _device.to_host(x.detach())  # in its dtype: the engine narrows it, counted (nn.layers._LinearMemFunction)
         sliced = layer._programmed_for(weight)  # the weight autograd sees, read once by the layer's forward
         with _as_input():  # errors about x name the layer's argument 'input', its slice widths input_slice_method
             out, xq = layer.engine.forward_linear(xh, sliced, layer.input_slice_method,
@@ -38,7 +38,7 @@ class HostLinear(_MemFunction):
                                                   return_dequant=need)
         out = torch.as_tensor(out)
         if bias is not None:
-            out = out + _host32(bias, "bias")
+            out += _host32(bias, "bias")  # in place: out is the engine's own new tensor
         if need:
             ctx.save_for_backward(torch.as_tensor(xq), _host_quantized(sliced))
         ctx.meta = (x.dtype, weight.device, weight.dtype, None if bias is None else (bias.device, bias.dtype), dev)
@@ -69,7 +69,7 @@ class HostConv2d(_MemFunction):
     @staticmethod
     def forward(ctx, x, weight, bias, layer, geom, need):
         dev = x.device
-        xh = _host32(x, "input")
+        xh = _device.to_host(x.detach())  # as in HostLinear
         sliced = layer._programmed_for(weight)  # as in HostLinear
         with _as_input():
             out, xq = layer.engine.forward_conv2d(xh, sliced, *geom, layer.input_slice_method,
@@ -77,7 +77,7 @@ class HostConv2d(_MemFunction):
                                                   return_dequant=need)
         out = torch.as_tensor(out)
         if bias is not None:
-            out = out + _host32(bias, "bias").view(1, -1, 1, 1)
+            out += _host32(bias, "bias").view(1, -1, 1, 1)
         if need:
             ctx.save_for_backward(torch.as_tensor(xq), _host_quantized(sliced))
         ctx.geom = (tuple(x.shape), geom)

@@ -64,7 +64,7 @@ class MapReduceDot(torch.autograd.Function):
     def forward(ctx, engine, input, input_slice_method, weight_sliced):
         rows = weight_sliced.paral_size[0]
         with _as_input():  # errors about x name this function's argument 'input', its widths input_slice_method
-            x = _host32(input.detach(), "input")
+            x = _device.to_host(input.detach())  # in its dtype: the engine narrows it, counted
             out, _ = engine.forward_linear(x, weight_sliced, input_slice_method, (1, rows), (1, rows),
                                            bw_e=weight_sliced.bw_e, return_dequant=False)
         ctx.save_for_backward(_host_quantized(weight_sliced))

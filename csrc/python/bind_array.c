@@ -37,18 +37,23 @@ const char *pf_dtype_name(pf_dtype dt)
 static int dtype_is_half(pf_dtype dt) { return dt == PF_DT_F16_IN || dt == PF_DT_BF16_IN; }
 static int dtype_is_float(pf_dtype dt) { return dt == PF_DT_F32 || dt == PF_DT_F64 || dtype_is_half(dt); }
 
-/* IEEE binary16 -> float (exact: every half is a float). */
-static float half_to_float(uint16_t h)
+/* IEEE binary16 -> float on the bits (exact, branch-free so that a row of them vectorises: every half is
+ * a float; a NaN keeps its payload, as NumPy's conversion). */
+static inline float half_to_float(uint16_t h)
 {
-    unsigned exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    uint32_t o = (uint32_t)(h & 0x7fffu) << 13, e = o & 0x0f800000u;
+    o += 112u << 23; /* rebias the exponent: 127 - 15 */
+    uint32_t special = o + (112u << 23), subn = o + (1u << 23);
+    float fs;
+    memcpy(&fs, &subn, 4);
+    fs -= 0x1p-14f; /* a subnormal half (or zero) as the float difference, exact */
+    uint32_t us;
+    memcpy(&us, &fs, 4);
+    uint32_t sp = 0u - (uint32_t)(e == 0x0f800000u), sub = 0u - (uint32_t)(e == 0); /* masks, not branches */
+    uint32_t u = (special & sp) | (us & sub) | (o & ~(sp | sub)) | (uint32_t)(h & 0x8000u) << 16;
     float f;
-    if (exp == 0)
-        f = ldexpf((float)man, -24); /* zero or subnormal */
-    else if (exp == 31)
-        f = man ? NAN : INFINITY;
-    else
-        f = ldexpf((float)(man | 0x400u), (int)exp - 25);
-    return (h & 0x8000u) ? -f : f;
+    memcpy(&f, &u, 4);
+    return f;
 }
 
 /* bfloat16 is the upper half of a float32 (exact). */
@@ -331,7 +336,7 @@ static int store(char *p, pf_dtype dt, const char *src, pf_dtype sdt, int64_t *b
     if (dtype_is_float(dt)) {
         double v = dtype_is_float(sdt) ? load_f(src, sdt) : (double)load_i(src, sdt);
         if (dt == PF_DT_F32) {
-            float f = (float)v;
+            float f = sdt == PF_DT_I64 ? (float)load_i(src, sdt) : (float)v; /* int64: rounded once */
             if (isinf(f) && !isinf(v) && !isnan(v)) {
                 *bad_f = v;
                 return -2;
@@ -358,14 +363,169 @@ static int store(char *p, pf_dtype dt, const char *src, pf_dtype sdt, int64_t *b
     return 0;
 }
 
+/* ---- the conversion by rows: loops the compiler vectorises (at -O3, for the baseline ISA) ----
+ * A row converts n elements from src (byte stride st) into the contiguous dst: 0, or 1 where some element
+ * is refused (a finite float beyond float32's range for a float32 destination, an integer the destination
+ * cannot hold); dst is then partly written and the caller scans again for the first one (its index and
+ * value for the message). Element results are store()'s, bit for bit (and NumPy's astype's): exact integer
+ * conversions, an int64 rounded once to float32, NaN and infinities kept. */
+typedef int (*row_fn)(char *dst, const char *src, Py_ssize_t st, Py_ssize_t n);
+
+#define LD_PLAIN(T) static inline T ld_##T(const char *p) { T v; memcpy(&v, p, sizeof v); return v; }
+LD_PLAIN(float)
+LD_PLAIN(double)
+LD_PLAIN(uint8_t)
+LD_PLAIN(int8_t)
+LD_PLAIN(int16_t)
+LD_PLAIN(uint16_t)
+LD_PLAIN(int32_t)
+LD_PLAIN(int64_t)
+
+static inline float ld_f16(const char *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return half_to_float(h);
+}
+
+static inline float ld_bf16(const char *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* one loop for a contiguous row (a constant stride: vectorised) and one for any other stride */
+#define ROW_LOOP(LD, SZ, D, STRIDE, BAD)                                                                         \
+    for (Py_ssize_t i = 0; i < n; i++) {                                                                         \
+        __typeof__(LD(src)) x = LD(src + i * (STRIDE));                                                          \
+        D y = (D)x;                                                                                              \
+        d[i] = y;                                                                                                \
+        bad |= (BAD);                                                                                            \
+    }
+#define ROW(NAME, LD, SZ, D, BAD)                                                                                \
+    static int NAME(char *dst, const char *src, Py_ssize_t st, Py_ssize_t n)                                     \
+    {                                                                                                            \
+        D *d = (D *)dst;                                                                                         \
+        int bad = 0;                                                                                             \
+        if (st == (SZ))                                                                                          \
+            ROW_LOOP(LD, SZ, D, (SZ), BAD)                                                                       \
+        else                                                                                                     \
+            ROW_LOOP(LD, SZ, D, st, BAD)                                                                         \
+        return bad != 0;                                                                                         \
+    }
+/* an infinity the cast made of a finite value */
+#define F32_OVERFLOW ((fabsf(y) == INFINITY) & (fabs((double)x) != INFINITY))
+static inline int outside(int64_t v, int64_t lo, int64_t hi) { return (v < lo) | (v > hi); }
+#define OUTSIDE(LO, HI) outside((int64_t)x, LO, HI)
+/* the rows into float32, float64 and each integer dtype from each source dtype that converts to it
+ * (a float never converts to an integer: refused before the copy) */
+#define ROWS_TO_FLOAT(S, LD, SZ)                                                                                 \
+    ROW(row_##S##_f32, LD, SZ, float, 0)                                                                         \
+    ROW(row_##S##_f64, LD, SZ, double, 0)
+#define ROWS_TO_INT(S, LD, SZ)                                                                                   \
+    ROWS_TO_FLOAT(S, LD, SZ)                                                                                     \
+    ROW(row_##S##_u8, LD, SZ, uint8_t, OUTSIDE(0, UINT8_MAX))                                                    \
+    ROW(row_##S##_i8, LD, SZ, int8_t, OUTSIDE(INT8_MIN, INT8_MAX))                                               \
+    ROW(row_##S##_i16, LD, SZ, int16_t, OUTSIDE(INT16_MIN, INT16_MAX))                                           \
+    ROW(row_##S##_u16, LD, SZ, uint16_t, OUTSIDE(0, UINT16_MAX))                                                 \
+    ROW(row_##S##_i32, LD, SZ, int32_t, OUTSIDE(INT32_MIN, INT32_MAX))                                           \
+    ROW(row_##S##_i64, LD, SZ, int64_t, 0)
+ROW(row_f64_f32, ld_double, 8, float, F32_OVERFLOW)
+ROW(row_f32_f64, ld_float, 4, double, 0)
+ROWS_TO_FLOAT(f16, ld_f16, 2)
+ROWS_TO_FLOAT(bf16, ld_bf16, 2)
+ROWS_TO_INT(u8, ld_uint8_t, 1)
+ROWS_TO_INT(i8, ld_int8_t, 1)
+ROWS_TO_INT(i16, ld_int16_t, 2)
+ROWS_TO_INT(u16, ld_uint16_t, 2)
+ROWS_TO_INT(i32, ld_int32_t, 4)
+ROWS_TO_INT(i64, ld_int64_t, 8)
+/* the same dtype: a copy (as the bits) */
+ROW(row_same1, ld_uint8_t, 1, uint8_t, 0)
+ROW(row_same2, ld_uint16_t, 2, uint16_t, 0)
+ROW(row_same4, ld_int32_t, 4, int32_t, 0)
+ROW(row_same8, ld_int64_t, 8, int64_t, 0)
+
+#define INT_ROWS(S) {row_##S##_f32, row_##S##_f64, row_##S##_u8, row_##S##_i8, row_##S##_i16, row_##S##_u16,    \
+                     row_##S##_i32, row_##S##_i64}
+/* [source][destination] in pf_dtype order (sources: the import-only half dtypes too); NULL: no row */
+static const row_fn g_rows[PF_DT_BF16_IN + 1][PF_DT_COUNT] = {
+    [PF_DT_F32] = {[PF_DT_F32] = row_same4, [PF_DT_F64] = row_f32_f64},
+    [PF_DT_F64] = {[PF_DT_F32] = row_f64_f32, [PF_DT_F64] = row_same8},
+    [PF_DT_U8] = INT_ROWS(u8),
+    [PF_DT_I8] = INT_ROWS(i8),
+    [PF_DT_I16] = INT_ROWS(i16),
+    [PF_DT_U16] = INT_ROWS(u16),
+    [PF_DT_I32] = INT_ROWS(i32),
+    [PF_DT_I64] = INT_ROWS(i64),
+    [PF_DT_F16_IN] = {[PF_DT_F32] = row_f16_f32, [PF_DT_F64] = row_f16_f64},
+    [PF_DT_BF16_IN] = {[PF_DT_F32] = row_bf16_f32, [PF_DT_F64] = row_bf16_f64},
+};
+
+static row_fn row_for(pf_dtype sdt, pf_dtype ddt)
+{
+    if (sdt == ddt) {
+        size_t sz = pf_dtype_size(sdt);
+        return sz == 1 ? row_same1 : sz == 2 ? row_same2 : sz == 4 ? row_same4 : sz == 8 ? row_same8 : NULL;
+    }
+    if ((int)sdt < 0 || sdt > PF_DT_BF16_IN || (int)ddt < 0 || ddt >= PF_DT_COUNT)
+        return NULL;
+    return g_rows[sdt][ddt];
+}
+
+/* Converts the n > 0 elements of src into the C-contiguous dst by rows: 0, or 1 where some element is
+ * refused or no row converts these dtypes (the caller then goes element by element). Dimensions of size
+ * 1 are dropped and C-adjacent ones merged, so a contiguous array is one row. */
+static int copy_rows(char *dst, pf_dtype ddt, const PfArray *src, size_t n)
+{
+    row_fn f = row_for(src->dtype, ddt);
+    if (!f)
+        return 1;
+    Py_ssize_t shape[PF_MAXDIM] = {1}, strides[PF_MAXDIM] = {0}, idx[PF_MAXDIM] = {0};
+    int nd = 0;
+    for (int i = 0; i < src->ndim; i++) {
+        if (src->shape[i] == 1)
+            continue;
+        if (nd > 0 && strides[nd - 1] == src->strides[i] * src->shape[i]) {
+            shape[nd - 1] *= src->shape[i];
+            strides[nd - 1] = src->strides[i];
+            continue;
+        }
+        shape[nd] = src->shape[i];
+        strides[nd++] = src->strides[i];
+    }
+    nd = nd ? nd : 1;
+    Py_ssize_t len = shape[nd - 1];
+    size_t rows = n / (size_t)len, step = (size_t)len * pf_dtype_size(ddt);
+    const char *p = src->data;
+    int bad = 0;
+    for (size_t r = 0; r < rows; r++) {
+        bad |= f(dst + r * step, p, strides[nd - 1], len);
+        for (int d = nd - 2; d >= 0; d--) {
+            if (++idx[d] < shape[d]) {
+                p += strides[d];
+                break;
+            }
+            p -= strides[d] * (shape[d] - 1);
+            idx[d] = 0;
+        }
+    }
+    return bad;
+}
+
 /* Copies the strided source into the C-contiguous destination, converting: 0, or -1 with a ValueError
  * naming argname for an integer the destination dtype cannot hold or a finite float beyond float32's
  * range (float32 destinations). */
 static int copy_strided(char *dst, pf_dtype ddt, const PfArray *src, const char *argname)
 {
     size_t n = pf_array_size(src);
-    if (n == 0)
+    if (n == 0 || copy_rows(dst, ddt, src, n) == 0)
         return 0;
+    /* element by element: the first refused element, for its index and value */
     size_t isz = pf_dtype_size(ddt);
     Py_ssize_t idx[PF_MAXDIM] = {0};
     const char *p = src->data;

@@ -616,10 +616,8 @@ static PyObject *PfCLDevice_release(PfCLDevice *self, PyObject *noargs)
  * when the device is busy (so it is safe from finalizers, which may run while this thread holds the
  * lock). Not in a forked child: the caller refuses there (forget_weights) or does nothing
  * (_weights_died). */
-static PyObject *forget_key(PfCLDevice *self, PyObject *key)
+static PyObject *forget_hashed(PfCLDevice *self, PyObject *key)
 {
-    if (PyObject_Hash(key) == -1)
-        return NULL;
     if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
         if (!self->pending || PyList_Append(self->pending, key) < 0)
             return NULL;
@@ -635,13 +633,19 @@ static PyObject *forget_key(PfCLDevice *self, PyObject *key)
     Py_RETURN_NONE;
 }
 
+/* forget_hashed for a key that hashes (a TypeError first, as a dict key), its __hash__ called once */
+static PyObject *forget_key(PfCLDevice *self, PyObject *key)
+{
+    return PyObject_Hash(key) == -1 ? NULL : forget_hashed(self, key);
+}
+
 /* forget_weights(key): forget_key, refused in a forked child as every other use of the handle (the
  * child's copy of the cache is not the parent's: changing it there would release nothing). */
 static PyObject *PfCLDevice_forget_weights(PfCLDevice *self, PyObject *key)
 {
     if (PyObject_Hash(key) == -1 || fork_check_dev("forget_weights()", self->dev) < 0)
         return NULL; /* a bad key is a TypeError first, as the setters check their value first */
-    return forget_key(self, key);
+    return forget_hashed(self, key); /* hashed once: its __hash__ is user code */
 }
 
 /* _weights_died(key): what a SlicedData's finalizer calls (pyfastpim/dpe.py): forget_key, and nothing

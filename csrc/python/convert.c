@@ -465,6 +465,24 @@ static PyObject *bounded_items(PyObject *obj, Py_ssize_t n, Py_ssize_t cap, cons
     return NULL;
 }
 
+/* Whether obj (PySequence_Check true) iterates, told before any of its code runs: 1, 0 where its type sets
+ * __iter__ = None (no sequence after all), -1 with an exception. */
+static int own_iterable(PyObject *obj)
+{
+    if (Py_TYPE(obj)->tp_iter == NULL)
+        return 1; /* iterates by __getitem__ */
+    PyObject *f = PyObject_GetAttrString((PyObject *)Py_TYPE(obj), "__iter__");
+    if (!f) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return -1;
+        PyErr_Clear();
+        return 1; /* a C type's tp_iter */
+    }
+    int none = f == Py_None;
+    Py_DECREF(f);
+    return !none;
+}
+
 /* obj as a tuple snapshot of a non-string sequence (new reference) or NULL with TypeError naming `name`,
  * with its count in *count: its length, or where it has none the number of items read. A tuple, not
  * PySequence_Fast's list: a list would be the caller's own object, which an item's __index__ can shorten
@@ -474,7 +492,8 @@ static PyObject *bounded_items(PyObject *obj, Py_ssize_t n, Py_ssize_t cap, cons
  * a __getitem__ that never raises IndexError): items that run out before its length, or go on past it,
  * are a ValueError naming `name`. Bytes-like objects (bytes, bytearray, memoryview) are data, not
  * sequences of ints. An exception of the sequence's own __len__, __iter__ or __getitem__ (user code)
- * propagates; only a TypeError (no sequence after all) is reworded. __len__ is called once. */
+ * propagates, a TypeError too; only a type whose __iter__ is None (no sequence after all, told before any
+ * of its code runs) is reworded. __len__ is called once. */
 static PyObject *as_sequence(PyObject *obj, const char *name, const char *what, Py_ssize_t cap, Py_ssize_t *count)
 {
     if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj) || PyMemoryView_Check(obj) ||
@@ -501,11 +520,13 @@ static PyObject *as_sequence(PyObject *obj, const char *name, const char *what, 
     *count = n;
     if (n > cap)
         return PyTuple_New(0); /* too many for the caller: not read */
-    seq = bounded_items(obj, n, cap, name, what);
-    if (!seq && PyErr_ExceptionMatches(PyExc_TypeError)) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "argument '%s': expected %s, got %s", name, what, Py_TYPE(obj)->tp_name);
+    int iterable = own_iterable(obj);
+    if (iterable <= 0) {
+        if (iterable == 0)
+            PyErr_Format(PyExc_TypeError, "argument '%s': expected %s, got %s", name, what, Py_TYPE(obj)->tp_name);
+        return NULL;
     }
+    seq = bounded_items(obj, n, cap, name, what); /* an exception here is user code's: it propagates */
     if (seq)
         *count = PyTuple_GET_SIZE(seq);
     return seq;

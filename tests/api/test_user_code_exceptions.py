@@ -459,3 +459,35 @@ def test_a_sequences_len_is_called_once_per_conversion(arg, items, call):
         assert str(exc).startswith("argument '%s': " % arg), exc
     else:
         np.testing.assert_array_equal(got, want)
+
+
+class _NotIterable:
+    """Indexable (a sequence to PySequence_Check) but ``__iter__ = None``: no sequence after all."""
+    __iter__ = None
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        return 1
+
+
+@pytest.mark.parametrize("exc", [TypeError("from user code"), MyTypeError("from user code")],
+                         ids=lambda e: type(e).__name__)
+def test_a_sequences_own_type_error_propagates_and_no_iteration_is_reworded(exc):
+    # as_sequence reworded every TypeError of the iteration: a user __iter__ / __getitem__ raising its own
+    # TypeError came out as "argument 'stride': expected a pair of ints, got _IterRaises". Now iterability is
+    # checked before any user code runs: only an object that cannot iterate gets the generic message
+    _raises_it(lambda: _core.dpe_conv2d(**conv_kwargs(stride=_IterRaises(exc))), exc)
+    _raises_it(lambda: _core.dpe_conv2d(**conv_kwargs(x_widths=_IterRaises(exc))), exc)
+
+    class GetitemRaises:  # no __iter__: iterates by __getitem__
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            raise exc
+
+    _raises_it(lambda: _core.dpe_conv2d(**conv_kwargs(stride=GetitemRaises())), exc)
+    with pytest.raises(TypeError, match=r"^argument 'stride': expected a pair of ints, got _NotIterable$"):
+        _core.dpe_conv2d(**conv_kwargs(stride=_NotIterable()))

@@ -142,3 +142,22 @@ def test_training_keeps_device_and_host_memory_flat(engine):
         grown = _rss() - rss0
         # 16 stale sets of the big layer (what the count-bounded cache kept) would be ~16 * live
         assert grown < max(3 * live, 8 << 20), "RSS grew by %d bytes over 200 steps (live weights: %d bytes)" % (grown, live)
+
+
+def test_forget_weights_hashes_a_user_key_once(engine):
+    # forget_weights hashed the key itself (a bad key is a TypeError before the fork check) and forget_key
+    # hashed it again: a user key's __hash__ (user code) ran twice per call
+    calls = []
+
+    class Key:
+        def __hash__(self):
+            calls.append(1)
+            return 7
+
+        def __eq__(self, other):
+            return self is other
+
+    engine._cl.forget_weights(Key())
+    assert len(calls) == 1
+    engine._cl._weights_died(Key())
+    assert len(calls) == 2

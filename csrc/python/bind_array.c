@@ -38,7 +38,8 @@ static int dtype_is_half(pf_dtype dt) { return dt == PF_DT_F16_IN || dt == PF_DT
 static int dtype_is_float(pf_dtype dt) { return dt == PF_DT_F32 || dt == PF_DT_F64 || dtype_is_half(dt); }
 
 /* IEEE binary16 -> float on the bits (exact, branch-free so that a row of them vectorises: every half is
- * a float; a NaN keeps its payload, as NumPy's conversion). */
+ * a float; a NaN keeps its payload and signalling bit, as NumPy's conversion to float32; widened on to
+ * double, a signalling NaN is quieted, where NumPy's float16 -> float64 keeps it signalling). */
 static inline float half_to_float(uint16_t h)
 {
     uint32_t o = (uint32_t)(h & 0x7fffu) << 13, e = o & 0x0f800000u;
@@ -367,8 +368,9 @@ static int store(char *p, pf_dtype dt, const char *src, pf_dtype sdt, int64_t *b
  * A row converts n elements from src (byte stride st) into the contiguous dst: 0, or 1 where some element
  * is refused (a finite float beyond float32's range for a float32 destination, an integer the destination
  * cannot hold); dst is then partly written and the caller scans again for the first one (its index and
- * value for the message). Element results are store()'s, bit for bit (and NumPy's astype's): exact integer
- * conversions, an int64 rounded once to float32, NaN and infinities kept. */
+ * value for the message). Element results are store()'s, bit for bit (and NumPy's astype's, but for a
+ * float16 signalling NaN to float64, quieted: half_to_float): exact integer conversions, an int64 rounded
+ * once to float32, NaN and infinities kept. */
 typedef int (*row_fn)(char *dst, const char *src, Py_ssize_t st, Py_ssize_t n);
 
 #define LD_PLAIN(T) static inline T ld_##T(const char *p) { T v; memcpy(&v, p, sizeof v); return v; }

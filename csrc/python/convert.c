@@ -465,22 +465,22 @@ static PyObject *bounded_items(PyObject *obj, Py_ssize_t n, Py_ssize_t cap, cons
     return NULL;
 }
 
-/* Whether obj (PySequence_Check true) iterates, told before any of its code runs: 1, 0 where its type sets
- * __iter__ = None (no sequence after all), -1 with an exception. */
+/* Whether obj (PySequence_Check true) iterates, told without running any code of its own (the class's
+ * __iter__ found as iter() finds it, on the type's MRO: not through a metaclass's attributes): 1, or 0 where
+ * its type's __iter__ is None or nothing callable (no sequence after all). */
 static int own_iterable(PyObject *obj)
 {
+    static PyObject *iter_name;
     if (Py_TYPE(obj)->tp_iter == NULL)
         return 1; /* iterates by __getitem__ */
-    PyObject *f = PyObject_GetAttrString((PyObject *)Py_TYPE(obj), "__iter__");
-    if (!f) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
-            return -1;
-        PyErr_Clear();
-        return 1; /* a C type's tp_iter */
+    if (!iter_name && !(iter_name = PyUnicode_InternFromString("__iter__"))) {
+        PyErr_Clear(); /* no memory for the name: let iteration itself tell */
+        return 1;
     }
-    int none = f == Py_None;
-    Py_DECREF(f);
-    return !none;
+    PyObject *f = _PyType_Lookup(Py_TYPE(obj), iter_name); /* borrowed */
+    if (!f)
+        return 1; /* a C type's tp_iter */
+    return f != Py_None && (PyCallable_Check(f) || Py_TYPE(f)->tp_descr_get);
 }
 
 /* obj as a tuple snapshot of a non-string sequence (new reference) or NULL with TypeError naming `name`,
@@ -491,9 +491,10 @@ static int own_iterable(PyObject *obj)
  * read for that many items and no more (NumPy's np.asarray iterates one to the end, which never comes for
  * a __getitem__ that never raises IndexError): items that run out before its length, or go on past it,
  * are a ValueError naming `name`. Bytes-like objects (bytes, bytearray, memoryview) are data, not
- * sequences of ints. An exception of the sequence's own __len__, __iter__ or __getitem__ (user code)
- * propagates, a TypeError too; only a type whose __iter__ is None (no sequence after all, told before any
- * of its code runs) is reworded. __len__ is called once. */
+ * sequences of ints. An exception of the sequence's own __iter__ or __getitem__ (user code) propagates, a
+ * TypeError too, and so does its __len__'s, but for a TypeError, which reads as no length (len() raises
+ * the same for a type without one); only a type whose __iter__ is None or not callable (no sequence after
+ * all, told before any of its code runs) is reworded. __len__ is called once. */
 static PyObject *as_sequence(PyObject *obj, const char *name, const char *what, Py_ssize_t cap, Py_ssize_t *count)
 {
     if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj) || PyMemoryView_Check(obj) ||
@@ -508,6 +509,11 @@ static PyObject *as_sequence(PyObject *obj, const char *name, const char *what, 
         *count = seq ? PyTuple_GET_SIZE(seq) : 0;
         return seq;
     }
+    int iterable = own_iterable(obj);
+    if (!iterable) {
+        PyErr_Format(PyExc_TypeError, "argument '%s': expected %s, got %s", name, what, Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
     Py_ssize_t n = own_length(obj); /* len()'s own refusal of a length names nothing */
     if (n == -2) {
         PyErr_Format(PyExc_ValueError, "argument '%s': expected %s, got %s whose __len__ returns no length "
@@ -520,12 +526,6 @@ static PyObject *as_sequence(PyObject *obj, const char *name, const char *what, 
     *count = n;
     if (n > cap)
         return PyTuple_New(0); /* too many for the caller: not read */
-    int iterable = own_iterable(obj);
-    if (iterable <= 0) {
-        if (iterable == 0)
-            PyErr_Format(PyExc_TypeError, "argument '%s': expected %s, got %s", name, what, Py_TYPE(obj)->tp_name);
-        return NULL;
-    }
     seq = bounded_items(obj, n, cap, name, what); /* an exception here is user code's: it propagates */
     if (seq)
         *count = PyTuple_GET_SIZE(seq);

@@ -491,3 +491,55 @@ def test_a_sequences_own_type_error_propagates_and_no_iteration_is_reworded(exc)
     _raises_it(lambda: _core.dpe_conv2d(**conv_kwargs(stride=GetitemRaises())), exc)
     with pytest.raises(TypeError, match=r"^argument 'stride': expected a pair of ints, got _NotIterable$"):
         _core.dpe_conv2d(**conv_kwargs(stride=_NotIterable()))
+
+
+class _IterIsNoFunction:
+    __iter__ = 5  # set, but nothing to call: no sequence after all
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        return 1
+
+
+class _LongNotIterable(_NotIterable):
+    def __len__(self):  # more items than a pair: still no sequence, whatever its length
+        return 3
+
+
+class _MetaIterProperty(type):
+    ran = 0
+
+    @property
+    def __iter__(cls):  # a metaclass attribute: iter() never looks here, for the instances
+        _MetaIterProperty.ran += 1
+        return None
+
+
+class _IterableUnderThatMetaclass(metaclass=_MetaIterProperty):
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        return [1, 1][i]
+
+    def __iter__(self):
+        return iter([1, 1])
+
+
+def test_iterability_is_told_as_iter_tells_it():
+    # own_iterable read the type's __iter__ with getattr: a metaclass property ran (user code, before the
+    # sequence's own) and hid the class's own __iter__ (a sequence refused); a non-callable __iter__ came out
+    # as a bare "'int' object is not callable" naming no argument; and __iter__ = None with a __len__ above the
+    # caller's most was "got 3 values" while with 2 it was no sequence
+    ref = _core.dpe_conv2d(**conv_kwargs(stride=(1, 1)))
+    assert list(iter(_IterableUnderThatMetaclass())) == [1, 1]
+    _MetaIterProperty.ran = 0
+    got = _core.dpe_conv2d(**conv_kwargs(stride=_IterableUnderThatMetaclass()))
+    np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(ref[0]))
+    assert _MetaIterProperty.ran == 0
+    for obj in (_IterIsNoFunction(), _LongNotIterable()):
+        with pytest.raises(TypeError, match=r"^argument 'stride': expected a pair of ints, got %s$"
+                           % type(obj).__name__):
+            _core.dpe_conv2d(**conv_kwargs(stride=obj))

@@ -2,6 +2,9 @@
 and a 3-layer MLP, inference (torch.no_grad), each beside the PyTorch einsum transcription of the
 engine (MemIntelli's approach, benchmarks/einsum_reference.py) and the bare float arithmetic
 (16 = input slices x weight slices float32 products of the layer's shape, the roofline).
+The per-call overhead at batch 1 (transformer decoding, per-sample evaluation): a LinearMem 64 -> 64
+forward on one row beside the engine's own product of that size (slice the row, MapReduceDot with the
+programmed weights), the ratio of medians and the ratio of the two calls timed alternately.
 """
 import json
 import os
@@ -19,6 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from einsum_reference import einsum_dpe  # noqa: E402
+from interleaved import interleaved_ratio  # noqa: E402
 
 SLICES = (1, 1, 2, 2)
 ENGINE = dict(g_level=4, rdac=4, radc=2 ** 12, read_variation=0.05, vnoise=0.05, write_variation=0.0,
@@ -30,6 +34,7 @@ REF = dict(paral_x=(1, 32), paral_w=(32, 32), gran_x=(1, 32), gran_w=(32, 32),
 CONV_GROUP = "Conv2dMem 64->64 3x3 on (2,64,56,56)"
 LIN_GROUP = "LinearMem (512,1024) -> 1024"
 MLP_GROUP = "MLP 784-512-256-10 batch 256"
+BATCH1_GROUP = "LinearMem 64->64 batch 1, noise-free"
 
 
 def _engine():
@@ -199,3 +204,42 @@ def test_mlp_einsum_reference(benchmark, mlp_case):
     benchmark.extra_info["role"] = "reference"
     with torch.no_grad():
         benchmark.pedantic(run, rounds=1, iterations=1)
+
+
+# ----------------------------------------------------------------------------- batch 1: per-call overhead
+
+@pytest.fixture(scope="module")
+def batch1_case():
+    """A noise-free LinearMem 64 -> 64, one input row, and the engine's own product of that size: the row
+    sliced as the layer slices it and multiplied with the layer's programmed weights (MapReduceDot)."""
+    torch.manual_seed(0)
+    eng = pyfastpim.DPETensor(seed=0, **dict(ENGINE, read_variation=0.0, vnoise=0.0))
+    layer = LinearMem(eng, 64, 64, SLICES, SLICES)
+    x = torch.randn(1, 64)
+    ws = layer.weight_sliced
+
+    def engine_product():
+        xs = pyfastpim.SlicedData(SLICES, paral_size=layer.input_paral_size, quant_gran=layer.input_quant_gran)
+        xs.slice_data_imp(eng, x)
+        return eng.MapReduceDot(xs, ws)
+    with torch.no_grad():
+        assert torch.allclose(layer(x) - layer.bias.detach(), engine_product(), atol=1e-5)  # the same product
+    return layer, x, engine_product
+
+
+def test_linear_batch1_engine_product(benchmark, batch1_case):
+    _, _, engine_product = batch1_case
+    benchmark.group = BATCH1_GROUP
+    benchmark.extra_info["role"] = "subject"
+    benchmark(engine_product)
+
+
+def test_linear_batch1_layer(benchmark, batch1_case):
+    layer, x, engine_product = batch1_case
+    benchmark.group = BATCH1_GROUP
+    benchmark.extra_info["role"] = "subject"
+    # the layer's own cost beyond the product: its checks, the autograd-free dispatch, the bias
+    benchmark.extra_info["targets"] = {"vs:linear_batch1_engine_product": 1.5, "layer_over_engine_interleaved": 1.5}
+    with torch.no_grad():
+        benchmark(layer, x)
+        benchmark.extra_info["layer_over_engine_interleaved"] = interleaved_ratio(lambda: layer(x), engine_product)

@@ -201,10 +201,39 @@ def _slicing_args(prefix, slice_method, paral_size, quant_gran, bw_e):
     paral_size, quant_gran), all checked: the widths as a tuple, the pair, and a pair or granularity
     name (None: paral_size), as SlicedData._checked takes them."""
     from .sliced import _bw_e, _pair as _sizes, _widths
+    # an array's values as _widths reads them (its first step), read now: a tensor may be edited in place
+    values = slice_method.tolist() if isinstance(slice_method, np.ndarray) or _is_torch(slice_method) else slice_method
+    key = _plain_key((prefix, values, paral_size, quant_gran, bw_e))
+    known = _slicing_memo.get(key) if key is not None else None
+    if known is not None:
+        return known
     widths = _widths(slice_method, prefix + "_slice")
     _bw_e(bw_e)
     paral = _sizes(paral_size, prefix + "_paral_size")
-    return widths, paral, _granule_arg(prefix, paral, quant_gran)
+    checked = widths, paral, _granule_arg(prefix, paral, quant_gran)
+    if key is not None:
+        if len(_slicing_memo) >= _SLICING_MEMO_SIZE:
+            _slicing_memo.clear()
+        _slicing_memo[key] = checked
+    return checked
+
+
+# _slicing_args' results by _plain_key of its arguments: a layer's forward checks the same options at every
+# call (about 30 us of a batch-1 product); only accepted options are kept, so a refused one raises every time
+_slicing_memo = {}
+_SLICING_MEMO_SIZE = 256
+
+
+def _plain_key(value):
+    """value as a key under which a check of it may be reused, or None: None, a str, a Python int, float or
+    bool, or a list / tuple of them (nested); the type is part of the key (True == 1 == 1.0, but the checks
+    tell them apart). Any other object (an array, a user's class) gives None: it is checked every time."""
+    if value is None or type(value) in (int, float, bool, str):
+        return (type(value), value)
+    if type(value) in (list, tuple):
+        items = tuple(_plain_key(v) for v in value)
+        return None if None in items else (type(value), items)
+    return None
 
 
 def _granule_arg(prefix, paral, quant_gran, crossbar_rows=None):
@@ -240,17 +269,22 @@ def _check_conv_weights(w_sliced, shape, kh, kw, input_paral_size):
 
 
 @contextlib.contextmanager
-def _renamed(core_name, name):
+def _renamed(core_name, name, *more):
     """Inside the block, a TypeError / ValueError naming argument ``core_name`` (the name a callee gives
-    it) is raised naming ``name`` (the caller's argument) instead, with the same type and words."""
+    it) is raised naming ``name`` (the caller's argument) instead, with the same type and words. ``more``:
+    further (core_name, name) pairs, flattened; one block costs less than a nested block per pair."""
     try:
         yield
     except (TypeError, ValueError) as exc:
-        prefix = "argument '%s'" % core_name
-        text = str(exc)
-        if type(exc) not in (TypeError, ValueError) or not text.startswith(prefix):
+        if type(exc) not in (TypeError, ValueError):
             raise
-        raise type(exc)("argument '%s'%s" % (name, text[len(prefix):])) from None
+        text = str(exc)
+        names = (core_name, name) + more
+        for core, caller in zip(names[::2], names[1::2]):
+            prefix = "argument '%s'" % core
+            if text.startswith(prefix):
+                raise type(exc)("argument '%s'%s" % (caller, text[len(prefix):])) from None
+        raise
 
 
 def _slice_as(sliced, engine, data, name):

@@ -158,14 +158,17 @@ def _through_function(*tensors):
     return _needs_grad(*tensors) or torch.jit.is_tracing()
 
 
+# torch's test for a torch.func transform's tensor (None in a torch without functorch), looked up once
+_is_functorch_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)
+
+
 def _check_no_functorch(who, *tensors):
     """NotImplementedError naming the layer when one of its tensors (input, weight, bias) is a torch.func /
     functorch transform's (vmap, grad, jacrev, ...): the engine reads the tensors' memory (a transform's
     wrapped tensors have none it can read) and the layers' autograd Functions have no vmap or setup_context
     rule. A batched vmap rule would also differ from a loop over the samples: the noise is drawn per engine
     call (docs/semantics.md section 11)."""
-    functorch = getattr(torch._C, "_functorch", None)
-    wrapped = getattr(functorch, "is_functorch_wrapped_tensor", None)
+    wrapped = _is_functorch_wrapped
     if wrapped is not None and any(t is not None and wrapped(t) for t in tensors):
         raise NotImplementedError(
             "%s: torch.func / functorch transforms (vmap, grad, jacrev, jvp, ...) are not supported: the crossbar "
@@ -239,7 +242,7 @@ def _as_input():
     (pyfastpim.dpe._renamed). The layers pass ``input_slice_method`` unchecked: the engine checks the widths
     (pyfastpim.sliced._widths), once per forward."""
     from ..dpe import _renamed
-    with _renamed("x", "input"), _renamed("input_slice", "input_slice_method"):
+    with _renamed("x", "input", "input_slice", "input_slice_method"):
         yield
 
 

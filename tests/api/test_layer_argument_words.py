@@ -264,13 +264,35 @@ def test_input_widths_are_checked_once_per_forward(monkeypatch):
               "memintelli LinearMem": (MiLinear(ENGINE, 8, 4, S, S, device="cpu"), torch.ones(3, 8)),
               "memintelli Conv2dMem": (MiConv2d(ENGINE, 2, 4, 3, S, S, device="cpu"), torch.ones(1, 2, 5, 5)),
               "memintelli Conv1dMem": (MiConv1d(ENGINE, 2, 4, 3, S, S, device="cpu"), torch.ones(1, 2, 7))}
+    from pyfastpim import dpe
     seen = _input_width_checks(monkeypatch)
     for label, (layer, x) in layers.items():
         for grad in (False, True):  # inference (fused, no graph) and training (autograd function)
             with torch.set_grad_enabled(grad):
                 del seen[:]
+                dpe._slicing_memo.clear()  # options not seen before: checked (a repeat is served by the memo)
                 layer(x)
                 assert seen == ["input_slice"], (label, grad, seen)
+                layer(x)  # the same options again: the accepted check is reused (dpe._slicing_args' memo)
+                assert seen == ["input_slice"], (label, grad, seen)
+
+
+def test_edited_input_slice_method_is_checked_again_after_a_memoised_forward(monkeypatch):
+    # the engine reuses its check of options it accepted (dpe._slicing_memo, keyed on their values): an
+    # in-place edit of the layer's input_slice_method tensor is a new key, checked and used at the next forward
+    import torch
+    layer, x = LinearMem(ENGINE, 8, 4, S, S), torch.ones(3, 8)
+    seen = _input_width_checks(monkeypatch)
+    with torch.no_grad():
+        layer(x)
+        layer(x)
+        first = len(seen)
+        layer.input_slice_method[2] = 0  # in place: every width must be positive
+        with pytest.raises(ValueError, match="argument 'input_slice_method'"):
+            layer(x)
+        assert len(seen) == first + 1, seen
+        layer.input_slice_method[2] = 2
+        assert layer(x).shape == (3, 4)  # the accepted widths again
 
 
 def test_every_entry_still_refuses_bad_input_widths():

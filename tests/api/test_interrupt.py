@@ -247,6 +247,9 @@ SLICE_CHILD = textwrap.dedent("""
     from pyfastpim import _core
     R, C = int(sys.argv[1]), int(sys.argv[2])
     dev = pf.resolve_device(sys.argv[3])
+    # pieces sized to 10 ms: the default 50 ms is about T/4 itself for a 0.2 s call (sanitized, loaded),
+    # and the test asks that the call stops between pieces, well before its end
+    dev.piece_time = 0.01
     x = np.random.default_rng(0).standard_normal((R, C)).astype(np.float32)
     args = ((1,) * 8, (32, 32), (32, 32), None, True, 16)   # 8 slices, dequantized data and levels
     ref = _core.slice_quantize(x[:96, :64], *args, device=dev)

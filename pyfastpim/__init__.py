@@ -83,8 +83,10 @@ def set_num_threads(n):
     ``omp_set_num_threads`` calls of other libraries (Debian's torch makes one on import) do not
     change it. The default is ``OMP_NUM_THREADS`` when it holds a positive integer, else the
     number of CPUs in the process's affinity mask (``os.sched_getaffinity``). ``n`` must be in
-    1..1024. Results do not depend on it (nor on ``OPENBLAS_NUM_THREADS``: the attention
-    context's products are pyfastpim's own fixed-order GEMM).
+    1..1024. It is a ceiling: a kernel with little work (some tens of microseconds or less per
+    thread) runs on fewer threads, down to the calling thread alone. Results do not depend on it
+    (nor on ``OPENBLAS_NUM_THREADS``: the attention context's products are pyfastpim's own
+    fixed-order GEMM).
     """
     _core.set_num_threads(n)
 

@@ -55,6 +55,18 @@ settings.register_profile("pyfastpim", max_examples=8 if _SAN else 40, deadline=
 settings.load_profile("pyfastpim")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _full_teams_for_small_kernels():
+    """Every kernel of the test process on the full thread count, whatever its size, so that the
+    thread-count tests' small cases still run on a team (by default a kernel with some tens of
+    microseconds of work or less runs on fewer threads; child interpreters, as in
+    test_thread_safety.py, keep that default)."""
+    from pyfastpim import _core
+    was = _core._threads_by_work(False)
+    yield
+    _core._threads_by_work(was)
+
+
 @pytest.fixture
 def sanitized():
     return _SAN

@@ -101,7 +101,7 @@ pf_status pf_im2col_granule_max(const pf_im2col *c, int64_t batch, int64_t qr, i
     const int64_t R = c->out_h * c->out_w, K = c->channels * c->kh * c->kw;
     const int64_t gr = pf_ceil_div(R, qr), gc = pf_ceil_div(K, qc);
     int bad = 0;
-#pragma omp parallel num_threads(pf_get_num_threads()) reduction(| : bad)
+#pragma omp parallel num_threads(pf_threads_for((double)batch * (double)R * (double)K)) reduction(| : bad)
     {
         float *xrow = pf_alloc((size_t)K * sizeof(float));
         if (!xrow)
@@ -139,7 +139,7 @@ pf_status pf_im2col_dequantize(const pf_im2col *c, int64_t batch, int64_t qr, in
 {
     const int64_t R = c->out_h * c->out_w, K = c->channels * c->kh * c->kw;
     const int64_t gr = pf_ceil_div(R, qr);
-#pragma omp parallel for num_threads(pf_get_num_threads()) collapse(2) schedule(static)
+#pragma omp parallel for num_threads(pf_threads_for((double)batch * (double)R * (double)K)) collapse(2) schedule(static)
     for (int64_t item = 0; item < batch; item++)
         for (int64_t r = 0; r < R; r++) {
             const float *mrow = gran_max + (item * gr + r / qr) * gc;
@@ -363,7 +363,9 @@ static pf_status plan_init(const pf_dpe_args *a, const pf_dpe_consts *s, mvm_pla
      * when they move to the next one. Memory: one block per thread. */
     p->block_panels = pf_max64(1, pf_min64((int64_t)(PF_DPE_A_BLOCK_BYTES / p->a_panel), p->nrp_total));
     p->nrb = pf_ceil_div(p->nrp_total, p->block_panels);
-    p->nthreads = pf_get_num_threads();
+    /* multiply-adds: every (row, column, inner) cell for each input and weight slice */
+    p->nthreads = pf_threads_for((double)p->rows_total * (double)a->inner * (double)a->cols * a->sx * a->sw /
+                                 PF_MACS_PER_UNIT);
     p->cp_per_chunk = pf_ceil_div(p->ncp, pf_max64(1, pf_min64(p->ncp, pf_ceil_div(4 * p->nthreads, p->nrb))));
     p->ncc = pf_ceil_div(p->ncp, p->cp_per_chunk);
     /* two chunks per thread at least (balance), 8 panels at most (128

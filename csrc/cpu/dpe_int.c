@@ -147,7 +147,8 @@ static int pack_b(const pf_dpe_args *a, int64_t nb, const int_consts *ic, int8_t
     pf_dpe_read_noise_init(a, &rn);
     const int top = a->g_level - 1;
     int bad = 0;
-#pragma omp parallel for num_threads(pf_get_num_threads()) schedule(static) reduction(| : bad)
+    const int nth = pf_threads_for((double)a->sw * (double)K * (double)P); /* cells */
+#pragma omp parallel for num_threads(nth) schedule(static) reduction(| : bad)
     for (int64_t row = 0; row < a->sw * K; row++) {
         if (bad || pf_cancelled(a->cancel))
             continue;
@@ -285,7 +286,9 @@ pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s, int *decl
     const int64_t block_panels =
         pf_max64(1, pf_min64((int64_t)(PF_DPE_INT_A_BLOCK_BYTES / ic.a_panel), nrp_total));
     const int64_t nrb = pf_ceil_div(nrp_total, block_panels);
-    const int nthreads = pf_get_num_threads();
+    /* multiply-adds: every (row, column, inner) cell for each input and weight slice */
+    const int nthreads =
+        pf_threads_for((double)rows_total * (double)a->inner * (double)a->cols * a->sx * a->sw / PF_MACS_PER_UNIT);
     const int64_t cp_per_chunk = pf_ceil_div(ncp, pf_max64(1, pf_min64(ncp, pf_ceil_div(4 * nthreads, nrb))));
     const int64_t ncc = pf_ceil_div(ncp, cp_per_chunk);
     int any_table = 0;

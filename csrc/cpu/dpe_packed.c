@@ -126,7 +126,8 @@ pf_status pf_dpe_pack_w_values(const pf_dpe_args *a, int noise_w, int64_t nk, fl
     const int64_t ncp = pf_ceil_div(a->cols, NR);
     const size_t panel = (size_t)(a->sw * a->inner * NR); /* the rows present (core/dpe.h) */
     int failed = 0;
-#pragma omp parallel num_threads(pf_get_num_threads()) reduction(| : failed)
+    const int nth = pf_threads_for((double)a->sw * (double)a->inner * (double)a->cols); /* cells */
+#pragma omp parallel num_threads(nth) reduction(| : failed)
     {
         float *val = pf_alloc((size_t)ncp * NR * 2 * sizeof(float));
         pf_read_noise rn;

@@ -36,7 +36,7 @@ pf_status pf_drift(const float *g, int64_t count, uint64_t index0, uint64_t seed
      * (log(inf) would drift every cell to 0, and to NaN where nu = 0) */
     const double ratio = t / t0;
     const double log_ratio = isfinite(ratio) ? log(ratio) : log(t) - log(t0);
-#pragma omp parallel for num_threads(pf_get_num_threads()) schedule(static)
+#pragma omp parallel for num_threads(pf_threads_for((double)count)) schedule(static)
     for (int64_t k = 0; k < count; k++) {
         const uint64_t idx = index0 + (uint64_t)k;
         double nu = nu_mean;

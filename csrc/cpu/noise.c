@@ -104,7 +104,7 @@ void pf_normals(uint64_t seed, uint32_t stream, uint32_t call, uint64_t idx0, in
         return;
 #ifdef _OPENMP
     /* a long run outside a parallel region (inside one, the caller already uses every thread) */
-    const int nthreads = pf_get_num_threads();
+    const int nthreads = pf_threads_for((double)count);
     if (count >= 2 * PARALLEL_PIECE && nthreads > 1 && !omp_in_parallel()) {
         const int64_t pieces = (count + PARALLEL_PIECE - 1) / PARALLEL_PIECE;
 #pragma omp parallel for num_threads(nthreads) schedule(static)

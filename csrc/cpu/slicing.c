@@ -337,9 +337,10 @@ pf_status pf_slice_quantize_cancel(const float *x, int64_t n, int64_t rows, int6
     const int64_t bands = n * jb.grid_rows;
     const int64_t band_rows = pf_min64(rows, gran_rows);
     int bad = 0;
+    const int nth = pf_threads_for((double)plane); /* elements */
 
     if (bands >= MIN_TASKS || band_rows == 1) {
-#pragma omp parallel for num_threads(pf_get_num_threads()) schedule(dynamic, 1) reduction(| : bad)
+#pragma omp parallel for num_threads(nth) schedule(dynamic, 1) reduction(| : bad)
         for (int64_t b = 0; b < bands; b++)
             if (!pf_cancelled(cancel))
                 bad |= ops.band_task(&jb, b) < 0;
@@ -352,7 +353,7 @@ pf_status pf_slice_quantize_cancel(const float *x, int64_t n, int64_t rows, int6
     const int64_t tasks = bands * nsplit;
     const size_t ngran = (size_t)bands * (size_t)jb.grid_cols;
     memset(gran_max, 0, ngran * sizeof *gran_max); /* 0.0f and abs bits 0 alike */
-#pragma omp parallel for num_threads(pf_get_num_threads()) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(nth) schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; t++) {
         int64_t b = t / nsplit, k = t % nsplit;
         int64_t ra = (b % jb.grid_rows) * gran_rows + k * chunk;
@@ -368,7 +369,7 @@ pf_status pf_slice_quantize_cancel(const float *x, int64_t n, int64_t rows, int6
     if (bad)
         return nonfinite_data();
     const int64_t total_rows = n * rows;
-#pragma omp parallel for num_threads(pf_get_num_threads()) schedule(static)
+#pragma omp parallel for num_threads(nth) schedule(static)
     for (int64_t t = 0; t < total_rows; t++)
         if (!pf_cancelled(cancel))
             ops.quantize_row(&jb, t / rows, t % rows);
@@ -392,7 +393,7 @@ pf_status pf_program_levels(const uint8_t *codes, int64_t cells_per_slice, const
         const uint8_t *src = codes + (size_t)s * (size_t)cells_per_slice;
         uint8_t *dst = levels + (size_t)s * (size_t)cells_per_slice;
         const int m = sm->max_code[s];
-#pragma omp parallel for num_threads(pf_get_num_threads()) schedule(static) reduction(| : bad)
+#pragma omp parallel for num_threads(pf_threads_for((double)cells_per_slice)) schedule(static) reduction(| : bad)
         for (int64_t i = 0; i < cells_per_slice; i++) {
             bad |= src[i] > m;
             dst[i] = pf_level_of_code(src[i] > m ? m : src[i], m, g_level);
@@ -428,7 +429,7 @@ pf_status pf_program_conductance_cancel(const uint8_t *levels, int64_t n_slices,
     const double r_hgs = p->rate_stuck_hgs, r_any = p->rate_stuck_hgs + p->rate_stuck_lgs;
     const int64_t lines = n_slices * rows;
     const uint64_t seed = p->seed;
-#pragma omp parallel for num_threads(pf_get_num_threads()) schedule(static)
+#pragma omp parallel for num_threads(pf_threads_for((double)total)) schedule(static)
     for (int64_t line = 0; line < lines; line++) {
         if (pf_cancelled(cancel))
             continue; /* cancelled: skip the remaining rows (PF_EINTR below) */

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 static atomic_int g_threads; /* 0: not initialized yet */
+static atomic_int g_by_work = 1; /* pf_threads_by_work */
 
 static int clamp(long n) { return n < 1 ? 1 : n > PF_MAX_THREADS ? PF_MAX_THREADS : (int)n; }
 
@@ -68,3 +69,18 @@ int pf_get_num_threads(void)
 }
 
 void pf_set_num_threads(int n) { atomic_store_explicit(&g_threads, clamp(n), memory_order_relaxed); }
+
+int pf_threads_for(double work)
+{
+    const int all = pf_get_num_threads();
+    if (!atomic_load_explicit(&g_by_work, memory_order_relaxed))
+        return all;
+    const double n = work / PF_WORK_PER_THREAD; /* NaN or below 1: one thread */
+    return n >= (double)all ? all : n >= 1.0 ? (int)n : 1;
+}
+
+int pf_threads_by_work(int on)
+{
+    return on < 0 ? atomic_load_explicit(&g_by_work, memory_order_relaxed)
+                  : atomic_exchange_explicit(&g_by_work, on != 0, memory_order_relaxed);
+}

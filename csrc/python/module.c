@@ -76,6 +76,15 @@ static PyObject *py_get_num_threads(PyObject *self, PyObject *noargs)
     return PyLong_FromLong(pf_get_num_threads());
 }
 
+static PyObject *py_threads_by_work(PyObject *self, PyObject *args)
+{
+    PF_UNUSED(self);
+    pf_flag_arg on = {.name = "enabled", .value = -1};
+    if (!PyArg_ParseTuple(args, "|O&:_threads_by_work", pf_conv_flag, &on))
+        return NULL;
+    return PyBool_FromLong(pf_threads_by_work(on.value));
+}
+
 static PyObject *py_default_num_threads(PyObject *self, PyObject *noargs)
 {
     PF_UNUSED(self);
@@ -201,6 +210,10 @@ static PyMethodDef core_methods[] = {
     {"set_num_threads", py_set_num_threads, METH_O,
      "Set the thread count of the CPU kernels for the whole process (every calling thread)."},
     {"get_num_threads", py_get_num_threads, METH_NOARGS, "The process-wide thread count of the CPU kernels."},
+    {"_threads_by_work", py_threads_by_work, METH_VARARGS,
+     "_threads_by_work([enabled])\n--\n\nTest hook: whether small kernels run on fewer threads than the count "
+     "(one per some tens of microseconds of work); enabled=False gives every kernel the full count. Returns the "
+     "previous setting."},
     {"default_num_threads", py_default_num_threads, METH_NOARGS,
      "OMP_NUM_THREADS when it is a positive integer, else the CPUs in the process's affinity mask."},
     {"cpu_isa", py_cpu_isa, METH_NOARGS, "(active ISA, detected ISA) of the CPU kernels."},

@@ -809,3 +809,31 @@ def test_clean_process_uses_every_core_by_default():
         pytest.skip("other processes took cores in every round (%s cores): CPU/wall ratios %s cannot "
                     "reach 1.5" % ([round(x["others"], 2) for x in rounds], [round(x["ratio"], 2) for x in rounds]))
     assert max(quiet) >= 1.5, rounds
+
+
+SMALL_PRODUCT_CHILD = r"""
+import os, sys
+import pyfastpim
+sys.path.insert(0, sys.argv[1])
+from product_case import noise_free_product
+def threads():  # the process's threads: OpenMP adds its team's workers at the first region of 2 or more
+    return len(os.listdir("/proc/self/task"))
+before = threads()
+small = noise_free_product(1, 64, 64, seed=0)  # programming the weights and slicing the input row included
+for _ in range(5):
+    small()
+after_small = threads()
+noise_free_product(256, 256, 256, seed=0)()
+print(before, after_small, threads())
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs in the affinity mask")
+def test_small_product_wakes_no_team_but_a_large_one_does():
+    # With the default count (every CPU), a batch-1 1x64 @ 64x64 product (programming, input slicing
+    # and the product) has microseconds of work per kernel: it runs on the calling thread, so OpenMP
+    # starts no worker (on a busy machine a descheduled worker held the rest at the barrier: the
+    # product took milliseconds). A 256x256 @ 256x256 product still starts the team.
+    before, after_small, after_large = map(int, _run_child(SMALL_PRODUCT_CHILD, TESTS_DIR).split())
+    assert after_small == before
+    assert after_large > before

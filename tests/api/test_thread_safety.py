@@ -28,7 +28,7 @@ from pyfastpim import _core
 from helpers import NOISE_OFF, NPLAT, engine_args, engine_case
 
 SAN = os.environ.get("PYFASTPIM_SANITIZED") == "1"
-from helpers import ROOT  # noqa: E402  (the checkout)
+from helpers import PKG_ROOT  # noqa: E402  (the package under test)
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # product_case.py, for children
 JOIN_S = 300  # generous: a hung thread fails the test instead of hanging the run
 
@@ -718,7 +718,8 @@ def test_set_num_threads_checks_its_argument():
 def _clean_env(**extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "OPENBLAS_", "GOMP_", "KMP_",
                                                                       "MKL_"))}
-    env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    # the package under test (installed, in a venv run: the checkout has no build for that Python)
+    env["PYTHONPATH"] = os.pathsep.join([PKG_ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     env.update(extra)
     return env
 

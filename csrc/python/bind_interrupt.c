@@ -6,6 +6,12 @@
 #include <signal.h>
 #include <string.h>
 
+#if PY_VERSION_HEX >= 0x030D0000
+/* 3.13 moved its declaration to the internal headers (pycore_signal.h); the function is still exported
+ * (PyAPI_FUNC) and is the interpreter's own test of the thread that handles signals. */
+PyAPI_FUNC(int) _PyOS_IsMainThread(void);
+#endif
+
 typedef struct {
     int active; /* ours installed by this begin; the handler to put back is g_previous */
 } pf_sigint_guard;

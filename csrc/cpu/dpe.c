@@ -363,9 +363,7 @@ static pf_status plan_init(const pf_dpe_args *a, const pf_dpe_consts *s, mvm_pla
      * when they move to the next one. Memory: one block per thread. */
     p->block_panels = pf_max64(1, pf_min64((int64_t)(PF_DPE_A_BLOCK_BYTES / p->a_panel), p->nrp_total));
     p->nrb = pf_ceil_div(p->nrp_total, p->block_panels);
-    /* multiply-adds: every (row, column, inner) cell for each input and weight slice */
-    p->nthreads = pf_threads_for((double)p->rows_total * (double)a->inner * (double)a->cols * a->sx * a->sw /
-                                 PF_MACS_PER_UNIT);
+    p->nthreads = pf_dpe_product_threads(a, p->rows_total);
     p->cp_per_chunk = pf_ceil_div(p->ncp, pf_max64(1, pf_min64(p->ncp, pf_ceil_div(4 * p->nthreads, p->nrb))));
     p->ncc = pf_ceil_div(p->ncp, p->cp_per_chunk);
     /* two chunks per thread at least (balance), 8 panels at most (128

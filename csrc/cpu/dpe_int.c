@@ -286,9 +286,7 @@ pf_status pf_dpe_mvm_int(const pf_dpe_args *a, const pf_dpe_consts *s, int *decl
     const int64_t block_panels =
         pf_max64(1, pf_min64((int64_t)(PF_DPE_INT_A_BLOCK_BYTES / ic.a_panel), nrp_total));
     const int64_t nrb = pf_ceil_div(nrp_total, block_panels);
-    /* multiply-adds: every (row, column, inner) cell for each input and weight slice */
-    const int nthreads =
-        pf_threads_for((double)rows_total * (double)a->inner * (double)a->cols * a->sx * a->sw / PF_MACS_PER_UNIT);
+    const int nthreads = pf_dpe_product_threads(a, rows_total);
     const int64_t cp_per_chunk = pf_ceil_div(ncp, pf_max64(1, pf_min64(ncp, pf_ceil_div(4 * nthreads, nrb))));
     const int64_t ncc = pf_ceil_div(ncp, cp_per_chunk);
     int any_table = 0;

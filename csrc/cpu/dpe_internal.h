@@ -5,6 +5,7 @@
 
 #include "core/dpe.h"
 #include "cpu/kernels.h"
+#include "cpu/threads.h"
 
 /* Column scales of every column panel, Bs [ncp][nb][NR] (zeroed by the caller). */
 void pf_dpe_pack_w_scales(const pf_dpe_args *a, int64_t nb, float *Bs);
@@ -29,5 +30,11 @@ void pf_dpe_read_noise_init(const pf_dpe_args *a, pf_read_noise *r);
  * pf_dpe_read_noise_init. val: 2 * (cp1 - cp0) * NR floats of scratch. */
 void pf_dpe_pack_w_block(const pf_dpe_args *a, int noise_w, const pf_read_noise *rn, int64_t nk, int64_t cp0,
                          int64_t cp1, int64_t b, float *Bc, float *val);
+/* The team a product of `rows` input rows is worth (the float and the integer path alike): its
+ * multiply-adds, every (row, column, inner) cell for each input and weight slice. */
+static inline int pf_dpe_product_threads(const pf_dpe_args *a, int64_t rows)
+{
+    return pf_threads_for((double)rows * (double)a->inner * (double)a->cols * a->sx * a->sw / PF_MACS_PER_UNIT);
+}
 
 #endif

@@ -12,6 +12,7 @@ within the documented 1e-5 relative). Used by benchmarks/gpu.sh; runs on PoCL to
 import argparse
 import copy
 import json
+import os
 import statistics
 import sys
 import time
@@ -57,6 +58,9 @@ def main(argv=None):
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--noise", choices=("on", "off"), default="on")
     a = ap.parse_args(argv)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if root not in sys.path:
+        sys.path.insert(0, root)  # the checkout's in-place build, as `make bench` uses (memintelli_models.py too)
     import pyfastpim
     dev = pyfastpim.resolve_device(a.device)
     torch.manual_seed(1)

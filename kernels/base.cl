@@ -498,6 +498,14 @@ inline void pf_adc_slice(pf_vec *tb, const pf_vec *acc, global const float *fpar
     }
 }
 
+/* A NaN output (inf - inf or 0 * inf from scales near FLT_MAX) as the CPU path and x86 write it,
+ * 0xFFC00000 (the default NaN of an invalid operation): NVIDIA GPUs write 0x7FFFFFFF, so the outputs'
+ * bits would differ by device. Tested on integer bits: fast-math options may fold isnan away. */
+inline float pf_canonical_nan(float x)
+{
+    return (as_uint(x) & 0x7fffffffu) > 0x7f800000u ? as_float(0xffc00000u) : x;
+}
+
 /* Rows rb .. rb+PF_TM (those below rows_valid) and columns cb .. cb+PF_TN (those below P) of a
  * tile's output o, at rows g0 + rb.. of out: (N, R, P), or (N, P, R) (out_nphw: a convolution's
  * (N, C_out, H_out, W_out)). */
@@ -509,6 +517,8 @@ inline void pf_tile_store(global float *out, const pf_vec *o, ulong rb, ulong cb
             break;
         float v[PF_TN];
         PF_VSTORE(o[r], v);
+        for (int c = 0; c < PF_TN; c++)
+            v[c] = pf_canonical_nan(v[c]);
         const ulong g = g0 + rb + r;
         if (out_nphw) {
             global float *dst = out + ((g / R) * P + cb) * R + g % R;

@@ -281,6 +281,17 @@ static pf_status check_noise_range(const pf_dpe_args *a)
                    (a->HGS - a->LGS) / (double)(a->g_level - 1), (long long)a->n, b, limit);
 }
 
+/* Scales are finite (they come from quantization): a NaN scale's payload would reach the output
+ * unchanged on x86 and canonicalized on GPUs, which write one NaN for every NaN result. */
+static pf_status check_finite_scales(const char *arg, const float *scale, int64_t count)
+{
+    for (int64_t i = 0; scale && i < count; i++)
+        if (!isfinite(scale[i]))
+            return pf_fail(PF_EINVAL, arg, "expected finite scales, got %g at element %lld (C order)",
+                           (double)scale[i], (long long)i);
+    return PF_OK;
+}
+
 pf_status pf_validate_dpe_args(const pf_dpe_args *a)
 {
     pf_status st;
@@ -302,7 +313,9 @@ pf_status pf_validate_dpe_args(const pf_dpe_args *a)
                        "below 2**24 for exact crossbar sums", (long long)D);
     if ((st = pf_validate_conductance_range(a->HGS, a->LGS, a->g_level)) != PF_OK ||
         (st = pf_validate_sigma("vnoise", a->vnoise, PF_REL_SIGMA_MAX)) != PF_OK ||
-        (st = pf_validate_read_sigma("read_sigma", a->read_sigma, a->g_level)) != PF_OK)
+        (st = pf_validate_read_sigma("read_sigma", a->read_sigma, a->g_level)) != PF_OK ||
+        (st = check_finite_scales("x_scale", a->x_scale, a->batch * a->x_gr * a->x_gc)) != PF_OK ||
+        (st = check_finite_scales("w_scale", a->w_scale, a->w_gr * a->w_gc)) != PF_OK)
         return st;
     return check_noise_range(a);
 }

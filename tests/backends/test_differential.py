@@ -155,6 +155,26 @@ def test_opencl_tile_shapes_equal_the_integer_reference(cl_tile_devices, args):
         assert_bits(cl_dpe_mvm(dev, *args), ref, "OpenCL tile %s" % tile)
 
 
+@settings(max_examples=10)
+@given(kernel_cases(), st.sampled_from([(1, "x_scale"), (6, "w_scale")]),
+       st.sampled_from([0x7fc01234, 0xffc00000, 0x7f800000, 0xff800000]))
+def test_a_scale_that_is_not_finite_is_refused_on_every_path(request, args, where, bits):
+    """A NaN scale's payload reached the output as given on the CPU (x86 keeps a NaN operand's
+    payload) and as 0x7FFFFFFF on an NVIDIA GPU: the same arguments gave different bits by device.
+    Scales come from quantization and are finite; others are refused, naming the argument."""
+    from pyfastpim.devices import cl_dpe_mvm
+    i, name = where
+    args = list(args)
+    scale = args[i].copy()
+    scale.view(np.uint32).flat[len(scale.ravel()) // 2] = bits
+    args[i] = scale
+    devices = request.getfixturevalue("cl_tile_devices").values() if HAVE_CL else ()
+    paths = [_core.dpe_mvm] + [functools.partial(cl_dpe_mvm, dev) for dev in devices]
+    for run in paths:
+        with pytest.raises(ValueError, match="argument '%s': expected finite scales" % name):
+            run(*args)
+
+
 # ---- the public API: raw data in, quantized, sliced, programmed and multiplied ------------------
 
 gran = st.one_of(st.sampled_from(["per-row", "per-col", "per-matrix", None]),

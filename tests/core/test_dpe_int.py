@@ -264,7 +264,18 @@ def _programmed(noise_free_levels, seed=0):
 def test_programmed_weights_hold_integer_panels_and_calls_do_no_weight_work():
     """Ideal levels (no write variation, no stuck cells, no read noise): programming packs the
     integer path's int8 panels beside the float panels, and a noise-free call then allocates no
-    weight panel (the per-call path would allocate the sw*K*P bytes of int8 levels)."""
+    weight panel (the per-call path would allocate the sw*K*P bytes of int8 levels). Two threads:
+    each thread's activation panels (about 10 kB) are scratch too, and 16 threads' panels exceeded the bound
+    on a 16-core machine without any weight work."""
+    threads = pyfastpim.get_num_threads()
+    pyfastpim.set_num_threads(2)
+    try:
+        _check_no_weight_work()
+    finally:
+        pyfastpim.set_num_threads(threads)
+
+
+def _check_no_weight_work():
     eng, x, w = _programmed(True)
     ref = np.asarray(eng(x, w))  # the first product packs the programmed weights
     packed = w._packed[2]

@@ -33,8 +33,15 @@ deps:
 	  $(SUDO) apt-get update -q && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q $$missing; \
 	fi
 
+# PREBUILT=1: the extension was built elsewhere for $(PYTHON) (a machine without Debian's -dev
+# packages or a network, such as a lent GPU machine: benchmarks/gpu.sh); build then only checks it.
+ifeq ($(PREBUILT),)
 build: deps
 	$(PYTHON) setup.py -q build_ext --inplace
+else
+build:
+	$(PYTHON) -c "import pyfastpim._core"
+endif
 
 run: build
 	$(PYTHON) -m pyfastpim demo

@@ -5,13 +5,17 @@
 #   bash benchmarks/gpu.sh            # everything below; results in build/gpu/
 #   GPU_DEVICE=opencl:1:0 bash benchmarks/gpu.sh   # pick the device yourself
 #   STEPS="info test" bash benchmarks/gpu.sh       # a subset: info test kernels bench resnet
+#   PREBUILT=1 PYTHON=python3 bash benchmarks/gpu.sh   # no network or -dev packages there: the
+#            extension built elsewhere for that Python (pyfastpim/_core*.so, its shared libraries
+#            on LD_LIBRARY_PATH), nothing installed; see README "OpenCL devices" (the H100 run)
 #
 # What it does:
-#   deps     the ICD loader (ocl-icd-libopencl1) and clinfo; the NVIDIA driver ships its own ICD
-#            (libnvidia-opencl.so.1): registered under /etc/OpenCL/vendors when the driver
-#            libraries are present but the .icd file is not (common in containers)
+#   deps     the ICD loader (ocl-icd-libopencl1) and clinfo (not with PREBUILT); the NVIDIA driver
+#            ships its own ICD (libnvidia-opencl.so.1): registered under /etc/OpenCL/vendors by
+#            its full path when no .icd file names it (common in containers)
 #   info     pyfastpim.devices(), the chosen device's tile / local memory / float flags
-#   test     the whole suite with the GPU as "opencl" (PYFASTPIM_OPENCL_DEVICE), then the OpenCL
+#   test     the whole suite (pytest, as make test runs it, without the lint steps) with the GPU as
+#            "opencl" (PYFASTPIM_OPENCL_DEVICE), then the OpenCL
 #            test files again with each MVM tile kernel forced (PYFASTPIM_CL_MVM=tiled / untiled);
 #            noise off must be bit-identical to the CPU path, noise on within 1e-5 relative
 #   kernels  per-kernel device times of the engine case (PYFASTPIM_CL_PROFILE=1), both kernels
@@ -35,13 +39,18 @@ log() { printf '\n==== %s\n' "$*"; }
 
 if has deps; then
   log "deps: ICD loader, clinfo, the project's Debian packages"
-  $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q ocl-icd-libopencl1 clinfo
-  if [ ! -e /etc/OpenCL/vendors/nvidia.icd ] && ldconfig -p | grep -q 'libnvidia-opencl\.so\.1'; then
-    $SUDO mkdir -p /etc/OpenCL/vendors
-    echo libnvidia-opencl.so.1 | $SUDO tee /etc/OpenCL/vendors/nvidia.icd >/dev/null
+  if [ -z "${PREBUILT:-}" ]; then
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q ocl-icd-libopencl1 clinfo
+    make deps build
   fi
-  make deps build
+  # The driver's OpenCL library, registered by its full path when no .icd names it (containers
+  # mount the driver under /usr/local/nvidia, outside the loader's search).
+  ocl=$(find /usr/lib /usr/lib64 /usr/local/nvidia -name 'libnvidia-opencl.so.1' 2>/dev/null | head -1 || true)
+  if [ -n "$ocl" ] && ! grep -qs nvidia-opencl /etc/OpenCL/vendors/*.icd; then
+    $SUDO mkdir -p /etc/OpenCL/vendors
+    echo "$ocl" | $SUDO tee /etc/OpenCL/vendors/nvidia.icd >/dev/null
+  fi
 fi
 
 clinfo -l | tee "$OUT/clinfo.txt" || true
@@ -71,7 +80,8 @@ fi
 
 if has test; then
   log "test: the whole suite, OpenCL tests on $GPU_DEVICE"
-  step test bash -c 'set -o pipefail; make test 2>&1 | tee "$0/test.txt"' "$OUT"
+  step test bash -c 'set -o pipefail; OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive \
+    "$1" -m pytest -q -rf tests 2>&1 | tee "$0/test.txt"' "$OUT" "$PY"
   for k in tiled untiled; do
     log "test: OpenCL tests with the $k MVM kernel forced"
     step "test_$k" bash -c 'set -o pipefail; PYFASTPIM_CL_MVM=$1 OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive \
@@ -100,7 +110,7 @@ fi
 
 if has bench; then
   log "bench: make bench with $GPU_DEVICE as the OpenCL device"
-  step bench bash -c 'set -o pipefail; make bench 2>&1 | tee "$0/bench.txt"' "$OUT"
+  step bench bash -c 'set -o pipefail; make bench PYTHON="$1" 2>&1 | tee "$0/bench.txt"' "$OUT" "$PY"
   cp build/bench.json "$OUT/bench.json" || true
 fi
 

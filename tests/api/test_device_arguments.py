@@ -44,7 +44,7 @@ def test_the_attention_context_takes_the_engines_device_forms(device):
 
 
 @pytest.mark.parametrize("bad", ["bogus", "opencl:0", "opencl:x:1", "cuda:", "", "gpu", 42, 1.5, b"cpu", ("cpu",),
-                                 object()], ids=repr)
+                                 object()], ids=lambda v: "object()" if type(v) is object else repr(v))
 def test_a_bad_device_is_refused_alike_by_every_entry(bad):
     """SlicedData accepted any device silently (device='bogus' stored); AttentionContext's messages
     differed from DPETensor's. Now one type and one message naming 'device'."""

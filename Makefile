@@ -35,7 +35,7 @@ deps:
 
 # PREBUILT=1: the extension was built elsewhere for $(PYTHON) (a machine without Debian's -dev
 # packages or a network, such as a lent GPU machine: benchmarks/gpu.sh); build then only checks it.
-ifeq ($(PREBUILT),)
+ifneq ($(PREBUILT),1)
 build: deps
 	$(PYTHON) setup.py -q build_ext --inplace
 else

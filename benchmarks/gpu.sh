@@ -39,15 +39,23 @@ log() { printf '\n==== %s\n' "$*"; }
 
 if has deps; then
   log "deps: ICD loader, clinfo, the project's Debian packages"
-  if [ -z "${PREBUILT:-}" ]; then
+  if [ "${PREBUILT:-}" != 1 ]; then
     $SUDO apt-get update -q
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q ocl-icd-libopencl1 clinfo
     make deps build
   fi
-  # The driver's OpenCL library, registered by its full path when no .icd names it (containers
-  # mount the driver under /usr/local/nvidia, outside the loader's search).
+  # The driver's OpenCL library, registered by its full path unless an .icd file names it where the
+  # loader finds it (containers mount the driver under /usr/local/nvidia, outside the loader's search,
+  # and may write an .icd with the bare name).
   ocl=$(find /usr/lib /usr/lib64 /usr/local/nvidia -name 'libnvidia-opencl.so.1' 2>/dev/null | head -1 || true)
-  if [ -n "$ocl" ] && ! grep -qs nvidia-opencl /etc/OpenCL/vendors/*.icd; then
+  found=""
+  for f in /etc/OpenCL/vendors/*.icd; do
+    lib=$(cat "$f" 2>/dev/null || true)
+    case $lib in
+      *nvidia-opencl*) if [ -e "$lib" ] || ldconfig -p | grep -q "$lib"; then found=1; fi ;;
+    esac
+  done
+  if [ -n "$ocl" ] && [ -z "$found" ]; then
     $SUDO mkdir -p /etc/OpenCL/vendors
     echo "$ocl" | $SUDO tee /etc/OpenCL/vendors/nvidia.icd >/dev/null
   fi

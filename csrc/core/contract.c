@@ -281,14 +281,12 @@ static pf_status check_noise_range(const pf_dpe_args *a)
                    (a->HGS - a->LGS) / (double)(a->g_level - 1), (long long)a->n, b, limit);
 }
 
-/* Scales are finite (they come from quantization): a NaN scale's payload would reach the output
- * unchanged on x86 and canonicalized on GPUs, which write one NaN for every NaN result. */
-static pf_status check_finite_scales(const char *arg, const float *scale, int64_t count)
+pf_status pf_validate_finite(const char *arg, const char *what, const float *v, int64_t count)
 {
-    for (int64_t i = 0; scale && i < count; i++)
-        if (!isfinite(scale[i]))
-            return pf_fail(PF_EINVAL, arg, "expected finite scales, got %g at element %lld (C order)",
-                           (double)scale[i], (long long)i);
+    for (int64_t i = 0; v && i < count; i++)
+        if (!isfinite(v[i]))
+            return pf_fail(PF_ENONFINITE, arg, "expected finite %s, got %g at element %lld (C order)", what,
+                           (double)v[i], (long long)i);
     return PF_OK;
 }
 
@@ -314,8 +312,8 @@ pf_status pf_validate_dpe_args(const pf_dpe_args *a)
     if ((st = pf_validate_conductance_range(a->HGS, a->LGS, a->g_level)) != PF_OK ||
         (st = pf_validate_sigma("vnoise", a->vnoise, PF_REL_SIGMA_MAX)) != PF_OK ||
         (st = pf_validate_read_sigma("read_sigma", a->read_sigma, a->g_level)) != PF_OK ||
-        (st = check_finite_scales("x_scale", a->x_scale, a->batch * a->x_gr * a->x_gc)) != PF_OK ||
-        (st = check_finite_scales("w_scale", a->w_scale, a->w_gr * a->w_gc)) != PF_OK)
+        (st = pf_validate_finite("x_scale", "scales", a->x_scale, a->batch * a->x_gr * a->x_gc)) != PF_OK ||
+        (st = pf_validate_finite("w_scale", "scales", a->w_scale, a->w_gr * a->w_gc)) != PF_OK)
         return st;
     return check_noise_range(a);
 }

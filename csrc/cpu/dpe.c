@@ -262,6 +262,7 @@ static inline __attribute__((always_inline)) void tile_generic(const pf_dpe_tile
             for (int c = 0; c < NR; c++)
                 out[r * NR + c] = out[r * NR + c] + tb[r * NR + c] * (rs[r] * cs[c]);
     }
+    pf_dpe_tile_canonical_nan(out, MR * NR);
     for (int r = 0; r < t->mr_valid; r++)
         for (int c = 0; c < t->nr_valid; c++)
             t->out[r * t->ldr + c * t->ldc] = out[r * NR + c];

@@ -10,9 +10,24 @@
 
 #include "core/dpe.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #define PF_EPI_FLOAT(x) (x)
+
+/* Every NaN of a finished tile as 0xFFC00000, the NaN x86 writes for an invalid operation (inf - inf,
+ * 0 * inf from scales near FLT_MAX): a NaN operand keeps its own payload through x86 arithmetic, and
+ * GPUs write one NaN of their own (kernels/base.cl pf_canonical_nan), so only this keeps the outputs'
+ * bits equal on every device. Integer bits: -ffast-math style options cannot fold the test away. */
+static inline void pf_dpe_tile_canonical_nan(float *out, int count)
+{
+    for (int e = 0; e < count; e++) {
+        uint32_t bits;
+        memcpy(&bits, out + e, sizeof bits);
+        bits = (bits & 0x7fffffffu) > 0x7f800000u ? 0xffc00000u : bits;
+        memcpy(out + e, &bits, sizeof bits);
+    }
+}
 
 /* A float tile's starting sums, rows x nr: zero, or with t->accumulate the
  * sums of its earlier crossbar blocks that an earlier call left in t->out

@@ -136,6 +136,7 @@ void PF_ITILE_FN(const pf_dpe_itile *t)
         }
         PF_EPI_SCALE(VF, VF, t, b, out, tb, IT_ROWS, IT_MR, IT_NV, IT_NR, IVC);
     }
+    pf_dpe_tile_canonical_nan(out, (int)(sizeof out / sizeof out[0]));
     memcpy(t->out, out, sizeof out);
 }
 

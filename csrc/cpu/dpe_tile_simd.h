@@ -93,6 +93,7 @@ void PF_TILE_FN(const pf_dpe_tile *t)
         }
         PF_EPI_SCALE(V, VEC, t, b, out, tb, TILE_ROWS, TILE_MR, TILE_NV, TILE_NR, VW);
     }
+    pf_dpe_tile_canonical_nan(out, TILE_ROWS * TILE_NR);
     if (t->ldc == 1 && t->nr_valid == TILE_NR) {
         for (int r = 0; r < t->mr_valid; r++)
             memcpy(t->out + r * t->ldr, out + r * TILE_NR, TILE_NR * sizeof(float));

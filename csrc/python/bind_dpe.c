@@ -103,6 +103,9 @@ int pf_dpe_parse_weights_and_device(pf_dpe_args *a, pf_dpe_refs *refs, const pf_
     int64_t shp_s[2] = {a->w_gr, a->w_gc};
     if (pf_dpe_check_shape(refs->ws, "w_scale", 2, shp_s) < 0)
         return -1;
+    /* here, not only in the backends: dpe_pack keeps them, OpenCL uploads them before its contract */
+    if ((st = pf_validate_finite("w_scale", "scales", (const float *)refs->ws->data, a->w_gr * a->w_gc)) != PF_OK)
+        return pf_raise_status(st, "dpe_mvm"), -1;
     if (d->osig != Py_None) {
         if (!(refs->sig = pf_array_from_object(d->osig, PF_DT_F32, 0, "read_sigma")))
             return -1;
@@ -207,6 +210,9 @@ int pf_dpe_parse_mvm(PyObject *args, PyObject *kwds, pf_dpe_args *a, pf_dpe_refs
     int64_t sshape[3] = {a->batch, a->x_gr, a->x_gc};
     if (pf_dpe_check_shape(refs->xs, "x_scale", 3, sshape) < 0)
         return -1;
+    pf_status st = pf_validate_finite("x_scale", "scales", (const float *)refs->xs->data, a->batch * a->x_gr * a->x_gc);
+    if (st != PF_OK)
+        return pf_raise_status(st, "dpe_mvm"), -1;
     if (pf_dpe_parse_weights_and_device(a, refs, &d) < 0)
         return -1;
     Py_ssize_t oshape[3] = {(Py_ssize_t)a->batch, (Py_ssize_t)a->rows, (Py_ssize_t)a->cols};

@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import sysconfig
 
 import pytest
 
@@ -44,6 +45,9 @@ def _compile_commands(tmp_path, sanitize):
 
 @pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, "setup.py")), reason="needs the source tree")
 def test_sanitized_build_drops_fwrapv(tmp_path):
+    if "-fwrapv" in (sysconfig.get_config_var("CFLAGS") or "").split():  # else there is nothing to drop
+        (tmp_path / "plain").mkdir()
+        assert any("-fwrapv" in cmd.split() for cmd in _compile_commands(tmp_path / "plain", sanitize=False))
     for cmd in _compile_commands(tmp_path, sanitize=True):
         flags = cmd.split()
         assert "-fwrapv" not in flags, cmd

@@ -170,9 +170,43 @@ def test_a_scale_that_is_not_finite_is_refused_on_every_path(request, args, wher
     args[i] = scale
     devices = request.getfixturevalue("cl_tile_devices").values() if HAVE_CL else ()
     paths = [_core.dpe_mvm] + [functools.partial(cl_dpe_mvm, dev) for dev in devices]
+    if name == "w_scale":  # packed once: refused there, before any product keeps it
+        paths.append(lambda *a: _core.dpe_pack(*a[4:16]))
+    else:
+        paths.append(lambda *a: _core.dpe_mvm_packed(_core.dpe_pack(*a[4:16]), *a))
     for run in paths:
         with pytest.raises(ValueError, match="argument '%s': expected finite scales" % name):
             run(*args)
+
+
+@settings(max_examples=10)
+@given(kernel_cases())
+@restores_cpu_state
+def test_nan_outputs_have_one_bit_pattern_on_every_path(request, args):
+    """A NaN programmed conductance (the raw kernel API takes conductances as given) made NaN outputs
+    that kept its payload on the CPU, 0xFFC00000 on PoCL (kernels/base.cl canonicalizes, for NVIDIA
+    GPUs, which write 0x7FFFFFFF): every path now writes each NaN output as 0xFFC00000."""
+    from pyfastpim.devices import cl_dpe_mvm
+    args = list(args)
+    wl, g_level = args[4], args[11]
+    q_g = np.float32((HGS - LGS) / (g_level - 1))
+    cond = (np.float32(LGS) + wl.astype(np.float32) * q_g).astype(np.float32)
+    cond.view(np.uint32).flat[0] = 0x7fc01234  # slice 0, row 0, column 0: column 0's outputs
+    args[5] = cond
+    outs = {}
+    for isa in available_isas():
+        pyfastpim.set_isa_limit(isa)
+        for threads in (1, 2):
+            pyfastpim.set_num_threads(threads)
+            outs["%s, %d threads" % (isa, threads)] = _core.dpe_mvm(*args)
+        outs["packed, " + isa] = _core.dpe_mvm_packed(_core.dpe_pack(*args[4:16]), *args)
+    for tile, dev in (request.getfixturevalue("cl_tile_devices").items() if HAVE_CL else ()):
+        outs["OpenCL tile %s" % tile] = cl_dpe_mvm(dev, *args)
+    for path, out in outs.items():
+        bits = np.asarray(out).view(np.uint32)
+        nan = (bits & 0x7fffffff) > 0x7f800000
+        assert nan[..., 0].all(), path  # the NaN cell's column
+        assert (bits[nan] == 0xffc00000).all(), "%s: %s" % (path, sorted({hex(b) for b in bits[nan]}))
 
 
 # ---- the public API: raw data in, quantized, sliced, programmed and multiplied ------------------

@@ -18,9 +18,13 @@ BENCH_ENV := env -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS -u OMP_WAIT_POLICY
 VENV_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3 $(HOME)/.pyenv/versions/3.12*/bin/python3) \
                  $(shell command -v python3.13 python3.12 2>/dev/null))
 VENV := build/venv
+# `make test-venv-torch` (not run by CI: torch's wheel pulls some GB of CUDA libraries): test-venv with
+# torch from PyPI, so the suite also runs on a newer torch / numpy / pytest than Debian's 1.13 / 1.24 / 7.2
+TORCH_VERSION ?= 2.11.0
+TORCH_VENV := build/venv-torch
 MLX_DIR := build/mlx-target
 
-.PHONY: all deps build run test test-venv test-mlx bench bench-peers bench-readme sanitize test-isa-emulation tsan \
+.PHONY: all deps build run test test-venv test-venv-torch test-mlx bench bench-peers bench-readme sanitize test-isa-emulation tsan \
         fuzz clean
 
 all: build
@@ -68,6 +72,13 @@ test-venv: deps
 	# from outside the checkout, so that neither the tests nor their subprocesses import the
 	# unbuilt source tree instead of the installed package
 	cd build && $(PYTEST_ENV) $(CURDIR)/$(VENV)/bin/python -m pytest -q $(CURDIR)/tests --rootdir=$(CURDIR) -p no:cacheprovider
+
+test-venv-torch: deps
+	@test -n "$(VENV_PYTHON)" || { echo "test-venv-torch: no Python 3.12/3.13 found (set VENV_PYTHON=...)"; exit 1; }
+	rm -rf $(TORCH_VENV)
+	$(VENV_PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/python -m pip install -q . pytest hypothesis "torch==$(TORCH_VERSION)"
+	cd build && $(PYTEST_ENV) $(CURDIR)/$(TORCH_VENV)/bin/python -m pytest -q $(CURDIR)/tests --rootdir=$(CURDIR) -p no:cacheprovider
 
 # Real MLX arrays with the Debian interpreter (which has torch): MLX is installed with
 # `pip --target` into build/ (Debian's Python is externally managed; nothing system-wide changes).

@@ -616,8 +616,10 @@ class SlicedData:
     # geometry of data already sliced, drops that slicing (see _set_geometry, _set_is_weight).
 
     def _stored(self, name):
+        # the dictionary fetched with object.__getattribute__: torch.compile (dynamo, torch 2.x) reads
+        # self.__dict__[name] as the attribute `name`, this property, which recursed without end
         try:
-            return self.__dict__[name]
+            return object.__getattribute__(self, "__dict__")[name]
         except KeyError:
             raise AttributeError("'%s' object has no attribute '%s'" % (type(self).__name__, name)) from None
 

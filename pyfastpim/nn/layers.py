@@ -177,6 +177,15 @@ def _check_no_functorch(who, *tensors):
             "(torch.func or torch.nn.utils.stateless) without a transform works" % who)
 
 
+def _eager(fn):
+    """fn run eagerly under torch.compile (torch.compiler.disable; fn itself in a torch without it, as 1.13):
+    dynamo (torch 2.x) cannot trace the layers' autograd Functions, whose forward calls the C engine with the
+    layer as an argument (it failed with an internal error inside apply, not a graph break). The graph breaks
+    there and the Function runs as in eager mode, its autograd node recorded as usual."""
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)
+    return fn if disable is None else disable(fn)
+
+
 class _MemFunction(torch.autograd.Function):
     """Base of the layers' autograd Functions, called ``apply(x, weight, bias, layer)`` (a convolution's with
     ``layer, geometry``: _extra_args): forward gets a last argument ``need``, whether this call needs a
@@ -192,6 +201,7 @@ class _MemFunction(torch.autograd.Function):
     _extra_args = 0
 
     @classmethod
+    @_eager
     def apply(cls, x, weight, bias, layer, *extra):  # after them: the `need` a trace recorded, ignored
         return super().apply(x, weight, bias, layer, *extra[:cls._extra_args], _through_function(x, weight, bias))
 

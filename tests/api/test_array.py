@@ -213,8 +213,29 @@ def test_readonly_buffer_where_writing_is_needed():
         pyfastpim.asarray(memoryview(b"abc"), writable=True)
     arr = pyfastpim.asarray(a)  # reading is fine
     assert arr.readonly
+    with pytest.raises(BufferError):  # an unversioned capsule cannot say read-only
+        arr.__dlpack__()
+    if not _torch_asks_for_versioned_capsules():  # torch 1.13: it asks for the unversioned one, refused
+        with pytest.raises(BufferError):
+            torch.from_dlpack(arr)
+    # (torch 2.x asks for a versioned capsule, flagged read-only (test_dlpack.py), and takes it as it takes a
+    # read-only NumPy array: its flag is torch's to honour)
+
+
+def _torch_asks_for_versioned_capsules():
+    asked = {}
+
+    class Probe:
+        def __dlpack_device__(self):
+            return (1, 0)
+
+        def __dlpack__(self, **kwargs):
+            asked.update(kwargs)
+            raise BufferError("probe")
+
     with pytest.raises(BufferError):
-        torch.from_dlpack(arr)
+        torch.from_dlpack(Probe())
+    return asked.get("max_version") is not None
 
 
 def test_writable_request_cannot_be_met_by_a_copy():

@@ -543,8 +543,10 @@ class _Fails:
 
 def test_a_failing_torch_tensor_names_the_argument_and_interrupts_pass_through():
     """A torch meta tensor's __dlpack_device__ raises ValueError('Unknown device type meta for Dlpack'),
-    a bool tensor's __dlpack__ RuntimeError('Bool type is not supported by dlpack'): torch's refusals name
-    no argument, and came out so. Ctrl-C inside a producer must stay a KeyboardInterrupt (it was turned
+    a sparse tensor's __dlpack__ RuntimeError (torch 1.13; BufferError in torch 2.x) "Can't export tensors with
+    layout other than torch.strided": torch's refusals name no argument, and came out so. A bool tensor is refused
+    by torch 1.13's __dlpack__ and exported by torch 2.x's (DLPack's bool), which pyfastpim refuses as a dtype:
+    both name the argument. Ctrl-C inside a producer must stay a KeyboardInterrupt (it was turned
     into TypeError when raised by __dlpack__)."""
     for where in ("device", "dlpack"):
         with pytest.raises(KeyboardInterrupt):
@@ -552,7 +554,11 @@ def test_a_failing_torch_tensor_names_the_argument_and_interrupts_pass_through()
     if torch is not None:
         with pytest.raises(TypeError, match="argument 'obj': its __dlpack_device__\\(\\) failed: .*ValueError.*meta"):
             pyfastpim.asarray(torch.empty(3, device="meta"))
-        with pytest.raises(TypeError, match="argument 'obj': its __dlpack__\\(\\) failed: .*RuntimeError.*Bool"):
+        with pytest.raises(TypeError, match="argument 'obj': its __dlpack__\\(\\) failed: .*(RuntimeError|BufferError)"
+                                            ".*layout"):
+            pyfastpim.asarray(torch.ones(3).to_sparse())
+        with pytest.raises(TypeError, match="argument 'obj': (its __dlpack__\\(\\) failed: .*RuntimeError.*Bool"
+                                            "|unsupported DLPack dtype \\(code 6, 8 bits)"):
             pyfastpim.asarray(torch.zeros(3, dtype=torch.bool))
 
 

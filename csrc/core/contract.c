@@ -311,9 +311,7 @@ pf_status pf_validate_dpe_args(const pf_dpe_args *a)
                        "below 2**24 for exact crossbar sums", (long long)D);
     if ((st = pf_validate_conductance_range(a->HGS, a->LGS, a->g_level)) != PF_OK ||
         (st = pf_validate_sigma("vnoise", a->vnoise, PF_REL_SIGMA_MAX)) != PF_OK ||
-        (st = pf_validate_read_sigma("read_sigma", a->read_sigma, a->g_level)) != PF_OK ||
-        (st = pf_validate_finite("x_scale", "scales", a->x_scale, a->batch * a->x_gr * a->x_gc)) != PF_OK ||
-        (st = pf_validate_finite("w_scale", "scales", a->w_scale, a->w_gr * a->w_gc)) != PF_OK)
+        (st = pf_validate_read_sigma("read_sigma", a->read_sigma, a->g_level)) != PF_OK)
         return st;
     return check_noise_range(a);
 }

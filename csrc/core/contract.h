@@ -59,11 +59,10 @@ pf_status pf_validate_slice_args(int64_t n, int64_t rows, int64_t cols, int64_t 
                                  const pf_slice_method *sm, int want_levels, int64_t g_level);
 /* Weight programming (program_conductance on every backend). */
 pf_status pf_validate_program_params(const pf_program_params *p);
+/* Every one of count values finite (`what` names them in the message, arg the argument). */
+pf_status pf_validate_finite(const char *arg, const char *what, const float *v, int64_t count);
 /* Everything pf_dpe_mvm relies on (sizes, slices, levels, resolutions, granules, the exact-sum bound
  * (rdac-1)(g_level-1)n < 2**24, conductances, noise); both backends call it first. */
-/* Scales come from quantization and are finite: a NaN scale's payload would reach the output. */
-pf_status pf_validate_finite(const char *arg, const char *what, const float *v, int64_t count);
-
 pf_status pf_validate_dpe_args(const pf_dpe_args *a);
 
 #endif

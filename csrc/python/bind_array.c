@@ -58,7 +58,7 @@ static inline float half_to_float(uint16_t h)
 }
 
 /* bfloat16 is the upper half of a float32 (exact). */
-static float bf16_to_float(uint16_t h)
+static inline float bf16_to_float(uint16_t h)
 {
     uint32_t u = (uint32_t)h << 16;
     float f;
@@ -394,14 +394,11 @@ static inline float ld_bf16(const char *p)
 {
     uint16_t h;
     memcpy(&h, p, 2);
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    return bf16_to_float(h);
 }
 
 /* one loop for a contiguous row (a constant stride: vectorised) and one for any other stride */
-#define ROW_LOOP(LD, SZ, D, STRIDE, BAD)                                                                         \
+#define ROW_LOOP(LD, D, STRIDE, BAD)                                                                             \
     for (Py_ssize_t i = 0; i < n; i++) {                                                                         \
         __typeof__(LD(src)) x = LD(src + i * (STRIDE));                                                          \
         D y = (D)x;                                                                                              \
@@ -414,9 +411,9 @@ static inline float ld_bf16(const char *p)
         D *d = (D *)dst;                                                                                         \
         int bad = 0;                                                                                             \
         if (st == (SZ))                                                                                          \
-            ROW_LOOP(LD, SZ, D, (SZ), BAD)                                                                       \
+            ROW_LOOP(LD, D, (SZ), BAD)                                                                           \
         else                                                                                                     \
-            ROW_LOOP(LD, SZ, D, st, BAD)                                                                         \
+            ROW_LOOP(LD, D, st, BAD)                                                                             \
         return bad != 0;                                                                                         \
     }
 /* an infinity the cast made of a finite value */

@@ -103,7 +103,8 @@ int pf_dpe_parse_weights_and_device(pf_dpe_args *a, pf_dpe_refs *refs, const pf_
     int64_t shp_s[2] = {a->w_gr, a->w_gc};
     if (pf_dpe_check_shape(refs->ws, "w_scale", 2, shp_s) < 0)
         return -1;
-    /* here, not only in the backends: dpe_pack keeps them, OpenCL uploads them before its contract */
+    /* scales come from quantization and are finite: a NaN's payload would reach the output (checked here, the
+     * one place user scales enter: dpe_pack keeps them, OpenCL uploads them before its backend runs) */
     if ((st = pf_validate_finite("w_scale", "scales", (const float *)refs->ws->data, a->w_gr * a->w_gc)) != PF_OK)
         return pf_raise_status(st, "dpe_mvm"), -1;
     if (d->osig != Py_None) {

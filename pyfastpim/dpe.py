@@ -226,10 +226,13 @@ _SLICING_MEMO_SIZE = 256
 
 def _plain_key(value):
     """value as a key under which a check of it may be reused, or None: None, a str, a Python int, float or
-    bool, or a list / tuple of them (nested); the type is part of the key (True == 1 == 1.0, but the checks
-    tell them apart). Any other object (an array, a user's class) gives None: it is checked every time."""
+    bool, a NumPy number (a scalar cannot change in place), or a list / tuple of them (nested); the type is
+    part of the key (True == 1 == 1.0, but the checks tell them apart). Any other object (an array, a tensor,
+    a user's number class) gives None: it is checked every time, as its value can change in place."""
     if value is None or type(value) in (int, float, bool, str):
         return (type(value), value)
+    if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+        return (type(value), value.item())
     if type(value) in (list, tuple):
         items = tuple(_plain_key(v) for v in value)
         return None if None in items else (type(value), items)
@@ -354,25 +357,6 @@ def _checked_settings(HGS, LGS, g_level, write_variation, vnoise, wire_resistanc
         raise ValueError("argument 'rate_stuck_LGS': rate_stuck_HGS + rate_stuck_LGS exceeds 1 (%g + %g)"
                          % (out["rate_stuck_HGS"], out["rate_stuck_LGS"]))
     return out
-
-
-def _settings_memo(raw):
-    """The settings ``raw`` (_SETTINGS' values) as a key under which their checked form may be reused, or None:
-    each product's programming checks run several times (about 10 us each, a tenth of a small product), and
-    settings of plain Python or NumPy numbers (a radc list read as its items) that passed once pass again. The type
-    is part of the key (True == 1, but the constructor's rules tell them apart); any other object (an array,
-    a tensor, a user's number class) is checked every time, as its value can change in place."""
-    memo = []
-    for v in raw:
-        if type(v) in (int, float, bool):
-            memo.append((type(v), v))
-        elif isinstance(v, np.generic) and v.dtype.kind in "biuf":  # a NumPy scalar cannot change in place
-            memo.append((type(v), v.item()))
-        elif type(v) in (list, tuple) and all(type(i) is int for i in v):
-            memo.append((type(v), tuple(v)))
-        else:
-            return None
-    return tuple(memo)
 
 
 class _SettingValueError(ValueError, AttributeError):
@@ -974,7 +958,8 @@ class DPETensor:
         are now, checked by the constructor's rules (_checked_settings: its exceptions and messages, so a value
         assigned after construction fails at the next product as the constructor would refuse it)."""
         raw = tuple(getattr(self, n) for n in _SETTINGS[:-1]) + (self._radc_msb_first(),)
-        memo, known = _settings_memo(raw), self.__dict__.get("_checked_memo")
+        # each product's programming checks run several times (about 10 us each, a tenth of a small product)
+        memo, known = _plain_key(raw), self.__dict__.get("_checked_memo")
         if memo is not None and known is not None and known[0] == memo:
             s = known[1]
         else:

@@ -800,9 +800,10 @@ class SlicedData:
         sliced = _slice_for(engine, data, geometry, inference, program)
         with _state_lock:
             now = self._geometry()
-            same = all(a is b for a, b in zip(now, geometry)) or (
-                _effective_geometry(*now, rows, cols) is not None
-                and _effective_geometry(*now, rows, cols) == _effective_geometry(*geometry, rows, cols))
+            same = all(a is b for a, b in zip(now, geometry))
+            if not same:
+                effective = _effective_geometry(*now, rows, cols)
+                same = effective is not None and effective == _effective_geometry(*geometry, rows, cols)
             if same and (self.is_weight == is_weight or ndim == 2):  # 2-D data slices alike as input or weights
                 self._commit_slicing(sliced, ndim, is_torch, program, data.shape)
                 return True
